@@ -1,0 +1,131 @@
+//! Lock keys: opaque byte strings with the limits the protocol sets.
+
+use std::fmt;
+use std::sync::Arc;
+
+use serde::{Deserialize, Serialize};
+
+/// The longest key the protocol allows, in bytes.
+pub const MAX_KEY_LEN: usize = 250;
+
+/// A lock key: 1 to [`MAX_KEY_LEN`] bytes, none a space, a control byte
+/// (0x00-0x1F) or DEL (0x7F).
+///
+/// Cloning is cheap (a reference count), because the same key sits in the
+/// lock table, its expiry index, wait queues and responses at once.
+#[derive(Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(try_from = "Vec<u8>", into = "Vec<u8>")]
+pub struct Key(Arc<[u8]>);
+
+/// Why a byte string is not a valid key.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum KeyError {
+    #[error("key is empty")]
+    Empty,
+    #[error("key is {len} bytes, longer than {MAX_KEY_LEN}")]
+    TooLong { len: usize },
+    #[error("key has a forbidden byte 0x{byte:02x}")]
+    ForbiddenByte { byte: u8 },
+}
+
+impl Key {
+    /// Checks `bytes` against the protocol's key rules and copies them.
+    pub fn new(bytes: &[u8]) -> Result<Key, KeyError> {
+        validate(bytes)?;
+        Ok(Key(Arc::from(bytes)))
+    }
+
+    pub fn as_bytes(&self) -> &[u8] {
+        &self.0
+    }
+
+    pub fn len(&self) -> usize {
+        self.0.len()
+    }
+
+    /// Always false: a key has at least one byte. Present for clippy's sake.
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+}
+
+/// Checks `bytes` against the key rules without copying them.
+pub fn validate(bytes: &[u8]) -> Result<(), KeyError> {
+    if bytes.is_empty() {
+        return Err(KeyError::Empty);
+    }
+    if bytes.len() > MAX_KEY_LEN {
+        return Err(KeyError::TooLong { len: bytes.len() });
+    }
+    match bytes.iter().find(|&&b| b == b' ' || b < 0x20 || b == 0x7f) {
+        Some(&byte) => Err(KeyError::ForbiddenByte { byte }),
+        None => Ok(()),
+    }
+}
+
+impl TryFrom<&str> for Key {
+    type Error = KeyError;
+    fn try_from(s: &str) -> Result<Key, KeyError> {
+        Key::new(s.as_bytes())
+    }
+}
+
+impl TryFrom<Vec<u8>> for Key {
+    type Error = KeyError;
+    fn try_from(v: Vec<u8>) -> Result<Key, KeyError> {
+        validate(&v)?;
+        Ok(Key(Arc::from(v)))
+    }
+}
+
+impl From<Key> for Vec<u8> {
+    fn from(k: Key) -> Vec<u8> {
+        k.0.to_vec()
+    }
+}
+
+impl AsRef<[u8]> for Key {
+    fn as_ref(&self) -> &[u8] {
+        &self.0
+    }
+}
+
+impl fmt::Display for Key {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&String::from_utf8_lossy(&self.0))
+    }
+}
+
+impl fmt::Debug for Key {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "Key({:?})", String::from_utf8_lossy(&self.0))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn accepts_the_protocol_examples() {
+        for k in ["orders/42", "jobs:nightly", "é", "~"] {
+            assert!(Key::try_from(k).is_ok(), "{k}");
+        }
+        assert!(Key::new(&[b'a'; MAX_KEY_LEN]).is_ok());
+    }
+
+    #[test]
+    fn refuses_what_the_protocol_forbids() {
+        assert_eq!(Key::new(b""), Err(KeyError::Empty));
+        assert_eq!(
+            Key::new(&[b'a'; MAX_KEY_LEN + 1]),
+            Err(KeyError::TooLong { len: MAX_KEY_LEN + 1 })
+        );
+        for bad in [b' ', 0x00, 0x1f, b'\t', b'\r', 0x7f] {
+            assert_eq!(
+                Key::new(&[b'a', bad]),
+                Err(KeyError::ForbiddenByte { byte: bad })
+            );
+        }
+    }
+}
