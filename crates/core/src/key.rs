@@ -57,7 +57,7 @@ pub fn validate(bytes: &[u8]) -> Result<(), KeyError> {
     if bytes.len() > MAX_KEY_LEN {
         return Err(KeyError::TooLong { len: bytes.len() });
     }
-    match bytes.iter().find(|&&b| b == b' ' || b < 0x20 || b == 0x7f) {
+    match bytes.iter().find(|&&b| b <= b' ' || b == 0x7f) {
         Some(&byte) => Err(KeyError::ForbiddenByte { byte }),
         None => Ok(()),
     }
@@ -119,7 +119,9 @@ mod tests {
         assert_eq!(Key::new(b""), Err(KeyError::Empty));
         assert_eq!(
             Key::new(&[b'a'; MAX_KEY_LEN + 1]),
-            Err(KeyError::TooLong { len: MAX_KEY_LEN + 1 })
+            Err(KeyError::TooLong {
+                len: MAX_KEY_LEN + 1
+            })
         );
         for bad in [b' ', 0x00, 0x1f, b'\t', b'\r', 0x7f] {
             assert_eq!(

@@ -3,10 +3,25 @@
 //! No I/O, no clock reads: time arrives as [`Millis`], milliseconds since
 //! an epoch the caller chooses. The same crate drives the single node, both
 //! cluster engines and the simulations.
+//!
+//! - [`LockTable`] is the replicated state: who holds which key, with which
+//!   fencing token, until when. It changes only through [`Command`]s, so
+//!   replicas applying the same commands agree.
+//! - [`WaitQueues`] are the FIFO queues of acquires waiting for a held key,
+//!   local to the node that serves clients.
+//! - [`LockService`] joins the two on the serving node: first come, first
+//!   served, handing a freed key at once to the oldest waiter still in time,
+//!   and journaling the table's commands for replication.
 
 mod key;
+mod service;
+mod table;
+mod waiters;
 
 pub use key::{validate as validate_key, Key, KeyError, MAX_KEY_LEN};
+pub use service::{AcquireOutcome, Event, LockService};
+pub use table::{Command, Holder, LockTable, Outcome, SnapshotLock, TableSnapshot};
+pub use waiters::{WaitQueues, Waiter, WaiterId};
 
 /// A fencing token: every grant gets one, greater than every token before.
 /// Zero is never issued.

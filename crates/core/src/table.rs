@@ -1,0 +1,549 @@
+//! The replicated lock table: who holds which key, with which token, until when.
+//!
+//! Every change arrives as a [`Command`] applied at a caller-given time, so
+//! replicas that apply the same commands in the same order at the same times
+//! end up in the same state. Leases never lapse on their own: a lease that has
+//! run out stays in the table until an [`Command::Expire`] removes it, which
+//! keeps the decision of *when* to expire in one place (the serving node) and
+//! out of every replica's clock.
+
+use std::collections::{BTreeMap, HashMap};
+
+use serde::{Deserialize, Serialize};
+
+use crate::{Key, Millis, Token};
+
+/// One change to the lock table.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Command {
+    /// Grants a free key with a fresh token.
+    Grant { key: Key, lease_ms: u64 },
+    /// Ends the grant of `key` if it has this token.
+    Release { key: Key, token: Token },
+    /// Extends the grant of `key` to `lease_ms` from now if it has this token.
+    Renew {
+        key: Key,
+        token: Token,
+        lease_ms: u64,
+    },
+    /// Ends the grant of `key` because its lease ran out, if it has this token.
+    Expire { key: Key, token: Token },
+    /// Raises the token floor: later grants get tokens above `floor`. Used at failover.
+    RaiseTokenFloor { floor: Token },
+}
+
+/// What applying a [`Command`] did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Outcome {
+    Granted {
+        token: Token,
+    },
+    /// The key is held (or, in the unreachable case of an exhausted token
+    /// space, no fresh token is left).
+    GrantRejected,
+    Released,
+    /// A release or renewal named no live grant.
+    NotFound,
+    Renewed,
+    /// `existed` is false for a late or duplicated expiry, which changes nothing.
+    Expired {
+        existed: bool,
+    },
+    Noop,
+}
+
+/// The current grant of one key.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Holder {
+    pub token: Token,
+    pub lease_ms: u64,
+    pub expires_at: Millis,
+}
+
+/// The lock table, with an index of leases by end time.
+#[derive(Clone, Debug, Default)]
+pub struct LockTable {
+    locks: HashMap<Key, Holder>,
+    /// Tokens are unique among live grants, so `(expires_at, token)` is a
+    /// unique, time-ordered name for each grant; the value leads back to it.
+    expiries: BTreeMap<(Millis, Token), Key>,
+    last_token: Token,
+}
+
+/// A self-contained copy of a [`LockTable`] whose leases are counted from
+/// the moment it was taken, not from a clock epoch.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TableSnapshot {
+    pub last_token: Token,
+    /// In the order the leases end (ties by token).
+    pub locks: Vec<SnapshotLock>,
+}
+
+/// One grant in a [`TableSnapshot`].
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SnapshotLock {
+    pub key: Key,
+    pub token: Token,
+    pub lease_ms: u64,
+    pub remaining_ms: u64,
+}
+
+impl PartialEq for LockTable {
+    /// The expiry index is derived from `locks`, so it is left out.
+    fn eq(&self, other: &Self) -> bool {
+        self.last_token == other.last_token && self.locks == other.locks
+    }
+}
+
+impl Eq for LockTable {}
+
+impl LockTable {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Applies one command at `now`. Deterministic: same commands, same order,
+    /// same `now`s => same state and outcomes.
+    pub fn apply(&mut self, cmd: &Command, now: Millis) -> Outcome {
+        match cmd {
+            Command::Grant { key, lease_ms } => self.grant(key, *lease_ms, now),
+            Command::Release { key, token } => {
+                if self.remove_if_token(key, *token) {
+                    Outcome::Released
+                } else {
+                    Outcome::NotFound
+                }
+            }
+            Command::Renew {
+                key,
+                token,
+                lease_ms,
+            } => self.renew(key, *token, *lease_ms, now),
+            Command::Expire { key, token } => Outcome::Expired {
+                existed: self.remove_if_token(key, *token),
+            },
+            Command::RaiseTokenFloor { floor } => {
+                self.raise_token_floor(*floor);
+                Outcome::Noop
+            }
+        }
+    }
+
+    fn grant(&mut self, key: &Key, lease_ms: u64, now: Millis) -> Outcome {
+        // A token equal to the last one would break both fencing and the
+        // uniqueness the expiry index relies on, so an exhausted token space
+        // (reachable only through an absurd floor) refuses instead.
+        if self.locks.contains_key(key) || self.last_token == Token::MAX {
+            return Outcome::GrantRejected;
+        }
+        let token = self.last_token + 1;
+        let expires_at = now.saturating_add(lease_ms);
+        self.last_token = token;
+        self.locks.insert(
+            key.clone(),
+            Holder {
+                token,
+                lease_ms,
+                expires_at,
+            },
+        );
+        self.expiries.insert((expires_at, token), key.clone());
+        Outcome::Granted { token }
+    }
+
+    fn renew(&mut self, key: &Key, token: Token, lease_ms: u64, now: Millis) -> Outcome {
+        let Some(holder) = self.locks.get_mut(key) else {
+            return Outcome::NotFound;
+        };
+        if holder.token != token {
+            return Outcome::NotFound;
+        }
+        let old = (holder.expires_at, token);
+        holder.lease_ms = lease_ms;
+        holder.expires_at = now.saturating_add(lease_ms);
+        let new = (holder.expires_at, token);
+        // Reuse the index's own copy of the key rather than taking another.
+        let indexed = self.expiries.remove(&old).unwrap_or_else(|| key.clone());
+        self.expiries.insert(new, indexed);
+        Outcome::Renewed
+    }
+
+    /// Removes the grant of `key` if it carries `token`; says whether it did.
+    fn remove_if_token(&mut self, key: &Key, token: Token) -> bool {
+        match self.locks.get(key) {
+            Some(holder) if holder.token == token => {
+                let at = (holder.expires_at, token);
+                self.locks.remove(key);
+                self.expiries.remove(&at);
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// `last_token = max(last_token, floor)`.
+    pub fn raise_token_floor(&mut self, floor: Token) {
+        self.last_token = self.last_token.max(floor);
+    }
+
+    /// The last token issued or raised to; 0 before any.
+    pub fn last_token(&self) -> Token {
+        self.last_token
+    }
+
+    pub fn holder(&self, key: &Key) -> Option<&Holder> {
+        self.locks.get(key)
+    }
+
+    /// Number of keys held.
+    pub fn len(&self) -> usize {
+        self.locks.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.locks.is_empty()
+    }
+
+    /// Every grant, in no particular order.
+    pub fn iter(&self) -> impl Iterator<Item = (&Key, &Holder)> {
+        self.locks.iter()
+    }
+
+    /// The lease that ends first, so the caller arms ONE timer: (expires_at, key, token).
+    pub fn next_expiry(&self) -> Option<(Millis, &Key, Token)> {
+        self.expiries
+            .first_key_value()
+            .map(|(&(at, token), key)| (at, key, token))
+    }
+
+    /// Leases with expires_at <= now, earliest first (the caller turns them into Expire commands).
+    pub fn due_expiries(&self, now: Millis) -> impl Iterator<Item = (&Key, Token)> + '_ {
+        self.expiries
+            .range(..=(now, Token::MAX))
+            .map(|(&(_, token), key)| (key, token))
+    }
+
+    /// A self-contained copy for replication/snapshots: last_token and every
+    /// holder with its REMAINING lease at `now` (so a receiver with another
+    /// clock epoch rebuilds it with `restore(snap, its_now)`). A lease already
+    /// run out has 0 remaining: it stays held until expired, as here.
+    pub fn snapshot(&self, now: Millis) -> TableSnapshot {
+        let locks = self
+            .expiries
+            .iter()
+            .filter_map(|(&(at, token), key)| {
+                let holder = self.locks.get(key)?;
+                Some(SnapshotLock {
+                    key: key.clone(),
+                    token,
+                    lease_ms: holder.lease_ms,
+                    remaining_ms: at.saturating_sub(now),
+                })
+            })
+            .collect();
+        TableSnapshot {
+            last_token: self.last_token,
+            locks,
+        }
+    }
+
+    /// Rebuilds a table from a snapshot, counting remaining leases from `now`.
+    ///
+    /// A snapshot comes from a peer, so it is not trusted to be well formed:
+    /// the token floor is raised to cover every token in it (fresh grants must
+    /// stay above all of them), a key listed twice keeps its last entry, and
+    /// a lock with both the end time and the token of one already kept is
+    /// dropped, as the expiry index could not tell the two apart.
+    pub fn restore(snapshot: &TableSnapshot, now: Millis) -> LockTable {
+        let mut table = LockTable::new();
+        table.raise_token_floor(snapshot.last_token);
+        for lock in &snapshot.locks {
+            table.raise_token_floor(lock.token);
+            let at = (now.saturating_add(lock.remaining_ms), lock.token);
+            if let Some(previous) = table.locks.get(&lock.key) {
+                let previous_at = (previous.expires_at, previous.token);
+                table.expiries.remove(&previous_at);
+                table.locks.remove(&lock.key);
+            }
+            if table.expiries.contains_key(&at) {
+                continue;
+            }
+            table.locks.insert(
+                lock.key.clone(),
+                Holder {
+                    token: lock.token,
+                    lease_ms: lock.lease_ms,
+                    expires_at: at.0,
+                },
+            );
+            table.expiries.insert(at, lock.key.clone());
+        }
+        table
+    }
+
+    /// Checks that the expiry index mirrors the locks exactly.
+    #[cfg(test)]
+    pub(crate) fn index_is_consistent(&self) -> bool {
+        self.expiries.len() == self.locks.len()
+            && self.expiries.iter().all(|(&(at, token), key)| {
+                self.locks
+                    .get(key)
+                    .is_some_and(|h| h.expires_at == at && h.token == token)
+            })
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)] // a failed unwrap in a test is a failed test
+mod tests {
+    use super::*;
+
+    fn key(s: &str) -> Key {
+        Key::try_from(s).unwrap()
+    }
+
+    fn grant(t: &mut LockTable, k: &str, lease_ms: u64, now: Millis) -> Token {
+        match t.apply(
+            &Command::Grant {
+                key: key(k),
+                lease_ms,
+            },
+            now,
+        ) {
+            Outcome::Granted { token } => token,
+            other => panic!("expected a grant, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn grants_increasing_tokens_and_rejects_a_held_key() {
+        let mut t = LockTable::new();
+        assert_eq!(t.last_token(), 0);
+        assert_eq!(grant(&mut t, "a", 100, 10), 1);
+        assert_eq!(grant(&mut t, "b", 50, 10), 2);
+        let before = t.clone();
+        let again = Command::Grant {
+            key: key("a"),
+            lease_ms: 5,
+        };
+        assert_eq!(t.apply(&again, 20), Outcome::GrantRejected);
+        assert_eq!(t, before);
+        assert_eq!(
+            t.holder(&key("a")),
+            Some(&Holder {
+                token: 1,
+                lease_ms: 100,
+                expires_at: 110
+            })
+        );
+        assert_eq!(t.len(), 2);
+        assert!(t.index_is_consistent());
+    }
+
+    #[test]
+    fn a_lapsed_lease_still_holds_until_expired() {
+        let mut t = LockTable::new();
+        grant(&mut t, "a", 10, 0);
+        let again = Command::Grant {
+            key: key("a"),
+            lease_ms: 10,
+        };
+        assert_eq!(t.apply(&again, 1_000), Outcome::GrantRejected);
+        let expire = Command::Expire {
+            key: key("a"),
+            token: 1,
+        };
+        assert_eq!(t.apply(&expire, 0), Outcome::Expired { existed: true });
+        assert_eq!(t.apply(&again, 1_000), Outcome::Granted { token: 2 });
+    }
+
+    #[test]
+    fn release_needs_the_exact_token() {
+        let mut t = LockTable::new();
+        let tok = grant(&mut t, "a", 100, 0);
+        let before = t.clone();
+        for (k, token) in [("a", tok + 1), ("a", 0), ("b", tok)] {
+            let cmd = Command::Release { key: key(k), token };
+            assert_eq!(t.apply(&cmd, 5), Outcome::NotFound);
+            assert_eq!(t, before);
+        }
+        let cmd = Command::Release {
+            key: key("a"),
+            token: tok,
+        };
+        assert_eq!(t.apply(&cmd, 5), Outcome::Released);
+        assert!(t.is_empty());
+        assert_eq!(t.next_expiry(), None);
+        assert_eq!(t.apply(&cmd, 5), Outcome::NotFound);
+        assert!(t.index_is_consistent());
+    }
+
+    #[test]
+    fn renew_moves_the_lease_only_with_the_token() {
+        let mut t = LockTable::new();
+        let tok = grant(&mut t, "a", 100, 0);
+        let before = t.clone();
+        let stale = Command::Renew {
+            key: key("a"),
+            token: tok + 7,
+            lease_ms: 1_000,
+        };
+        assert_eq!(t.apply(&stale, 50), Outcome::NotFound);
+        assert_eq!(t, before);
+        let renew = Command::Renew {
+            key: key("a"),
+            token: tok,
+            lease_ms: 300,
+        };
+        assert_eq!(t.apply(&renew, 50), Outcome::Renewed);
+        assert_eq!(
+            t.holder(&key("a")),
+            Some(&Holder {
+                token: tok,
+                lease_ms: 300,
+                expires_at: 350
+            })
+        );
+        assert_eq!(t.next_expiry(), Some((350, &key("a"), tok)));
+        assert!(t.index_is_consistent());
+        // Renewing does not issue a token.
+        assert_eq!(t.last_token(), tok);
+    }
+
+    #[test]
+    fn a_late_or_duplicated_expiry_changes_nothing() {
+        let mut t = LockTable::new();
+        let old = grant(&mut t, "a", 10, 0);
+        let expire_old = Command::Expire {
+            key: key("a"),
+            token: old,
+        };
+        assert_eq!(t.apply(&expire_old, 10), Outcome::Expired { existed: true });
+        let new = grant(&mut t, "a", 10, 10);
+        let before = t.clone();
+        assert_eq!(
+            t.apply(&expire_old, 20),
+            Outcome::Expired { existed: false }
+        );
+        assert_eq!(t, before);
+        assert_eq!(t.holder(&key("a")).map(|h| h.token), Some(new));
+    }
+
+    #[test]
+    fn the_token_floor_only_rises() {
+        let mut t = LockTable::new();
+        let cmd = Command::RaiseTokenFloor { floor: 1_000 };
+        assert_eq!(t.apply(&cmd, 0), Outcome::Noop);
+        assert_eq!(t.last_token(), 1_000);
+        t.raise_token_floor(10);
+        assert_eq!(t.last_token(), 1_000);
+        assert_eq!(grant(&mut t, "a", 1, 0), 1_001);
+    }
+
+    #[test]
+    fn an_exhausted_token_space_grants_nothing() {
+        let mut t = LockTable::new();
+        t.raise_token_floor(Token::MAX - 1);
+        assert_eq!(grant(&mut t, "a", 1, 0), Token::MAX);
+        let cmd = Command::Grant {
+            key: key("b"),
+            lease_ms: 1,
+        };
+        assert_eq!(t.apply(&cmd, 0), Outcome::GrantRejected);
+        assert_eq!(t.len(), 1);
+    }
+
+    #[test]
+    fn lease_end_saturates() {
+        let mut t = LockTable::new();
+        grant(&mut t, "a", u64::MAX, 5);
+        assert_eq!(t.holder(&key("a")).map(|h| h.expires_at), Some(u64::MAX));
+    }
+
+    #[test]
+    fn expiries_come_earliest_first() {
+        let mut t = LockTable::new();
+        let c = grant(&mut t, "c", 300, 0);
+        let a = grant(&mut t, "a", 100, 0);
+        let b = grant(&mut t, "b", 100, 0);
+        assert_eq!(t.next_expiry(), Some((100, &key("a"), a)));
+        let due: Vec<_> = t.due_expiries(99).collect();
+        assert!(due.is_empty());
+        let due: Vec<_> = t.due_expiries(100).collect();
+        assert_eq!(due, vec![(&key("a"), a), (&key("b"), b)]);
+        let due: Vec<_> = t.due_expiries(u64::MAX).collect();
+        assert_eq!(due.len(), 3);
+        assert_eq!(due[2], (&key("c"), c));
+    }
+
+    #[test]
+    fn snapshot_restores_under_another_clock_epoch() {
+        let mut t = LockTable::new();
+        grant(&mut t, "a", 100, 1_000);
+        grant(&mut t, "b", 500, 1_000);
+        grant(&mut t, "gone", 10, 1_000);
+        t.raise_token_floor(40);
+        let snap = t.snapshot(1_050);
+        assert_eq!(snap.last_token, 40);
+        assert_eq!(
+            snap.locks,
+            vec![
+                SnapshotLock {
+                    key: key("gone"),
+                    token: 3,
+                    lease_ms: 10,
+                    remaining_ms: 0
+                },
+                SnapshotLock {
+                    key: key("a"),
+                    token: 1,
+                    lease_ms: 100,
+                    remaining_ms: 50
+                },
+                SnapshotLock {
+                    key: key("b"),
+                    token: 2,
+                    lease_ms: 500,
+                    remaining_ms: 450
+                },
+            ]
+        );
+        let r = LockTable::restore(&snap, 7);
+        assert!(r.index_is_consistent());
+        assert_eq!(r.last_token(), 40);
+        assert_eq!(r.len(), 3);
+        assert_eq!(r.holder(&key("a")).map(|h| h.expires_at), Some(57));
+        assert_eq!(r.holder(&key("b")).map(|h| h.expires_at), Some(457));
+        assert_eq!(r.next_expiry(), Some((7, &key("gone"), 3)));
+        // Same epoch, same moment: an identical table.
+        assert_eq!(LockTable::restore(&t.snapshot(1_000), 1_000), t);
+        // And the restored table snapshots the same.
+        assert_eq!(r.snapshot(7), snap);
+    }
+
+    #[test]
+    fn restore_survives_a_malformed_snapshot() {
+        let lock = |k: &str, token, remaining_ms| SnapshotLock {
+            key: key(k),
+            token,
+            lease_ms: 10,
+            remaining_ms,
+        };
+        let snap = TableSnapshot {
+            last_token: 2,
+            locks: vec![
+                lock("a", 9, 5),
+                lock("a", 4, 6),
+                lock("b", 4, 6),
+                lock("c", 4, 8),
+            ],
+        };
+        let mut r = LockTable::restore(&snap, 0);
+        assert!(r.index_is_consistent());
+        assert_eq!(r.last_token(), 9);
+        assert_eq!(r.holder(&key("a")).map(|h| h.token), Some(4));
+        assert_eq!(r.holder(&key("b")), None);
+        assert_eq!(r.holder(&key("c")).map(|h| h.expires_at), Some(8));
+        assert_eq!(grant(&mut r, "d", 1, 0), 10);
+    }
+}

@@ -1,0 +1,382 @@
+//! The FIFO wait queues of the node that serves clients: acquires waiting
+//! for a held key, in arrival order, each with an optional deadline.
+//!
+//! These are not replicated: a waiter is a live connection on one node, and
+//! a node that stops serving answers its waiters instead of handing them on.
+
+use std::collections::{BTreeSet, HashMap, VecDeque};
+
+use crate::{Key, Millis};
+
+/// Names a queued acquire; unique and increasing for one [`WaitQueues`].
+pub type WaiterId = u64;
+
+/// A queued acquire. `handle` is whatever the caller needs to answer it.
+#[derive(Debug)]
+pub struct Waiter<H> {
+    pub id: WaiterId,
+    pub key: Key,
+    pub lease_ms: u64,
+    /// `None` waits without limit.
+    pub deadline: Option<Millis>,
+    pub handle: H,
+}
+
+/// One key's queue. Cancelled waiters leave their id behind (removing it
+/// from the middle would be a scan); such stale ids are skipped when met
+/// at the front and swept out when they outnumber the live ones.
+#[derive(Debug, Default)]
+struct KeyQueue {
+    ids: VecDeque<WaiterId>,
+    live: usize,
+}
+
+/// Below this many stale ids a sweep would cost more than the memory it frees.
+const MIN_SWEEP: usize = 32;
+
+/// Every waiter of the node, by key, in arrival order.
+#[derive(Debug)]
+pub struct WaitQueues<H> {
+    waiters: HashMap<WaiterId, Waiter<H>>,
+    queues: HashMap<Key, KeyQueue>,
+    /// Waiters that have a deadline, soonest first.
+    deadlines: BTreeSet<(Millis, WaiterId)>,
+    next_id: WaiterId,
+}
+
+impl<H> Default for WaitQueues<H> {
+    fn default() -> Self {
+        Self {
+            waiters: HashMap::new(),
+            queues: HashMap::new(),
+            deadlines: BTreeSet::new(),
+            next_id: 1,
+        }
+    }
+}
+
+impl<H> WaitQueues<H> {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Queues at the back of `key`'s queue. deadline None = waits without
+    /// limit. Ids are unique, increasing.
+    pub fn push(
+        &mut self,
+        key: Key,
+        lease_ms: u64,
+        deadline: Option<Millis>,
+        handle: H,
+    ) -> WaiterId {
+        let id = self.next_id;
+        self.next_id += 1;
+        let queue = self.queues.entry(key.clone()).or_default();
+        queue.ids.push_back(id);
+        queue.live += 1;
+        if let Some(at) = deadline {
+            self.deadlines.insert((at, id));
+        }
+        self.waiters.insert(
+            id,
+            Waiter {
+                id,
+                key,
+                lease_ms,
+                deadline,
+                handle,
+            },
+        );
+        id
+    }
+
+    /// Removes a waiter wherever it is (its connection closed). None if
+    /// already gone. O(log n) amortized: the id stays in its key's queue
+    /// until skipped or swept.
+    pub fn cancel(&mut self, id: WaiterId) -> Option<Waiter<H>> {
+        let waiter = self.waiters.remove(&id)?;
+        if let Some(at) = waiter.deadline {
+            self.deadlines.remove(&(at, id));
+        }
+        self.forget_in_queue(&waiter.key);
+        Some(waiter)
+    }
+
+    /// Accounts for one waiter of `key` gone from `waiters` by cancel or
+    /// timeout, tidying or dropping the queue.
+    fn forget_in_queue(&mut self, key: &Key) {
+        let Some(queue) = self.queues.get_mut(key) else {
+            return;
+        };
+        queue.live = queue.live.saturating_sub(1);
+        if queue.live == 0 {
+            self.queues.remove(key);
+            return;
+        }
+        let waiters = &self.waiters;
+        while queue
+            .ids
+            .front()
+            .is_some_and(|id| !waiters.contains_key(id))
+        {
+            queue.ids.pop_front();
+        }
+        while queue.ids.back().is_some_and(|id| !waiters.contains_key(id)) {
+            queue.ids.pop_back();
+        }
+        let stale = queue.ids.len().saturating_sub(queue.live);
+        if stale >= MIN_SWEEP && stale > queue.live {
+            queue.ids.retain(|id| waiters.contains_key(id));
+            queue.ids.shrink_to_fit();
+        }
+    }
+
+    /// The oldest waiter of `key` whose deadline is still in the future
+    /// (deadline > now), removed. Waiters met on the way whose deadline <= now
+    /// are removed and appended to `timed_out` (they must never be granted).
+    pub fn pop_next(
+        &mut self,
+        key: &Key,
+        now: Millis,
+        timed_out: &mut Vec<Waiter<H>>,
+    ) -> Option<Waiter<H>> {
+        let queue = self.queues.get_mut(key)?;
+        let mut found = None;
+        while let Some(id) = queue.ids.pop_front() {
+            let Some(waiter) = self.waiters.remove(&id) else {
+                continue;
+            };
+            queue.live = queue.live.saturating_sub(1);
+            if let Some(at) = waiter.deadline {
+                self.deadlines.remove(&(at, id));
+                if at <= now {
+                    timed_out.push(waiter);
+                    continue;
+                }
+            }
+            found = Some(waiter);
+            break;
+        }
+        if queue.live == 0 {
+            self.queues.remove(key);
+        }
+        found
+    }
+
+    /// Whether `key` has waiters still queued (live ones only).
+    pub fn has_waiters(&self, key: &Key) -> bool {
+        self.waiting_on(key) > 0
+    }
+
+    /// How many waiters `key` has still queued.
+    pub fn waiting_on(&self, key: &Key) -> usize {
+        self.queues.get(key).map_or(0, |q| q.live)
+    }
+
+    /// Earliest deadline of any live waiter.
+    pub fn next_deadline(&self) -> Option<Millis> {
+        self.deadlines.first().map(|&(at, _)| at)
+    }
+
+    /// Removes every waiter with deadline <= now, appending them to `out` in
+    /// deadline order (ties in arrival order).
+    pub fn take_timed_out(&mut self, now: Millis, out: &mut Vec<Waiter<H>>) {
+        while let Some(&(at, id)) = self.deadlines.first() {
+            if at > now {
+                break;
+            }
+            self.deadlines.pop_first();
+            if let Some(waiter) = self.waiters.remove(&id) {
+                self.forget_in_queue(&waiter.key);
+                out.push(waiter);
+            }
+        }
+    }
+
+    /// Number of live waiters on all keys.
+    pub fn len(&self) -> usize {
+        self.waiters.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.waiters.is_empty()
+    }
+
+    /// Removes and returns all waiters, oldest first (e.g. a node that stops
+    /// serving answers them all M).
+    pub fn drain_all(&mut self) -> Vec<Waiter<H>> {
+        self.queues.clear();
+        self.deadlines.clear();
+        let mut all: Vec<Waiter<H>> = self.waiters.drain().map(|(_, w)| w).collect();
+        all.sort_unstable_by_key(|w| w.id);
+        all
+    }
+
+    /// Ids held in the queue of `key`, stale ones included: lets tests see
+    /// that cancelled ids do not pile up.
+    #[cfg(test)]
+    fn queued_ids(&self, key: &Key) -> usize {
+        self.queues.get(key).map_or(0, |q| q.ids.len())
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)] // a failed unwrap in a test is a failed test
+mod tests {
+    use super::*;
+
+    fn key(s: &str) -> Key {
+        Key::try_from(s).unwrap()
+    }
+
+    fn ids(ws: &[Waiter<&'static str>]) -> Vec<WaiterId> {
+        ws.iter().map(|w| w.id).collect()
+    }
+
+    #[test]
+    fn pops_in_arrival_order_per_key() {
+        let mut q = WaitQueues::new();
+        let a1 = q.push(key("a"), 10, None, "a1");
+        let b1 = q.push(key("b"), 20, Some(100), "b1");
+        let a2 = q.push(key("a"), 30, Some(100), "a2");
+        assert!(a1 < b1 && b1 < a2);
+        assert_eq!(q.len(), 3);
+        assert_eq!(q.waiting_on(&key("a")), 2);
+        let mut timed_out = Vec::new();
+        let w = q.pop_next(&key("a"), 0, &mut timed_out).unwrap();
+        assert_eq!((w.id, w.lease_ms, w.handle), (a1, 10, "a1"));
+        let w = q.pop_next(&key("a"), 0, &mut timed_out).unwrap();
+        assert_eq!((w.id, w.deadline, w.handle), (a2, Some(100), "a2"));
+        assert!(q.pop_next(&key("a"), 0, &mut timed_out).is_none());
+        assert!(timed_out.is_empty());
+        assert!(!q.has_waiters(&key("a")));
+        assert!(q.has_waiters(&key("b")));
+        assert_eq!(q.len(), 1);
+    }
+
+    #[test]
+    fn pop_next_sets_aside_waiters_out_of_time() {
+        let mut q = WaitQueues::new();
+        let late1 = q.push(key("a"), 1, Some(50), "late1");
+        let late2 = q.push(key("a"), 1, Some(60), "late2");
+        let ok = q.push(key("a"), 1, Some(61), "ok");
+        let mut timed_out = Vec::new();
+        let w = q.pop_next(&key("a"), 60, &mut timed_out).unwrap();
+        assert_eq!(w.id, ok);
+        assert_eq!(ids(&timed_out), vec![late1, late2]);
+        assert!(q.is_empty());
+        assert_eq!(q.next_deadline(), None);
+        // Only timed-out waiters: nothing to grant, the queue is gone.
+        q.push(key("b"), 1, Some(5), "x");
+        timed_out.clear();
+        assert!(q.pop_next(&key("b"), 5, &mut timed_out).is_none());
+        assert_eq!(timed_out.len(), 1);
+        assert_eq!(q.queued_ids(&key("b")), 0);
+    }
+
+    #[test]
+    fn cancel_removes_a_waiter_from_anywhere() {
+        let mut q = WaitQueues::new();
+        let w1 = q.push(key("a"), 1, Some(10), "w1");
+        let w2 = q.push(key("a"), 1, Some(20), "w2");
+        let w3 = q.push(key("a"), 1, None, "w3");
+        let gone = q.cancel(w2).unwrap();
+        assert_eq!((gone.id, gone.handle), (w2, "w2"));
+        assert!(q.cancel(w2).is_none());
+        assert_eq!(q.waiting_on(&key("a")), 2);
+        assert_eq!(q.next_deadline(), Some(10));
+        q.cancel(w1);
+        assert_eq!(q.next_deadline(), None);
+        let mut timed_out = Vec::new();
+        assert_eq!(q.pop_next(&key("a"), 100, &mut timed_out).unwrap().id, w3);
+        assert!(timed_out.is_empty());
+        assert!(q.cancel(w3).is_none());
+        assert!(q.cancel(999).is_none());
+    }
+
+    #[test]
+    fn cancelling_every_waiter_of_a_key_leaves_nothing_behind() {
+        let mut q = WaitQueues::new();
+        let n = 10_000;
+        let ids: Vec<_> = (0..n)
+            .map(|i| q.push(key("hot"), 1, Some(i), "w"))
+            .collect();
+        // Cancel from the middle outwards, the worst order for lazy skipping.
+        let (left, right) = ids.split_at(ids.len() / 2);
+        for (i, &id) in left.iter().rev().chain(right.iter()).enumerate() {
+            assert!(q.cancel(id).is_some());
+            let live = q.waiting_on(&key("hot"));
+            assert_eq!(live, ids.len() - i - 1);
+            // Stale ids never dominate a queue for long.
+            assert!(q.queued_ids(&key("hot")) <= 2 * live + MIN_SWEEP + 1);
+        }
+        assert!(q.is_empty());
+        assert_eq!(q.queued_ids(&key("hot")), 0);
+        assert!(q.queues.is_empty());
+        assert!(q.deadlines.is_empty());
+    }
+
+    #[test]
+    fn many_keys_leave_no_queues_behind() {
+        let mut q = WaitQueues::new();
+        let mut timed_out = Vec::new();
+        for i in 0..1_000 {
+            let k = key(&format!("k{i}"));
+            let id = q.push(k.clone(), 1, None, "w");
+            match i % 3 {
+                0 => assert!(q.cancel(id).is_some()),
+                1 => assert!(q.pop_next(&k, 0, &mut timed_out).is_some()),
+                _ => {
+                    q.push(k.clone(), 1, Some(5), "t");
+                    q.cancel(id);
+                    q.take_timed_out(5, &mut timed_out);
+                }
+            }
+        }
+        assert!(q.is_empty());
+        assert!(q.queues.is_empty());
+        assert_eq!(timed_out.len(), 333);
+    }
+
+    #[test]
+    fn take_timed_out_goes_by_deadline_then_arrival() {
+        let mut q = WaitQueues::new();
+        let a = q.push(key("a"), 1, Some(30), "a");
+        let b = q.push(key("b"), 1, Some(10), "b");
+        let c = q.push(key("a"), 1, Some(30), "c");
+        let forever = q.push(key("a"), 1, None, "forever");
+        let later = q.push(key("b"), 1, Some(31), "later");
+        assert_eq!(q.next_deadline(), Some(10));
+        let mut out = Vec::new();
+        q.take_timed_out(9, &mut out);
+        assert!(out.is_empty());
+        q.take_timed_out(30, &mut out);
+        assert_eq!(ids(&out), vec![b, a, c]);
+        assert_eq!(q.next_deadline(), Some(31));
+        assert_eq!(q.len(), 2);
+        let mut timed_out = Vec::new();
+        assert_eq!(
+            q.pop_next(&key("a"), 30, &mut timed_out).map(|w| w.id),
+            Some(forever)
+        );
+        assert!(timed_out.is_empty());
+        q.take_timed_out(u64::MAX, &mut out);
+        assert_eq!(out.last().map(|w| w.id), Some(later));
+        assert!(q.is_empty());
+    }
+
+    #[test]
+    fn drain_all_empties_everything_oldest_first() {
+        let mut q = WaitQueues::new();
+        let a = q.push(key("a"), 1, Some(3), "a");
+        let b = q.push(key("b"), 1, None, "b");
+        let c = q.push(key("a"), 1, None, "c");
+        q.cancel(b);
+        assert_eq!(ids(&q.drain_all()), vec![a, c]);
+        assert!(q.is_empty());
+        assert_eq!(q.next_deadline(), None);
+        assert!(!q.has_waiters(&key("a")));
+        let d = q.push(key("a"), 1, None, "d");
+        assert!(d > c);
+    }
+}
