@@ -1,1 +1,33 @@
-//! Baton's client protocol codec.
+//! Baton's client protocol (PROTOCOL.md, version 1): request and response
+//! lines, parsed and formatted, and the tokio-util codecs that frame them.
+//!
+//! No I/O here: the server and the client plug [`ServerCodec`] and
+//! [`ClientCodec`] into their own framed streams.
+
+mod codec;
+mod duration;
+mod error_reply;
+mod limits;
+mod line;
+mod number;
+mod op;
+mod parse_request;
+mod parse_response;
+mod request;
+mod request_error;
+mod response;
+mod response_error;
+mod status;
+
+pub use codec::{ClientCodec, ServerCodec};
+pub use duration::format_duration_ms;
+pub use error_reply::ErrorReply;
+pub use limits::{Limits, MAX_REQUEST_LINE, MAX_RESPONSE_LINE};
+pub use op::Op;
+pub use parse_request::parse_request;
+pub use parse_response::parse_response;
+pub use request::Request;
+pub use request_error::{Field, RequestError, RequestErrorKind};
+pub use response::Response;
+pub use response_error::ResponseError;
+pub use status::{Mode, Role, StatusReport, UnknownWord};

@@ -1,0 +1,157 @@
+//! tokio-util codecs: [`ServerCodec`] on a node, [`ClientCodec`] in a client.
+
+use bytes::BytesMut;
+use tokio_util::codec::{Decoder, Encoder};
+
+use crate::limits::{Limits, MAX_REQUEST_LINE, MAX_RESPONSE_LINE};
+use crate::line::{Lines, Next};
+use crate::parse_request::parse_request;
+use crate::parse_response::parse_response;
+use crate::request::Request;
+use crate::request_error::{RequestError, RequestErrorKind};
+use crate::response::Response;
+use crate::response_error::ResponseError;
+
+/// A node's side: decodes requests, encodes responses.
+///
+/// A bad request is an item, not a decoder error, because the connection
+/// goes on after the node answers it with `E`.
+#[derive(Debug)]
+pub struct ServerCodec {
+    limits: Limits,
+    lines: Lines,
+}
+
+impl ServerCodec {
+    pub fn new(limits: Limits) -> Self {
+        ServerCodec {
+            limits,
+            lines: Lines::new(MAX_REQUEST_LINE),
+        }
+    }
+
+    pub fn limits(&self) -> &Limits {
+        &self.limits
+    }
+}
+
+impl Default for ServerCodec {
+    fn default() -> Self {
+        ServerCodec::new(Limits::default())
+    }
+}
+
+impl Decoder for ServerCodec {
+    type Item = Result<Request, RequestError>;
+    type Error = std::io::Error;
+
+    fn decode(&mut self, src: &mut BytesMut) -> Result<Option<Self::Item>, Self::Error> {
+        match self.lines.next(src) {
+            Next::Line(lf) => {
+                let parsed = parse_request(Lines::content(src, lf), &self.limits);
+                Lines::consume(src, lf);
+                Ok(Some(parsed))
+            }
+            Next::TooLong => Ok(Some(Err(RequestError::unread(
+                RequestErrorKind::LineTooLong,
+            )))),
+            Next::NeedMore => Ok(None),
+        }
+    }
+
+    fn decode_eof(&mut self, src: &mut BytesMut) -> Result<Option<Self::Item>, Self::Error> {
+        let item = self.decode(src)?;
+        if item.is_none() {
+            self.lines.drop_partial(src);
+        }
+        Ok(item)
+    }
+}
+
+impl Encoder<&Response> for ServerCodec {
+    type Error = std::io::Error;
+
+    fn encode(&mut self, item: &Response, dst: &mut BytesMut) -> Result<(), Self::Error> {
+        item.encode(dst);
+        Ok(())
+    }
+}
+
+impl Encoder<Response> for ServerCodec {
+    type Error = std::io::Error;
+
+    fn encode(&mut self, item: Response, dst: &mut BytesMut) -> Result<(), Self::Error> {
+        item.encode(dst);
+        Ok(())
+    }
+}
+
+/// A client's side: encodes requests, decodes responses.
+///
+/// A response line that does not parse is a decoder error: the client can
+/// no longer match responses to requests, so the connection is done.
+#[derive(Debug)]
+pub struct ClientCodec {
+    lines: Lines,
+}
+
+impl ClientCodec {
+    /// A codec that accepts response lines of up to `max_line` bytes, LF
+    /// included.
+    pub fn with_max_line(max_line: usize) -> Self {
+        ClientCodec {
+            lines: Lines::new(max_line),
+        }
+    }
+}
+
+impl Default for ClientCodec {
+    fn default() -> Self {
+        ClientCodec::with_max_line(MAX_RESPONSE_LINE)
+    }
+}
+
+impl Decoder for ClientCodec {
+    type Item = Response;
+    type Error = ResponseError;
+
+    fn decode(&mut self, src: &mut BytesMut) -> Result<Option<Self::Item>, Self::Error> {
+        match self.lines.next(src) {
+            Next::Line(lf) => {
+                let parsed = parse_response(Lines::content(src, lf));
+                Lines::consume(src, lf);
+                parsed.map(Some)
+            }
+            Next::TooLong => Err(ResponseError::LineTooLong {
+                max: self.lines.max(),
+            }),
+            Next::NeedMore => Ok(None),
+        }
+    }
+
+    fn decode_eof(&mut self, src: &mut BytesMut) -> Result<Option<Self::Item>, Self::Error> {
+        let item = self.decode(src)?;
+        if item.is_none() {
+            self.lines.drop_partial(src);
+        }
+        Ok(item)
+    }
+}
+
+impl Encoder<&Request> for ClientCodec {
+    type Error = std::io::Error;
+
+    fn encode(&mut self, item: &Request, dst: &mut BytesMut) -> Result<(), Self::Error> {
+        item.encode(dst);
+        Ok(())
+    }
+}
+
+impl Encoder<Request> for ClientCodec {
+    type Error = std::io::Error;
+
+    fn encode(&mut self, item: Request, dst: &mut BytesMut) -> Result<(), Self::Error> {
+        item.encode(dst);
+        Ok(())
+    }
+}

@@ -1,0 +1,76 @@
+//! The four request kinds, named by their one-letter wire code.
+
+use std::fmt;
+
+/// A request kind. Responses name it too, so a client can match them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Op {
+    Acquire,
+    Release,
+    Renew,
+    Status,
+}
+
+impl Op {
+    /// The letter that starts a request line of this kind.
+    pub fn as_byte(self) -> u8 {
+        match self {
+            Op::Acquire => b'A',
+            Op::Release => b'R',
+            Op::Renew => b'K',
+            Op::Status => b'S',
+        }
+    }
+
+    pub fn from_byte(b: u8) -> Option<Op> {
+        match b {
+            b'A' => Some(Op::Acquire),
+            b'R' => Some(Op::Release),
+            b'K' => Some(Op::Renew),
+            b'S' => Some(Op::Status),
+            _ => None,
+        }
+    }
+
+    /// The op named by a whole field, which must be exactly one letter.
+    pub(crate) fn from_field(field: &[u8]) -> Option<Op> {
+        match field {
+            [b] => Op::from_byte(*b),
+            _ => None,
+        }
+    }
+}
+
+impl fmt::Display for Op {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Op::Acquire => "A",
+            Op::Release => "R",
+            Op::Renew => "K",
+            Op::Status => "S",
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn letters_round_trip() {
+        for op in [Op::Acquire, Op::Release, Op::Renew, Op::Status] {
+            assert_eq!(Op::from_byte(op.as_byte()), Some(op));
+            assert_eq!(op.to_string().as_bytes(), [op.as_byte()]);
+        }
+        for b in [b'a', b'T', b'N', b'M', b'E', b'?', 0, b' '] {
+            assert_eq!(Op::from_byte(b), None);
+        }
+    }
+
+    #[test]
+    fn a_field_names_an_op_only_when_it_is_one_letter() {
+        assert_eq!(Op::from_field(b"A"), Some(Op::Acquire));
+        assert_eq!(Op::from_field(b"AA"), None);
+        assert_eq!(Op::from_field(b""), None);
+    }
+}

@@ -1,0 +1,149 @@
+//! Requests a client sends: acquire, release, renew and status.
+
+use baton_core::{Key, Token};
+use bytes::{BufMut, BytesMut};
+
+use crate::duration::format_duration_ms;
+use crate::number::put_u64;
+use crate::op::Op;
+
+/// One request line.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Request {
+    /// `A <key> <wait> <lease>`. `wait_ms` 0 waits without limit; `lease_ms`
+    /// is greater than 0 in any request a node accepts.
+    Acquire {
+        key: Key,
+        wait_ms: u64,
+        lease_ms: u64,
+    },
+    /// `R <key> <token>`.
+    Release { key: Key, token: Token },
+    /// `K <key> <token> <lease>`.
+    Renew {
+        key: Key,
+        token: Token,
+        lease_ms: u64,
+    },
+    /// `S`.
+    Status,
+}
+
+impl Request {
+    pub fn op(&self) -> Op {
+        match self {
+            Request::Acquire { .. } => Op::Acquire,
+            Request::Release { .. } => Op::Release,
+            Request::Renew { .. } => Op::Renew,
+            Request::Status => Op::Status,
+        }
+    }
+
+    pub fn key(&self) -> Option<&Key> {
+        match self {
+            Request::Acquire { key, .. }
+            | Request::Release { key, .. }
+            | Request::Renew { key, .. } => Some(key),
+            Request::Status => None,
+        }
+    }
+
+    /// Writes the request as one line, LF included, durations in seconds.
+    pub fn encode(&self, dst: &mut BytesMut) {
+        // Op, key, two numbers of at most 21 bytes each, spaces and LF.
+        dst.reserve(self.key().map_or(0, Key::len) + 52);
+        dst.put_u8(self.op().as_byte());
+        if let Some(key) = self.key() {
+            dst.put_u8(b' ');
+            dst.put_slice(key.as_bytes());
+        }
+        match self {
+            Request::Acquire {
+                wait_ms, lease_ms, ..
+            } => {
+                dst.put_u8(b' ');
+                format_duration_ms(*wait_ms, dst);
+                dst.put_u8(b' ');
+                format_duration_ms(*lease_ms, dst);
+            }
+            Request::Release { token, .. } => {
+                dst.put_u8(b' ');
+                put_u64(dst, *token);
+            }
+            Request::Renew {
+                token, lease_ms, ..
+            } => {
+                dst.put_u8(b' ');
+                put_u64(dst, *token);
+                dst.put_u8(b' ');
+                format_duration_ms(*lease_ms, dst);
+            }
+            Request::Status => {}
+        }
+        dst.put_u8(b'\n');
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)] // a failed unwrap in a test is a failed test
+mod tests {
+    use super::*;
+
+    fn line(req: &Request) -> Vec<u8> {
+        let mut dst = BytesMut::new();
+        req.encode(&mut dst);
+        dst.to_vec()
+    }
+
+    fn key(k: &str) -> Key {
+        Key::try_from(k).unwrap()
+    }
+
+    #[test]
+    fn writes_the_protocol_lines() {
+        assert_eq!(
+            line(&Request::Acquire {
+                key: key("orders/42"),
+                wait_ms: 5000,
+                lease_ms: 30000
+            }),
+            b"A orders/42 5 30\n"
+        );
+        assert_eq!(
+            line(&Request::Acquire {
+                key: key("k"),
+                wait_ms: 0,
+                lease_ms: 1
+            }),
+            b"A k 0 0.001\n"
+        );
+        assert_eq!(
+            line(&Request::Release {
+                key: key("orders/42"),
+                token: 1057
+            }),
+            b"R orders/42 1057\n"
+        );
+        assert_eq!(
+            line(&Request::Renew {
+                key: key("orders/43"),
+                token: 1058,
+                lease_ms: 60000
+            }),
+            b"K orders/43 1058 60\n"
+        );
+        assert_eq!(line(&Request::Status), b"S\n");
+    }
+
+    #[test]
+    fn names_its_op_and_key() {
+        let release = Request::Release {
+            key: key("k"),
+            token: 1,
+        };
+        assert_eq!(release.op(), Op::Release);
+        assert_eq!(release.key(), Some(&key("k")));
+        assert_eq!(Request::Status.op(), Op::Status);
+        assert_eq!(Request::Status.key(), None);
+    }
+}

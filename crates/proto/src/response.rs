@@ -1,0 +1,104 @@
+//! Responses a node sends, and how a client matches them to requests.
+
+use baton_core::{Key, Token};
+use bytes::{BufMut, BytesMut};
+
+use crate::error_reply::ErrorReply;
+use crate::number::put_u64;
+use crate::op::Op;
+use crate::status::StatusReport;
+
+/// One response line.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Response {
+    /// `A <key> <token>`.
+    Granted { key: Key, token: Token },
+    /// `T <key>`: the wait ran out, nothing was granted.
+    TimedOut { key: Key },
+    /// `R <key>`.
+    Released { key: Key },
+    /// `K <key>`.
+    Renewed { key: Key },
+    /// `N R <key>` or `N K <key>`: `op` is [`Op::Release`] or [`Op::Renew`].
+    NotHeld { op: Op, key: Key },
+    /// `M <op> <key> <addr>`: ask the active node; `None` (written `-`)
+    /// when none is known yet.
+    Moved {
+        op: Op,
+        key: Key,
+        addr: Option<String>,
+    },
+    /// `E <op|?> <key|?> <reason>`.
+    Error(ErrorReply),
+    /// `S field=value ...`.
+    Status(StatusReport),
+}
+
+impl Response {
+    /// Writes the response as one line, LF included.
+    pub fn encode(&self, dst: &mut BytesMut) {
+        let (letter, key) = match self {
+            Response::Granted { key, .. } => (b'A', key),
+            Response::TimedOut { key } => (b'T', key),
+            Response::Released { key } => (b'R', key),
+            Response::Renewed { key } => (b'K', key),
+            Response::NotHeld { key, .. } => (b'N', key),
+            Response::Moved { key, .. } => (b'M', key),
+            Response::Error(reply) => return reply.encode(dst),
+            Response::Status(report) => return report.encode(dst),
+        };
+        let addr_len = match self {
+            Response::Moved { addr, .. } => addr.as_ref().map_or(1, String::len),
+            _ => 0,
+        };
+        // Letter, op, key, token or address, spaces and LF.
+        dst.reserve(key.len() + addr_len + 28);
+        dst.put_u8(letter);
+        dst.put_u8(b' ');
+        if let Response::NotHeld { op, .. } | Response::Moved { op, .. } = self {
+            dst.put_u8(op.as_byte());
+            dst.put_u8(b' ');
+        }
+        dst.put_slice(key.as_bytes());
+        match self {
+            Response::Granted { token, .. } => {
+                dst.put_u8(b' ');
+                put_u64(dst, *token);
+            }
+            Response::Moved { addr, .. } => {
+                dst.put_u8(b' ');
+                dst.put_slice(addr.as_deref().unwrap_or("-").as_bytes());
+            }
+            _ => {}
+        }
+        dst.put_u8(b'\n');
+    }
+
+    /// The op used to match this response to its request (PROTOCOL.md,
+    /// "Matching"): `A` and `T` answer acquires, `R` releases, `K` renewals;
+    /// `N`, `M` and `E` name their op; `S` answers status.
+    pub fn op(&self) -> Option<Op> {
+        match self {
+            Response::Granted { .. } | Response::TimedOut { .. } => Some(Op::Acquire),
+            Response::Released { .. } => Some(Op::Release),
+            Response::Renewed { .. } => Some(Op::Renew),
+            Response::NotHeld { op, .. } | Response::Moved { op, .. } => Some(*op),
+            Response::Error(reply) => reply.op,
+            Response::Status(_) => Some(Op::Status),
+        }
+    }
+
+    /// The key used to match this response to its request, if it has one.
+    pub fn key(&self) -> Option<&[u8]> {
+        match self {
+            Response::Granted { key, .. }
+            | Response::TimedOut { key }
+            | Response::Released { key }
+            | Response::Renewed { key }
+            | Response::NotHeld { key, .. }
+            | Response::Moved { key, .. } => Some(key.as_bytes()),
+            Response::Error(reply) => reply.key.as_deref(),
+            Response::Status(_) => None,
+        }
+    }
+}
