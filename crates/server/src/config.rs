@@ -1,0 +1,29 @@
+//! What a node is told at start-up.
+
+use std::net::SocketAddr;
+
+use baton_proto::Limits;
+
+/// Settings of a single node. The defaults are the protocol's defaults.
+#[derive(Debug, Clone)]
+pub struct ServerConfig {
+    /// Where clients connect. Port 0 picks a free port (see `Server::local_addr`).
+    pub listen: SocketAddr,
+    /// Largest wait and lease a request may ask for.
+    pub limits: Limits,
+    /// Connections served at once; one more is refused with an `E` line.
+    pub max_connections: usize,
+    /// Acquires queued at once per connection; one more is answered `E`.
+    pub max_pending: usize,
+}
+
+impl Default for ServerConfig {
+    fn default() -> Self {
+        ServerConfig {
+            listen: SocketAddr::from(([127, 0, 0, 1], 7411)),
+            limits: Limits::default(),
+            max_connections: 10_000,
+            max_pending: 10_000,
+        }
+    }
+}

@@ -1,0 +1,274 @@
+//! One client connection: reads pipelined requests, answers them, and
+//! writes whatever other tasks deliver for its queued acquires.
+//!
+//! A single task owns the socket, its input and output buffers. Answers are
+//! encoded straight into the output buffer, so a burst of requests becomes
+//! one write. Grants stay tracked until their bytes are written: a grant
+//! that never reaches the socket is released (the ghost-grant rule).
+
+use std::collections::{HashSet, VecDeque};
+use std::sync::Arc;
+
+use baton_core::{AcquireOutcome, Key, Outcome, Token, WaiterId};
+use baton_proto::{ErrorReply, Op, Request, Response, ServerCodec};
+use bytes::BytesMut;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+use tokio::sync::mpsc;
+use tokio_util::codec::{Decoder, Encoder};
+use tokio_util::sync::CancellationToken;
+
+use crate::delivery::{Delivery, Mailbox};
+use crate::listener::NodeInfo;
+use crate::locks::{Events, SharedLocks};
+
+/// Output past which the connection stops reading until the client takes
+/// its answers: a client that never reads cannot make the node buffer
+/// without bound.
+const OUTPUT_HIGH_WATER: usize = 256 * 1024;
+const READ_CHUNK: usize = 16 * 1024;
+const DELIVERY_BATCH: usize = 256;
+
+pub(crate) struct Connection {
+    locks: Arc<SharedLocks>,
+    node: Arc<NodeInfo>,
+    codec: ServerCodec,
+    input: BytesMut,
+    output: BytesMut,
+    mailbox: Mailbox,
+    /// Queued acquires of this connection, cancelled when it closes.
+    waiting: HashSet<WaiterId>,
+    /// Grants encoded into `output` but not yet written, with the stream
+    /// position their line ends at.
+    unwritten_grants: VecDeque<(u64, Key, Token)>,
+    encoded_total: u64,
+    written_total: u64,
+    events: Events,
+}
+
+impl Connection {
+    pub(crate) fn new(
+        locks: Arc<SharedLocks>,
+        node: Arc<NodeInfo>,
+    ) -> (Connection, mpsc::UnboundedReceiver<Delivery>) {
+        let (tx, rx) = mpsc::unbounded_channel();
+        let codec = ServerCodec::new(node.config.limits);
+        let connection = Connection {
+            locks,
+            node,
+            codec,
+            input: BytesMut::with_capacity(READ_CHUNK),
+            output: BytesMut::with_capacity(READ_CHUNK),
+            mailbox: Mailbox(tx),
+            waiting: HashSet::new(),
+            unwritten_grants: VecDeque::new(),
+            encoded_total: 0,
+            written_total: 0,
+            events: Vec::new(),
+        };
+        (connection, rx)
+    }
+
+    /// Serves the connection until the client leaves, the socket fails or
+    /// the node shuts down; then cleans up after it.
+    pub(crate) async fn serve(
+        mut self,
+        mut stream: TcpStream,
+        mut deliveries: mpsc::UnboundedReceiver<Delivery>,
+        shutdown: CancellationToken,
+    ) {
+        let mut batch = Vec::with_capacity(DELIVERY_BATCH);
+        let (mut reader, mut writer) = stream.split();
+        let mut reading = true;
+        loop {
+            let may_read = reading && self.output.len() < OUTPUT_HIGH_WATER;
+            tokio::select! {
+                biased;
+                _ = shutdown.cancelled() => break,
+                n = deliveries.recv_many(&mut batch, DELIVERY_BATCH) => {
+                    // Never 0: this task holds a sender in `mailbox`.
+                    let _ = n;
+                    for delivery in batch.drain(..) {
+                        self.on_delivery(delivery);
+                    }
+                }
+                read = reader.read_buf(&mut self.input), if may_read => match read {
+                    Ok(0) => reading = false,
+                    Ok(_) => self.on_input(),
+                    Err(error) => {
+                        tracing::debug!(%error, "read failed");
+                        break;
+                    }
+                },
+                written = writer.write(&self.output), if !self.output.is_empty() => match written {
+                    Ok(0) => break,
+                    Ok(n) => self.on_written(n),
+                    Err(error) => {
+                        tracing::debug!(%error, "write failed");
+                        break;
+                    }
+                },
+            }
+            if !reading && self.output.is_empty() {
+                // The client closed its side and has every answer it is due.
+                break;
+            }
+            if self.input.capacity() - self.input.len() < 1024 {
+                self.input.reserve(READ_CHUNK);
+            }
+        }
+        // Whatever is already encoded goes out if it can, quickly.
+        if !self.output.is_empty() {
+            let flush = async {
+                while !self.output.is_empty() {
+                    match writer.write(&self.output).await {
+                        Ok(0) | Err(_) => break,
+                        Ok(n) => self.on_written(n),
+                    }
+                }
+            };
+            let _ = tokio::time::timeout(std::time::Duration::from_secs(1), flush).await;
+        }
+        let _ = writer.shutdown().await;
+        self.close(deliveries);
+    }
+
+    fn on_input(&mut self) {
+        loop {
+            match self.codec.decode(&mut self.input) {
+                Ok(Some(Ok(request))) => self.on_request(request),
+                Ok(Some(Err(error))) => self.answer(&Response::Error(error.to_reply())),
+                Ok(None) => break,
+                Err(error) => {
+                    // The request codec reports malformed lines as items;
+                    // an error here would be a codec bug: drop the input.
+                    tracing::warn!(%error, "request decoder failed");
+                    self.input.clear();
+                    break;
+                }
+            }
+        }
+    }
+
+    fn on_request(&mut self, request: Request) {
+        match request {
+            Request::Acquire {
+                key,
+                wait_ms,
+                lease_ms,
+            } => {
+                if self.waiting.len() >= self.node.config.max_pending {
+                    let reply = ErrorReply {
+                        op: Some(Op::Acquire),
+                        key: Some(key.as_bytes().to_vec()),
+                        reason: format!(
+                            "too many pending requests on this connection (max {})",
+                            self.node.config.max_pending
+                        ),
+                    };
+                    self.answer(&Response::Error(reply));
+                    return;
+                }
+                let now = self.locks.clock().now();
+                match self
+                    .locks
+                    .acquire(key.clone(), wait_ms, lease_ms, now, &self.mailbox)
+                {
+                    AcquireOutcome::Granted { token } => self.answer_grant(key, token),
+                    AcquireOutcome::Queued { id } => {
+                        self.waiting.insert(id);
+                    }
+                }
+            }
+            Request::Release { key, token } => {
+                let mut events = std::mem::take(&mut self.events);
+                let outcome = self.locks.release(&key, token, &mut events);
+                self.events = events;
+                let response = match outcome {
+                    Outcome::Released => Response::Released { key },
+                    _ => Response::NotHeld {
+                        op: Op::Release,
+                        key,
+                    },
+                };
+                self.answer(&response);
+            }
+            Request::Renew {
+                key,
+                token,
+                lease_ms,
+            } => {
+                let response = match self.locks.renew(&key, token, lease_ms) {
+                    Outcome::Renewed => Response::Renewed { key },
+                    _ => Response::NotHeld { op: Op::Renew, key },
+                };
+                self.answer(&response);
+            }
+            Request::Status => {
+                let report = self.node.status(self.locks.counts());
+                self.answer(&Response::Status(report));
+            }
+        }
+    }
+
+    fn on_delivery(&mut self, delivery: Delivery) {
+        match delivery {
+            Delivery::Granted { id, key, token } => {
+                self.waiting.remove(&id);
+                self.answer_grant(key, token);
+            }
+            Delivery::TimedOut { id, key } => {
+                self.waiting.remove(&id);
+                self.answer(&Response::TimedOut { key });
+            }
+        }
+    }
+
+    fn answer(&mut self, response: &Response) {
+        let before = self.output.len();
+        // Encoding into a BytesMut cannot fail.
+        let _ = self.codec.encode(response, &mut self.output);
+        self.encoded_total += (self.output.len() - before) as u64;
+    }
+
+    fn answer_grant(&mut self, key: Key, token: Token) {
+        let response = Response::Granted { key, token };
+        self.answer(&response);
+        if let Response::Granted { key, token } = response {
+            self.unwritten_grants
+                .push_back((self.encoded_total, key, token));
+        }
+    }
+
+    fn on_written(&mut self, n: usize) {
+        let _ = self.output.split_to(n);
+        self.written_total += n as u64;
+        while let Some((end, _, _)) = self.unwritten_grants.front() {
+            if *end > self.written_total {
+                break;
+            }
+            self.unwritten_grants.pop_front();
+        }
+    }
+
+    /// Leaves no trace of the connection in the lock state but the grants
+    /// it delivered: queued acquires leave their queues, and grants that
+    /// never reached the client are released.
+    fn close(mut self, mut deliveries: mpsc::UnboundedReceiver<Delivery>) {
+        self.locks.cancel_all(self.waiting.drain());
+        deliveries.close();
+        let mut ghosts: Vec<(Key, Token)> = self
+            .unwritten_grants
+            .drain(..)
+            .map(|(_, key, token)| (key, token))
+            .collect();
+        while let Ok(delivery) = deliveries.try_recv() {
+            if let Delivery::Granted { key, token, .. } = delivery {
+                ghosts.push((key, token));
+            }
+        }
+        if !ghosts.is_empty() {
+            self.locks.release_ghosts(ghosts);
+        }
+    }
+}

@@ -1,0 +1,157 @@
+//! The node itself: binds, accepts within the connection limit, spawns a
+//! task per connection and the timer, and shuts down cleanly.
+
+use std::future::Future;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use baton_proto::{Mode, Role, StatusReport};
+use tokio::io::AsyncWriteExt;
+use tokio::net::{TcpListener, TcpStream};
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+use crate::clock::Clock;
+use crate::config::ServerConfig;
+use crate::connection::Connection;
+use crate::locks::{Counts, SharedLocks};
+use crate::timer;
+
+/// Why a node could not start or keep serving.
+#[derive(Debug, thiserror::Error)]
+pub enum ServerError {
+    #[error("cannot listen on {addr}: {source}")]
+    Bind {
+        addr: SocketAddr,
+        source: std::io::Error,
+    },
+}
+
+/// What every connection needs to know about the node it belongs to.
+#[derive(Debug)]
+pub(crate) struct NodeInfo {
+    pub(crate) config: ServerConfig,
+    pub(crate) self_addr: String,
+}
+
+impl NodeInfo {
+    pub(crate) fn status(&self, counts: Counts) -> StatusReport {
+        StatusReport {
+            role: Role::Single,
+            mode: Mode::Single,
+            self_addr: self.self_addr.clone(),
+            active: Some(self.self_addr.clone()),
+            token: counts.token,
+            locks: counts.locks,
+            waiters: counts.waiters,
+            extra: Vec::new(),
+        }
+    }
+}
+
+/// A single Baton node, bound and ready to serve.
+#[derive(Debug)]
+pub struct Server {
+    listener: TcpListener,
+    node: Arc<NodeInfo>,
+    locks: Arc<SharedLocks>,
+}
+
+impl Server {
+    pub async fn bind(config: ServerConfig) -> Result<Server, ServerError> {
+        let listener =
+            TcpListener::bind(config.listen)
+                .await
+                .map_err(|source| ServerError::Bind {
+                    addr: config.listen,
+                    source,
+                })?;
+        let local = listener.local_addr().map_err(|source| ServerError::Bind {
+            addr: config.listen,
+            source,
+        })?;
+        let node = Arc::new(NodeInfo {
+            config,
+            self_addr: local.to_string(),
+        });
+        Ok(Server {
+            listener,
+            node,
+            locks: Arc::new(SharedLocks::new(Clock::new())),
+        })
+    }
+
+    /// The address actually bound (useful with port 0).
+    pub fn local_addr(&self) -> SocketAddr {
+        // Checked in `bind`.
+        self.listener
+            .local_addr()
+            .unwrap_or(self.node.config.listen)
+    }
+
+    /// Serves until `shutdown` completes; then stops accepting, lets each
+    /// connection flush what it has and close, and returns.
+    pub async fn run(self, shutdown: impl Future<Output = ()>) {
+        let cancel = CancellationToken::new();
+        let tasks = TaskTracker::new();
+        tasks.spawn(timer::run(self.locks.clone(), cancel.clone()));
+        let open = Arc::new(AtomicUsize::new(0));
+        tokio::pin!(shutdown);
+        loop {
+            tokio::select! {
+                _ = &mut shutdown => break,
+                accepted = self.listener.accept() => match accepted {
+                    Ok((stream, peer)) => self.admit(stream, peer, &open, &tasks, &cancel),
+                    Err(error) => {
+                        // Out of file descriptors and the like: pause rather
+                        // than spin; the node keeps serving who it has.
+                        tracing::warn!(%error, "accept failed");
+                        tokio::time::sleep(Duration::from_millis(50)).await;
+                    }
+                },
+            }
+        }
+        tracing::info!("shutting down");
+        drop(self.listener);
+        cancel.cancel();
+        tasks.close();
+        if tokio::time::timeout(Duration::from_secs(5), tasks.wait())
+            .await
+            .is_err()
+        {
+            tracing::warn!("some connections did not close in time");
+        }
+    }
+
+    fn admit(
+        &self,
+        mut stream: TcpStream,
+        peer: SocketAddr,
+        open: &Arc<AtomicUsize>,
+        tasks: &TaskTracker,
+        cancel: &CancellationToken,
+    ) {
+        if open.fetch_add(1, Ordering::AcqRel) >= self.node.config.max_connections {
+            open.fetch_sub(1, Ordering::AcqRel);
+            tracing::debug!(%peer, "refused: too many connections");
+            tasks.spawn(async move {
+                let refuse = async {
+                    let _ = stream.write_all(b"E ? ? too many connections\n").await;
+                    let _ = stream.shutdown().await;
+                };
+                let _ = tokio::time::timeout(Duration::from_secs(1), refuse).await;
+            });
+            return;
+        }
+        let _ = stream.set_nodelay(true);
+        let (connection, deliveries) = Connection::new(self.locks.clone(), self.node.clone());
+        let open = open.clone();
+        let cancel = cancel.clone();
+        tasks.spawn(async move {
+            connection.serve(stream, deliveries, cancel).await;
+            open.fetch_sub(1, Ordering::AcqRel);
+        });
+    }
+}

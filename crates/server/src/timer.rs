@@ -1,0 +1,26 @@
+//! The one timer of a node: sleeps until the earliest lease or wait
+//! deadline, whatever the number of locks and waiters.
+
+use std::sync::Arc;
+
+use tokio_util::sync::CancellationToken;
+
+use crate::locks::SharedLocks;
+
+pub(crate) async fn run(locks: Arc<SharedLocks>, shutdown: CancellationToken) {
+    let mut events = Vec::new();
+    loop {
+        let next = locks.tick(&mut events);
+        let sleep_until = next.map(|at| locks.clock().instant_at(at));
+        tokio::select! {
+            _ = shutdown.cancelled() => return,
+            _ = locks.timer_woken() => {}
+            _ = async {
+                match sleep_until {
+                    Some(at) => tokio::time::sleep_until(at.into()).await,
+                    None => std::future::pending().await,
+                }
+            } => {}
+        }
+    }
+}
