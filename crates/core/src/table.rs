@@ -226,7 +226,8 @@ impl LockTable {
     /// A self-contained copy for replication/snapshots: last_token and every
     /// holder with its REMAINING lease at `now` (so a receiver with another
     /// clock epoch rebuilds it with `restore(snap, its_now)`). A lease already
-    /// run out has 0 remaining: it stays held until expired, as here.
+    /// run out has 0 remaining: it stays held until expired, as here, but
+    /// after a restore such leases are all due at the same moment.
     pub fn snapshot(&self, now: Millis) -> TableSnapshot {
         let locks = self
             .expiries
