@@ -1,1 +1,103 @@
-fn main() {}
+//! `baton`: the command-line client. Takes and gives back locks for shell
+//! scripts, shows the cluster's status, and runs commands under a lock.
+
+mod cli;
+mod exit;
+mod run;
+mod seconds;
+mod status_table;
+
+use std::process::ExitCode;
+
+use baton_client::{Client, Error, NodeStatus};
+use clap::Parser;
+
+use crate::cli::{Cli, Command};
+use crate::exit::Exit;
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let runtime = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(runtime) => runtime,
+        Err(err) => {
+            eprintln!("baton: cannot start: {err}");
+            return Exit::Failure.code();
+        }
+    };
+    runtime.block_on(dispatch(cli))
+}
+
+/// Prints `err` as one line and returns its exit code.
+pub(crate) fn fail(err: &Error) -> ExitCode {
+    eprintln!("baton: {err}");
+    Exit::of(err).code()
+}
+
+async fn dispatch(cli: Cli) -> ExitCode {
+    let servers: Vec<String> = cli
+        .servers
+        .iter()
+        .map(|s| s.trim().to_owned())
+        .filter(|s| !s.is_empty())
+        .collect();
+    let client = Client::builder().servers(servers.clone()).build().await;
+    if let Command::Status = cli.command {
+        return status(client, servers).await;
+    }
+    let client = match client {
+        Ok(client) => client,
+        Err(err) => return fail(&err),
+    };
+    let outcome = match cli.command {
+        Command::Acquire { key, wait, lease } => client
+            .acquire(key.as_encoded_bytes(), wait, lease)
+            .await
+            .map(|guard| println!("{}", guard.into_token())),
+        Command::Release { key, token } => client.release(key.as_encoded_bytes(), token).await,
+        Command::Renew { key, token, lease } => {
+            client.renew(key.as_encoded_bytes(), token, lease).await
+        }
+        Command::Run {
+            key,
+            wait,
+            lease,
+            command,
+        } => return run::run(&client, &key, wait, lease, &command).await,
+        Command::Status => Ok(()),
+    };
+    match outcome {
+        Ok(()) => Exit::Ok.code(),
+        Err(err) => fail(&err),
+    }
+}
+
+async fn status(client: Result<Client, Error>, servers: Vec<String>) -> ExitCode {
+    let nodes = match client {
+        Ok(client) => client.status_all().await,
+        Err(Error::NoServer) => {
+            let mut unique: Vec<String> = Vec::new();
+            for addr in servers {
+                if !unique.contains(&addr) {
+                    unique.push(addr);
+                }
+            }
+            unique
+                .into_iter()
+                .map(|addr| NodeStatus {
+                    addr,
+                    status: Err(Error::NoServer),
+                })
+                .collect()
+        }
+        Err(err) => return fail(&err),
+    };
+    print!("{}", status_table::render(&nodes));
+    if nodes.iter().any(|node| node.status.is_ok()) {
+        Exit::Ok.code()
+    } else {
+        Exit::NoServer.code()
+    }
+}

@@ -1,1 +1,55 @@
-//! placeholder
+//! Baton's Rust client.
+//!
+//! A [`Client`] keeps one persistent connection per server address (two
+//! when given a single address) and sends requests round-robin over the
+//! usable ones, pipelined: any number of requests may be in flight on one
+//! connection. A broken connection leaves the rotation at once and is
+//! reconnected in the background every 3 seconds. An acquire whose
+//! connection breaks is sent again elsewhere with what is left of its wait;
+//! a release is retried for 5 seconds; `M` redirects are followed.
+//!
+//! ```no_run
+//! use std::time::Duration;
+//!
+//! # async fn demo() -> Result<(), baton_client::Error> {
+//! let client = baton_client::Client::builder()
+//!     .servers(["127.0.0.1:7411"])
+//!     .build()
+//!     .await?;
+//!
+//! // Wait up to 5 s for the lock, hold it for 30 s unless renewed.
+//! let mut guard = client
+//!     .acquire("orders/42", Duration::from_secs(5), Duration::from_secs(30))
+//!     .await?;
+//! guard.keep_alive();
+//! let token = guard.token(); // hand this to the protected resource
+//! # let _ = token;
+//! tokio::select! {
+//!     () = async { /* the guarded work, writing with `token` */ } => {}
+//!     lost = guard.lost() => return Err(lost),
+//! }
+//! guard.release().await?;
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! Tokens fence the resource: see [`Fence`] for the check the resource
+//! makes so that a holder whose lease lapsed cannot do harm.
+
+mod builder;
+mod client;
+mod connection;
+mod duration;
+mod error;
+mod fence;
+mod guard;
+mod pool;
+mod slot;
+
+pub use baton_core::{Key, Token};
+pub use baton_proto::{Mode, Role, StatusReport};
+pub use builder::ClientBuilder;
+pub use client::{Client, NodeStatus};
+pub use error::{Error, Result};
+pub use fence::{Fence, FenceError};
+pub use guard::Guard;

@@ -1,0 +1,72 @@
+//! The command line: subcommands, options and the help text.
+
+use std::ffi::OsString;
+use std::time::Duration;
+
+use clap::{Parser, Subcommand};
+
+use crate::exit;
+use crate::seconds::parse_seconds;
+
+/// Command-line client for Baton lock servers.
+///
+/// Durations are seconds with at most 3 decimals (`30`, `0.5`); a wait of 0
+/// waits without limit.
+#[derive(Debug, Parser)]
+#[command(name = "baton", version, after_help = exit::HELP)]
+pub struct Cli {
+    /// Node addresses, comma separated (host:port).
+    #[arg(
+        long,
+        global = true,
+        env = "BATON_SERVERS",
+        value_delimiter = ',',
+        default_value = "127.0.0.1:7411"
+    )]
+    pub servers: Vec<String>,
+
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Wait for the lock and print its token. The lock stays held after
+    /// baton exits, until released or until the lease runs out.
+    Acquire {
+        key: OsString,
+        /// How long to wait for the lock (0: no limit).
+        #[arg(long, default_value = "0", value_parser = parse_seconds)]
+        wait: Duration,
+        /// How long the grant lasts unless renewed.
+        #[arg(long, default_value = "30", value_parser = parse_seconds)]
+        lease: Duration,
+    },
+    /// Release the grant of KEY with TOKEN.
+    Release { key: OsString, token: u64 },
+    /// Extend the grant of KEY with TOKEN to end LEASE seconds from now.
+    Renew {
+        key: OsString,
+        token: u64,
+        #[arg(long, value_parser = parse_seconds)]
+        lease: Duration,
+    },
+    /// Show every node: address, role, active node, last token, locks, waiters.
+    Status,
+    /// Hold the lock while a command runs: BATON_KEY and BATON_TOKEN are set
+    /// in its environment, the lease is renewed while it runs, the lock is
+    /// released when it ends, and baton exits with its status. If the lease
+    /// is lost, the command is terminated and baton exits 7.
+    Run {
+        key: OsString,
+        /// How long to wait for the lock (0: no limit).
+        #[arg(long, default_value = "0", value_parser = parse_seconds)]
+        wait: Duration,
+        /// Lease, renewed every third of it while the command runs.
+        #[arg(long, default_value = "30", value_parser = parse_seconds)]
+        lease: Duration,
+        /// The command and its arguments, after `--`.
+        #[arg(last = true, required = true, value_name = "CMD")]
+        command: Vec<OsString>,
+    },
+}

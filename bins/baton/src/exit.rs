@@ -1,0 +1,58 @@
+//! Exit codes: what a shell script can branch on after running `baton`.
+
+use std::process::ExitCode;
+
+use baton_client::Error;
+
+/// Every code `baton` itself exits with. `run` otherwise exits with its
+/// command's status.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Exit {
+    Ok = 0,
+    /// Anything not covered below: an unexpected answer, an I/O failure.
+    Failure = 1,
+    /// Bad arguments (also what clap uses for its own usage errors).
+    Usage = 2,
+    /// The wait ran out before the lock was granted.
+    TimedOut = 3,
+    /// No node could be reached.
+    NoServer = 4,
+    /// A node refused the request (`E`), for instance a lease over its maximum.
+    Rejected = 5,
+    /// Release or renew of a grant that no longer exists (`N R` / `N K`).
+    NotHeld = 6,
+    /// `run`: the lease was lost while the command ran; it was terminated.
+    LeaseLost = 7,
+}
+
+/// The table shown at the end of `--help`.
+pub const HELP: &str = "\
+Exit codes:
+  0  success
+  1  other failure (unexpected answer, I/O error)
+  2  usage error
+  3  wait timed out: the lock was not granted
+  4  no server reachable
+  5  rejected by the node (E: malformed or beyond a limit)
+  6  not held: no live grant with that token (release, renew)
+  7  run: lease lost while the command ran (it was terminated)
+  run otherwise exits with the command's status (128+N if killed by
+  signal N; 126 if it cannot be executed, 127 if it is not found).";
+
+impl Exit {
+    pub fn of(err: &Error) -> Exit {
+        match err {
+            Error::TimedOut { .. } => Exit::TimedOut,
+            Error::NoServer | Error::Unanswered { .. } => Exit::NoServer,
+            Error::Rejected { .. } => Exit::Rejected,
+            Error::NotHeld { .. } => Exit::NotHeld,
+            Error::LeaseLost { .. } => Exit::LeaseLost,
+            Error::InvalidKey(_) | Error::InvalidDuration { .. } | Error::NoAddress => Exit::Usage,
+            _ => Exit::Failure,
+        }
+    }
+
+    pub fn code(self) -> ExitCode {
+        ExitCode::from(self as u8)
+    }
+}

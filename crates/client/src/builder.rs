@@ -1,0 +1,69 @@
+//! Configuration of a [`Client`]: the server list and the timeouts.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::client::Client;
+use crate::error::{Error, Result};
+use crate::pool::Pool;
+
+/// Builds a [`Client`]; obtained from [`Client::builder`].
+#[derive(Debug, Clone)]
+pub struct ClientBuilder {
+    servers: Vec<String>,
+    connect_timeout: Duration,
+    request_timeout: Duration,
+}
+
+impl Default for ClientBuilder {
+    fn default() -> Self {
+        ClientBuilder {
+            servers: Vec::new(),
+            connect_timeout: Duration::from_secs(3),
+            request_timeout: Duration::from_secs(5),
+        }
+    }
+}
+
+impl ClientBuilder {
+    /// The nodes' client addresses (`host:port`), as in the cluster's peer
+    /// list. With a single address the client keeps two connections to it.
+    pub fn servers<I, S>(mut self, servers: I) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        self.servers = servers.into_iter().map(Into::into).collect();
+        self
+    }
+
+    /// How long one connection attempt may take (default 3 s).
+    pub fn connect_timeout(mut self, timeout: Duration) -> Self {
+        self.connect_timeout = timeout;
+        self
+    }
+
+    /// How long a release, renew or status waits for an answer on one
+    /// connection, and the grace an acquire gets beyond its wait (default 5 s).
+    pub fn request_timeout(mut self, timeout: Duration) -> Self {
+        self.request_timeout = timeout;
+        self
+    }
+
+    /// Opens the connections and waits for their first attempt.
+    ///
+    /// Fails with [`Error::NoServer`] when not a single node could be
+    /// reached; once built, the client reconnects broken connections in the
+    /// background every 3 seconds for as long as it lives.
+    pub async fn build(self) -> Result<Client> {
+        if self.servers.is_empty() {
+            return Err(Error::NoAddress);
+        }
+        let pool = Pool::start(&self.servers, self.connect_timeout, self.request_timeout);
+        pool.settle().await;
+        if pool.pick_now().is_none() {
+            return Err(Error::NoServer);
+        }
+        Ok(Client::from_pool(Arc::new(pool)))
+    }
+}

@@ -1,0 +1,129 @@
+//! One TCP connection to a node. A single task owns the socket: it writes
+//! the requests callers hand it through a channel and matches each response
+//! to its request by (op, key), oldest first, as PROTOCOL.md says.
+
+use std::collections::{HashMap, VecDeque};
+
+use baton_core::Key;
+use baton_proto::{ClientCodec, Op, Request, Response};
+use futures_util::{SinkExt, StreamExt};
+use tokio::net::TcpStream;
+use tokio::sync::{mpsc, oneshot};
+use tokio_util::codec::{FramedRead, FramedWrite};
+
+/// A request on its way to a connection, with where to deliver its answer.
+/// Dropping `reply` unanswered tells the caller the connection broke.
+#[derive(Debug)]
+pub(crate) struct Call {
+    pub(crate) req: Request,
+    pub(crate) reply: oneshot::Sender<Response>,
+}
+
+/// Why a connection task stopped.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum End {
+    /// Every handle to the client is gone: nobody will send requests again.
+    ClientGone,
+    /// The socket failed, closed, or the node sent a line that does not parse.
+    Broken,
+}
+
+/// Requests are written in batches of at most this many before a flush, so
+/// a steady stream of calls cannot delay the first ones indefinitely.
+const WRITE_BATCH: usize = 256;
+
+type MatchKey = (Op, Vec<u8>);
+
+fn match_key(op: Op, key: Option<&[u8]>) -> MatchKey {
+    (op, key.map(<[u8]>::to_vec).unwrap_or_default())
+}
+
+/// Runs the connection until it breaks or the client goes away.
+///
+/// Reading and writing are two futures inside this one task, so a large
+/// pipelined burst can never deadlock with a node that blocks writing its
+/// answers while we block writing requests.
+pub(crate) async fn serve(stream: TcpStream, calls: &mut mpsc::UnboundedReceiver<Call>) -> End {
+    let (read_half, write_half) = stream.into_split();
+    let mut reader = FramedRead::new(read_half, ClientCodec::default());
+    let mut writer = FramedWrite::new(write_half, ClientCodec::default());
+    // The writer registers a request before writing it, so its registration
+    // is always queued before the node can possibly answer it.
+    let (register_tx, mut register_rx) =
+        mpsc::unbounded_channel::<(MatchKey, oneshot::Sender<Response>)>();
+    // Grants nobody waits for any more go back to the node at once, so the
+    // lock is not held by nobody until its lease runs out.
+    let (orphan_tx, mut orphan_rx) = mpsc::unbounded_channel::<Request>();
+
+    let write = async {
+        loop {
+            let first = tokio::select! {
+                biased;
+                Some(req) = orphan_rx.recv() => Call { req, reply: oneshot::channel().0 },
+                call = calls.recv() => match call {
+                    Some(call) => call,
+                    None => return End::ClientGone,
+                },
+            };
+            let mut next = Some(first);
+            let mut written = 0;
+            while let Some(call) = next.take() {
+                let key = match_key(call.req.op(), call.req.key().map(Key::as_bytes));
+                if register_tx.send((key, call.reply)).is_err() {
+                    return End::Broken;
+                }
+                if let Err(err) = SinkExt::<Request>::feed(&mut writer, call.req).await {
+                    tracing::debug!(%err, "write failed");
+                    return End::Broken;
+                }
+                written += 1;
+                if written < WRITE_BATCH {
+                    next = calls.try_recv().ok();
+                }
+            }
+            if let Err(err) = SinkExt::<Request>::flush(&mut writer).await {
+                tracing::debug!(%err, "flush failed");
+                return End::Broken;
+            }
+        }
+    };
+
+    let read = async {
+        let mut pending: HashMap<MatchKey, VecDeque<oneshot::Sender<Response>>> = HashMap::new();
+        loop {
+            let response = match reader.next().await {
+                Some(Ok(response)) => response,
+                Some(Err(err)) => {
+                    tracing::warn!(%err, "bad response line; dropping the connection");
+                    return End::Broken;
+                }
+                None => return End::Broken,
+            };
+            while let Ok((key, reply)) = register_rx.try_recv() {
+                pending.entry(key).or_default().push_back(reply);
+            }
+            let Some(op) = response.op() else {
+                tracing::warn!("response without an op; ignored");
+                continue;
+            };
+            let key = match_key(op, response.key());
+            let Some(queue) = pending.get_mut(&key) else {
+                tracing::warn!(?op, "response matches no pending request; ignored");
+                continue;
+            };
+            let reply = queue.pop_front();
+            if queue.is_empty() {
+                pending.remove(&key);
+            }
+            let Some(reply) = reply else { continue };
+            if let Err(Response::Granted { key, token }) = reply.send(response) {
+                let _ = orphan_tx.send(Request::Release { key, token });
+            }
+        }
+    };
+
+    tokio::select! {
+        end = write => end,
+        end = read => end,
+    }
+}

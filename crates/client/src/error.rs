@@ -1,0 +1,56 @@
+//! The errors a caller of the client can branch on.
+
+use std::time::Duration;
+
+use baton_core::{Key, KeyError, Token};
+
+/// Everything that can go wrong in a client call.
+///
+/// The variants map to decisions a caller makes: retry later
+/// ([`Error::TimedOut`], [`Error::NoServer`]), fix the request
+/// ([`Error::Rejected`], [`Error::InvalidKey`], [`Error::InvalidDuration`]),
+/// or stop touching the protected resource ([`Error::LeaseLost`],
+/// [`Error::NotHeld`]).
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// The wait ran out before the lock was granted (`T` from the node, or
+    /// the wait elapsed while the client was failing over).
+    #[error("timed out waiting for {key}")]
+    TimedOut { key: Key },
+    /// No node could be reached on any connection.
+    #[error("no server reachable")]
+    NoServer,
+    /// A node answered `E`: the request is malformed or beyond a limit.
+    #[error("rejected by the node: {reason}")]
+    Rejected { reason: String },
+    /// A renewal found that the grant no longer exists (`N K`): another
+    /// holder may own the lock now.
+    #[error("lease on {key} (token {token}) was lost")]
+    LeaseLost { key: Key, token: Token },
+    /// A release found no live grant with that token (`N R`): it was already
+    /// released or its lease expired.
+    #[error("{key} is not held with token {token}")]
+    NotHeld { key: Key, token: Token },
+    /// A node took the request but did not answer in time.
+    #[error("no answer from the node within {} ms", .after.as_millis())]
+    Unanswered { after: Duration },
+    /// The key breaks the protocol's key rules; nothing was sent.
+    #[error("invalid key: {0}")]
+    InvalidKey(#[from] KeyError),
+    /// A wait or lease the protocol cannot carry; nothing was sent.
+    #[error("invalid {what}: {why}")]
+    InvalidDuration {
+        what: &'static str,
+        why: &'static str,
+    },
+    /// The builder was given no server address.
+    #[error("no server address given")]
+    NoAddress,
+    /// A node answered something that does not fit the request.
+    #[error("unexpected answer from the node: {0}")]
+    Unexpected(String),
+}
+
+/// Shorthand for results of client calls.
+pub type Result<T, E = Error> = std::result::Result<T, E>;

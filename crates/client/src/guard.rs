@@ -1,0 +1,210 @@
+//! A held lock: its token, renewal, optional keep-alive, and release on drop.
+
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+use baton_core::{Key, Token};
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+use tokio::time::Instant;
+
+use crate::client::Client;
+use crate::error::{Error, Result};
+
+/// How often the keep-alive renews, as a fraction of the lease: a third
+/// leaves two more tries before the grant could lapse.
+const KEEP_ALIVE_DIVISOR: u32 = 3;
+/// Pause between renew attempts after one failed without a verdict.
+const RENEW_RETRY: Duration = Duration::from_millis(200);
+
+/// What a guard and its keep-alive task share.
+#[derive(Debug)]
+struct Held {
+    client: Client,
+    key: Key,
+    token: Token,
+    /// The lease and the latest moment the grant is known to last until,
+    /// counted from when the acquire or renew was sent (the node counts from
+    /// later, so this errs on the safe side).
+    lease: Mutex<(Duration, Instant)>,
+    lost: watch::Sender<bool>,
+}
+
+impl Held {
+    fn lease(&self) -> (Duration, Instant) {
+        *self.lease.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn renewed(&self, lease: Duration, sent: Instant) {
+        *self.lease.lock().unwrap_or_else(PoisonError::into_inner) = (lease, sent + lease);
+    }
+
+    fn mark_lost(&self) {
+        self.lost.send_replace(true);
+    }
+
+    async fn renew(&self, lease: Duration) -> Result<()> {
+        let sent = Instant::now();
+        match self.client.renew(&self.key, self.token, lease).await {
+            Ok(()) => {
+                self.renewed(lease, sent);
+                Ok(())
+            }
+            Err(err) => {
+                if matches!(err, Error::LeaseLost { .. }) {
+                    self.mark_lost();
+                }
+                Err(err)
+            }
+        }
+    }
+}
+
+/// A granted lock. Dropping it releases the lock in the background (when a
+/// tokio runtime is still running); [`Guard::release`] does it and reports
+/// the outcome.
+#[derive(Debug)]
+pub struct Guard {
+    held: Arc<Held>,
+    keep_alive: Option<JoinHandle<()>>,
+    armed: bool,
+}
+
+impl Guard {
+    pub(crate) fn new(
+        client: Client,
+        key: Key,
+        token: Token,
+        lease: Duration,
+        sent: Instant,
+    ) -> Guard {
+        let (lost, _) = watch::channel(false);
+        Guard {
+            held: Arc::new(Held {
+                client,
+                key,
+                token,
+                lease: Mutex::new((lease, sent + lease)),
+                lost,
+            }),
+            keep_alive: None,
+            armed: true,
+        }
+    }
+
+    pub fn key(&self) -> &Key {
+        &self.held.key
+    }
+
+    /// The fencing token of this grant: pass it to the protected resource.
+    pub fn token(&self) -> Token {
+        self.held.token
+    }
+
+    /// Extends the grant to end `lease` from now. [`Error::LeaseLost`] means
+    /// the grant is gone and the protected resource must not be touched.
+    pub async fn renew(&self, lease: Duration) -> Result<()> {
+        self.held.renew(lease).await
+    }
+
+    /// Starts renewing in the background every third of the lease, until
+    /// the guard is released or dropped. Watch [`Guard::lost`] to learn when
+    /// renewal failed and the grant may be gone. Calling it again does nothing.
+    pub fn keep_alive(&mut self) {
+        if self.keep_alive.is_none() {
+            self.keep_alive = Some(tokio::spawn(keep_alive(Arc::clone(&self.held))));
+        }
+    }
+
+    /// Whether the lease is known to be lost.
+    pub fn is_lost(&self) -> bool {
+        *self.held.lost.borrow()
+    }
+
+    /// Resolves when the lease is known to be lost: a renewal was answered
+    /// `N K`, or the keep-alive could not renew before the lease ran out.
+    /// Never resolves while the grant is fine.
+    pub async fn lost(&self) -> Error {
+        let mut lost = self.held.lost.subscribe();
+        // The sender lives in `held`, which `self` keeps alive, so waiting
+        // cannot fail; the error arm only keeps this total.
+        while !*lost.borrow_and_update() {
+            if lost.changed().await.is_err() {
+                std::future::pending::<()>().await;
+            }
+        }
+        Error::LeaseLost {
+            key: self.held.key.clone(),
+            token: self.held.token,
+        }
+    }
+
+    /// Releases the lock now (retried for 5 s across connections).
+    /// [`Error::NotHeld`] means it had already expired or been released.
+    pub async fn release(mut self) -> Result<()> {
+        self.disarm();
+        self.held
+            .client
+            .release(&self.held.key, self.held.token)
+            .await
+    }
+
+    /// Gives up the guard without releasing the lock: it stays held until
+    /// someone releases it with the returned token or its lease runs out.
+    /// This is what a command-line `acquire` needs.
+    pub fn into_token(mut self) -> Token {
+        self.disarm();
+        self.held.token
+    }
+
+    fn disarm(&mut self) {
+        self.armed = false;
+        if let Some(task) = self.keep_alive.take() {
+            task.abort();
+        }
+    }
+}
+
+impl Drop for Guard {
+    fn drop(&mut self) {
+        let armed = self.armed;
+        self.disarm();
+        if !armed {
+            return;
+        }
+        // Without a runtime there is nothing to send with; the lease then
+        // frees the lock.
+        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+            let held = Arc::clone(&self.held);
+            runtime.spawn(async move {
+                if let Err(err) = held.client.release(&held.key, held.token).await {
+                    tracing::debug!(key = %held.key, %err, "background release failed");
+                }
+            });
+        }
+    }
+}
+
+async fn keep_alive(held: Arc<Held>) {
+    loop {
+        let (lease, _) = held.lease();
+        let period = (lease / KEEP_ALIVE_DIVISOR).max(Duration::from_millis(1));
+        tokio::time::sleep(period).await;
+        loop {
+            match held.renew(lease).await {
+                Ok(()) => break,
+                Err(Error::LeaseLost { .. }) => return,
+                Err(err) => {
+                    let (_, until) = held.lease();
+                    if Instant::now() + RENEW_RETRY >= until {
+                        tracing::warn!(key = %held.key, %err, "could not renew before the lease ran out");
+                        held.mark_lost();
+                        return;
+                    }
+                    tracing::debug!(key = %held.key, %err, "renew failed; retrying");
+                    tokio::time::sleep(RENEW_RETRY).await;
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,147 @@
+//! The registered connections and the round-robin over the usable ones.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, PoisonError, RwLock};
+use std::time::Duration;
+
+use tokio::sync::watch;
+use tokio::time::Instant;
+
+use crate::slot::{Slot, RECONNECT_INTERVAL};
+
+#[derive(Debug)]
+pub(crate) struct Pool {
+    slots: RwLock<Vec<Arc<Slot>>>,
+    next: AtomicUsize,
+    changed: Arc<watch::Sender<u64>>,
+    pub(crate) connect_timeout: Duration,
+    pub(crate) request_timeout: Duration,
+}
+
+impl Pool {
+    /// Registers one connection per address, two when there is only one
+    /// address so that a single broken socket never pauses the service.
+    pub(crate) fn start(
+        addrs: &[String],
+        connect_timeout: Duration,
+        request_timeout: Duration,
+    ) -> Pool {
+        let (changed, _) = watch::channel(0);
+        let changed = Arc::new(changed);
+        let mut slots = Vec::new();
+        let copies = if addrs.len() == 1 { 2 } else { 1 };
+        for addr in addrs {
+            for _ in 0..copies {
+                slots.push(Slot::spawn(
+                    addr.clone(),
+                    connect_timeout,
+                    Arc::clone(&changed),
+                ));
+            }
+        }
+        Pool {
+            slots: RwLock::new(slots),
+            next: AtomicUsize::new(0),
+            changed,
+            connect_timeout,
+            request_timeout,
+        }
+    }
+
+    fn slots(&self) -> Vec<Arc<Slot>> {
+        self.slots
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+
+    /// How many connections are registered, usable or not.
+    pub(crate) fn len(&self) -> usize {
+        self.slots
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .len()
+    }
+
+    /// Every distinct address, in registration order.
+    pub(crate) fn addresses(&self) -> Vec<String> {
+        let mut addrs: Vec<String> = Vec::new();
+        for slot in self.slots() {
+            if !addrs.contains(&slot.addr) {
+                addrs.push(slot.addr.clone());
+            }
+        }
+        addrs
+    }
+
+    /// The next usable connection in round-robin order, if any.
+    pub(crate) fn pick_now(&self) -> Option<Arc<Slot>> {
+        let slots = self.slots.read().unwrap_or_else(PoisonError::into_inner);
+        let start = self.next.fetch_add(1, Ordering::Relaxed);
+        (0..slots.len())
+            .map(|i| &slots[start.wrapping_add(i) % slots.len()])
+            .find(|slot| slot.is_usable())
+            .cloned()
+    }
+
+    /// A usable connection to `addr`, if one is up.
+    pub(crate) fn usable_to(&self, addr: &str) -> Option<Arc<Slot>> {
+        self.slots()
+            .into_iter()
+            .find(|slot| slot.addr == addr && slot.is_usable())
+    }
+
+    /// Like [`Pool::pick_now`], but waits for a connection to come back: at
+    /// most one reconnect round, and never past `until`.
+    pub(crate) async fn pick(&self, until: Option<Instant>) -> Option<Arc<Slot>> {
+        let round = Instant::now() + RECONNECT_INTERVAL + self.connect_timeout;
+        let until = until.map_or(round, |until| until.min(round));
+        let mut changed = self.changed.subscribe();
+        loop {
+            if let Some(slot) = self.pick_now() {
+                return Some(slot);
+            }
+            match tokio::time::timeout_at(until, changed.changed()).await {
+                Ok(Ok(())) => {}
+                _ => return None,
+            }
+        }
+    }
+
+    /// The connection a redirect points at, registering it if the address is
+    /// new. A usable connection is preferred when several share the address.
+    pub(crate) fn slot_for(&self, addr: &str) -> Arc<Slot> {
+        let mut slots = self.slots.write().unwrap_or_else(PoisonError::into_inner);
+        let known = slots.iter().filter(|slot| slot.addr == addr);
+        if let Some(slot) = known
+            .clone()
+            .find(|slot| slot.is_usable())
+            .or_else(|| known.clone().next_back())
+        {
+            return Arc::clone(slot);
+        }
+        tracing::info!(%addr, "redirected to a new address; connecting to it");
+        let slot = Slot::spawn(
+            addr.to_owned(),
+            self.connect_timeout,
+            Arc::clone(&self.changed),
+        );
+        slots.push(Arc::clone(&slot));
+        slot
+    }
+
+    /// Waits until every connection made its first attempt, bounded by the
+    /// connect timeout (plus a little slack for task scheduling).
+    pub(crate) async fn settle(&self) {
+        let until = Instant::now() + self.connect_timeout + Duration::from_millis(200);
+        let mut changed = self.changed.subscribe();
+        while !self.slots().iter().all(|slot| slot.attempted()) {
+            if !matches!(
+                tokio::time::timeout_at(until, changed.changed()).await,
+                Ok(Ok(()))
+            ) {
+                return;
+            }
+        }
+    }
+}

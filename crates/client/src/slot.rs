@@ -1,0 +1,139 @@
+//! A registered connection: one server address, a supervisor task that
+//! keeps a socket to it open, and the channel callers use to reach it.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use baton_proto::{Request, Response};
+use tokio::net::TcpStream;
+use tokio::sync::{mpsc, oneshot, watch};
+
+use crate::connection::{self, Call, End};
+
+/// How long a broken connection stays out before the next reconnect attempt.
+pub(crate) const RECONNECT_INTERVAL: Duration = Duration::from_secs(3);
+
+/// Why a call on one connection got no answer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum CallError {
+    /// The connection is down or broke before the answer came.
+    Broken,
+    /// The connection is up but the answer did not come in time.
+    Unanswered,
+}
+
+/// What the supervisor publishes about its connection.
+#[derive(Debug, Default)]
+pub(crate) struct SlotState {
+    usable: AtomicBool,
+    attempted: AtomicBool,
+}
+
+/// A connection as the pool sees it.
+#[derive(Debug)]
+pub(crate) struct Slot {
+    pub(crate) addr: String,
+    calls: mpsc::UnboundedSender<Call>,
+    state: Arc<SlotState>,
+}
+
+impl Slot {
+    /// Registers a connection to `addr` and starts its supervisor. `changed`
+    /// is bumped whenever a connection comes up or gives up its first try,
+    /// so callers waiting for a usable connection wake up.
+    pub(crate) fn spawn(
+        addr: String,
+        connect_timeout: Duration,
+        changed: Arc<watch::Sender<u64>>,
+    ) -> Arc<Slot> {
+        let (calls, rx) = mpsc::unbounded_channel();
+        let state = Arc::new(SlotState::default());
+        tokio::spawn(supervise(
+            addr.clone(),
+            connect_timeout,
+            Arc::clone(&state),
+            changed,
+            rx,
+        ));
+        Arc::new(Slot { addr, calls, state })
+    }
+
+    pub(crate) fn is_usable(&self) -> bool {
+        self.state.usable.load(Ordering::Acquire)
+    }
+
+    /// True once the first connection attempt finished, either way.
+    pub(crate) fn attempted(&self) -> bool {
+        self.state.attempted.load(Ordering::Acquire)
+    }
+
+    /// Sends one request and waits for its answer, at most `limit` if given.
+    pub(crate) async fn call(
+        &self,
+        req: Request,
+        limit: Option<Duration>,
+    ) -> Result<Response, CallError> {
+        let (reply, answer) = oneshot::channel();
+        self.calls
+            .send(Call { req, reply })
+            .map_err(|_| CallError::Broken)?;
+        match limit {
+            None => answer.await.map_err(|_| CallError::Broken),
+            Some(limit) => match tokio::time::timeout(limit, answer).await {
+                Ok(answer) => answer.map_err(|_| CallError::Broken),
+                Err(_) => Err(CallError::Unanswered),
+            },
+        }
+    }
+}
+
+fn publish(changed: &watch::Sender<u64>) {
+    changed.send_modify(|generation| *generation = generation.wrapping_add(1));
+}
+
+/// Connects, serves, and after a break reconnects every
+/// [`RECONNECT_INTERVAL`], until the client is dropped.
+async fn supervise(
+    addr: String,
+    connect_timeout: Duration,
+    state: Arc<SlotState>,
+    changed: Arc<watch::Sender<u64>>,
+    mut calls: mpsc::UnboundedReceiver<Call>,
+) {
+    loop {
+        let connected = tokio::time::timeout(connect_timeout, TcpStream::connect(&addr)).await;
+        match connected {
+            Ok(Ok(stream)) => {
+                // Requests are small and latency-bound; Nagle would only delay them.
+                let _ = stream.set_nodelay(true);
+                state.usable.store(true, Ordering::Release);
+                state.attempted.store(true, Ordering::Release);
+                publish(&changed);
+                tracing::debug!(%addr, "connected");
+                let end = connection::serve(stream, &mut calls).await;
+                state.usable.store(false, Ordering::Release);
+                if end == End::ClientGone {
+                    return;
+                }
+                tracing::info!(%addr, "connection lost; reconnecting in the background");
+            }
+            Ok(Err(err)) => tracing::debug!(%addr, %err, "connect failed"),
+            Err(_) => tracing::debug!(%addr, "connect timed out"),
+        }
+        if !state.attempted.swap(true, Ordering::AcqRel) {
+            publish(&changed);
+        }
+        // Calls queued for the dead socket fail now (dropping them tells the
+        // caller), so they fail over instead of waiting for the reconnect.
+        while calls.try_recv().is_ok() {}
+        let pause = tokio::time::sleep(RECONNECT_INTERVAL);
+        tokio::pin!(pause);
+        loop {
+            tokio::select! {
+                () = &mut pause => break,
+                call = calls.recv() => if call.is_none() { return },
+            }
+        }
+    }
+}

@@ -1,0 +1,222 @@
+//! A fault-injecting TCP proxy: put it between a client and a node to cut,
+//! stall or refuse connections at the moment a test chooses.
+
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::Arc;
+
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+
+#[derive(Debug)]
+struct Control {
+    stalled: watch::Sender<bool>,
+    /// Bumped by `cut_all`: every connection open at that moment closes.
+    cuts: watch::Sender<u64>,
+    refuse: AtomicBool,
+    open: AtomicUsize,
+    accepted: AtomicUsize,
+}
+
+/// A proxy on 127.0.0.1 forwarding every connection to `upstream`.
+/// Dropping it closes the listener and every connection.
+#[derive(Debug)]
+pub struct FaultProxy {
+    addr: SocketAddr,
+    control: Arc<Control>,
+    accept: JoinHandle<()>,
+}
+
+impl FaultProxy {
+    /// Listens on a free loopback port and forwards to `upstream`.
+    pub async fn start(upstream: SocketAddr) -> FaultProxy {
+        let listener = TcpListener::bind("127.0.0.1:0")
+            .await
+            .unwrap_or_else(|err| panic!("proxy: cannot bind 127.0.0.1:0: {err}"));
+        let addr = listener
+            .local_addr()
+            .unwrap_or_else(|err| panic!("proxy: no local address: {err}"));
+        let control = Arc::new(Control {
+            stalled: watch::channel(false).0,
+            cuts: watch::channel(0).0,
+            refuse: AtomicBool::new(false),
+            open: AtomicUsize::new(0),
+            accepted: AtomicUsize::new(0),
+        });
+        let accept = tokio::spawn(accept_loop(listener, upstream, Arc::clone(&control)));
+        FaultProxy {
+            addr,
+            control,
+            accept,
+        }
+    }
+
+    /// The address clients should connect to.
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// Closes every connection open now, on both sides. Bytes held by a
+    /// stall are dropped with them.
+    pub fn cut_all(&self) {
+        self.control.cuts.send_modify(|n| *n += 1);
+    }
+
+    /// While on, no byte moves in either direction; open connections stay
+    /// open, so the peers see a silent, not a broken, link.
+    pub fn stall(&self, on: bool) {
+        self.control.stalled.send_replace(on);
+    }
+
+    /// While on, new connections are accepted and closed at once.
+    pub fn refuse(&self, on: bool) {
+        self.control.refuse.store(on, Ordering::SeqCst);
+    }
+
+    /// Connections currently forwarded.
+    pub fn open_connections(&self) -> usize {
+        self.control.open.load(Ordering::SeqCst)
+    }
+
+    /// Connections accepted since the start, refused ones included.
+    pub fn accepted(&self) -> usize {
+        self.control.accepted.load(Ordering::SeqCst)
+    }
+}
+
+impl Drop for FaultProxy {
+    fn drop(&mut self) {
+        self.accept.abort();
+        self.cut_all();
+    }
+}
+
+async fn accept_loop(listener: TcpListener, upstream: SocketAddr, control: Arc<Control>) {
+    loop {
+        let Ok((client, _)) = listener.accept().await else {
+            continue;
+        };
+        control.accepted.fetch_add(1, Ordering::SeqCst);
+        if control.refuse.load(Ordering::SeqCst) {
+            drop(client);
+            continue;
+        }
+        tokio::spawn(forward(client, upstream, Arc::clone(&control)));
+    }
+}
+
+async fn forward(client: TcpStream, upstream: SocketAddr, control: Arc<Control>) {
+    let mut cuts = control.cuts.subscribe();
+    let Ok(server) = TcpStream::connect(upstream).await else {
+        return;
+    };
+    let _ = client.set_nodelay(true);
+    let _ = server.set_nodelay(true);
+    control.open.fetch_add(1, Ordering::SeqCst);
+    let (client_read, client_write) = client.into_split();
+    let (server_read, server_write) = server.into_split();
+    tokio::select! {
+        () = pump(client_read, server_write, control.stalled.subscribe()) => {}
+        () = pump(server_read, client_write, control.stalled.subscribe()) => {}
+        _ = cuts.changed() => {}
+    }
+    control.open.fetch_sub(1, Ordering::SeqCst);
+}
+
+/// Copies one direction until either side closes; each chunk read waits
+/// for the stall to lift before it is written on.
+async fn pump(mut from: OwnedReadHalf, mut to: OwnedWriteHalf, mut stalled: watch::Receiver<bool>) {
+    let mut buf = vec![0u8; 16 * 1024];
+    loop {
+        let n = match from.read(&mut buf).await {
+            Ok(0) | Err(_) => return,
+            Ok(n) => n,
+        };
+        if stalled.wait_for(|stalled| !*stalled).await.is_err() {
+            return;
+        }
+        if to.write_all(&buf[..n]).await.is_err() {
+            return;
+        }
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)] // a failed unwrap in a test is a failed test
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    /// An upstream that echoes every byte back.
+    async fn echo() -> SocketAddr {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        tokio::spawn(async move {
+            while let Ok((mut s, _)) = listener.accept().await {
+                tokio::spawn(async move {
+                    let (mut r, mut w) = s.split();
+                    let _ = tokio::io::copy(&mut r, &mut w).await;
+                });
+            }
+        });
+        addr
+    }
+
+    async fn roundtrip(s: &mut TcpStream, msg: &[u8], within: Duration) -> Option<Vec<u8>> {
+        s.write_all(msg).await.ok()?;
+        let mut buf = vec![0; msg.len()];
+        tokio::time::timeout(within, s.read_exact(&mut buf))
+            .await
+            .ok()?
+            .ok()?;
+        Some(buf)
+    }
+
+    #[tokio::test]
+    async fn forwards_stalls_and_cuts() {
+        let proxy = FaultProxy::start(echo().await).await;
+        let mut s = TcpStream::connect(proxy.addr()).await.unwrap();
+        let second = Duration::from_secs(5);
+        assert_eq!(roundtrip(&mut s, b"hello", second).await.unwrap(), b"hello");
+
+        proxy.stall(true);
+        assert!(roundtrip(&mut s, b"x", Duration::from_millis(300))
+            .await
+            .is_none());
+        proxy.stall(false);
+        let mut late = [0u8; 1];
+        tokio::time::timeout(second, s.read_exact(&mut late))
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(&late, b"x", "stalled bytes flow once the stall lifts");
+
+        proxy.cut_all();
+        let mut buf = [0u8; 1];
+        let n = tokio::time::timeout(second, s.read(&mut buf))
+            .await
+            .unwrap();
+        assert!(matches!(n, Ok(0) | Err(_)), "a cut connection reads EOF");
+    }
+
+    #[tokio::test]
+    async fn refuses_new_connections_while_told_to() {
+        let proxy = FaultProxy::start(echo().await).await;
+        proxy.refuse(true);
+        let mut s = TcpStream::connect(proxy.addr()).await.unwrap();
+        let mut buf = [0u8; 1];
+        let n = tokio::time::timeout(Duration::from_secs(5), s.read(&mut buf))
+            .await
+            .unwrap();
+        assert!(matches!(n, Ok(0) | Err(_)));
+        proxy.refuse(false);
+        let mut s = TcpStream::connect(proxy.addr()).await.unwrap();
+        assert!(roundtrip(&mut s, b"ok", Duration::from_secs(5))
+            .await
+            .is_some());
+        assert_eq!(proxy.accepted(), 2);
+    }
+}
