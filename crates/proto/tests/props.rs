@@ -1,0 +1,379 @@
+//! Property tests: every request and response survives encode then parse,
+//! and arbitrary bytes cut at arbitrary points never panic the codecs, with
+//! the node's codec yielding exactly one item per line.
+
+#![allow(clippy::unwrap_used)] // a failed unwrap in a test is a failed test
+
+use baton_core::{Key, MAX_KEY_LEN};
+use baton_proto::{
+    parse_request, parse_response, ClientCodec, ErrorReply, Limits, Mode, Op, Request,
+    RequestError, RequestErrorKind, Response, Role, ServerCodec, StatusReport, MAX_REQUEST_LINE,
+    MAX_RESPONSE_LINE,
+};
+use bytes::BytesMut;
+use proptest::collection::vec;
+use proptest::prelude::*;
+use tokio_util::codec::{Decoder, Encoder};
+
+const DAY_MS: u64 = 86_400_000;
+
+fn key_bytes() -> impl Strategy<Value = Vec<u8>> {
+    vec(prop_oneof![0x21u8..=0x7e, 0x80u8..=0xff], 1..=MAX_KEY_LEN)
+}
+
+fn key() -> impl Strategy<Value = Key> {
+    key_bytes().prop_map(|k| Key::new(&k).unwrap())
+}
+
+fn op() -> impl Strategy<Value = Op> {
+    prop_oneof![
+        Just(Op::Acquire),
+        Just(Op::Release),
+        Just(Op::Renew),
+        Just(Op::Status)
+    ]
+}
+
+fn request() -> impl Strategy<Value = Request> {
+    prop_oneof![
+        (key(), 0..=DAY_MS, 1..=DAY_MS).prop_map(|(key, wait_ms, lease_ms)| Request::Acquire {
+            key,
+            wait_ms,
+            lease_ms
+        }),
+        (key(), 1..=u64::MAX).prop_map(|(key, token)| Request::Release { key, token }),
+        (key(), 1..=u64::MAX, 1..=DAY_MS).prop_map(|(key, token, lease_ms)| Request::Renew {
+            key,
+            token,
+            lease_ms
+        }),
+        Just(Request::Status),
+    ]
+}
+
+fn addr() -> impl Strategy<Value = String> {
+    "[a-z0-9.:\\[\\]]{1,30}"
+}
+
+fn status() -> impl Strategy<Value = StatusReport> {
+    (
+        prop::sample::select(Role::ALL.to_vec()),
+        prop::sample::select(Mode::ALL.to_vec()),
+        addr(),
+        proptest::option::of(addr()),
+        any::<u64>(),
+        any::<u64>(),
+        any::<u64>(),
+        // Prefixed so no extra is mistaken for a known field.
+        vec(("x_[a-z_]{0,8}", "[a-z0-9=.:-]{0,12}"), 0..4),
+    )
+        .prop_map(
+            |(role, mode, self_addr, active, token, locks, waiters, extra)| StatusReport {
+                role,
+                mode,
+                self_addr,
+                active,
+                token,
+                locks,
+                waiters,
+                extra,
+            },
+        )
+}
+
+fn error_reply() -> impl Strategy<Value = ErrorReply> {
+    (
+        proptest::option::of(op()),
+        // A key that is literally `?` reads back as "no key": not generated.
+        proptest::option::of(key_bytes().prop_filter("not ?", |k| k != b"?")),
+        "[^\r\n]{0,60}",
+    )
+        .prop_map(|(op, key, reason)| ErrorReply { op, key, reason })
+}
+
+fn response() -> impl Strategy<Value = Response> {
+    prop_oneof![
+        (key(), 1..=u64::MAX).prop_map(|(key, token)| Response::Granted { key, token }),
+        key().prop_map(|key| Response::TimedOut { key }),
+        key().prop_map(|key| Response::Released { key }),
+        key().prop_map(|key| Response::Renewed { key }),
+        (prop_oneof![Just(Op::Release), Just(Op::Renew)], key())
+            .prop_map(|(op, key)| Response::NotHeld { op, key }),
+        (op(), key(), proptest::option::of(addr())).prop_map(|(op, key, addr)| Response::Moved {
+            op,
+            key,
+            addr
+        }),
+        error_reply().prop_map(Response::Error),
+        status().prop_map(Response::Status),
+    ]
+}
+
+/// A line of `len` bytes with its ending, content a valid-looking prefix.
+fn sized_line(len: usize, crlf: bool, terminated: bool) -> Vec<u8> {
+    let mut line = b"A k 1 ".to_vec();
+    line.resize(len.max(line.len()), b'1');
+    match (terminated, crlf) {
+        (false, _) => {}
+        (true, false) => line.push(b'\n'),
+        (true, true) => line.extend_from_slice(b"\r\n"),
+    }
+    line
+}
+
+/// Byte streams likely to hit every path: noise, protocol-ish bytes, lines
+/// right around the length limit, and well-formed requests.
+fn stream() -> impl Strategy<Value = Vec<u8>> {
+    prop_oneof![
+        vec(any::<u8>(), 0..3000),
+        // Mostly protocol bytes, some noise; mapped from plain bytes
+        // because that generates and shrinks far faster than a union.
+        vec(any::<u8>(), 0..3000).prop_map(|bytes| {
+            const ALPHABET: &[u8] = b"\n\r AKRSTNMES=.01?-k";
+            bytes
+                .into_iter()
+                .map(|b| match ALPHABET.get(usize::from(b % 32)) {
+                    Some(&a) => a,
+                    None => b,
+                })
+                .collect()
+        }),
+        vec(
+            (
+                prop_oneof![1015usize..1030, 4088usize..4100],
+                any::<bool>(),
+                any::<bool>()
+            ),
+            0..5
+        )
+        .prop_map(|lines| {
+            lines
+                .into_iter()
+                .flat_map(|(len, crlf, terminated)| sized_line(len, crlf, terminated))
+                .collect()
+        }),
+        vec(request(), 0..8).prop_map(|reqs| {
+            let mut dst = BytesMut::new();
+            reqs.iter().for_each(|r| r.encode(&mut dst));
+            dst.to_vec()
+        }),
+        vec(response(), 0..8).prop_map(|resps| {
+            let mut dst = BytesMut::new();
+            resps.iter().for_each(|r| r.encode(&mut dst));
+            dst.to_vec()
+        }),
+    ]
+}
+
+/// Cuts `input` into pieces whose sizes cycle through `sizes`.
+fn pieces<'a>(input: &'a [u8], sizes: &'a [usize]) -> impl Iterator<Item = &'a [u8]> + 'a {
+    let mut at = 0;
+    sizes.iter().cycle().map_while(move |&size| {
+        if at >= input.len() {
+            return None;
+        }
+        let end = (at + size).min(input.len());
+        let piece = &input[at..end];
+        at = end;
+        Some(piece)
+    })
+}
+
+fn server_decode(input: &[u8], sizes: &[usize]) -> Vec<Result<Request, RequestError>> {
+    let mut codec = ServerCodec::default();
+    let mut buf = BytesMut::new();
+    let mut items = Vec::new();
+    for piece in pieces(input, sizes) {
+        buf.extend_from_slice(piece);
+        while let Some(item) = codec.decode(&mut buf).unwrap() {
+            items.push(item);
+        }
+        assert!(buf.len() < MAX_REQUEST_LINE);
+    }
+    while let Some(item) = codec.decode_eof(&mut buf).unwrap() {
+        items.push(item);
+    }
+    assert!(buf.is_empty());
+    items
+}
+
+/// Splits `input` at each LF: the terminated lines (LF included) and the
+/// unterminated tail.
+fn lines(input: &[u8]) -> (Vec<&[u8]>, &[u8]) {
+    let mut lines = Vec::new();
+    let mut rest = input;
+    while let Some(lf) = rest.iter().position(|&b| b == b'\n') {
+        lines.push(&rest[..=lf]);
+        rest = &rest[lf + 1..];
+    }
+    (lines, rest)
+}
+
+fn content(line: &[u8]) -> &[u8] {
+    let line = line.strip_suffix(b"\n").unwrap_or(line);
+    line.strip_suffix(b"\r").unwrap_or(line)
+}
+
+fn too_long() -> Result<Request, RequestError> {
+    Err(RequestError {
+        op: None,
+        key: None,
+        kind: RequestErrorKind::LineTooLong,
+    })
+}
+
+proptest! {
+    #[test]
+    fn requests_round_trip(req in request()) {
+        let mut dst = BytesMut::new();
+        req.encode(&mut dst);
+        prop_assert_eq!(dst.last(), Some(&b'\n'));
+        prop_assert!(dst.len() <= MAX_REQUEST_LINE);
+        let line = &dst[..dst.len() - 1];
+        prop_assert!(!line.contains(&b'\n'));
+        prop_assert_eq!(parse_request(line, &Limits::default()), Ok(req));
+    }
+
+    #[test]
+    fn responses_round_trip(resp in response()) {
+        let mut dst = BytesMut::new();
+        resp.encode(&mut dst);
+        prop_assert_eq!(dst.last(), Some(&b'\n'));
+        let line = &dst[..dst.len() - 1];
+        prop_assert!(!line.contains(&b'\n'));
+        prop_assert_eq!(parse_response(line).unwrap(), resp);
+    }
+
+    #[test]
+    fn requests_survive_the_codecs_cut_anywhere(
+        reqs in vec(request(), 0..10),
+        sizes in vec(1usize..600, 1..10),
+    ) {
+        let mut wire = BytesMut::new();
+        let mut client = ClientCodec::default();
+        for req in &reqs {
+            client.encode(req, &mut wire).unwrap();
+        }
+        let got: Vec<_> = server_decode(&wire, &sizes).into_iter().map(Result::unwrap).collect();
+        prop_assert_eq!(got, reqs);
+    }
+
+    #[test]
+    fn responses_survive_the_codecs_cut_anywhere(
+        resps in vec(response(), 0..10),
+        sizes in vec(1usize..600, 1..10),
+    ) {
+        let mut wire = BytesMut::new();
+        let mut server = ServerCodec::default();
+        for resp in &resps {
+            server.encode(resp, &mut wire).unwrap();
+        }
+        let mut client = ClientCodec::default();
+        let mut buf = BytesMut::new();
+        let mut got = Vec::new();
+        for piece in pieces(&wire, &sizes) {
+            buf.extend_from_slice(piece);
+            while let Some(resp) = client.decode(&mut buf).unwrap() {
+                got.push(resp);
+            }
+        }
+        prop_assert!(client.decode_eof(&mut buf).unwrap().is_none());
+        prop_assert_eq!(got, resps);
+    }
+
+    #[test]
+    fn the_node_codec_yields_one_item_per_line(
+        input in stream(),
+        sizes in vec(1usize..1100, 1..10),
+    ) {
+        let (terminated, tail) = lines(&input);
+        let mut expected: Vec<_> = terminated
+            .iter()
+            .map(|line| {
+                if line.len() <= MAX_REQUEST_LINE {
+                    parse_request(content(line), &Limits::default())
+                } else {
+                    too_long()
+                }
+            })
+            .collect();
+        if tail.len() >= MAX_REQUEST_LINE {
+            expected.push(too_long());
+        }
+        prop_assert_eq!(server_decode(&input, &sizes), expected);
+    }
+
+    #[test]
+    fn the_client_codec_reads_lines_until_the_first_bad_one(
+        input in stream(),
+        sizes in vec(1usize..5000, 1..10),
+    ) {
+        let (terminated, tail) = lines(&input);
+        let mut expected = Vec::new();
+        let mut expect_error = tail.len() >= MAX_RESPONSE_LINE;
+        for line in terminated {
+            match (line.len() <= MAX_RESPONSE_LINE).then(|| parse_response(content(line))) {
+                Some(Ok(resp)) => expected.push(resp),
+                _ => {
+                    expect_error = true;
+                    break;
+                }
+            }
+        }
+
+        let mut client = ClientCodec::default();
+        let mut buf = BytesMut::new();
+        let mut got = Vec::new();
+        let mut failed = false;
+        'feed: for piece in pieces(&input, &sizes) {
+            buf.extend_from_slice(piece);
+            loop {
+                match client.decode(&mut buf) {
+                    Ok(Some(resp)) => got.push(resp),
+                    Ok(None) => break,
+                    Err(_) => {
+                        failed = true;
+                        break 'feed;
+                    }
+                }
+                prop_assert!(got.len() <= input.len());
+            }
+            prop_assert!(buf.len() < MAX_RESPONSE_LINE);
+        }
+        if !failed {
+            prop_assert!(client.decode_eof(&mut buf).unwrap().is_none());
+        }
+        prop_assert_eq!(got, expected);
+        prop_assert_eq!(failed, expect_error);
+    }
+
+    #[test]
+    fn every_refusal_is_one_e_line_a_client_can_read(line in stream()) {
+        let line = &line[..line.len().min(MAX_REQUEST_LINE - 1)];
+        let line = line.split(|&b| b == b'\n').next().unwrap_or_default();
+        match parse_request(line, &Limits::default()) {
+            Ok(req) => {
+                // What a node accepts, it can write back the same way.
+                let mut dst = BytesMut::new();
+                req.encode(&mut dst);
+                prop_assert_eq!(parse_request(content(&dst), &Limits::default()), Ok(req));
+            }
+            Err(err) => {
+                let reply = err.to_reply();
+                let mut dst = BytesMut::new();
+                Response::Error(reply.clone()).encode(&mut dst);
+                prop_assert_eq!(dst.iter().filter(|&&b| b == b'\n').count(), 1);
+                match parse_response(content(&dst)).unwrap() {
+                    Response::Error(back) => {
+                        prop_assert_eq!(back.op, reply.op);
+                        prop_assert_eq!(back.reason, reply.reason);
+                        if reply.key.as_deref() != Some(b"?") {
+                            prop_assert_eq!(back.key, reply.key);
+                        }
+                    }
+                    other => prop_assert!(false, "read back as {:?}", other),
+                }
+            }
+        }
+    }
+}
