@@ -1,0 +1,80 @@
+//! One driver connection: batched writes, line reads, and every wait
+//! bounded by the run's give-up instant so a stuck server ends the run with
+//! an error instead of hanging it.
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use tokio::io::AsyncWriteExt;
+use tokio::net::TcpStream;
+use tokio::time::{timeout, timeout_at, Instant};
+
+use crate::error::BenchError;
+use crate::lines::{Filled, LineReader};
+
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// A connection of the driver, numbered for error messages.
+#[derive(Debug)]
+pub struct Conn {
+    pub id: usize,
+    stream: TcpStream,
+    pub lines: LineReader,
+    /// Requests to send at the next `flush`.
+    pub out: Vec<u8>,
+}
+
+impl Conn {
+    pub async fn connect(id: usize, addr: SocketAddr) -> Result<Self, BenchError> {
+        if !addr.ip().is_loopback() {
+            return Err(BenchError::NotLoopback(addr));
+        }
+        let connect_error = |source| BenchError::Connect { addr, source };
+        let stream = timeout(CONNECT_TIMEOUT, TcpStream::connect(addr))
+            .await
+            .map_err(|_| connect_error(std::io::ErrorKind::TimedOut.into()))?
+            .map_err(connect_error)?;
+        // Small request lines must leave at once, as a real client's would.
+        stream.set_nodelay(true).map_err(connect_error)?;
+        Ok(Self {
+            id,
+            stream,
+            lines: LineReader::new(),
+            out: Vec::with_capacity(4096),
+        })
+    }
+
+    /// Writes everything queued in `out` with one write where possible.
+    pub async fn flush(&mut self, give_up_at: Instant, drain: Duration) -> Result<(), BenchError> {
+        if self.out.is_empty() {
+            return Ok(());
+        }
+        timeout_at(give_up_at, self.stream.write_all(&self.out))
+            .await
+            .map_err(|_| BenchError::Drain(drain))?
+            .map_err(|source| BenchError::Io {
+                conn: self.id,
+                source,
+            })?;
+        self.out.clear();
+        Ok(())
+    }
+
+    /// Waits for more response bytes.
+    pub async fn fill(&mut self, give_up_at: Instant, drain: Duration) -> Result<(), BenchError> {
+        let filled = timeout_at(give_up_at, self.lines.fill(&mut self.stream))
+            .await
+            .map_err(|_| BenchError::Drain(drain))?
+            .map_err(|source| BenchError::Io {
+                conn: self.id,
+                source,
+            })?;
+        match filled {
+            Filled::Bytes => Ok(()),
+            Filled::Eof => Err(BenchError::Closed { conn: self.id }),
+            Filled::LineTooLong => {
+                Err(BenchError::protocol(self.id, "response line too long", b""))
+            }
+        }
+    }
+}

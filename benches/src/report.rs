@@ -1,0 +1,198 @@
+//! Turns the runs of each case into one table row (medians over runs) and
+//! prints the table, with each target's rate as a ratio of the echo
+//! ceiling for the same case.
+
+use std::fmt::Write as _;
+use std::time::Duration;
+
+use crate::scenario::{Case, Measured};
+use crate::Target;
+
+/// The summary of all runs of one case against one target.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Row {
+    pub target: Target,
+    pub case: Case,
+    /// Median rate over the runs.
+    pub rate: f64,
+    /// Medians of the runs' percentiles; `None` when nothing was timed.
+    pub p50: Option<Duration>,
+    pub p99: Option<Duration>,
+    /// `rate` over the echo ceiling's rate for the same case.
+    pub vs_echo: Option<f64>,
+}
+
+impl Row {
+    pub fn summarize(target: Target, case: Case, runs: &[Measured]) -> Self {
+        let secs = |pick: fn(&Measured) -> Option<Duration>| {
+            median(
+                runs.iter()
+                    .filter_map(pick)
+                    .map(|d| d.as_secs_f64())
+                    .collect(),
+            )
+            .map(Duration::from_secs_f64)
+        };
+        Self {
+            target,
+            case,
+            rate: median(runs.iter().map(|run| run.rate).collect()).unwrap_or(0.0),
+            p50: secs(|run| run.p50),
+            p99: secs(|run| run.p99),
+            vs_echo: None,
+        }
+    }
+}
+
+/// The middle value; the mean of the two middle ones for an even count.
+pub fn median(mut values: Vec<f64>) -> Option<f64> {
+    values.sort_by(f64::total_cmp);
+    let n = values.len();
+    match n {
+        0 => None,
+        _ if n % 2 == 1 => Some(values[n / 2]),
+        _ => Some((values[n / 2 - 1] + values[n / 2]) / 2.0),
+    }
+}
+
+/// Fills `vs_echo` for every row whose case also ran against echo.
+pub fn add_echo_ratios(rows: &mut [Row]) {
+    let ceilings: Vec<(Case, f64)> = rows
+        .iter()
+        .filter(|row| row.target == Target::Echo)
+        .map(|row| (row.case, row.rate))
+        .collect();
+    for row in rows {
+        row.vs_echo = ceilings
+            .iter()
+            .find(|(case, rate)| *case == row.case && *rate > 0.0)
+            .map(|(_, ceiling)| row.rate / ceiling);
+    }
+}
+
+const HEADERS: [&str; 10] = [
+    "target", "scenario", "C", "depth", "rate", "unit", "latency", "p50", "p99", "vs echo",
+];
+
+pub fn render(rows: &[Row]) -> String {
+    let cells: Vec<[String; 10]> = rows
+        .iter()
+        .map(|row| {
+            [
+                row.target.name().to_string(),
+                row.case.scenario.name().to_string(),
+                row.case.clients.to_string(),
+                row.case.depth.to_string(),
+                format!("{:.0}", row.rate),
+                row.case.scenario.unit().to_string(),
+                row.case.scenario.latency().to_string(),
+                latency(row.p50),
+                latency(row.p99),
+                row.vs_echo.map_or("-".into(), |r| format!("{r:.2}x")),
+            ]
+        })
+        .collect();
+    let mut widths = HEADERS.map(str::len);
+    for row in &cells {
+        for (width, cell) in widths.iter_mut().zip(row) {
+            *width = (*width).max(cell.len());
+        }
+    }
+    let mut out = String::new();
+    let mut line = |fields: &mut dyn Iterator<Item = &str>| {
+        let mut text = String::new();
+        for (column, field) in fields.enumerate() {
+            // Text columns left-aligned, figures right-aligned.
+            let _ = match column {
+                0 | 1 | 5 | 6 => write!(text, "{field:<w$}  ", w = widths[column]),
+                _ => write!(text, "{field:>w$}  ", w = widths[column]),
+            };
+        }
+        out.push_str(text.trim_end());
+        out.push('\n');
+    };
+    line(&mut HEADERS.iter().copied());
+    for row in &cells {
+        line(&mut row.iter().map(String::as_str));
+    }
+    out
+}
+
+fn latency(value: Option<Duration>) -> String {
+    match value {
+        None => "-".into(),
+        Some(d) if d < Duration::from_millis(1) => format!("{:.1}us", d.as_secs_f64() * 1e6),
+        Some(d) if d < Duration::from_secs(1) => format!("{:.2}ms", d.as_secs_f64() * 1e3),
+        Some(d) => format!("{:.2}s", d.as_secs_f64()),
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)] // a failed unwrap in a test is a failed test
+mod tests {
+    use super::*;
+    use crate::Scenario;
+
+    const CASE: Case = Case {
+        scenario: Scenario::Uncontended,
+        clients: 64,
+        depth: 1,
+    };
+
+    fn run(rate: f64, p50_us: Option<u64>) -> Measured {
+        Measured {
+            rate,
+            p50: p50_us.map(Duration::from_micros),
+            p99: p50_us.map(|us| Duration::from_micros(us * 2)),
+        }
+    }
+
+    #[test]
+    fn medians() {
+        assert_eq!(median(vec![]), None);
+        assert_eq!(median(vec![3.0, 1.0, 2.0]), Some(2.0));
+        assert_eq!(median(vec![4.0, 1.0, 3.0, 2.0]), Some(2.5));
+    }
+
+    #[test]
+    fn summarizes_runs_by_median() {
+        let runs = [run(100.0, Some(30)), run(300.0, Some(10)), run(200.0, None)];
+        let row = Row::summarize(Target::Baton, CASE, &runs);
+        assert_eq!(row.rate, 200.0);
+        assert_eq!(row.p50, Some(Duration::from_micros(20)));
+        assert_eq!(row.p99, Some(Duration::from_micros(40)));
+    }
+
+    #[test]
+    fn ratios_against_echo_of_the_same_case_only() {
+        let other = Case { clients: 1, ..CASE };
+        let mut rows = vec![
+            Row::summarize(Target::Baton, CASE, &[run(900.0, None)]),
+            Row::summarize(Target::Baton, other, &[run(5.0, None)]),
+            Row::summarize(Target::Echo, CASE, &[run(1000.0, None)]),
+        ];
+        add_echo_ratios(&mut rows);
+        assert_eq!(rows[0].vs_echo, Some(0.9));
+        assert_eq!(rows[1].vs_echo, None);
+        assert_eq!(rows[2].vs_echo, Some(1.0));
+    }
+
+    #[test]
+    fn renders_an_aligned_table() {
+        let mut rows = vec![Row::summarize(
+            Target::Baton,
+            CASE,
+            &[run(81234.4, Some(12)), run(81000.0, Some(1500))],
+        )];
+        add_echo_ratios(&mut rows);
+        let table = render(&rows);
+        let lines: Vec<&str> = table.lines().collect();
+        assert_eq!(lines.len(), 2);
+        assert!(lines[0].starts_with("target  scenario"), "{table}");
+        assert!(lines[1].starts_with("baton   uncontended  64"), "{table}");
+        assert!(lines[1].contains(" 81117  cycles/s  cycle"), "{table}");
+        assert!(lines[1].contains("756.0us"), "{table}");
+        assert!(lines[1].contains("1.51ms"), "{table}");
+        assert!(lines[1].ends_with(" -"), "{table}");
+    }
+}
