@@ -88,12 +88,13 @@ fn main() -> ExitCode {
 }
 
 async fn serve(config: ServerConfig) -> Result<(), String> {
+    // Watch for signals before anyone can learn the node is up.
+    let shutdown = shutdown_signal().map_err(|e| format!("cannot watch for signals: {e}"))?;
     let server = Server::bind(config).await.map_err(|e| e.to_string())?;
     // Scripts and tests wait for this line to know the node is up, and
     // learn the port when they asked for port 0.
     println!("listening {}", server.local_addr());
     tracing::info!(addr = %server.local_addr(), "batond serving");
-    let shutdown = shutdown_signal().map_err(|e| format!("cannot watch for signals: {e}"))?;
     server.run(shutdown).await;
     Ok(())
 }

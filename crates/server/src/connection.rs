@@ -21,6 +21,7 @@ use tokio_util::sync::CancellationToken;
 use crate::delivery::{Delivery, Mailbox};
 use crate::listener::NodeInfo;
 use crate::locks::{Events, SharedLocks};
+use crate::node::{LockNode, Served};
 
 /// Output past which the connection stops reading until the client takes
 /// its answers: a client that never reads cannot make the node buffer
@@ -29,8 +30,8 @@ const OUTPUT_HIGH_WATER: usize = 256 * 1024;
 const READ_CHUNK: usize = 16 * 1024;
 const DELIVERY_BATCH: usize = 256;
 
-pub(crate) struct Connection {
-    locks: Arc<SharedLocks>,
+pub(crate) struct Connection<N> {
+    locks: Arc<SharedLocks<N>>,
     node: Arc<NodeInfo>,
     codec: ServerCodec,
     input: BytesMut,
@@ -46,11 +47,11 @@ pub(crate) struct Connection {
     events: Events,
 }
 
-impl Connection {
+impl<N: LockNode> Connection<N> {
     pub(crate) fn new(
-        locks: Arc<SharedLocks>,
+        locks: Arc<SharedLocks<N>>,
         node: Arc<NodeInfo>,
-    ) -> (Connection, mpsc::UnboundedReceiver<Delivery>) {
+    ) -> (Connection<N>, mpsc::UnboundedReceiver<Delivery>) {
         let (tx, rx) = mpsc::unbounded_channel();
         let codec = ServerCodec::new(node.config.limits);
         let connection = Connection {
@@ -174,21 +175,33 @@ impl Connection {
                     .locks
                     .acquire(key.clone(), wait_ms, lease_ms, now, &self.mailbox)
                 {
-                    AcquireOutcome::Granted { token } => self.answer_grant(key, token),
-                    AcquireOutcome::Queued { id } => {
+                    Served::Done(AcquireOutcome::Granted { token }) => {
+                        self.answer_grant(key, token)
+                    }
+                    Served::Done(AcquireOutcome::Queued { id }) => {
                         self.waiting.insert(id);
                     }
+                    Served::Redirect(addr) => self.answer(&Response::Moved {
+                        op: Op::Acquire,
+                        key,
+                        addr,
+                    }),
                 }
             }
             Request::Release { key, token } => {
                 let mut events = std::mem::take(&mut self.events);
-                let outcome = self.locks.release(&key, token, &mut events);
+                let served = self.locks.release(&key, token, &mut events);
                 self.events = events;
-                let response = match outcome {
-                    Outcome::Released => Response::Released { key },
-                    _ => Response::NotHeld {
+                let response = match served {
+                    Served::Done(Outcome::Released) => Response::Released { key },
+                    Served::Done(_) => Response::NotHeld {
                         op: Op::Release,
                         key,
+                    },
+                    Served::Redirect(addr) => Response::Moved {
+                        op: Op::Release,
+                        key,
+                        addr,
                     },
                 };
                 self.answer(&response);
@@ -199,13 +212,18 @@ impl Connection {
                 lease_ms,
             } => {
                 let response = match self.locks.renew(&key, token, lease_ms) {
-                    Outcome::Renewed => Response::Renewed { key },
-                    _ => Response::NotHeld { op: Op::Renew, key },
+                    Served::Done(Outcome::Renewed) => Response::Renewed { key },
+                    Served::Done(_) => Response::NotHeld { op: Op::Renew, key },
+                    Served::Redirect(addr) => Response::Moved {
+                        op: Op::Renew,
+                        key,
+                        addr,
+                    },
                 };
                 self.answer(&response);
             }
             Request::Status => {
-                let report = self.node.status(self.locks.counts());
+                let report = self.node.status(self.locks.status());
                 self.answer(&Response::Status(report));
             }
         }
@@ -220,6 +238,14 @@ impl Connection {
             Delivery::TimedOut { id, key } => {
                 self.waiting.remove(&id);
                 self.answer(&Response::TimedOut { key });
+            }
+            Delivery::Moved { id, key, to } => {
+                self.waiting.remove(&id);
+                self.answer(&Response::Moved {
+                    op: Op::Acquire,
+                    key,
+                    addr: to,
+                });
             }
         }
     }

@@ -19,11 +19,16 @@ pub(crate) enum Delivery {
         id: WaiterId,
         key: Key,
     },
+    Moved {
+        id: WaiterId,
+        key: Key,
+        to: Option<String>,
+    },
 }
 
 /// The wait-queue handle of a queued acquire: its connection's mailbox.
 #[derive(Debug, Clone)]
-pub(crate) struct Mailbox(pub(crate) mpsc::UnboundedSender<Delivery>);
+pub struct Mailbox(pub(crate) mpsc::UnboundedSender<Delivery>);
 
 impl Mailbox {
     /// Hands `delivery` to the connection; gives it back if the connection

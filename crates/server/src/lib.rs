@@ -12,8 +12,12 @@ mod connection;
 mod delivery;
 mod listener;
 mod locks;
+mod node;
 mod timer;
 
 pub use clock::Clock;
 pub use config::ServerConfig;
+pub use delivery::Mailbox;
 pub use listener::{Server, ServerError};
+pub use locks::{Events, SharedLocks};
+pub use node::{LockNode, NodeEvent, NodeStatus, Served, SingleNode};

@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use baton_proto::{Mode, Role, StatusReport};
+use baton_proto::{Role, StatusReport};
 use tokio::io::AsyncWriteExt;
 use tokio::net::{TcpListener, TcpStream};
 use tokio_util::sync::CancellationToken;
@@ -16,7 +16,8 @@ use tokio_util::task::TaskTracker;
 use crate::clock::Clock;
 use crate::config::ServerConfig;
 use crate::connection::Connection;
-use crate::locks::{Counts, SharedLocks};
+use crate::locks::SharedLocks;
+use crate::node::{LockNode, NodeStatus, SingleNode};
 use crate::timer;
 
 /// Why a node could not start or keep serving.
@@ -37,30 +38,43 @@ pub(crate) struct NodeInfo {
 }
 
 impl NodeInfo {
-    pub(crate) fn status(&self, counts: Counts) -> StatusReport {
+    pub(crate) fn status(&self, status: NodeStatus) -> StatusReport {
+        let serving = matches!(status.role, Role::Single | Role::Active | Role::Leader);
         StatusReport {
-            role: Role::Single,
-            mode: Mode::Single,
+            role: status.role,
+            mode: status.mode,
             self_addr: self.self_addr.clone(),
-            active: Some(self.self_addr.clone()),
-            token: counts.token,
-            locks: counts.locks,
-            waiters: counts.waiters,
-            extra: Vec::new(),
+            active: if serving {
+                Some(self.self_addr.clone())
+            } else {
+                status.active
+            },
+            token: status.token,
+            locks: status.locks,
+            waiters: status.waiters,
+            extra: status.extra,
         }
     }
 }
 
-/// A single Baton node, bound and ready to serve.
+/// A Baton node, bound and ready to serve.
 #[derive(Debug)]
-pub struct Server {
+pub struct Server<N = SingleNode> {
     listener: TcpListener,
     node: Arc<NodeInfo>,
-    locks: Arc<SharedLocks>,
+    locks: Arc<SharedLocks<N>>,
 }
 
-impl Server {
-    pub async fn bind(config: ServerConfig) -> Result<Server, ServerError> {
+impl Server<SingleNode> {
+    /// A single node.
+    pub async fn bind(config: ServerConfig) -> Result<Server<SingleNode>, ServerError> {
+        Server::bind_node(config, SingleNode::new()).await
+    }
+}
+
+impl<N: LockNode> Server<N> {
+    /// A node whose lock logic is `node` (a cluster engine, say).
+    pub async fn bind_node(config: ServerConfig, node: N) -> Result<Server<N>, ServerError> {
         let listener =
             TcpListener::bind(config.listen)
                 .await
@@ -72,15 +86,20 @@ impl Server {
             addr: config.listen,
             source,
         })?;
-        let node = Arc::new(NodeInfo {
+        let info = Arc::new(NodeInfo {
             config,
             self_addr: local.to_string(),
         });
         Ok(Server {
             listener,
-            node,
-            locks: Arc::new(SharedLocks::new(Clock::new())),
+            node: info,
+            locks: Arc::new(SharedLocks::new(node, Clock::new())),
         })
+    }
+
+    /// The node's lock state, for the shells that feed it peer messages.
+    pub fn locks(&self) -> &Arc<SharedLocks<N>> {
+        &self.locks
     }
 
     /// The address actually bound (useful with port 0).

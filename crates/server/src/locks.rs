@@ -7,26 +7,20 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, MutexGuard, PoisonError};
 
-use baton_core::{AcquireOutcome, Event, Key, LockService, Millis, Outcome, Token, WaiterId};
+use baton_core::{AcquireOutcome, Key, Millis, Outcome, Token, WaiterId};
 use tokio::sync::Notify;
 
 use crate::clock::Clock;
 use crate::delivery::{Delivery, Mailbox};
-
-/// Counters reported by `S`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct Counts {
-    pub(crate) token: Token,
-    pub(crate) locks: u64,
-    pub(crate) waiters: u64,
-}
+use crate::node::{LockNode, NodeEvent, NodeStatus, Served};
 
 /// Events produced under the lock, delivered after it is dropped.
-pub(crate) type Events = Vec<Event<Mailbox>>;
+pub type Events = Vec<NodeEvent>;
 
+/// A node's lock logic behind its mutex, with the timer's wake-up.
 #[derive(Debug)]
-pub(crate) struct SharedLocks {
-    service: Mutex<LockService<Mailbox>>,
+pub struct SharedLocks<N> {
+    node: Mutex<N>,
     clock: Clock,
     /// The deadline the timer task sleeps until (`u64::MAX`: none). Written
     /// under the service lock, so a request that makes an earlier deadline
@@ -35,29 +29,43 @@ pub(crate) struct SharedLocks {
     wake_timer: Notify,
 }
 
-impl SharedLocks {
-    pub(crate) fn new(clock: Clock) -> SharedLocks {
+impl<N: LockNode> SharedLocks<N> {
+    pub fn new(node: N, clock: Clock) -> SharedLocks<N> {
         SharedLocks {
-            service: Mutex::new(LockService::new()),
+            node: Mutex::new(node),
             clock,
             armed: AtomicU64::new(u64::MAX),
             wake_timer: Notify::new(),
         }
     }
 
-    pub(crate) fn clock(&self) -> &Clock {
+    pub fn clock(&self) -> &Clock {
         &self.clock
     }
 
-    fn lock(&self) -> MutexGuard<'_, LockService<Mailbox>> {
-        // A panic while holding the lock cannot leave the service half
-        // changed in a way later calls rely on less than on a dead node.
-        self.service.lock().unwrap_or_else(PoisonError::into_inner)
+    fn lock(&self) -> MutexGuard<'_, N> {
+        // Each method leaves the node consistent before it can panic, and a
+        // node that keeps serving beats one that dies with its locks.
+        self.node.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// Wakes the timer if the service now has a deadline earlier than the
+    /// Runs `f` on the node under the lock (the cluster shells feed peer
+    /// messages this way), then delivers the events it produced.
+    pub fn with<R>(&self, f: impl FnOnce(&mut N, Millis, &mut Events) -> R) -> R {
+        let mut events = Vec::new();
+        let result = {
+            let mut node = self.lock();
+            let result = f(&mut node, self.clock.now(), &mut events);
+            self.rearm_if_earlier(&node);
+            result
+        };
+        self.deliver(&mut events);
+        result
+    }
+
+    /// Wakes the timer if the node now has a deadline earlier than the
     /// one the timer sleeps until. Called with the lock held.
-    fn rearm_if_earlier(&self, service: &LockService<Mailbox>) {
+    fn rearm_if_earlier(&self, service: &N) {
         if let Some(next) = service.next_deadline() {
             if next < self.armed.load(Ordering::Acquire) {
                 self.armed.store(next, Ordering::Release);
@@ -73,14 +81,14 @@ impl SharedLocks {
         lease_ms: u64,
         received_at: Millis,
         mailbox: &Mailbox,
-    ) -> AcquireOutcome {
+    ) -> Served<AcquireOutcome> {
         let mut service = self.lock();
-        let outcome = service.acquire(key, wait_ms, lease_ms, received_at, mailbox.clone());
+        let outcome = service.acquire(key, wait_ms, lease_ms, received_at, mailbox);
         self.rearm_if_earlier(&service);
         outcome
     }
 
-    pub(crate) fn release(&self, key: &Key, token: Token, events: &mut Events) -> Outcome {
+    pub(crate) fn release(&self, key: &Key, token: Token, events: &mut Events) -> Served<Outcome> {
         let outcome = {
             let mut service = self.lock();
             let outcome = service.release(key, token, self.clock.now(), events);
@@ -91,7 +99,7 @@ impl SharedLocks {
         outcome
     }
 
-    pub(crate) fn renew(&self, key: &Key, token: Token, lease_ms: u64) -> Outcome {
+    pub(crate) fn renew(&self, key: &Key, token: Token, lease_ms: u64) -> Served<Outcome> {
         let mut service = self.lock();
         let outcome = service.renew(key, token, lease_ms, self.clock.now());
         self.rearm_if_earlier(&service);
@@ -106,13 +114,8 @@ impl SharedLocks {
         }
     }
 
-    pub(crate) fn counts(&self) -> Counts {
-        let service = self.lock();
-        Counts {
-            token: service.table().last_token(),
-            locks: service.table().len() as u64,
-            waiters: service.waiter_count() as u64,
-        }
+    pub(crate) fn status(&self) -> NodeStatus {
+        self.lock().status()
     }
 
     /// Runs everything due now; returns the next deadline to sleep until.
@@ -136,39 +139,48 @@ impl SharedLocks {
     /// Sends each event to its waiter's connection. A grant whose
     /// connection is gone is released at once, which may hand the key to
     /// the next waiter in turn.
-    pub(crate) fn deliver(&self, events: &mut Events) {
+    pub fn deliver(&self, events: &mut Events) {
         while !events.is_empty() {
             let mut ghosts: Vec<(Key, Token)> = Vec::new();
             for event in events.drain(..) {
                 match event {
-                    Event::Granted {
+                    NodeEvent::Granted {
                         id,
-                        handle,
+                        mailbox,
                         key,
                         token,
                     } => {
                         if let Err(Delivery::Granted { key, token, .. }) =
-                            handle.send(Delivery::Granted { id, key, token })
+                            mailbox.send(Delivery::Granted { id, key, token })
                         {
                             ghosts.push((key, token));
                         }
                     }
-                    Event::TimedOut { id, handle, key } => {
-                        // A closed connection no longer cares.
-                        let _ = handle.send(Delivery::TimedOut { id, key });
+                    // A closed connection no longer cares about these.
+                    NodeEvent::TimedOut { id, mailbox, key } => {
+                        let _ = mailbox.send(Delivery::TimedOut { id, key });
+                    }
+                    NodeEvent::Moved {
+                        id,
+                        mailbox,
+                        key,
+                        to,
+                    } => {
+                        let _ = mailbox.send(Delivery::Moved { id, key, to });
                     }
                 }
             }
             if ghosts.is_empty() {
                 return;
             }
-            let mut service = self.lock();
+            let mut node = self.lock();
             let now = self.clock.now();
             for (key, token) in ghosts {
                 tracing::debug!(%key, token, "releasing a grant nobody could receive");
-                service.release(&key, token, now, events);
+                // A node that no longer serves has nothing to release.
+                let _ = node.release(&key, token, now, events);
             }
-            self.rearm_if_earlier(&service);
+            self.rearm_if_earlier(&node);
         }
     }
 
@@ -180,7 +192,7 @@ impl SharedLocks {
             let now = self.clock.now();
             for (key, token) in ghosts {
                 tracing::debug!(%key, token, "releasing a grant its connection never took");
-                service.release(&key, token, now, &mut events);
+                let _ = service.release(&key, token, now, &mut events);
             }
             self.rearm_if_earlier(&service);
         }

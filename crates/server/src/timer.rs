@@ -6,8 +6,9 @@ use std::sync::Arc;
 use tokio_util::sync::CancellationToken;
 
 use crate::locks::SharedLocks;
+use crate::node::LockNode;
 
-pub(crate) async fn run(locks: Arc<SharedLocks>, shutdown: CancellationToken) {
+pub(crate) async fn run<N: LockNode>(locks: Arc<SharedLocks<N>>, shutdown: CancellationToken) {
     let mut events = Vec::new();
     loop {
         let next = locks.tick(&mut events);

@@ -1,0 +1,177 @@
+//! What the server asks of a node's lock logic, whatever the mode.
+//!
+//! A single node serves every request. A cluster node serves only while it
+//! is the active node or the leader, and otherwise redirects; the cluster
+//! crate implements [`LockNode`] over its engines. The server calls these
+//! methods under one mutex and never awaits while holding it.
+
+use baton_core::{AcquireOutcome, Event, Key, LockService, Millis, Outcome, Token, WaiterId};
+use baton_proto::{Mode, Role};
+
+use crate::delivery::Mailbox;
+
+/// The answer of a node that may not be the one serving.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Served<T> {
+    Done(T),
+    /// Not the serving node: the client should go to this address (`None`
+    /// while no serving node is known).
+    Redirect(Option<String>),
+}
+
+/// How a queued acquire ends, told to its connection.
+#[derive(Debug)]
+pub enum NodeEvent {
+    Granted {
+        id: WaiterId,
+        mailbox: Mailbox,
+        key: Key,
+        token: Token,
+    },
+    TimedOut {
+        id: WaiterId,
+        mailbox: Mailbox,
+        key: Key,
+    },
+    /// The node stopped serving while the acquire waited: the client
+    /// should send it again to `to`.
+    Moved {
+        id: WaiterId,
+        mailbox: Mailbox,
+        key: Key,
+        to: Option<String>,
+    },
+}
+
+impl From<Event<Mailbox>> for NodeEvent {
+    fn from(event: Event<Mailbox>) -> NodeEvent {
+        match event {
+            Event::Granted {
+                id,
+                handle,
+                key,
+                token,
+            } => NodeEvent::Granted {
+                id,
+                mailbox: handle,
+                key,
+                token,
+            },
+            Event::TimedOut { id, handle, key } => NodeEvent::TimedOut {
+                id,
+                mailbox: handle,
+                key,
+            },
+        }
+    }
+}
+
+/// The node's view of itself that `S` reports.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NodeStatus {
+    pub role: Role,
+    pub mode: Mode,
+    pub active: Option<String>,
+    pub token: Token,
+    pub locks: u64,
+    pub waiters: u64,
+    pub extra: Vec<(String, String)>,
+}
+
+/// The lock logic of a node. Every method runs under the server's mutex:
+/// keep them short and free of I/O.
+pub trait LockNode: Send + 'static {
+    fn acquire(
+        &mut self,
+        key: Key,
+        wait_ms: u64,
+        lease_ms: u64,
+        now: Millis,
+        mailbox: &Mailbox,
+    ) -> Served<AcquireOutcome>;
+    fn release(
+        &mut self,
+        key: &Key,
+        token: Token,
+        now: Millis,
+        events: &mut Vec<NodeEvent>,
+    ) -> Served<Outcome>;
+    fn renew(&mut self, key: &Key, token: Token, lease_ms: u64, now: Millis) -> Served<Outcome>;
+    /// A queued acquire's connection closed.
+    fn cancel(&mut self, id: WaiterId);
+    /// Does whatever is due at `now`.
+    fn tick(&mut self, now: Millis, events: &mut Vec<NodeEvent>);
+    /// When `tick` next has something to do.
+    fn next_deadline(&self) -> Option<Millis>;
+    fn status(&self) -> NodeStatus;
+}
+
+/// A node on its own: always serves.
+#[derive(Debug, Default)]
+pub struct SingleNode {
+    service: LockService<Mailbox>,
+    scratch: Vec<Event<Mailbox>>,
+}
+
+impl SingleNode {
+    pub fn new() -> SingleNode {
+        SingleNode::default()
+    }
+}
+
+impl LockNode for SingleNode {
+    fn acquire(
+        &mut self,
+        key: Key,
+        wait_ms: u64,
+        lease_ms: u64,
+        now: Millis,
+        mailbox: &Mailbox,
+    ) -> Served<AcquireOutcome> {
+        Served::Done(
+            self.service
+                .acquire(key, wait_ms, lease_ms, now, mailbox.clone()),
+        )
+    }
+
+    fn release(
+        &mut self,
+        key: &Key,
+        token: Token,
+        now: Millis,
+        events: &mut Vec<NodeEvent>,
+    ) -> Served<Outcome> {
+        let outcome = self.service.release(key, token, now, &mut self.scratch);
+        events.extend(self.scratch.drain(..).map(NodeEvent::from));
+        Served::Done(outcome)
+    }
+
+    fn renew(&mut self, key: &Key, token: Token, lease_ms: u64, now: Millis) -> Served<Outcome> {
+        Served::Done(self.service.renew(key, token, lease_ms, now))
+    }
+
+    fn cancel(&mut self, id: WaiterId) {
+        self.service.cancel(id);
+    }
+
+    fn tick(&mut self, now: Millis, events: &mut Vec<NodeEvent>) {
+        self.service.tick(now, &mut self.scratch);
+        events.extend(self.scratch.drain(..).map(NodeEvent::from));
+    }
+
+    fn next_deadline(&self) -> Option<Millis> {
+        self.service.next_deadline()
+    }
+
+    fn status(&self) -> NodeStatus {
+        NodeStatus {
+            role: Role::Single,
+            mode: Mode::Single,
+            active: None,
+            token: self.service.table().last_token(),
+            locks: self.service.table().len() as u64,
+            waiters: self.service.waiter_count() as u64,
+            extra: Vec::new(),
+        }
+    }
+}
