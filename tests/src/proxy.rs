@@ -16,6 +16,8 @@ struct Control {
     stalled: watch::Sender<bool>,
     /// Bumped by `cut_all`: every connection open at that moment closes.
     cuts: watch::Sender<u64>,
+    /// Accept numbers of connections cut one by one.
+    cut_ones: watch::Sender<Vec<usize>>,
     refuse: AtomicBool,
     open: AtomicUsize,
     accepted: AtomicUsize,
@@ -42,6 +44,7 @@ impl FaultProxy {
         let control = Arc::new(Control {
             stalled: watch::channel(false).0,
             cuts: watch::channel(0).0,
+            cut_ones: watch::channel(Vec::new()).0,
             refuse: AtomicBool::new(false),
             open: AtomicUsize::new(0),
             accepted: AtomicUsize::new(0),
@@ -63,6 +66,12 @@ impl FaultProxy {
     /// stall are dropped with them.
     pub fn cut_all(&self) {
         self.control.cuts.send_modify(|n| *n += 1);
+    }
+
+    /// Closes only the connection accepted `n`-th (from 0, refused ones
+    /// counted), if it is still open.
+    pub fn cut(&self, n: usize) {
+        self.control.cut_ones.send_modify(|cut| cut.push(n));
     }
 
     /// While on, no byte moves in either direction; open connections stay
@@ -99,17 +108,18 @@ async fn accept_loop(listener: TcpListener, upstream: SocketAddr, control: Arc<C
         let Ok((client, _)) = listener.accept().await else {
             continue;
         };
-        control.accepted.fetch_add(1, Ordering::SeqCst);
+        let n = control.accepted.fetch_add(1, Ordering::SeqCst);
         if control.refuse.load(Ordering::SeqCst) {
             drop(client);
             continue;
         }
-        tokio::spawn(forward(client, upstream, Arc::clone(&control)));
+        tokio::spawn(forward(n, client, upstream, Arc::clone(&control)));
     }
 }
 
-async fn forward(client: TcpStream, upstream: SocketAddr, control: Arc<Control>) {
+async fn forward(n: usize, client: TcpStream, upstream: SocketAddr, control: Arc<Control>) {
     let mut cuts = control.cuts.subscribe();
+    let mut cut_ones = control.cut_ones.subscribe();
     let Ok(server) = TcpStream::connect(upstream).await else {
         return;
     };
@@ -118,10 +128,14 @@ async fn forward(client: TcpStream, upstream: SocketAddr, control: Arc<Control>)
     control.open.fetch_add(1, Ordering::SeqCst);
     let (client_read, client_write) = client.into_split();
     let (server_read, server_write) = server.into_split();
+    // Biased towards the cuts: bytes held by a stall must die with a cut
+    // even when the stall lifts right after it.
     tokio::select! {
+        biased;
+        _ = cuts.changed() => {}
+        _ = cut_ones.wait_for(|cut| cut.contains(&n)) => {}
         () = pump(client_read, server_write, control.stalled.subscribe()) => {}
         () = pump(server_read, client_write, control.stalled.subscribe()) => {}
-        _ = cuts.changed() => {}
     }
     control.open.fetch_sub(1, Ordering::SeqCst);
 }
@@ -218,5 +232,23 @@ mod tests {
             .await
             .is_some());
         assert_eq!(proxy.accepted(), 2);
+    }
+
+    #[tokio::test]
+    async fn cuts_one_connection_alone() {
+        let proxy = FaultProxy::start(echo().await).await;
+        let mut first = TcpStream::connect(proxy.addr()).await.unwrap();
+        let mut second = TcpStream::connect(proxy.addr()).await.unwrap();
+        let within = Duration::from_secs(5);
+        assert!(roundtrip(&mut first, b"1", within).await.is_some());
+        assert!(roundtrip(&mut second, b"2", within).await.is_some());
+        proxy.cut(0);
+        let mut buf = [0u8; 1];
+        let n = tokio::time::timeout(within, first.read(&mut buf))
+            .await
+            .unwrap();
+        assert!(matches!(n, Ok(0) | Err(_)), "the cut connection reads EOF");
+        assert!(roundtrip(&mut second, b"3", within).await.is_some());
+        assert_eq!(proxy.open_connections(), 1);
     }
 }

@@ -58,6 +58,10 @@ impl Client {
         Client { pool }
     }
 
+    pub(crate) fn request_timeout(&self) -> Duration {
+        self.pool.request_timeout
+    }
+
     /// Waits up to `wait` for the lock on `key` and holds it for `lease`.
     ///
     /// `wait` follows the protocol: [`Duration::ZERO`] waits without limit.
@@ -79,13 +83,6 @@ impl Client {
         let mut hops = 0;
         let mut redirect: Option<Arc<Slot>> = None;
         loop {
-            let wait_ms = match deadline {
-                None => 0,
-                Some(deadline) => match deadline.checked_duration_since(Instant::now()) {
-                    Some(left) if !left.is_zero() => ceil_ms(left),
-                    _ => return Err(Error::TimedOut { key }),
-                },
-            };
             let slot = match redirect.take() {
                 Some(slot) => slot,
                 None => match self.pool.pick(deadline).await {
@@ -102,6 +99,14 @@ impl Client {
                         }
                         continue;
                     }
+                },
+            };
+            // Computed only now: finding a connection may have taken a while.
+            let wait_ms = match deadline {
+                None => 0,
+                Some(deadline) => match deadline.checked_duration_since(Instant::now()) {
+                    Some(left) if !left.is_zero() => ceil_ms(left),
+                    _ => return Err(Error::TimedOut { key }),
                 },
             };
             let req = Request::Acquire {
@@ -173,13 +178,25 @@ impl Client {
 
     /// Extends the grant of `key` with `token` to end `lease` from now.
     pub async fn renew(&self, key: impl AsRef<[u8]>, token: Token, lease: Duration) -> Result<()> {
+        self.renew_within(key, token, lease, self.pool.request_timeout)
+            .await
+    }
+
+    /// [`Client::renew`], retrying across connections for at most `window`.
+    pub(crate) async fn renew_within(
+        &self,
+        key: impl AsRef<[u8]>,
+        token: Token,
+        lease: Duration,
+        window: Duration,
+    ) -> Result<()> {
         let key = Key::new(key.as_ref())?;
         let req = Request::Renew {
             key: key.clone(),
             token,
             lease_ms: lease_ms(lease)?,
         };
-        match self.call_retrying(req, self.pool.request_timeout).await? {
+        match self.call_retrying(req, window).await? {
             Response::Renewed { .. } => Ok(()),
             Response::NotHeld { .. } => Err(Error::LeaseLost { key, token }),
             other => Err(Error::Unexpected(line(&other))),

@@ -1,5 +1,6 @@
 //! A held lock: its token, renewal, optional keep-alive, and release on drop.
 
+use std::fmt;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
@@ -43,9 +44,14 @@ impl Held {
         self.lost.send_replace(true);
     }
 
-    async fn renew(&self, lease: Duration) -> Result<()> {
+    /// Renews, retrying for at most `window` when no node answers.
+    async fn renew(&self, lease: Duration, window: Duration) -> Result<()> {
         let sent = Instant::now();
-        match self.client.renew(&self.key, self.token, lease).await {
+        let renewed = self
+            .client
+            .renew_within(&self.key, self.token, lease, window)
+            .await;
+        match renewed {
             Ok(()) => {
                 self.renewed(lease, sent);
                 Ok(())
@@ -63,7 +69,6 @@ impl Held {
 /// A granted lock. Dropping it releases the lock in the background (when a
 /// tokio runtime is still running); [`Guard::release`] does it and reports
 /// the outcome.
-#[derive(Debug)]
 pub struct Guard {
     held: Arc<Held>,
     keep_alive: Option<JoinHandle<()>>,
@@ -104,7 +109,8 @@ impl Guard {
     /// Extends the grant to end `lease` from now. [`Error::LeaseLost`] means
     /// the grant is gone and the protected resource must not be touched.
     pub async fn renew(&self, lease: Duration) -> Result<()> {
-        self.held.renew(lease).await
+        let window = self.held.client.request_timeout();
+        self.held.renew(lease, window).await
     }
 
     /// Starts renewing in the background every third of the lease, until
@@ -165,6 +171,17 @@ impl Guard {
     }
 }
 
+impl fmt::Debug for Guard {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Guard")
+            .field("key", &self.held.key)
+            .field("token", &self.held.token)
+            .field("keep_alive", &self.keep_alive.is_some())
+            .field("lost", &self.is_lost())
+            .finish()
+    }
+}
+
 impl Drop for Guard {
     fn drop(&mut self) {
         let armed = self.armed;
@@ -191,7 +208,12 @@ async fn keep_alive(held: Arc<Held>) {
         let period = (lease / KEEP_ALIVE_DIVISOR).max(Duration::from_millis(1));
         tokio::time::sleep(period).await;
         loop {
-            match held.renew(lease).await {
+            // Retrying past the lease's end would only hide that it is lost.
+            let (_, until) = held.lease();
+            let window = until
+                .saturating_duration_since(Instant::now())
+                .max(RENEW_RETRY);
+            match held.renew(lease, window).await {
                 Ok(()) => break,
                 Err(Error::LeaseLost { .. }) => return,
                 Err(err) => {
