@@ -1,1 +1,21 @@
-//! placeholder
+//! Test kit for Baton: runs real `batond` processes and talks to them over raw
+//! TCP lines, so the conformance tests see the server exactly as an outside
+//! client does.
+//!
+//! Everything here panics with a clear message instead of returning errors:
+//! it exists to make test failures easy to read, not to be reused in services.
+
+pub mod binary;
+pub mod daemon;
+pub mod expect;
+pub mod line_client;
+pub mod port;
+pub mod proxy;
+pub mod status;
+
+pub use binary::{baton_bin, batond_bin};
+pub use daemon::Batond;
+pub use expect::{answers, assert_any_error, assert_error, grant_token};
+pub use line_client::LineClient;
+pub use port::free_addr;
+pub use status::{parse_status, status_u64, Status};
