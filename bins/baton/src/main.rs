@@ -57,9 +57,15 @@ async fn dispatch(cli: Cli) -> ExitCode {
             .await
             .map(|guard| println!("{}", guard.into_token())),
         Command::Release { key, token } => client.release(key.as_encoded_bytes(), token).await,
-        Command::Renew { key, token, lease } => {
-            client.renew(key.as_encoded_bytes(), token, lease).await
-        }
+        Command::Renew { key, token, lease } => client
+            .renew(key.as_encoded_bytes(), token, lease)
+            .await
+            // For a one-off renew "lost" is the same fact as for release:
+            // there is no live grant with that token.
+            .map_err(|err| match err {
+                Error::LeaseLost { key, token } => Error::NotHeld { key, token },
+                other => other,
+            }),
         Command::Run {
             key,
             wait,
