@@ -107,6 +107,12 @@ async fn a_cut_during_acquire_is_granted_after_reconnecting() {
         .wait_status("1 waiter", secs(5), |s| status_u64(s, "waiters") == 1)
         .await;
     proxy.cut_all();
+    // The node must see the old waiter go before the key is handed on, or
+    // the grant could go to the dead connection (a write into a socket the
+    // peer just closed can still succeed) and stay held for its lease.
+    probe
+        .wait_status("no waiter", secs(5), |s| status_u64(s, "waiters") == 0)
+        .await;
     probe
         .wait_status("waiter back", secs(8), |s| {
             status_u64(s, "waiters") == 1 && status_u64(s, "locks") == 1

@@ -96,3 +96,30 @@ async fn try_acquire_fails_at_once_on_a_held_key() {
     assert!(started.elapsed() < secs(1));
     held.release().await.unwrap();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_grant_nobody_waits_for_any_more_is_given_back() {
+    let node = Batond::start(&[]);
+    let client = client(&[node.addr()]).await;
+    let held = client.acquire("abandon", secs(5), secs(60)).await.unwrap();
+    // The caller gives up while its acquire is queued on the node ...
+    let gave_up = tokio::time::timeout(
+        Duration::from_millis(300),
+        client.acquire("abandon", secs(30), secs(60)),
+    )
+    .await;
+    assert!(gave_up.is_err());
+    // ... so when the key passes to that request, the client releases it.
+    held.release().await.unwrap();
+    let mut probe = node.connect().await;
+    probe
+        .wait_status("abandoned grant released", secs(3), |s| {
+            status_u64(s, "locks") == 0 && status_u64(s, "waiters") == 0
+        })
+        .await;
+    let token = status_u64(&probe.status().await, "token");
+    assert!(
+        token >= 2,
+        "the abandoned request was granted first (token {token})"
+    );
+}
