@@ -4,6 +4,7 @@
 use std::net::SocketAddr;
 use std::process::ExitCode;
 
+use baton_cluster::priority;
 use baton_proto::Limits;
 use baton_server::{Server, ServerConfig};
 use clap::Parser;
@@ -28,6 +29,90 @@ struct Flags {
     /// Queued acquires per connection; more are answered with an error.
     #[arg(long, value_name = "N", default_value_t = 10_000)]
     max_pending: usize,
+    /// How this node runs: alone, or in a priority cluster with --peers.
+    #[arg(long, value_enum, default_value_t = Mode::Single)]
+    mode: Mode,
+    /// Every node's client address, the same list on every node; its order
+    /// is the promotion priority (first = highest).
+    #[arg(long, value_name = "A,B,C", value_delimiter = ',')]
+    peers: Vec<String>,
+    /// The address this node has in --peers, when it is not --listen
+    /// (a node bound to 0.0.0.0, say).
+    #[arg(long, value_name = "ADDR")]
+    advertise: Option<String>,
+    /// Priority cluster: time between heartbeats, in seconds.
+    #[arg(long, value_name = "SECS", default_value = "0.05", value_parser = parse_seconds)]
+    heartbeat_interval: u64,
+    /// Priority cluster: a peer not heard for this long is dead, in seconds.
+    #[arg(long, value_name = "SECS", default_value = "0.3", value_parser = parse_seconds)]
+    failure_timeout: u64,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum Mode {
+    Single,
+    Priority,
+}
+
+/// What the flags say to run.
+enum Plan {
+    Single(ServerConfig),
+    Priority {
+        config: ServerConfig,
+        peers: Vec<String>,
+        me: usize,
+        heartbeat_ms: u64,
+        failure_timeout_ms: u64,
+    },
+}
+
+impl Flags {
+    fn plan(self) -> Result<Plan, String> {
+        let config = ServerConfig {
+            listen: self.listen,
+            limits: Limits {
+                max_wait_ms: self.max_wait,
+                max_lease_ms: self.max_lease,
+            },
+            max_connections: self.max_connections,
+            max_pending: self.max_pending,
+            advertise: self.advertise.clone(),
+        };
+        match self.mode {
+            Mode::Single => {
+                if !self.peers.is_empty() {
+                    return Err("--peers needs --mode priority".into());
+                }
+                Ok(Plan::Single(config))
+            }
+            Mode::Priority => {
+                let me_addr = self.advertise.unwrap_or_else(|| self.listen.to_string());
+                let me = self
+                    .peers
+                    .iter()
+                    .position(|p| *p == me_addr)
+                    .ok_or_else(|| {
+                        format!(
+                            "--peers must list this node's address {me_addr} (or give --advertise)"
+                        )
+                    })?;
+                if self.heartbeat_interval == 0 || self.failure_timeout <= self.heartbeat_interval {
+                    return Err("--failure-timeout must be longer than --heartbeat-interval, which must be above 0".into());
+                }
+                let mut seen = std::collections::HashSet::new();
+                if let Some(dup) = self.peers.iter().find(|p| !seen.insert(*p)) {
+                    return Err(format!("--peers lists {dup} twice"));
+                }
+                Ok(Plan::Priority {
+                    config,
+                    peers: self.peers,
+                    me,
+                    heartbeat_ms: self.heartbeat_interval,
+                    failure_timeout_ms: self.failure_timeout,
+                })
+            }
+        }
+    }
 }
 
 /// Seconds with at most 3 decimals, as in the protocol, to milliseconds.
@@ -69,16 +154,14 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    let config = ServerConfig {
-        listen: flags.listen,
-        limits: Limits {
-            max_wait_ms: flags.max_wait,
-            max_lease_ms: flags.max_lease,
-        },
-        max_connections: flags.max_connections,
-        max_pending: flags.max_pending,
+    let plan = match flags.plan() {
+        Ok(plan) => plan,
+        Err(message) => {
+            eprintln!("batond: {message}");
+            return ExitCode::from(2);
+        }
     };
-    match runtime.block_on(serve(config)) {
+    match runtime.block_on(serve(plan)) {
         Ok(()) => ExitCode::SUCCESS,
         Err(message) => {
             eprintln!("batond: {message}");
@@ -87,16 +170,46 @@ fn main() -> ExitCode {
     }
 }
 
-async fn serve(config: ServerConfig) -> Result<(), String> {
+async fn serve(plan: Plan) -> Result<(), String> {
     // Watch for signals before anyone can learn the node is up.
     let shutdown = shutdown_signal().map_err(|e| format!("cannot watch for signals: {e}"))?;
-    let server = Server::bind(config).await.map_err(|e| e.to_string())?;
-    // Scripts and tests wait for this line to know the node is up, and
-    // learn the port when they asked for port 0.
-    println!("listening {}", server.local_addr());
-    tracing::info!(addr = %server.local_addr(), "batond serving");
-    server.run(shutdown).await;
+    match plan {
+        Plan::Single(config) => {
+            let server = Server::bind(config).await.map_err(|e| e.to_string())?;
+            announce(server.local_addr());
+            server.run(shutdown).await;
+        }
+        Plan::Priority {
+            config,
+            peers,
+            me,
+            heartbeat_ms,
+            failure_timeout_ms,
+        } => {
+            let cluster = priority::start(config, heartbeat_ms, failure_timeout_ms, peers, me)
+                .await
+                .map_err(|e| e.to_string())?;
+            announce(cluster.server.local_addr());
+            let handle = cluster.handle;
+            // The active hands its role over before the server stops, so
+            // its clients are redirected to a node that already serves.
+            cluster
+                .server
+                .run(async move {
+                    shutdown.await;
+                    handle.hand_off().await;
+                })
+                .await;
+        }
+    }
     Ok(())
+}
+
+/// Scripts and tests wait for this line to know the node is up, and learn
+/// the port when they asked for port 0.
+fn announce(addr: SocketAddr) {
+    println!("listening {addr}");
+    tracing::info!(%addr, "batond serving");
 }
 
 fn shutdown_signal() -> std::io::Result<impl std::future::Future<Output = ()>> {

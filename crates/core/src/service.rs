@@ -248,6 +248,24 @@ impl<H> LockService<H> {
             .unwrap_or_default()
     }
 
+    /// Applies a command replicated from the serving node, as a standby
+    /// does: the table changes, no waiter is touched, nothing is journaled
+    /// (the standby is not the one replicating).
+    pub fn apply_replicated(&mut self, cmd: &Command, now: Millis) -> Outcome {
+        self.table.apply(cmd, now)
+    }
+
+    /// Replaces the table with a copy received whole (a standby syncing,
+    /// or a successor taking over). Queued waiters are kept.
+    pub fn replace_table(&mut self, table: LockTable) {
+        self.table = table;
+    }
+
+    /// Whether commands wait in the journal to be replicated.
+    pub fn has_journal(&self) -> bool {
+        self.journal.as_ref().is_some_and(|j| !j.is_empty())
+    }
+
     /// Takes every queued waiter out, oldest first (a node that stops
     /// serving redirects them all).
     pub fn drain_waiters(&mut self) -> Vec<Waiter<H>> {

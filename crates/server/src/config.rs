@@ -15,6 +15,9 @@ pub struct ServerConfig {
     pub max_connections: usize,
     /// Acquires queued at once per connection; one more is answered `E`.
     pub max_pending: usize,
+    /// The address the node is known by (`self=` in `S`, the cluster's peer
+    /// list) when it differs from the bound one, e.g. when bound to 0.0.0.0.
+    pub advertise: Option<String>,
 }
 
 impl Default for ServerConfig {
@@ -24,6 +27,7 @@ impl Default for ServerConfig {
             limits: Limits::default(),
             max_connections: 10_000,
             max_pending: 10_000,
+            advertise: None,
         }
     }
 }

@@ -30,6 +30,12 @@ const OUTPUT_HIGH_WATER: usize = 256 * 1024;
 const READ_CHUNK: usize = 16 * 1024;
 const DELIVERY_BATCH: usize = 256;
 
+enum Sniffed {
+    Peer,
+    Client,
+    Gone,
+}
+
 pub(crate) struct Connection<N> {
     locks: Arc<SharedLocks<N>>,
     node: Arc<NodeInfo>,
@@ -79,6 +85,20 @@ impl<N: LockNode> Connection<N> {
         shutdown: CancellationToken,
     ) {
         let mut batch = Vec::with_capacity(DELIVERY_BATCH);
+        if let Some(acceptor) = self.node.peer_acceptor.clone() {
+            match self
+                .sniff_peer(&mut stream, acceptor.hello(), &shutdown)
+                .await
+            {
+                Sniffed::Peer => {
+                    let already_read = self.input.split();
+                    acceptor.accept(stream, already_read);
+                    return;
+                }
+                Sniffed::Client => self.on_input(),
+                Sniffed::Gone => return,
+            }
+        }
         let (mut reader, mut writer) = stream.split();
         let mut reading = true;
         loop {
@@ -134,6 +154,33 @@ impl<N: LockNode> Connection<N> {
         self.close(deliveries);
     }
 
+    /// Reads until the first bytes tell a peer's hello from a client's
+    /// request. A client's first byte already differs from the hello's, so
+    /// clients wait for nothing.
+    async fn sniff_peer(
+        &mut self,
+        stream: &mut TcpStream,
+        hello: &[u8],
+        shutdown: &CancellationToken,
+    ) -> Sniffed {
+        loop {
+            let n = self.input.len().min(hello.len());
+            if self.input[..n] != hello[..n] {
+                return Sniffed::Client;
+            }
+            if n == hello.len() {
+                return Sniffed::Peer;
+            }
+            tokio::select! {
+                _ = shutdown.cancelled() => return Sniffed::Gone,
+                read = stream.read_buf(&mut self.input) => match read {
+                    Ok(0) | Err(_) => return Sniffed::Gone,
+                    Ok(_) => {}
+                },
+            }
+        }
+    }
+
     fn on_input(&mut self) {
         loop {
             match self.codec.decode(&mut self.input) {
@@ -171,10 +218,17 @@ impl<N: LockNode> Connection<N> {
                     return;
                 }
                 let now = self.locks.clock().now();
-                match self
-                    .locks
-                    .acquire(key.clone(), wait_ms, lease_ms, now, &self.mailbox)
-                {
+                let mut events = std::mem::take(&mut self.events);
+                let served = self.locks.acquire(
+                    key.clone(),
+                    wait_ms,
+                    lease_ms,
+                    now,
+                    &self.mailbox,
+                    &mut events,
+                );
+                self.events = events;
+                match served {
                     Served::Done(AcquireOutcome::Granted { token }) => {
                         self.answer_grant(key, token)
                     }
@@ -211,7 +265,10 @@ impl<N: LockNode> Connection<N> {
                 token,
                 lease_ms,
             } => {
-                let response = match self.locks.renew(&key, token, lease_ms) {
+                let mut events = std::mem::take(&mut self.events);
+                let served = self.locks.renew(&key, token, lease_ms, &mut events);
+                self.events = events;
+                let response = match served {
                     Served::Done(Outcome::Renewed) => Response::Renewed { key },
                     Served::Done(_) => Response::NotHeld { op: Op::Renew, key },
                     Served::Redirect(addr) => Response::Moved {

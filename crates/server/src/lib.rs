@@ -18,6 +18,6 @@ mod timer;
 pub use clock::Clock;
 pub use config::ServerConfig;
 pub use delivery::Mailbox;
-pub use listener::{Server, ServerError};
+pub use listener::{PeerAcceptor, Server, ServerError};
 pub use locks::{Events, SharedLocks};
 pub use node::{LockNode, NodeEvent, NodeStatus, Served, SingleNode};

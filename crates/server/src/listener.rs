@@ -30,11 +30,29 @@ pub enum ServerError {
     },
 }
 
+/// Takes the connections of the node's cluster peers, which arrive on the
+/// client port and open with a hello line no client request starts with.
+pub trait PeerAcceptor: Send + Sync + 'static {
+    /// The first bytes of every peer connection.
+    fn hello(&self) -> &'static [u8];
+    /// Takes a peer connection; `already_read` starts with the hello.
+    fn accept(&self, stream: TcpStream, already_read: bytes::BytesMut);
+}
+
 /// What every connection needs to know about the node it belongs to.
-#[derive(Debug)]
 pub(crate) struct NodeInfo {
     pub(crate) config: ServerConfig,
     pub(crate) self_addr: String,
+    pub(crate) peer_acceptor: Option<Arc<dyn PeerAcceptor>>,
+}
+
+impl std::fmt::Debug for NodeInfo {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("NodeInfo")
+            .field("config", &self.config)
+            .field("self_addr", &self.self_addr)
+            .finish_non_exhaustive()
+    }
 }
 
 impl NodeInfo {
@@ -75,6 +93,17 @@ impl Server<SingleNode> {
 impl<N: LockNode> Server<N> {
     /// A node whose lock logic is `node` (a cluster engine, say).
     pub async fn bind_node(config: ServerConfig, node: N) -> Result<Server<N>, ServerError> {
+        let locks = Arc::new(SharedLocks::new(node, Clock::new()));
+        Server::bind_shared(config, locks, None).await
+    }
+
+    /// A node whose state the caller shares with others (a cluster shell);
+    /// `peers` takes the connections of its cluster peers.
+    pub async fn bind_shared(
+        config: ServerConfig,
+        locks: Arc<SharedLocks<N>>,
+        peers: Option<Arc<dyn PeerAcceptor>>,
+    ) -> Result<Server<N>, ServerError> {
         let listener =
             TcpListener::bind(config.listen)
                 .await
@@ -86,14 +115,19 @@ impl<N: LockNode> Server<N> {
             addr: config.listen,
             source,
         })?;
+        let self_addr = config
+            .advertise
+            .clone()
+            .unwrap_or_else(|| local.to_string());
         let info = Arc::new(NodeInfo {
             config,
-            self_addr: local.to_string(),
+            self_addr,
+            peer_acceptor: peers,
         });
         Ok(Server {
             listener,
             node: info,
-            locks: Arc::new(SharedLocks::new(node, Clock::new())),
+            locks,
         })
     }
 

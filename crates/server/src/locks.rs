@@ -27,6 +27,7 @@ pub struct SharedLocks<N> {
     /// always sees whether the timer must be woken.
     armed: AtomicU64,
     wake_timer: Notify,
+    output_ready: Notify,
 }
 
 impl<N: LockNode> SharedLocks<N> {
@@ -36,6 +37,7 @@ impl<N: LockNode> SharedLocks<N> {
             clock,
             armed: AtomicU64::new(u64::MAX),
             wake_timer: Notify::new(),
+            output_ready: Notify::new(),
         }
     }
 
@@ -53,25 +55,43 @@ impl<N: LockNode> SharedLocks<N> {
     /// messages this way), then delivers the events it produced.
     pub fn with<R>(&self, f: impl FnOnce(&mut N, Millis, &mut Events) -> R) -> R {
         let mut events = Vec::new();
+        self.run(&mut events, f)
+    }
+
+    /// The one way into the node: `f` runs under the lock; then the timer
+    /// and the peer shell are woken if they must be, and the events go to
+    /// their connections once the lock is released.
+    fn run<R>(&self, events: &mut Events, f: impl FnOnce(&mut N, Millis, &mut Events) -> R) -> R {
         let result = {
             let mut node = self.lock();
-            let result = f(&mut node, self.clock.now(), &mut events);
-            self.rearm_if_earlier(&node);
+            let result = f(&mut node, self.clock.now(), events);
+            self.after_change(&node);
             result
         };
-        self.deliver(&mut events);
+        if !events.is_empty() {
+            self.deliver(events);
+        }
         result
     }
 
     /// Wakes the timer if the node now has a deadline earlier than the
-    /// one the timer sleeps until. Called with the lock held.
-    fn rearm_if_earlier(&self, service: &N) {
-        if let Some(next) = service.next_deadline() {
+    /// one the timer sleeps until, and the peer shell if the node has
+    /// something for its peers. Called with the lock held.
+    fn after_change(&self, node: &N) {
+        if let Some(next) = node.next_deadline() {
             if next < self.armed.load(Ordering::Acquire) {
                 self.armed.store(next, Ordering::Release);
                 self.wake_timer.notify_one();
             }
         }
+        if node.has_output() {
+            self.output_ready.notify_one();
+        }
+    }
+
+    /// Resolves when the node may have something for its peers.
+    pub async fn output_ready(&self) {
+        self.output_ready.notified().await;
     }
 
     pub(crate) fn acquire(
@@ -81,29 +101,29 @@ impl<N: LockNode> SharedLocks<N> {
         lease_ms: u64,
         received_at: Millis,
         mailbox: &Mailbox,
+        events: &mut Events,
     ) -> Served<AcquireOutcome> {
-        let mut service = self.lock();
-        let outcome = service.acquire(key, wait_ms, lease_ms, received_at, mailbox);
-        self.rearm_if_earlier(&service);
-        outcome
+        self.run(events, |node, _, events| {
+            node.acquire(key, wait_ms, lease_ms, received_at, mailbox, events)
+        })
     }
 
     pub(crate) fn release(&self, key: &Key, token: Token, events: &mut Events) -> Served<Outcome> {
-        let outcome = {
-            let mut service = self.lock();
-            let outcome = service.release(key, token, self.clock.now(), events);
-            self.rearm_if_earlier(&service);
-            outcome
-        };
-        self.deliver(events);
-        outcome
+        self.run(events, |node, now, events| {
+            node.release(key, token, now, events)
+        })
     }
 
-    pub(crate) fn renew(&self, key: &Key, token: Token, lease_ms: u64) -> Served<Outcome> {
-        let mut service = self.lock();
-        let outcome = service.renew(key, token, lease_ms, self.clock.now());
-        self.rearm_if_earlier(&service);
-        outcome
+    pub(crate) fn renew(
+        &self,
+        key: &Key,
+        token: Token,
+        lease_ms: u64,
+        events: &mut Events,
+    ) -> Served<Outcome> {
+        self.run(events, |node, now, events| {
+            node.renew(key, token, lease_ms, now, events)
+        })
     }
 
     /// Takes a closed connection's queued acquires out of their queues.
@@ -120,16 +140,13 @@ impl<N: LockNode> SharedLocks<N> {
 
     /// Runs everything due now; returns the next deadline to sleep until.
     pub(crate) fn tick(&self, events: &mut Events) -> Option<Millis> {
-        let next = {
-            let mut service = self.lock();
-            service.tick(self.clock.now(), events);
-            let next = service.next_deadline();
+        self.run(events, |node, now, events| {
+            node.tick(now, events);
+            let next = node.next_deadline();
             self.armed
                 .store(next.unwrap_or(u64::MAX), Ordering::Release);
             next
-        };
-        self.deliver(events);
-        next
+        })
     }
 
     pub(crate) async fn timer_woken(&self) {
@@ -180,7 +197,7 @@ impl<N: LockNode> SharedLocks<N> {
                 // A node that no longer serves has nothing to release.
                 let _ = node.release(&key, token, now, events);
             }
-            self.rearm_if_earlier(&node);
+            self.after_change(&node);
         }
     }
 
@@ -194,7 +211,7 @@ impl<N: LockNode> SharedLocks<N> {
                 tracing::debug!(%key, token, "releasing a grant its connection never took");
                 let _ = service.release(&key, token, now, &mut events);
             }
-            self.rearm_if_earlier(&service);
+            self.after_change(&service);
         }
         self.deliver(&mut events);
     }

@@ -88,6 +88,7 @@ pub trait LockNode: Send + 'static {
         lease_ms: u64,
         now: Millis,
         mailbox: &Mailbox,
+        events: &mut Vec<NodeEvent>,
     ) -> Served<AcquireOutcome>;
     fn release(
         &mut self,
@@ -96,7 +97,14 @@ pub trait LockNode: Send + 'static {
         now: Millis,
         events: &mut Vec<NodeEvent>,
     ) -> Served<Outcome>;
-    fn renew(&mut self, key: &Key, token: Token, lease_ms: u64, now: Millis) -> Served<Outcome>;
+    fn renew(
+        &mut self,
+        key: &Key,
+        token: Token,
+        lease_ms: u64,
+        now: Millis,
+        events: &mut Vec<NodeEvent>,
+    ) -> Served<Outcome>;
     /// A queued acquire's connection closed.
     fn cancel(&mut self, id: WaiterId);
     /// Does whatever is due at `now`.
@@ -104,6 +112,11 @@ pub trait LockNode: Send + 'static {
     /// When `tick` next has something to do.
     fn next_deadline(&self) -> Option<Millis>;
     fn status(&self) -> NodeStatus;
+    /// Whether the node has something for its peers (a cluster shell
+    /// waits for this to send replication and heartbeats).
+    fn has_output(&self) -> bool {
+        false
+    }
 }
 
 /// A node on its own: always serves.
@@ -127,6 +140,7 @@ impl LockNode for SingleNode {
         lease_ms: u64,
         now: Millis,
         mailbox: &Mailbox,
+        _events: &mut Vec<NodeEvent>,
     ) -> Served<AcquireOutcome> {
         Served::Done(
             self.service
@@ -146,7 +160,14 @@ impl LockNode for SingleNode {
         Served::Done(outcome)
     }
 
-    fn renew(&mut self, key: &Key, token: Token, lease_ms: u64, now: Millis) -> Served<Outcome> {
+    fn renew(
+        &mut self,
+        key: &Key,
+        token: Token,
+        lease_ms: u64,
+        now: Millis,
+        _events: &mut Vec<NodeEvent>,
+    ) -> Served<Outcome> {
         Served::Done(self.service.renew(key, token, lease_ms, now))
     }
 

@@ -1,0 +1,680 @@
+//! The priority-failover engine: a pure state machine over the lock service.
+//!
+//! Peer messages, client requests and ticks come in with the time; peer
+//! messages (in the outbox) and waiter events come out. No I/O, no clock:
+//! the async shell and the simulations drive it the same way.
+//!
+//! The rules, in short (docs/cluster.md has the long form):
+//! - every node sends a heartbeat to every peer each `heartbeat_ms`; a peer
+//!   not heard for `failure_timeout_ms` is dead;
+//! - a standby follows the highest-priority active it hears, asks it for a
+//!   full copy, then applies its commands in order;
+//! - with no live active, the best live node promotes itself: the one whose
+//!   state is of the newest term, the highest priority among those;
+//! - an active that hears a higher-priority active steps down and adopts
+//!   its state; one that hears a higher-priority standby holding its state
+//!   hands the role over (final table, then "you are active");
+//! - an active that finds it did not run for a failure timeout (a paused
+//!   process) steps down before serving anything: a peer may have promoted;
+//! - a promoting node takes a token floor above every token it has seen
+//!   plus a margin, and above the wall clock shifted left 20 bits, so tokens
+//!   keep rising across failovers, lost replication and full restarts.
+
+use baton_core::{
+    AcquireOutcome, Event, Key, LockService, LockTable, Millis, Outcome, TableSnapshot, Token,
+    WaiterId,
+};
+
+use super::messages::{Heartbeat, NodeIndex, PeerRole, PriorityMessage, Term};
+
+/// Added to the highest token a promoting node has seen: more grants than
+/// an active can make between its last replicated command and its death.
+pub const TOKEN_MARGIN: Token = 1 << 32;
+
+/// Tokens a promoting node starts above, from the wall clock: `ms << 20`
+/// rises by about a million a millisecond, faster than any node grants, so
+/// a node that knows nothing of the past (a full restart) still starts
+/// above every token issued before, as long as wall clocks do not go back.
+pub fn wall_floor(wall_ms: u64) -> Token {
+    wall_ms.saturating_mul(1 << 20)
+}
+
+/// How a priority node is set up.
+#[derive(Debug, Clone)]
+pub struct PriorityConfig {
+    /// This node's index in `peers`.
+    pub me: NodeIndex,
+    /// Every node's client address, in priority order.
+    pub peers: Vec<String>,
+    pub heartbeat_ms: u64,
+    pub failure_timeout_ms: u64,
+    /// Wall-clock time (ms since the Unix epoch) when `now` was 0.
+    pub wall_at_zero: u64,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NodeRole {
+    Active,
+    Standby,
+    HandingOff { to: NodeIndex },
+}
+
+/// What the engine tells the waiters of its clients.
+#[derive(Debug)]
+pub enum ClusterEvent<H> {
+    Lock(Event<H>),
+    /// The node stopped serving while the acquire waited.
+    Moved {
+        id: WaiterId,
+        handle: H,
+        key: Key,
+        to: Option<NodeIndex>,
+    },
+}
+
+/// Not the serving node: the client should go to this node, if known.
+pub type NotServing = Option<NodeIndex>;
+
+#[derive(Debug, Clone, Default)]
+struct PeerView {
+    last_heard: Option<Millis>,
+    heartbeat: Option<Heartbeat>,
+    /// (Active's view) it has our snapshot of this term and gets our commands.
+    synced: bool,
+}
+
+#[derive(Debug)]
+pub struct PriorityNode<H> {
+    config: PriorityConfig,
+    role: NodeRole,
+    service: LockService<H>,
+    term: Term,
+    seq: u64,
+    /// (Standby) the table is a faithful copy of the followed active's.
+    synced: bool,
+    following: Option<NodeIndex>,
+    peers: Vec<PeerView>,
+    /// No promotion before this (start-up, after stepping down).
+    quiet_until: Millis,
+    last_tick: Millis,
+    next_heartbeat: Millis,
+    next_sync_request: Millis,
+    handoff_started: Millis,
+    handed_off_to: Option<NodeIndex>,
+    outbox: Vec<(NodeIndex, PriorityMessage)>,
+    scratch: Vec<Event<H>>,
+}
+
+impl<H> PriorityNode<H> {
+    pub fn new(config: PriorityConfig, now: Millis) -> PriorityNode<H> {
+        let mut service = LockService::new();
+        service.enable_journal();
+        let peers = vec![PeerView::default(); config.peers.len()];
+        let quiet_until = now.saturating_add(config.failure_timeout_ms);
+        PriorityNode {
+            config,
+            role: NodeRole::Standby,
+            service,
+            term: 0,
+            seq: 0,
+            synced: false,
+            following: None,
+            peers,
+            quiet_until,
+            last_tick: now,
+            next_heartbeat: now,
+            next_sync_request: now,
+            handoff_started: now,
+            handed_off_to: None,
+            outbox: Vec::new(),
+            scratch: Vec::new(),
+        }
+    }
+
+    pub fn config(&self) -> &PriorityConfig {
+        &self.config
+    }
+
+    pub fn role(&self) -> NodeRole {
+        self.role
+    }
+
+    pub fn following(&self) -> Option<NodeIndex> {
+        self.following
+    }
+
+    pub fn table(&self) -> &LockTable {
+        self.service.table()
+    }
+
+    pub fn waiter_count(&self) -> usize {
+        self.service.waiter_count()
+    }
+
+    pub fn term(&self) -> Term {
+        self.term
+    }
+
+    /// Where a client of this node should go instead, if anywhere.
+    pub fn redirect_target(&self) -> Option<NodeIndex> {
+        match self.role {
+            NodeRole::Active => None,
+            NodeRole::Standby => self.following,
+            NodeRole::HandingOff { to } => Some(to),
+        }
+    }
+
+    /// Set once a handoff this node started has been taken up.
+    pub fn handed_off_to(&self) -> Option<NodeIndex> {
+        self.handed_off_to
+    }
+
+    fn wall(&self, now: Millis) -> u64 {
+        self.config.wall_at_zero.saturating_add(now)
+    }
+
+    fn is_live(&self, peer: NodeIndex, now: Millis) -> bool {
+        self.peers[peer]
+            .last_heard
+            .is_some_and(|t| now.saturating_sub(t) <= self.config.failure_timeout_ms)
+    }
+
+    fn others(&self) -> impl Iterator<Item = NodeIndex> + '_ {
+        (0..self.peers.len()).filter(move |&p| p != self.config.me)
+    }
+
+    fn drain_scratch(&mut self, events: &mut Vec<ClusterEvent<H>>) {
+        events.extend(self.scratch.drain(..).map(ClusterEvent::Lock));
+    }
+
+    // ---- client requests -------------------------------------------------
+
+    fn serving(
+        &mut self,
+        now: Millis,
+        events: &mut Vec<ClusterEvent<H>>,
+    ) -> Result<(), NotServing> {
+        self.check_pause(now, events);
+        match self.role {
+            NodeRole::Active => Ok(()),
+            NodeRole::Standby => Err(self.following),
+            NodeRole::HandingOff { to } => Err(Some(to)),
+        }
+    }
+
+    pub fn acquire(
+        &mut self,
+        key: Key,
+        wait_ms: u64,
+        lease_ms: u64,
+        now: Millis,
+        handle: H,
+        events: &mut Vec<ClusterEvent<H>>,
+    ) -> Result<AcquireOutcome, NotServing> {
+        self.serving(now, events)?;
+        Ok(self.service.acquire(key, wait_ms, lease_ms, now, handle))
+    }
+
+    pub fn release(
+        &mut self,
+        key: &Key,
+        token: Token,
+        now: Millis,
+        events: &mut Vec<ClusterEvent<H>>,
+    ) -> Result<Outcome, NotServing> {
+        self.serving(now, events)?;
+        let outcome = self.service.release(key, token, now, &mut self.scratch);
+        self.drain_scratch(events);
+        Ok(outcome)
+    }
+
+    pub fn renew(
+        &mut self,
+        key: &Key,
+        token: Token,
+        lease_ms: u64,
+        now: Millis,
+        events: &mut Vec<ClusterEvent<H>>,
+    ) -> Result<Outcome, NotServing> {
+        self.serving(now, events)?;
+        Ok(self.service.renew(key, token, lease_ms, now))
+    }
+
+    pub fn cancel(&mut self, id: WaiterId) {
+        self.service.cancel(id);
+    }
+
+    // ---- time ------------------------------------------------------------
+
+    /// Heartbeats, failure detection, promotion, lease expiry and waits.
+    pub fn tick(&mut self, now: Millis, events: &mut Vec<ClusterEvent<H>>) {
+        self.check_pause(now, events);
+        self.last_tick = now;
+        match self.role {
+            NodeRole::Active => {
+                self.service.tick(now, &mut self.scratch);
+                self.drain_scratch(events);
+                self.maybe_yield(now, events);
+            }
+            NodeRole::Standby => self.standby_tick(now),
+            NodeRole::HandingOff { to } => {
+                if now.saturating_sub(self.handoff_started) > self.config.failure_timeout_ms {
+                    tracing::warn!(successor = to, "handoff not taken up; standing by");
+                    self.role = NodeRole::Standby;
+                    self.following = None;
+                    self.quiet_until = now;
+                }
+            }
+        }
+        if now >= self.next_heartbeat {
+            self.send_heartbeats();
+            self.next_heartbeat = now.saturating_add(self.config.heartbeat_ms);
+        }
+    }
+
+    /// When `tick` next has work.
+    pub fn next_deadline(&self) -> Millis {
+        let mut next = self.next_heartbeat;
+        if self.role == NodeRole::Active {
+            if let Some(at) = self.service.next_deadline() {
+                next = next.min(at);
+            }
+        }
+        if self.role == NodeRole::Standby {
+            match self.following {
+                Some(active) => {
+                    if let Some(heard) = self.peers[active].last_heard {
+                        let dead_at = heard.saturating_add(self.config.failure_timeout_ms + 1);
+                        next = next.min(dead_at);
+                    }
+                }
+                None => next = next.min(self.quiet_until),
+            }
+        }
+        next
+    }
+
+    /// A process that did not run for a failure timeout may have been
+    /// replaced: step down before granting anything more.
+    fn check_pause(&mut self, now: Millis, events: &mut Vec<ClusterEvent<H>>) {
+        let gap = now.saturating_sub(self.last_tick);
+        if self.role == NodeRole::Active && gap > self.config.failure_timeout_ms {
+            tracing::warn!(
+                gap_ms = gap,
+                "did not run for a failure timeout; stepping down"
+            );
+            self.step_down(None, now, events);
+        }
+    }
+
+    fn standby_tick(&mut self, now: Millis) {
+        if let Some(active) = self.following {
+            if !self.is_live(active, now) {
+                tracing::info!(active, "active is silent");
+                self.following = None;
+            }
+        }
+        match self.following {
+            Some(active) => {
+                if !self.synced && now >= self.next_sync_request {
+                    self.outbox.push((active, PriorityMessage::SyncRequest));
+                    self.next_sync_request = now.saturating_add(2 * self.config.heartbeat_ms);
+                }
+            }
+            None => {
+                if now >= self.quiet_until && self.is_best_candidate(now) {
+                    self.promote(now);
+                }
+            }
+        }
+    }
+
+    /// With no active around: am I the live node with the newest state,
+    /// the highest priority among equals?
+    fn is_best_candidate(&self, now: Millis) -> bool {
+        let me = self.config.me;
+        let mut best = (self.term, std::cmp::Reverse(me));
+        for p in self.others() {
+            if !self.is_live(p, now) {
+                continue;
+            }
+            let Some(hb) = &self.peers[p].heartbeat else {
+                continue;
+            };
+            if hb.role != PeerRole::Standby {
+                // Someone already serves or is handing over: wait for it.
+                return false;
+            }
+            best = best.max((hb.term, std::cmp::Reverse(p)));
+        }
+        best.1 .0 == me
+    }
+
+    fn promote(&mut self, now: Millis) {
+        let floor = self
+            .service
+            .table()
+            .last_token()
+            .saturating_add(TOKEN_MARGIN)
+            .max(wall_floor(self.wall(now)));
+        self.service.raise_token_floor(floor);
+        // Standbys get the floor with the snapshot they will ask for.
+        self.service.drain_journal();
+        self.term = floor;
+        self.seq = 0;
+        self.role = NodeRole::Active;
+        self.following = None;
+        self.synced = true;
+        self.handed_off_to = None;
+        for peer in &mut self.peers {
+            peer.synced = false;
+        }
+        tracing::info!(term = floor, "now active");
+        self.send_heartbeats();
+        self.next_heartbeat = now.saturating_add(self.config.heartbeat_ms);
+    }
+
+    fn step_down(&mut self, to: Option<NodeIndex>, now: Millis, events: &mut Vec<ClusterEvent<H>>) {
+        for waiter in self.service.drain_waiters() {
+            events.push(ClusterEvent::Moved {
+                id: waiter.id,
+                handle: waiter.handle,
+                key: waiter.key,
+                to,
+            });
+        }
+        self.service.drain_journal();
+        self.role = NodeRole::Standby;
+        self.following = to;
+        self.synced = false;
+        self.next_sync_request = now;
+        self.quiet_until = now.saturating_add(self.config.failure_timeout_ms);
+        tracing::info!(following = ?to, "now standby");
+    }
+
+    // ---- handoff -----------------------------------------------------------
+
+    /// An active hands over to a higher-priority standby that holds its
+    /// state (a node that came back).
+    fn maybe_yield(&mut self, now: Millis, events: &mut Vec<ClusterEvent<H>>) {
+        let me = self.config.me;
+        let successor = (0..me).find(|&p| {
+            self.is_live(p, now)
+                && self.peers[p].synced
+                && self.peers[p].heartbeat.as_ref().is_some_and(|hb| {
+                    hb.role == PeerRole::Standby && hb.following == Some(me) && hb.term == self.term
+                })
+        });
+        if let Some(successor) = successor {
+            tracing::info!(successor, "a higher-priority node is ready; handing over");
+            self.hand_over(successor, now, events);
+        }
+    }
+
+    /// Graceful stop: hands the active role to the best live standby.
+    /// False if there is nothing to hand or nobody to hand it to.
+    pub fn begin_handoff(&mut self, now: Millis, events: &mut Vec<ClusterEvent<H>>) -> bool {
+        if self.role != NodeRole::Active {
+            return false;
+        }
+        let successor = self.others().find(|&p| {
+            self.is_live(p, now)
+                && self.peers[p]
+                    .heartbeat
+                    .as_ref()
+                    .is_some_and(|hb| hb.role == PeerRole::Standby)
+        });
+        match successor {
+            Some(successor) => {
+                self.hand_over(successor, now, events);
+                true
+            }
+            None => false,
+        }
+    }
+
+    fn hand_over(&mut self, to: NodeIndex, now: Millis, events: &mut Vec<ClusterEvent<H>>) {
+        self.flush_journal();
+        let table = self.service.table().snapshot(now);
+        self.outbox.push((to, PriorityMessage::Handoff { table }));
+        for waiter in self.service.drain_waiters() {
+            events.push(ClusterEvent::Moved {
+                id: waiter.id,
+                handle: waiter.handle,
+                key: waiter.key,
+                to: Some(to),
+            });
+        }
+        self.role = NodeRole::HandingOff { to };
+        self.handoff_started = now;
+    }
+
+    // ---- peers -------------------------------------------------------------
+
+    pub fn on_message(
+        &mut self,
+        from: NodeIndex,
+        message: PriorityMessage,
+        now: Millis,
+        events: &mut Vec<ClusterEvent<H>>,
+    ) {
+        if from >= self.peers.len() || from == self.config.me {
+            return;
+        }
+        self.peers[from].last_heard = Some(now);
+        match message {
+            PriorityMessage::Heartbeat(heartbeat) => {
+                self.on_heartbeat(from, heartbeat, now, events)
+            }
+            PriorityMessage::SyncRequest => {
+                if self.role == NodeRole::Active {
+                    self.send_snapshot(from, now);
+                }
+            }
+            PriorityMessage::Snapshot { term, seq, table } => {
+                if self.role == NodeRole::Standby && self.following == Some(from) {
+                    self.service.replace_table(LockTable::restore(&table, now));
+                    self.term = term;
+                    self.seq = seq;
+                    self.synced = true;
+                }
+            }
+            PriorityMessage::Commands {
+                term,
+                first_seq,
+                commands,
+            } => self.on_commands(from, term, first_seq, &commands, now),
+            PriorityMessage::Handoff { table } => self.on_handoff(from, &table, now),
+        }
+    }
+
+    fn on_commands(
+        &mut self,
+        from: NodeIndex,
+        term: Term,
+        first_seq: u64,
+        commands: &[baton_core::Command],
+        now: Millis,
+    ) {
+        if self.role != NodeRole::Standby || self.following != Some(from) || !self.synced {
+            return;
+        }
+        if term != self.term || first_seq > self.seq {
+            // Something was lost in between: start over from a full copy.
+            self.synced = false;
+            self.next_sync_request = now;
+            return;
+        }
+        let already = (self.seq - first_seq) as usize;
+        for command in commands.iter().skip(already) {
+            self.service.apply_replicated(command, now);
+            self.seq += 1;
+        }
+    }
+
+    fn on_handoff(&mut self, from: NodeIndex, table: &TableSnapshot, now: Millis) {
+        if self.role == NodeRole::Active {
+            tracing::warn!(from, "handoff offered to an active node; ignored");
+            return;
+        }
+        tracing::info!(from, "taking over by handoff");
+        self.service.replace_table(LockTable::restore(table, now));
+        self.promote(now);
+    }
+
+    fn on_heartbeat(
+        &mut self,
+        from: NodeIndex,
+        heartbeat: Heartbeat,
+        now: Millis,
+        events: &mut Vec<ClusterEvent<H>>,
+    ) {
+        let me = self.config.me;
+        match self.role {
+            NodeRole::Standby => {
+                if heartbeat.role == PeerRole::Active {
+                    let better = match self.following {
+                        None => true,
+                        Some(current) => from < current || !self.is_live(current, now),
+                    };
+                    if self.following != Some(from) && better {
+                        tracing::info!(active = from, "following");
+                        self.following = Some(from);
+                        self.synced = false;
+                        self.next_sync_request = now;
+                    }
+                    // Commands travel on the same link before the heartbeat
+                    // that counts them: a gap means some were lost.
+                    if self.following == Some(from)
+                        && self.synced
+                        && (heartbeat.term != self.term || heartbeat.seq > self.seq)
+                    {
+                        self.synced = false;
+                        self.next_sync_request = now;
+                    }
+                } else if self.following == Some(from) && heartbeat.role == PeerRole::Standby {
+                    tracing::info!(active = from, "active stepped down");
+                    self.following = None;
+                }
+            }
+            NodeRole::Active => {
+                if heartbeat.role == PeerRole::Active {
+                    if from < me {
+                        tracing::warn!(other = from, "a higher-priority active; stepping down");
+                        self.step_down(Some(from), now, events);
+                    } else {
+                        // It steps down when it hears us; until then it may
+                        // grant: stay above anything it can have issued.
+                        let floor = heartbeat
+                            .last_token
+                            .saturating_add(TOKEN_MARGIN)
+                            .max(wall_floor(self.wall(now)));
+                        if floor > self.service.table().last_token() {
+                            self.service.raise_token_floor(floor);
+                        }
+                        let beat = self.heartbeat();
+                        self.outbox.push((from, PriorityMessage::Heartbeat(beat)));
+                    }
+                } else if heartbeat.last_token > self.service.table().last_token() {
+                    self.service.raise_token_floor(heartbeat.last_token);
+                }
+            }
+            NodeRole::HandingOff { to } => {
+                if from == to && heartbeat.role == PeerRole::Active {
+                    tracing::info!(active = to, "handoff taken up");
+                    self.role = NodeRole::Standby;
+                    self.following = Some(to);
+                    self.synced = false;
+                    self.next_sync_request = now;
+                    self.handed_off_to = Some(to);
+                }
+            }
+        }
+        self.peers[from].heartbeat = Some(heartbeat);
+        if self.role == NodeRole::Active {
+            self.maybe_yield(now, events);
+        }
+    }
+
+    /// A link to `peer` broke: what was sent on it may be lost.
+    pub fn on_link_down(&mut self, peer: NodeIndex) {
+        if let Some(view) = self.peers.get_mut(peer) {
+            view.synced = false;
+        }
+    }
+
+    // ---- output --------------------------------------------------------------
+
+    fn heartbeat(&self) -> Heartbeat {
+        Heartbeat {
+            role: match self.role {
+                NodeRole::Active => PeerRole::Active,
+                NodeRole::Standby => PeerRole::Standby,
+                NodeRole::HandingOff { .. } => PeerRole::HandingOff,
+            },
+            term: self.term,
+            seq: self.seq,
+            last_token: self.service.table().last_token(),
+            following: self.following,
+        }
+    }
+
+    fn send_heartbeats(&mut self) {
+        self.flush_journal();
+        let beat = self.heartbeat();
+        for p in 0..self.peers.len() {
+            if p != self.config.me {
+                self.outbox
+                    .push((p, PriorityMessage::Heartbeat(beat.clone())));
+            }
+        }
+    }
+
+    fn send_snapshot(&mut self, to: NodeIndex, now: Millis) {
+        self.flush_journal();
+        let table = self.service.table().snapshot(now);
+        self.outbox.push((
+            to,
+            PriorityMessage::Snapshot {
+                term: self.term,
+                seq: self.seq,
+                table,
+            },
+        ));
+        self.peers[to].synced = true;
+    }
+
+    /// Moves the commands applied since the last call into the outbox, one
+    /// batch for every synced standby.
+    fn flush_journal(&mut self) {
+        if !self.service.has_journal() {
+            return;
+        }
+        let commands = self.service.drain_journal();
+        let first_seq = self.seq;
+        self.seq += commands.len() as u64;
+        if self.role != NodeRole::Active {
+            return;
+        }
+        for p in 0..self.peers.len() {
+            if p != self.config.me && self.peers[p].synced {
+                let batch = PriorityMessage::Commands {
+                    term: self.term,
+                    first_seq,
+                    commands: commands.clone(),
+                };
+                self.outbox.push((p, batch));
+            }
+        }
+    }
+
+    pub fn has_output(&self) -> bool {
+        !self.outbox.is_empty() || self.service.has_journal()
+    }
+
+    /// Everything for the peers, in order.
+    pub fn take_output(&mut self) -> Vec<(NodeIndex, PriorityMessage)> {
+        self.flush_journal();
+        std::mem::take(&mut self.outbox)
+    }
+}

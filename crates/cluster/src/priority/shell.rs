@@ -1,0 +1,270 @@
+//! The async shell of a priority node: peer links over the client port,
+//! the outbox pump, and the graceful handoff at shutdown.
+//!
+//! Each node dials every other node and only writes on the link it dialled;
+//! it reads its peers' messages on the links they dialled. Ticks come from
+//! the server's single timer, which `LockNode::next_deadline` drives.
+
+use std::sync::Arc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use bytes::BytesMut;
+use futures_util::{SinkExt, StreamExt};
+use tokio::io::AsyncWriteExt;
+use tokio::net::TcpStream;
+use tokio::sync::mpsc;
+use tokio_util::codec::{Framed, FramedParts, FramedWrite};
+
+use baton_server::{Clock, PeerAcceptor, Server, ServerConfig, ServerError, SharedLocks};
+
+use super::engine::{PriorityConfig, PriorityNode};
+use super::lock_node::PriorityLockNode;
+use super::messages::{LinkHello, NodeIndex, PriorityMessage};
+use crate::peer::{self, PEER_HELLO};
+
+type Shared = Arc<SharedLocks<PriorityLockNode>>;
+
+/// Pause between attempts to reach a peer that is down.
+const REDIAL_PAUSE: Duration = Duration::from_millis(100);
+/// A graceful stop waits this long for the successor to take over.
+const HANDOFF_WAIT: Duration = Duration::from_secs(2);
+
+/// A running priority node: the server, and a handle for the handoff.
+#[derive(Debug)]
+pub struct PriorityCluster {
+    pub server: Server<PriorityLockNode>,
+    pub handle: PriorityHandle,
+}
+
+/// What a graceful stop needs of a running priority node.
+#[derive(Debug, Clone)]
+pub struct PriorityHandle {
+    locks: Shared,
+}
+
+impl PriorityHandle {
+    /// Graceful stop, first part: hand the active role to the best live
+    /// standby and wait (bounded) until it has taken over. The server keeps
+    /// answering meanwhile, redirecting clients to the successor.
+    pub async fn hand_off(&self) {
+        let started = self.locks.with(|node, now, events| {
+            node.drive(events, |engine, ev| engine.begin_handoff(now, ev))
+        });
+        if !started {
+            return;
+        }
+        let begun = tokio::time::Instant::now();
+        while begun.elapsed() < HANDOFF_WAIT {
+            let taken = self.locks.with(|node, _, _| node.engine().handed_off_to());
+            if let Some(successor) = taken {
+                tracing::info!(successor, "handed over");
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        }
+        tracing::warn!("successor did not confirm the handoff in time");
+    }
+}
+
+/// Binds a priority node and starts its shell.
+pub async fn start(
+    server_config: ServerConfig,
+    heartbeat_ms: u64,
+    failure_timeout_ms: u64,
+    peers: Vec<String>,
+    me: NodeIndex,
+) -> Result<PriorityCluster, ServerError> {
+    let clock = Clock::new();
+    let now = clock.now();
+    let wall_ms = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0);
+    let config = PriorityConfig {
+        me,
+        peers: peers.clone(),
+        heartbeat_ms,
+        failure_timeout_ms,
+        wall_at_zero: wall_ms.saturating_sub(now),
+    };
+    let engine = PriorityNode::new(config, now);
+    let locks: Shared = Arc::new(SharedLocks::new(PriorityLockNode::new(engine), clock));
+    let inbound = Arc::new(Inbound {
+        locks: locks.clone(),
+        peers: peers.clone(),
+        me,
+        idle_limit: Duration::from_millis((failure_timeout_ms * 20).max(5_000)),
+    });
+    let server = Server::bind_shared(server_config, locks.clone(), Some(inbound)).await?;
+
+    let mut links = Vec::with_capacity(peers.len());
+    for (index, addr) in peers.iter().enumerate() {
+        if index == me {
+            links.push(None);
+            continue;
+        }
+        let (tx, rx) = mpsc::unbounded_channel();
+        let hello = LinkHello {
+            from: me,
+            peers: peers.clone(),
+        };
+        tokio::spawn(dial(index, addr.clone(), hello, rx, locks.clone()));
+        links.push(Some(tx));
+    }
+    tokio::spawn(pump(locks.clone(), links));
+    Ok(PriorityCluster {
+        server,
+        handle: PriorityHandle { locks },
+    })
+}
+
+/// Moves the engine's outbox onto the links, in order.
+async fn pump(locks: Shared, links: Vec<Option<mpsc::UnboundedSender<PriorityMessage>>>) {
+    loop {
+        locks.output_ready().await;
+        let output = locks.with(|node, _, _| node.engine_mut().take_output());
+        for (to, message) in output {
+            if let Some(Some(link)) = links.get(to) {
+                // A link task that ended means the runtime is going down.
+                let _ = link.send(message);
+            }
+        }
+    }
+}
+
+/// Keeps the outgoing link to one peer up and writes the engine's messages
+/// to it. While the peer is unreachable its messages are dropped: they
+/// would be stale by the time it came back, and heartbeats, sync requests
+/// and snapshots are all repeated as needed.
+async fn dial(
+    index: NodeIndex,
+    addr: String,
+    hello: LinkHello,
+    mut outbox: mpsc::UnboundedReceiver<PriorityMessage>,
+    locks: Shared,
+) {
+    let mut batch = Vec::with_capacity(64);
+    loop {
+        let connected =
+            tokio::time::timeout(Duration::from_secs(1), TcpStream::connect(&addr)).await;
+        let mut stream = match connected {
+            Ok(Ok(stream)) => stream,
+            _ => {
+                while outbox.try_recv().is_ok() {}
+                tokio::time::sleep(REDIAL_PAUSE).await;
+                continue;
+            }
+        };
+        let _ = stream.set_nodelay(true);
+        if let Err(error) = send_link(&mut stream, &hello, &mut outbox, &mut batch).await {
+            tracing::debug!(peer = index, %error, "peer link down");
+        }
+        locks.with(|node, _, _| node.engine_mut().on_link_down(index));
+        while outbox.try_recv().is_ok() {}
+        tokio::time::sleep(REDIAL_PAUSE).await;
+    }
+}
+
+async fn send_link(
+    stream: &mut TcpStream,
+    hello: &LinkHello,
+    outbox: &mut mpsc::UnboundedReceiver<PriorityMessage>,
+    batch: &mut Vec<PriorityMessage>,
+) -> Result<(), peer::PeerError> {
+    stream.write_all(PEER_HELLO).await?;
+    let (mut reader, writer) = stream.split();
+    let mut frames = FramedWrite::new(writer, peer::frame_codec());
+    frames.send(peer::encode(hello)?).await?;
+    let mut sink = [0u8; 64];
+    loop {
+        tokio::select! {
+            n = outbox.recv_many(batch, 64) => {
+                if n == 0 {
+                    return Ok(());
+                }
+                for message in batch.drain(..) {
+                    frames.feed(peer::encode(&message)?).await?;
+                }
+                SinkExt::<bytes::Bytes>::flush(&mut frames).await?;
+            }
+            // The peer never writes on this link: a read only ends it.
+            read = tokio::io::AsyncReadExt::read(&mut reader, &mut sink) => {
+                match read {
+                    Ok(0) | Err(_) => return Ok(()),
+                    Ok(_) => {}
+                }
+            }
+        }
+    }
+}
+
+/// Takes the links peers dial to this node.
+struct Inbound {
+    locks: Shared,
+    peers: Vec<String>,
+    me: NodeIndex,
+    idle_limit: Duration,
+}
+
+impl PeerAcceptor for Inbound {
+    fn hello(&self) -> &'static [u8] {
+        PEER_HELLO
+    }
+
+    fn accept(&self, stream: TcpStream, mut already_read: BytesMut) {
+        let _ = already_read.split_to(PEER_HELLO.len().min(already_read.len()));
+        let locks = self.locks.clone();
+        let peers = self.peers.clone();
+        let me = self.me;
+        let idle_limit = self.idle_limit;
+        tokio::spawn(async move {
+            if let Err(error) =
+                receive_link(stream, already_read, locks, &peers, me, idle_limit).await
+            {
+                tracing::debug!(%error, "inbound peer link closed");
+            }
+        });
+    }
+}
+
+async fn receive_link(
+    stream: TcpStream,
+    already_read: BytesMut,
+    locks: Shared,
+    peers: &[String],
+    me: NodeIndex,
+    idle_limit: Duration,
+) -> Result<(), peer::PeerError> {
+    let mut parts = FramedParts::new::<bytes::Bytes>(stream, peer::frame_codec());
+    parts.read_buf = already_read;
+    let mut frames = Framed::from_parts(parts);
+    let first = match tokio::time::timeout(idle_limit, frames.next()).await {
+        Ok(Some(frame)) => frame?,
+        _ => return Err(peer::PeerError::NoHello),
+    };
+    let hello: LinkHello = peer::decode(&first)?;
+    if hello.peers != peers || hello.from == me || hello.from >= peers.len() {
+        tracing::warn!(
+            from = hello.from,
+            their_peers = ?hello.peers,
+            "refused a peer with another peer list; every node needs the same --peers"
+        );
+        return Ok(());
+    }
+    loop {
+        let frame = match tokio::time::timeout(idle_limit, frames.next()).await {
+            Ok(Some(frame)) => frame?,
+            Ok(None) => return Ok(()),
+            Err(_) => {
+                tracing::debug!(from = hello.from, "peer link idle; closing");
+                return Ok(());
+            }
+        };
+        let message: PriorityMessage = peer::decode(&frame)?;
+        locks.with(|node, now, events| {
+            node.drive(events, |engine, ev| {
+                engine.on_message(hello.from, message, now, ev)
+            })
+        });
+    }
+}
