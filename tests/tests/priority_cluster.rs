@@ -508,12 +508,14 @@ async fn the_old_active_restarted_rejoins_and_takes_over_without_losing_locks() 
 }
 
 /// SIGSTOP node 0 until node 1 promotes and grants; returns the tokens
-/// granted so far, with node 0 still paused.
-async fn pause_until_node_1_grants(cluster: &mut Cluster, prefix: &str) -> Tokens {
+/// granted so far and the grant node 0 made (and replicated) before the
+/// pause, with node 0 still paused.
+async fn pause_until_node_1_grants(cluster: &mut Cluster, prefix: &str) -> (Tokens, (String, u64)) {
     cluster.wait_active(0, SETTLE).await;
     let mut client = cluster.client(0);
     let mut tokens = Tokens::default();
-    let (t, _) = grant(&mut client, &format!("{prefix}/a"), "1", "60").await;
+    let first = format!("{prefix}/a");
+    let (t, _) = grant(&mut client, &first, "1", "60").await;
     tokens.record(t, "on node 0 before the pause");
     tokio::time::sleep(Duration::from_millis(200)).await;
 
@@ -527,7 +529,7 @@ async fn pause_until_node_1_grants(cluster: &mut Cluster, prefix: &str) -> Token
         assert_eq!(reply.node, 1, "{key} should be granted by node 1");
         tokens.record(t, &format!("{key} on node 1 during the pause"));
     }
-    tokens
+    (tokens, (first, t))
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -537,7 +539,7 @@ async fn a_paused_active_resumes_into_one_active_and_tokens_never_go_back() {
         3,
         &["--heartbeat-interval", "0.05", "--failure-timeout", "0.3"],
     );
-    let tokens = pause_until_node_1_grants(&mut cluster, "pause").await;
+    let (tokens, (first, first_token)) = pause_until_node_1_grants(&mut cluster, "pause").await;
     let max_before = tokens.max();
 
     let mut client = cluster.client(1);
@@ -579,6 +581,9 @@ async fn a_paused_active_resumes_into_one_active_and_tokens_never_go_back() {
     // Still exactly one active, and the next token is above everything.
     assert_eq!(cluster.wait_single_active(Duration::from_secs(1)).await, 0);
     let mut c0 = LineClient::connect(cluster.addr(0)).await;
+    // Granted and replicated before the pause: both sides of the episode
+    // hold it, so whichever wins must still hold it.
+    assert_held(&mut c0, &first, first_token).await;
     let t = grant_token(&c0.request("A pause/final 1 10").await, "pause/final");
     let last = log.grants.last().map(|g| g.token).unwrap_or(max_before);
     assert!(t > last, "final token {t} not above {last}");
@@ -613,7 +618,7 @@ async fn a_request_parked_at_a_paused_active_is_not_granted_below_newer_tokens()
     let mut cluster = Cluster::start(3, &[]);
     cluster.wait_active(0, SETTLE).await;
     let mut parked = connect_raw(cluster.addr(0)).await;
-    let tokens = pause_until_node_1_grants(&mut cluster, "parked").await;
+    let (tokens, _) = pause_until_node_1_grants(&mut cluster, "parked").await;
     let max_before = tokens.max();
     if let Err(e) = parked.get_mut().write_all(b"A parked/x 1 10\n").await {
         panic!("cannot write to the paused node's socket: {e}");
