@@ -45,6 +45,8 @@ pub(crate) struct Connection<N> {
     mailbox: Mailbox,
     /// Queued acquires of this connection, cancelled when it closes.
     waiting: HashSet<WaiterId>,
+    /// Requests the node answers later (`Served::Later`).
+    deferred: usize,
     /// Grants encoded into `output` but not yet written, with the stream
     /// position their line ends at.
     unwritten_grants: VecDeque<(u64, Key, Token)>,
@@ -68,6 +70,7 @@ impl<N: LockNode> Connection<N> {
             output: BytesMut::with_capacity(READ_CHUNK),
             mailbox: Mailbox(tx),
             waiting: HashSet::new(),
+            deferred: 0,
             unwritten_grants: VecDeque::new(),
             encoded_total: 0,
             written_total: 0,
@@ -205,7 +208,7 @@ impl<N: LockNode> Connection<N> {
                 wait_ms,
                 lease_ms,
             } => {
-                if self.waiting.len() >= self.node.config.max_pending {
+                if self.waiting.len() + self.deferred >= self.node.config.max_pending {
                     let reply = ErrorReply {
                         op: Some(Op::Acquire),
                         key: Some(key.as_bytes().to_vec()),
@@ -240,13 +243,18 @@ impl<N: LockNode> Connection<N> {
                         key,
                         addr,
                     }),
+                    Served::Later => self.deferred += 1,
                 }
             }
             Request::Release { key, token } => {
                 let mut events = std::mem::take(&mut self.events);
-                let served = self.locks.release(&key, token, &mut events);
+                let served = self.locks.release(&key, token, &self.mailbox, &mut events);
                 self.events = events;
                 let response = match served {
+                    Served::Later => {
+                        self.deferred += 1;
+                        return;
+                    }
                     Served::Done(Outcome::Released) => Response::Released { key },
                     Served::Done(_) => Response::NotHeld {
                         op: Op::Release,
@@ -266,9 +274,15 @@ impl<N: LockNode> Connection<N> {
                 lease_ms,
             } => {
                 let mut events = std::mem::take(&mut self.events);
-                let served = self.locks.renew(&key, token, lease_ms, &mut events);
+                let served = self
+                    .locks
+                    .renew(&key, token, lease_ms, &self.mailbox, &mut events);
                 self.events = events;
                 let response = match served {
+                    Served::Later => {
+                        self.deferred += 1;
+                        return;
+                    }
                     Served::Done(Outcome::Renewed) => Response::Renewed { key },
                     Served::Done(_) => Response::NotHeld { op: Op::Renew, key },
                     Served::Redirect(addr) => Response::Moved {
@@ -288,6 +302,13 @@ impl<N: LockNode> Connection<N> {
 
     fn on_delivery(&mut self, delivery: Delivery) {
         match delivery {
+            Delivery::Reply(response) => {
+                self.deferred = self.deferred.saturating_sub(1);
+                match response {
+                    Response::Granted { key, token } => self.answer_grant(key, token),
+                    other => self.answer(&other),
+                }
+            }
             Delivery::Granted { id, key, token } => {
                 self.waiting.remove(&id);
                 self.answer_grant(key, token);
@@ -346,8 +367,10 @@ impl<N: LockNode> Connection<N> {
             .map(|(_, key, token)| (key, token))
             .collect();
         while let Ok(delivery) = deliveries.try_recv() {
-            if let Delivery::Granted { key, token, .. } = delivery {
-                ghosts.push((key, token));
+            match delivery {
+                Delivery::Granted { key, token, .. }
+                | Delivery::Reply(Response::Granted { key, token }) => ghosts.push((key, token)),
+                _ => {}
             }
         }
         if !ghosts.is_empty() {

@@ -24,6 +24,8 @@ pub(crate) enum Delivery {
         key: Key,
         to: Option<String>,
     },
+    /// The late answer to a request the node answered `Served::Later`.
+    Reply(baton_proto::Response),
 }
 
 /// The wait-queue handle of a queued acquire: its connection's mailbox.

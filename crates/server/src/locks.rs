@@ -108,9 +108,15 @@ impl<N: LockNode> SharedLocks<N> {
         })
     }
 
-    pub(crate) fn release(&self, key: &Key, token: Token, events: &mut Events) -> Served<Outcome> {
+    pub(crate) fn release(
+        &self,
+        key: &Key,
+        token: Token,
+        mailbox: &Mailbox,
+        events: &mut Events,
+    ) -> Served<Outcome> {
         self.run(events, |node, now, events| {
-            node.release(key, token, now, events)
+            node.release(key, token, now, Some(mailbox), events)
         })
     }
 
@@ -119,10 +125,11 @@ impl<N: LockNode> SharedLocks<N> {
         key: &Key,
         token: Token,
         lease_ms: u64,
+        mailbox: &Mailbox,
         events: &mut Events,
     ) -> Served<Outcome> {
         self.run(events, |node, now, events| {
-            node.renew(key, token, lease_ms, now, events)
+            node.renew(key, token, lease_ms, now, mailbox, events)
         })
     }
 
@@ -185,6 +192,13 @@ impl<N: LockNode> SharedLocks<N> {
                     } => {
                         let _ = mailbox.send(Delivery::Moved { id, key, to });
                     }
+                    NodeEvent::Reply { mailbox, response } => {
+                        if let Err(Delivery::Reply(baton_proto::Response::Granted { key, token })) =
+                            mailbox.send(Delivery::Reply(response))
+                        {
+                            ghosts.push((key, token));
+                        }
+                    }
                 }
             }
             if ghosts.is_empty() {
@@ -195,7 +209,7 @@ impl<N: LockNode> SharedLocks<N> {
             for (key, token) in ghosts {
                 tracing::debug!(%key, token, "releasing a grant nobody could receive");
                 // A node that no longer serves has nothing to release.
-                let _ = node.release(&key, token, now, events);
+                let _ = node.release(&key, token, now, None, events);
             }
             self.after_change(&node);
         }
@@ -209,7 +223,7 @@ impl<N: LockNode> SharedLocks<N> {
             let now = self.clock.now();
             for (key, token) in ghosts {
                 tracing::debug!(%key, token, "releasing a grant its connection never took");
-                let _ = service.release(&key, token, now, &mut events);
+                let _ = service.release(&key, token, now, None, &mut events);
             }
             self.after_change(&service);
         }

@@ -17,6 +17,9 @@ pub enum Served<T> {
     /// Not the serving node: the client should go to this address (`None`
     /// while no serving node is known).
     Redirect(Option<String>),
+    /// The answer comes later, as a [`NodeEvent::Reply`] to the request's
+    /// mailbox (a Raft leader answers once the change is committed).
+    Later,
 }
 
 /// How a queued acquire ends, told to its connection.
@@ -40,6 +43,11 @@ pub enum NodeEvent {
         mailbox: Mailbox,
         key: Key,
         to: Option<String>,
+    },
+    /// The answer to a request that was answered [`Served::Later`].
+    Reply {
+        mailbox: Mailbox,
+        response: baton_proto::Response,
     },
 }
 
@@ -90,11 +98,14 @@ pub trait LockNode: Send + 'static {
         mailbox: &Mailbox,
         events: &mut Vec<NodeEvent>,
     ) -> Served<AcquireOutcome>;
+    /// `reply_to` is the mailbox of the client that asked, for a late
+    /// answer; `None` when the node itself releases a grant nobody received.
     fn release(
         &mut self,
         key: &Key,
         token: Token,
         now: Millis,
+        reply_to: Option<&Mailbox>,
         events: &mut Vec<NodeEvent>,
     ) -> Served<Outcome>;
     fn renew(
@@ -103,6 +114,7 @@ pub trait LockNode: Send + 'static {
         token: Token,
         lease_ms: u64,
         now: Millis,
+        reply_to: &Mailbox,
         events: &mut Vec<NodeEvent>,
     ) -> Served<Outcome>;
     /// A queued acquire's connection closed.
@@ -153,6 +165,7 @@ impl LockNode for SingleNode {
         key: &Key,
         token: Token,
         now: Millis,
+        _reply_to: Option<&Mailbox>,
         events: &mut Vec<NodeEvent>,
     ) -> Served<Outcome> {
         let outcome = self.service.release(key, token, now, &mut self.scratch);
@@ -166,6 +179,7 @@ impl LockNode for SingleNode {
         token: Token,
         lease_ms: u64,
         now: Millis,
+        _reply_to: &Mailbox,
         _events: &mut Vec<NodeEvent>,
     ) -> Served<Outcome> {
         Served::Done(self.service.renew(key, token, lease_ms, now))

@@ -86,6 +86,7 @@ impl LockNode for PriorityLockNode {
         key: &Key,
         token: Token,
         now: Millis,
+        _reply_to: Option<&Mailbox>,
         events: &mut Vec<NodeEvent>,
     ) -> Served<Outcome> {
         let result = self.drive(events, |engine, scratch| {
@@ -100,6 +101,7 @@ impl LockNode for PriorityLockNode {
         token: Token,
         lease_ms: u64,
         now: Millis,
+        _reply_to: &Mailbox,
         events: &mut Vec<NodeEvent>,
     ) -> Served<Outcome> {
         let result = self.drive(events, |engine, scratch| {
