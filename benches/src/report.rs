@@ -15,6 +15,8 @@ pub struct Row {
     pub case: Case,
     /// Median rate over the runs.
     pub rate: f64,
+    /// (max - min) / median of the runs' rates: how far to trust `rate`.
+    pub spread: f64,
     /// Medians of the runs' percentiles; `None` when nothing was timed.
     pub p50: Option<Duration>,
     pub p99: Option<Duration>,
@@ -33,10 +35,16 @@ impl Row {
             )
             .map(Duration::from_secs_f64)
         };
+        let rates: Vec<f64> = runs.iter().map(|run| run.rate).collect();
+        let rate = median(rates.clone()).unwrap_or(0.0);
+        let (min, max) = rates.iter().fold((f64::INFINITY, 0.0f64), |(lo, hi), &r| {
+            (lo.min(r), hi.max(r))
+        });
         Self {
             target,
             case,
-            rate: median(runs.iter().map(|run| run.rate).collect()).unwrap_or(0.0),
+            rate,
+            spread: if rate > 0.0 { (max - min) / rate } else { 0.0 },
             p50: secs(|run| run.p50),
             p99: secs(|run| run.p99),
             vs_echo: None,
@@ -70,12 +78,13 @@ pub fn add_echo_ratios(rows: &mut [Row]) {
     }
 }
 
-const HEADERS: [&str; 10] = [
-    "target", "scenario", "C", "depth", "rate", "unit", "latency", "p50", "p99", "vs echo",
+const HEADERS: [&str; 11] = [
+    "target", "scenario", "C", "depth", "rate", "spread", "unit", "latency", "p50", "p99",
+    "vs echo",
 ];
 
 pub fn render(rows: &[Row]) -> String {
-    let cells: Vec<[String; 10]> = rows
+    let cells: Vec<[String; 11]> = rows
         .iter()
         .map(|row| {
             [
@@ -84,6 +93,7 @@ pub fn render(rows: &[Row]) -> String {
                 row.case.clients.to_string(),
                 row.case.depth.to_string(),
                 format!("{:.0}", row.rate),
+                format!("{:.0}%", row.spread * 100.0),
                 row.case.scenario.unit().to_string(),
                 row.case.scenario.latency().to_string(),
                 latency(row.p50),
@@ -104,7 +114,7 @@ pub fn render(rows: &[Row]) -> String {
         for (column, field) in fields.enumerate() {
             // Text columns left-aligned, figures right-aligned.
             let _ = match column {
-                0 | 1 | 5 | 6 => write!(text, "{field:<w$}  ", w = widths[column]),
+                0 | 1 | 6 | 7 => write!(text, "{field:<w$}  ", w = widths[column]),
                 _ => write!(text, "{field:>w$}  ", w = widths[column]),
             };
         }
@@ -159,6 +169,7 @@ mod tests {
         let runs = [run(100.0, Some(30)), run(300.0, Some(10)), run(200.0, None)];
         let row = Row::summarize(Target::Baton, CASE, &runs);
         assert_eq!(row.rate, 200.0);
+        assert_eq!(row.spread, 1.0);
         assert_eq!(row.p50, Some(Duration::from_micros(20)));
         assert_eq!(row.p99, Some(Duration::from_micros(40)));
     }
@@ -190,7 +201,10 @@ mod tests {
         assert_eq!(lines.len(), 2);
         assert!(lines[0].starts_with("target  scenario"), "{table}");
         assert!(lines[1].starts_with("baton   uncontended  64"), "{table}");
-        assert!(lines[1].contains(" 81117  cycles/s  cycle"), "{table}");
+        assert!(
+            lines[1].contains(" 81117      0%  cycles/s  cycle"),
+            "{table}"
+        );
         assert!(lines[1].contains("756.0us"), "{table}");
         assert!(lines[1].contains("1.51ms"), "{table}");
         assert!(lines[1].ends_with(" -"), "{table}");
