@@ -261,3 +261,12 @@ pub fn churn_summary(log: &ChurnLog) -> String {
         log.lost_releases
     )
 }
+
+/// The longest time between two consecutive grants of a churn client.
+pub fn longest_pause(log: &ChurnLog) -> Duration {
+    log.grants
+        .windows(2)
+        .map(|w| w[1].at - w[0].at)
+        .max()
+        .unwrap_or_default()
+}
