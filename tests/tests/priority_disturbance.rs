@@ -1,6 +1,7 @@
 //! Black-box tests of the priority cluster under faults that should not move
 //! the active: a standby crashes or is paused and comes back. Also the token
-//! rule of PROTOCOL.md across a restart of the whole cluster.
+//! rule of PROTOCOL.md across a restart of the whole cluster, and graceful
+//! stops with no live successor or of a standby.
 
 mod priority_support;
 
@@ -11,8 +12,8 @@ use baton_tests::{grant_token, LineClient};
 use tokio::time::Instant;
 
 use priority_support::{
-    assert_held, assert_tokens_rise, churn_summary, finish_churn, grant, longest_pause, release,
-    spawn_churn, FAILOVER_BOUND, SERIAL, SETTLE,
+    assert_held, assert_tokens_rise, churn_summary, finish_churn, grant, handoff_gap,
+    longest_pause, release, spawn_churn, FAILOVER_BOUND, GAP_BOUND, SERIAL, SETTLE,
 };
 
 /// Longest pause between two grants the active may show while a standby
@@ -151,4 +152,63 @@ async fn tokens_keep_rising_across_a_restart_of_the_whole_cluster() {
         t > before,
         "token {t} after the restart not above {before} from before"
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_graceful_stop_skips_a_dead_successor_and_the_last_node_still_exits() {
+    let _serial = SERIAL.lock().await;
+    let mut cluster = Cluster::start(3, &[]);
+    cluster.wait_active(0, SETTLE).await;
+    cluster.kill(1);
+    cluster.wait_active(0, Duration::from_secs(2)).await;
+    let mut c0 = LineClient::connect(cluster.addr(0)).await;
+    let held = grant_token(&c0.request("A skip/held 1 60").await, "skip/held");
+
+    let (stop, task) = spawn_churn(cluster.client(0), "skip/churn", Duration::ZERO);
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let status = tokio::task::block_in_place(|| cluster.terminate(0));
+    assert!(status.success(), "node 0 should exit 0: {status}");
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let log = finish_churn(stop, task).await;
+    let gap = handoff_gap(&log, 0, 2);
+    println!(
+        "SIGTERM with node 1 dead: client gap {gap:?} to node 2; churn: {}",
+        churn_summary(&log)
+    );
+    assert!(gap < GAP_BOUND, "handoff gap {gap:?} to node 2");
+    assert_tokens_rise(&log.grants, held, "churn across the handoff to node 2");
+    assert!(log.lost_releases.is_empty(), "{:?}", log.lost_releases);
+
+    cluster.wait_active(2, Duration::from_secs(2)).await;
+    let mut c2 = LineClient::connect(cluster.addr(2)).await;
+    assert_held(&mut c2, "skip/held", held).await;
+
+    // Nobody left to hand over to: the stop must not hang on it.
+    let signalled = Instant::now();
+    let status = tokio::task::block_in_place(|| cluster.terminate(2));
+    println!(
+        "SIGTERM of the last node: exited {:?} after the signal",
+        signalled.elapsed()
+    );
+    assert!(status.success(), "the last node should exit 0: {status}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_standby_stopped_gracefully_exits_and_the_active_carries_on() {
+    let _serial = SERIAL.lock().await;
+    let mut cluster = Cluster::start(3, &[]);
+    cluster.wait_active(0, SETTLE).await;
+    let signalled = Instant::now();
+    let status = tokio::task::block_in_place(|| cluster.interrupt(2));
+    println!(
+        "SIGINT of a standby: exited {:?} after the signal",
+        signalled.elapsed()
+    );
+    assert!(status.success(), "the standby should exit 0: {status}");
+    cluster.wait_active(0, Duration::from_secs(2)).await;
+    let mut client = cluster.client(0);
+    let (t, reply) = grant(&mut client, "calm/k", "1", "10").await;
+    assert_eq!(reply.node, 0, "node 0 should still serve");
+    let mut c0 = LineClient::connect(cluster.addr(0)).await;
+    release(&mut c0, "calm/k", t).await;
 }
