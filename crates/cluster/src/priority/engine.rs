@@ -262,7 +262,7 @@ impl<H> PriorityNode<H> {
                     tracing::warn!(successor = to, "handoff not taken up; standing by");
                     self.role = NodeRole::Standby;
                     self.following = None;
-                    self.quiet_until = now;
+                    self.quiet_until = self.quiet_until.max(now);
                 }
             }
         }
@@ -298,12 +298,21 @@ impl<H> PriorityNode<H> {
     /// replaced: step down before granting anything more.
     fn check_pause(&mut self, now: Millis, events: &mut Vec<ClusterEvent<H>>) {
         let gap = now.saturating_sub(self.last_tick);
-        if self.role == NodeRole::Active && gap > self.config.failure_timeout_ms {
+        if gap <= self.config.failure_timeout_ms {
+            return;
+        }
+        if self.role == NodeRole::Active {
             tracing::warn!(
                 gap_ms = gap,
                 "did not run for a failure timeout; stepping down"
             );
             self.step_down(None, now, events);
+        } else {
+            // Every peer looks dead because their heartbeats of the pause
+            // are still unread: listen again before promoting.
+            self.quiet_until = self
+                .quiet_until
+                .max(now.saturating_add(self.config.failure_timeout_ms));
         }
     }
 

@@ -5,6 +5,8 @@ mod engine;
 mod lock_node;
 mod messages;
 mod shell;
+#[cfg(test)]
+mod tests;
 
 pub use engine::{
     wall_floor, ClusterEvent, NodeRole, NotServing, PriorityConfig, PriorityNode, TOKEN_MARGIN,
