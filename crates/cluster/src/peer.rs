@@ -45,39 +45,3 @@ pub fn encode<M: Serialize>(message: &M) -> Result<Bytes, PeerError> {
 pub fn decode<M: DeserializeOwned>(frame: &BytesMut) -> Result<M, PeerError> {
     postcard::from_bytes(frame).map_err(PeerError::Decode)
 }
-
-/// Whether `input` (the first bytes of a connection) is, or may still
-/// become, a peer hello: `Some(true)` a peer, `Some(false)` a client,
-/// `None` too few bytes to tell.
-pub fn sniff(input: &[u8]) -> Option<bool> {
-    let n = input.len().min(PEER_HELLO.len());
-    if input[..n] != PEER_HELLO[..n] {
-        Some(false)
-    } else if n == PEER_HELLO.len() {
-        Some(true)
-    } else {
-        None
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn client_requests_are_never_taken_for_peers() {
-        for line in [&b"A k 1 1\n"[..], b"S\n", b"\n", b"B", b"BATON-PEER/2\n"] {
-            assert_eq!(sniff(line), Some(false), "{line:?}");
-        }
-    }
-
-    #[test]
-    fn the_hello_is_recognised_even_in_pieces() {
-        assert_eq!(sniff(b""), None);
-        assert_eq!(sniff(b"BATON"), None);
-        assert_eq!(sniff(PEER_HELLO), Some(true));
-        let mut more = PEER_HELLO.to_vec();
-        more.extend_from_slice(b"\x00\x01");
-        assert_eq!(sniff(&more), Some(true));
-    }
-}
