@@ -212,3 +212,54 @@ async fn a_standby_stopped_gracefully_exits_and_the_active_carries_on() {
     let mut c0 = LineClient::connect(cluster.addr(0)).await;
     release(&mut c0, "calm/k", t).await;
 }
+
+/// The successor is paused when the active stops: its socket still accepts
+/// the handoff, but it cannot act on it. The cluster must go on serving
+/// (node 2), and once node 1 runs again settle on one active that still
+/// holds the locks from before the stop, with tokens above all earlier ones.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_graceful_stop_onto_a_paused_successor_still_leaves_one_active() {
+    let _serial = SERIAL.lock().await;
+    let mut cluster = Cluster::start(3, &[]);
+    cluster.wait_active(0, SETTLE).await;
+    let mut c0 = LineClient::connect(cluster.addr(0)).await;
+    let held = grant_token(&c0.request("A stuck/held 1 60").await, "stuck/held");
+    tokio::time::sleep(Duration::from_millis(200)).await;
+
+    cluster.pause(1);
+    let signalled = Instant::now();
+    let status = tokio::task::block_in_place(|| cluster.terminate(0));
+    let exited = signalled.elapsed();
+    assert!(status.success(), "node 0 should exit 0: {status}");
+    let mut client = cluster.client(2);
+    client.set_reply_timeout(Duration::from_millis(500));
+    let (during, reply) = grant(&mut client, "stuck/during", "1", "60").await;
+    let served = signalled.elapsed();
+    println!(
+        "SIGTERM onto a paused successor: node 0 exited after {exited:?}, node {} granted after {served:?}",
+        reply.node
+    );
+    assert_eq!(reply.node, 2, "only node 2 can serve");
+    assert!(during > held, "token {during} not above {held}");
+    assert!(
+        served < Duration::from_secs(3),
+        "no grant for {served:?} after the stop"
+    );
+
+    cluster.resume(1);
+    let resumed = Instant::now();
+    let active = cluster.wait_single_active(SETTLE).await;
+    println!(
+        "SIGCONT of node 1: one agreed active (node {active}) after {:?}",
+        resumed.elapsed()
+    );
+    cluster.wait_active(1, SETTLE).await;
+    let mut c1 = LineClient::connect(cluster.addr(1)).await;
+    assert_held(&mut c1, "stuck/held", held).await;
+    let fresh = grant_token(&c1.request("A stuck/after 1 10").await, "stuck/after");
+    assert!(
+        fresh > during,
+        "token {fresh} on node 1 not above {during} from node 2"
+    );
+    release(&mut c1, "stuck/held", held).await;
+}
