@@ -2,9 +2,10 @@
 //! open-file limit, and runs a node until SIGINT or SIGTERM.
 
 use std::net::SocketAddr;
+use std::path::PathBuf;
 use std::process::ExitCode;
 
-use baton_cluster::priority;
+use baton_cluster::{priority, raft};
 use baton_proto::Limits;
 use baton_server::{Server, ServerConfig};
 use clap::Parser;
@@ -29,7 +30,7 @@ struct Flags {
     /// Queued acquires per connection; more are answered with an error.
     #[arg(long, value_name = "N", default_value_t = 10_000)]
     max_pending: usize,
-    /// How this node runs: alone, or in a priority cluster with --peers.
+    /// How this node runs: alone, or in a priority or Raft cluster with --peers.
     #[arg(long, value_enum, default_value_t = Mode::Single)]
     mode: Mode,
     /// Every node's client address, the same list on every node; its order
@@ -40,18 +41,29 @@ struct Flags {
     /// (a node bound to 0.0.0.0, say).
     #[arg(long, value_name = "ADDR")]
     advertise: Option<String>,
-    /// Priority cluster: time between heartbeats, in seconds.
+    /// Cluster: time between heartbeats, in seconds.
     #[arg(long, value_name = "SECS", default_value = "0.05", value_parser = parse_seconds)]
     heartbeat_interval: u64,
-    /// Priority cluster: a peer not heard for this long is dead, in seconds.
+    /// Cluster: a peer not heard for this long is dead, in seconds. A Raft
+    /// follower calls an election after this long plus a random part of as
+    /// much again.
     #[arg(long, value_name = "SECS", default_value = "0.3", value_parser = parse_seconds)]
     failure_timeout: u64,
+    /// Raft cluster: where this node keeps its log, vote and snapshots
+    /// (required with --mode raft).
+    #[arg(long, value_name = "DIR")]
+    data_dir: Option<PathBuf>,
+    /// Raft cluster: log entries applied between two snapshots (each
+    /// snapshot lets the log be purged).
+    #[arg(long, value_name = "N", default_value_t = 10_000)]
+    snapshot_every: u64,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 enum Mode {
     Single,
     Priority,
+    Raft,
 }
 
 /// What the flags say to run.
@@ -63,6 +75,10 @@ enum Plan {
         me: usize,
         heartbeat_ms: u64,
         failure_timeout_ms: u64,
+    },
+    Raft {
+        config: ServerConfig,
+        settings: raft::RaftSettings,
     },
 }
 
@@ -81,11 +97,14 @@ impl Flags {
         match self.mode {
             Mode::Single => {
                 if !self.peers.is_empty() {
-                    return Err("--peers needs --mode priority".into());
+                    return Err("--peers needs --mode priority or --mode raft".into());
+                }
+                if self.data_dir.is_some() {
+                    return Err("--data-dir needs --mode raft".into());
                 }
                 Ok(Plan::Single(config))
             }
-            Mode::Priority => {
+            Mode::Priority | Mode::Raft => {
                 let me_addr = self.advertise.unwrap_or_else(|| self.listen.to_string());
                 let me = self
                     .peers
@@ -103,13 +122,29 @@ impl Flags {
                 if let Some(dup) = self.peers.iter().find(|p| !seen.insert(*p)) {
                     return Err(format!("--peers lists {dup} twice"));
                 }
-                Ok(Plan::Priority {
-                    config,
-                    peers: self.peers,
-                    me,
-                    heartbeat_ms: self.heartbeat_interval,
-                    failure_timeout_ms: self.failure_timeout,
-                })
+                if self.mode == Mode::Priority {
+                    if self.data_dir.is_some() {
+                        return Err("--data-dir needs --mode raft".into());
+                    }
+                    return Ok(Plan::Priority {
+                        config,
+                        peers: self.peers,
+                        me,
+                        heartbeat_ms: self.heartbeat_interval,
+                        failure_timeout_ms: self.failure_timeout,
+                    });
+                }
+                let data_dir = self
+                    .data_dir
+                    .ok_or_else(|| "--mode raft needs --data-dir".to_string())?;
+                if self.snapshot_every == 0 {
+                    return Err("--snapshot-every must be above 0".into());
+                }
+                let mut settings = raft::RaftSettings::new(me as u64, self.peers, data_dir);
+                settings.heartbeat_ms = self.heartbeat_interval;
+                settings.election_timeout_ms = self.failure_timeout;
+                settings.snapshot_every = self.snapshot_every;
+                Ok(Plan::Raft { config, settings })
             }
         }
     }
@@ -200,6 +235,24 @@ async fn serve(plan: Plan) -> Result<(), String> {
                     handle.hand_off().await;
                 })
                 .await;
+        }
+        Plan::Raft { config, settings } => {
+            let cluster = raft::start(config, settings)
+                .await
+                .map_err(|e| e.to_string())?;
+            announce(cluster.server.local_addr());
+            let handle = cluster.handle;
+            let stopping = handle.clone();
+            // The leader hands the lead over before the server stops, so
+            // its clients are redirected to a node that already serves.
+            cluster
+                .server
+                .run(async move {
+                    shutdown.await;
+                    stopping.hand_off().await;
+                })
+                .await;
+            handle.shut_down().await;
         }
     }
     Ok(())

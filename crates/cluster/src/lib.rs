@@ -6,3 +6,4 @@
 
 pub mod peer;
 pub mod priority;
+pub mod raft;

@@ -1,0 +1,230 @@
+//! One multiplexed connection to a peer: RPCs go out tagged with an id,
+//! replies come back in any order and wake their caller. The connection is
+//! dialled on first use and again after it fails; every call is bounded by
+//! its timeout, dialling included.
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::io;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+use bytes::Bytes;
+use futures_util::{SinkExt, StreamExt};
+use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
+use tokio::sync::{mpsc, oneshot};
+use tokio_util::codec::{FramedRead, FramedWrite};
+
+use super::rpc::{LinkHello, ReplyBody, RequestBody, RpcReply, RpcRequest, RAFT_HELLO};
+use crate::peer;
+
+/// A byte stream to a peer: TCP in a node, a simulated one in tests.
+pub trait PeerStream: AsyncRead + AsyncWrite + Send + Unpin + 'static {}
+
+impl<T: AsyncRead + AsyncWrite + Send + Unpin + 'static> PeerStream for T {}
+
+pub type BoxedStream = Box<dyn PeerStream>;
+pub type DialFuture = Pin<Box<dyn Future<Output = io::Result<BoxedStream>> + Send>>;
+
+/// Opens byte streams to peer addresses.
+pub trait Dialer: Send + Sync + 'static {
+    fn dial(&self, addr: &str) -> DialFuture;
+}
+
+/// Dials real TCP.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct TcpDialer;
+
+impl Dialer for TcpDialer {
+    fn dial(&self, addr: &str) -> DialFuture {
+        let addr = addr.to_string();
+        Box::pin(async move {
+            let stream = tokio::net::TcpStream::connect(addr).await?;
+            stream.set_nodelay(true)?;
+            Ok(Box::new(stream) as BoxedStream)
+        })
+    }
+}
+
+/// Why an RPC got no answer.
+#[derive(Debug, thiserror::Error)]
+pub enum CallError {
+    #[error("peer unreachable: {0}")]
+    Unreachable(String),
+    #[error("no answer within {0:?}")]
+    Timeout(Duration),
+    #[error("connection to the peer broke")]
+    Broken,
+    #[error("peer refused the request: {0}")]
+    Refused(String),
+}
+
+type Waiters = Arc<Mutex<HashMap<u64, oneshot::Sender<ReplyBody>>>>;
+
+/// The live connection: a queue to its writer task and the calls awaiting
+/// replies. Dropped (and redialled) once either half fails.
+#[derive(Debug)]
+struct Conn {
+    tx: mpsc::UnboundedSender<Bytes>,
+    waiters: Waiters,
+}
+
+/// The link to one peer, shared by every openraft client of that peer.
+pub struct Link {
+    addr: String,
+    hello: LinkHello,
+    dialer: Arc<dyn Dialer>,
+    conn: tokio::sync::Mutex<Option<Arc<Conn>>>,
+    next_id: AtomicU64,
+}
+
+impl std::fmt::Debug for Link {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Link")
+            .field("addr", &self.addr)
+            .finish_non_exhaustive()
+    }
+}
+
+fn waiters_of(
+    waiters: &Waiters,
+) -> std::sync::MutexGuard<'_, HashMap<u64, oneshot::Sender<ReplyBody>>> {
+    waiters.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+impl Link {
+    pub fn new(addr: String, hello: LinkHello, dialer: Arc<dyn Dialer>) -> Link {
+        Link {
+            addr,
+            hello,
+            dialer,
+            conn: tokio::sync::Mutex::new(None),
+            next_id: AtomicU64::new(1),
+        }
+    }
+
+    /// Sends `body` and waits (at most `timeout`, dialling included) for
+    /// the reply.
+    pub async fn call(&self, body: RequestBody, timeout: Duration) -> Result<ReplyBody, CallError> {
+        match tokio::time::timeout(timeout, self.call_unbounded(body)).await {
+            Ok(result) => result,
+            Err(_) => Err(CallError::Timeout(timeout)),
+        }
+    }
+
+    async fn call_unbounded(&self, body: RequestBody) -> Result<ReplyBody, CallError> {
+        let conn = self.connection().await?;
+        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        let frame = peer::encode(&RpcRequest { id, body })
+            .map_err(|e| CallError::Refused(e.to_string()))?;
+        let (tx, rx) = oneshot::channel();
+        waiters_of(&conn.waiters).insert(id, tx);
+        // The guard takes the waiter out again if the caller gives up.
+        let _forget = Forget {
+            waiters: conn.waiters.clone(),
+            id,
+        };
+        if conn.tx.send(frame).is_err() {
+            self.drop_conn(&conn).await;
+            return Err(CallError::Broken);
+        }
+        match rx.await {
+            Ok(ReplyBody::Failed(reason)) => Err(CallError::Refused(reason)),
+            Ok(reply) => Ok(reply),
+            Err(_) => {
+                self.drop_conn(&conn).await;
+                Err(CallError::Broken)
+            }
+        }
+    }
+
+    async fn drop_conn(&self, dead: &Arc<Conn>) {
+        let mut conn = self.conn.lock().await;
+        if conn.as_ref().is_some_and(|c| Arc::ptr_eq(c, dead)) {
+            *conn = None;
+        }
+    }
+
+    async fn connection(&self) -> Result<Arc<Conn>, CallError> {
+        let mut slot = self.conn.lock().await;
+        if let Some(conn) = slot.as_ref() {
+            if !conn.tx.is_closed() {
+                return Ok(conn.clone());
+            }
+        }
+        let stream = self
+            .dialer
+            .dial(&self.addr)
+            .await
+            .map_err(|e| CallError::Unreachable(e.to_string()))?;
+        let conn = Arc::new(
+            start(stream, &self.hello)
+                .await
+                .map_err(|e| CallError::Unreachable(e.to_string()))?,
+        );
+        *slot = Some(conn.clone());
+        Ok(conn)
+    }
+}
+
+/// Removes a call's waiter when the call ends, however it ends.
+struct Forget {
+    waiters: Waiters,
+    id: u64,
+}
+
+impl Drop for Forget {
+    fn drop(&mut self) {
+        waiters_of(&self.waiters).remove(&self.id);
+    }
+}
+
+/// Greets the peer and starts the connection's writer and reader tasks.
+async fn start(mut stream: BoxedStream, hello: &LinkHello) -> Result<Conn, peer::PeerError> {
+    stream.write_all(RAFT_HELLO).await?;
+    let (reader, writer) = tokio::io::split(stream);
+    let mut frames = FramedWrite::new(writer, peer::frame_codec());
+    frames.send(peer::encode(hello)?).await?;
+    let (tx, mut rx) = mpsc::unbounded_channel::<Bytes>();
+    let waiters: Waiters = Arc::new(Mutex::new(HashMap::new()));
+    let reading = waiters.clone();
+    let (stop_tx, mut stop_rx) = oneshot::channel::<()>();
+    tokio::spawn(async move {
+        let mut batch = Vec::with_capacity(64);
+        loop {
+            tokio::select! {
+                n = rx.recv_many(&mut batch, 64) => {
+                    if n == 0 {
+                        return;
+                    }
+                    for frame in batch.drain(..) {
+                        if frames.feed(frame).await.is_err() {
+                            return;
+                        }
+                    }
+                    if SinkExt::<Bytes>::flush(&mut frames).await.is_err() {
+                        return;
+                    }
+                }
+                _ = &mut stop_rx => return,
+            }
+        }
+    });
+    tokio::spawn(async move {
+        let mut frames = FramedRead::new(reader, peer::frame_codec());
+        while let Some(Ok(frame)) = frames.next().await {
+            let Ok(reply) = peer::decode::<RpcReply>(&frame) else {
+                break;
+            };
+            if let Some(waiter) = waiters_of(&reading).remove(&reply.id) {
+                let _ = waiter.send(reply.body);
+            }
+        }
+        // Every call still waiting learns the connection broke.
+        waiters_of(&reading).clear();
+        drop(stop_tx);
+    });
+    Ok(Conn { tx, waiters })
+}

@@ -1,0 +1,187 @@
+//! The Raft engine seen by the server: requests in client terms, answers
+//! as the server's events, and the committed log applied under the
+//! server's mutex.
+
+use baton_core::{AcquireOutcome, Key, Millis, Outcome, TableSnapshot, Token, WaiterId};
+use baton_proto::{Mode, Role};
+use baton_server::{LockNode, Mailbox, NodeEvent, NodeStatus, Served, SharedLocks};
+
+use super::engine::{EngineEvent, NotServing, RaftEngine, RaftRole};
+use super::state_machine::TableHost;
+use super::types::{Entry, Proposal};
+
+#[derive(Debug)]
+pub struct RaftLockNode {
+    engine: RaftEngine<Mailbox>,
+    scratch: Vec<EngineEvent<Mailbox>>,
+}
+
+impl RaftLockNode {
+    pub fn new(engine: RaftEngine<Mailbox>) -> RaftLockNode {
+        RaftLockNode {
+            engine,
+            scratch: Vec::new(),
+        }
+    }
+
+    pub fn engine(&self) -> &RaftEngine<Mailbox> {
+        &self.engine
+    }
+
+    /// The next batch of commands to propose as one log entry, with their tags.
+    pub fn take_proposal(&mut self) -> Option<(Proposal, Vec<u64>)> {
+        self.engine.take_proposal()
+    }
+
+    /// Runs `f` on the engine and turns the events it made into the
+    /// server's.
+    pub fn drive<R>(
+        &mut self,
+        events: &mut Vec<NodeEvent>,
+        f: impl FnOnce(&mut RaftEngine<Mailbox>, &mut Vec<EngineEvent<Mailbox>>) -> R,
+    ) -> R {
+        let result = f(&mut self.engine, &mut self.scratch);
+        events.extend(self.scratch.drain(..).map(node_event));
+        result
+    }
+
+    fn late(result: Result<Option<Outcome>, NotServing>) -> Served<Outcome> {
+        match result {
+            Ok(Some(outcome)) => Served::Done(outcome),
+            Ok(None) => Served::Later,
+            Err(to) => Served::Redirect(to),
+        }
+    }
+}
+
+fn node_event(event: EngineEvent<Mailbox>) -> NodeEvent {
+    match event {
+        EngineEvent::Granted {
+            id,
+            handle,
+            key,
+            token,
+        } => NodeEvent::Granted {
+            id,
+            mailbox: handle,
+            key,
+            token,
+        },
+        EngineEvent::TimedOut { id, handle, key } => NodeEvent::TimedOut {
+            id,
+            mailbox: handle,
+            key,
+        },
+        EngineEvent::Moved {
+            id,
+            handle,
+            key,
+            to,
+        } => NodeEvent::Moved {
+            id,
+            mailbox: handle,
+            key,
+            to,
+        },
+        EngineEvent::Reply { handle, response } => NodeEvent::Reply {
+            mailbox: handle,
+            response,
+        },
+    }
+}
+
+impl LockNode for RaftLockNode {
+    fn acquire(
+        &mut self,
+        key: Key,
+        wait_ms: u64,
+        lease_ms: u64,
+        now: Millis,
+        mailbox: &Mailbox,
+        events: &mut Vec<NodeEvent>,
+    ) -> Served<AcquireOutcome> {
+        let result = self.drive(events, |engine, ev| {
+            engine.acquire(key, wait_ms, lease_ms, now, mailbox.clone(), ev)
+        });
+        match result {
+            Ok(outcome) => Served::Done(outcome),
+            Err(to) => Served::Redirect(to),
+        }
+    }
+
+    fn release(
+        &mut self,
+        key: &Key,
+        token: Token,
+        _now: Millis,
+        reply_to: Option<&Mailbox>,
+        _events: &mut Vec<NodeEvent>,
+    ) -> Served<Outcome> {
+        Self::late(self.engine.release(key, token, reply_to.cloned()))
+    }
+
+    fn renew(
+        &mut self,
+        key: &Key,
+        token: Token,
+        lease_ms: u64,
+        _now: Millis,
+        reply_to: &Mailbox,
+        _events: &mut Vec<NodeEvent>,
+    ) -> Served<Outcome> {
+        Self::late(self.engine.renew(key, token, lease_ms, reply_to.clone()))
+    }
+
+    fn cancel(&mut self, id: WaiterId) {
+        self.engine.cancel(id);
+    }
+
+    fn tick(&mut self, now: Millis, events: &mut Vec<NodeEvent>) {
+        self.drive(events, |engine, ev| engine.tick(now, ev));
+    }
+
+    fn next_deadline(&self) -> Option<Millis> {
+        self.engine.next_deadline()
+    }
+
+    fn status(&self) -> NodeStatus {
+        let engine = &self.engine;
+        NodeStatus {
+            role: match engine.role() {
+                RaftRole::Leader { .. } => Role::Leader,
+                RaftRole::Follower { .. } => Role::Follower,
+                RaftRole::Candidate => Role::Candidate,
+            },
+            mode: Mode::Raft,
+            active: engine.redirect_target(),
+            token: engine.table().last_token(),
+            locks: engine.table().len() as u64,
+            waiters: engine.waiter_count() as u64,
+            extra: Vec::new(),
+        }
+    }
+
+    fn has_output(&self) -> bool {
+        self.engine.has_output()
+    }
+}
+
+impl TableHost for SharedLocks<RaftLockNode> {
+    fn apply(&self, entries: &[Entry]) {
+        self.with(|node, now, events| {
+            node.drive(events, |engine, ev| {
+                for entry in entries {
+                    engine.apply_entry(entry, now, ev);
+                }
+            })
+        });
+    }
+
+    fn snapshot(&self) -> TableSnapshot {
+        self.with(|node, now, _| node.engine.snapshot(now))
+    }
+
+    fn restore(&self, snapshot: &TableSnapshot) {
+        self.with(|node, now, _| node.engine.restore(snapshot, now));
+    }
+}

@@ -1,0 +1,376 @@
+//! The durable Raft log of a node: entries, vote, committed id and purge
+//! point, as records in checksummed segment files under `<data-dir>/log`.
+//!
+//! Our own segment log rather than a log crate: the log of a lock server is
+//! short (snapshots purge it every few thousand entries), so the whole
+//! unpurged log lives in memory and the files only need to replay it after
+//! a restart. Each `append` writes all the entries openraft hands it with one
+//! write and one fsync, which is where group commit happens: openraft queues
+//! the writes that arrive during an fsync into the next `append`.
+//!
+//! Every state change is a record appended to the newest segment. A new
+//! segment starts with the vote, committed id and purge point, so older
+//! segments may be deleted once every entry in them is purged.
+
+use std::collections::BTreeMap;
+use std::fmt::Debug;
+use std::fs::{self, File};
+use std::io;
+use std::ops::RangeBounds;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+
+use openraft::storage::{IOFlushed, LogState, RaftLogReader, RaftLogStorage};
+use openraft::OptionalSend;
+use serde::{Deserialize, Serialize};
+
+use super::segment;
+use super::types::{Entry, LogId, TypeConfig, Vote};
+
+/// A segment past this size is closed and a new one started.
+pub const DEFAULT_SEGMENT_BYTES: u64 = 8 * 1024 * 1024;
+
+/// One change to the log's state, as written to a segment.
+#[derive(Debug, Serialize, Deserialize)]
+enum Record {
+    Entry(Entry),
+    Vote(Vote),
+    Committed(Option<LogId>),
+    Purged(LogId),
+    TruncateAfter(Option<LogId>),
+}
+
+/// The same layout as [`Record`], borrowing, so writes need no clone.
+#[derive(Serialize)]
+enum RecordRef<'a> {
+    Entry(&'a Entry),
+    Vote(&'a Vote),
+    Committed(&'a Option<LogId>),
+    Purged(&'a LogId),
+    TruncateAfter(&'a Option<LogId>),
+}
+
+/// What the log holds, in memory; the segment files only rebuild it.
+#[derive(Debug, Default)]
+struct Mem {
+    entries: BTreeMap<u64, Entry>,
+    vote: Option<Vote>,
+    committed: Option<LogId>,
+    purged: Option<LogId>,
+}
+
+impl Mem {
+    fn replay(&mut self, record: Record) {
+        match record {
+            Record::Entry(entry) => {
+                let index = entry.log_id.index;
+                // An entry replaces any it conflicts with, and all after it.
+                let _ = self.entries.split_off(&index);
+                self.entries.insert(index, entry);
+            }
+            Record::Vote(vote) => self.vote = Some(vote),
+            Record::Committed(committed) => self.committed = committed,
+            Record::Purged(log_id) => self.purge(log_id),
+            Record::TruncateAfter(last) => {
+                let _ = self.entries.split_off(&next_index(last.as_ref()));
+            }
+        }
+    }
+
+    fn purge(&mut self, log_id: LogId) {
+        self.entries = self.entries.split_off(&(log_id.index + 1));
+        if self.purged.is_none_or(|p| p.index < log_id.index) {
+            self.purged = Some(log_id);
+        }
+    }
+}
+
+fn next_index(last: Option<&LogId>) -> u64 {
+    last.map_or(0, |l| l.index + 1)
+}
+
+fn lock(mem: &Mutex<Mem>) -> MutexGuard<'_, Mem> {
+    // Every writer leaves `Mem` whole before anything can panic.
+    mem.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+fn invalid(error: impl std::error::Error + Send + Sync + 'static) -> io::Error {
+    io::Error::new(io::ErrorKind::InvalidData, error)
+}
+
+/// A closed segment and the highest entry index ever written to it.
+#[derive(Debug)]
+struct Closed {
+    seq: u64,
+    max_index: Option<u64>,
+}
+
+/// The open segment and the bookkeeping to rotate and delete segments.
+#[derive(Debug)]
+struct Writer {
+    dir: PathBuf,
+    file: File,
+    seq: u64,
+    len: u64,
+    max_index: Option<u64>,
+    closed: Vec<Closed>,
+    segment_bytes: u64,
+    buf: Vec<u8>,
+}
+
+impl Writer {
+    fn push(&mut self, record: &RecordRef<'_>) -> io::Result<()> {
+        let payload = postcard::to_allocvec(record).map_err(invalid)?;
+        segment::frame(&payload, &mut self.buf)
+    }
+
+    /// Writes the records pushed so far, with an fsync if `sync`.
+    fn flush(&mut self, sync: bool) -> io::Result<()> {
+        segment::write(&mut self.file, &self.buf, sync)?;
+        self.len += self.buf.len() as u64;
+        self.buf.clear();
+        Ok(())
+    }
+
+    /// Starts a new segment once the open one is full, carrying over the
+    /// state records older segments held.
+    fn rotate_if_full(&mut self, mem: &Mem) -> io::Result<()> {
+        if self.len < self.segment_bytes {
+            return Ok(());
+        }
+        self.file.sync_data()?;
+        let seq = self.seq + 1;
+        let file = segment::create(&self.dir, seq)?;
+        self.closed.push(Closed {
+            seq: self.seq,
+            max_index: self.max_index,
+        });
+        self.file = file;
+        self.seq = seq;
+        self.len = 0;
+        self.max_index = None;
+        self.write_header(mem)
+    }
+
+    fn write_header(&mut self, mem: &Mem) -> io::Result<()> {
+        if let Some(vote) = &mem.vote {
+            self.push(&RecordRef::Vote(vote))?;
+        }
+        self.push(&RecordRef::Committed(&mem.committed))?;
+        if let Some(purged) = &mem.purged {
+            self.push(&RecordRef::Purged(purged))?;
+        }
+        self.flush(true)
+    }
+
+    /// Deletes the oldest closed segments whose entries are all purged.
+    fn delete_purged(&mut self, purged: u64) -> io::Result<()> {
+        let gone = self
+            .closed
+            .iter()
+            .take_while(|c| c.max_index.is_none_or(|max| max <= purged))
+            .count();
+        if gone == 0 {
+            return Ok(());
+        }
+        for closed in self.closed.drain(..gone) {
+            fs::remove_file(segment::path(&self.dir, closed.seq))?;
+        }
+        segment::sync_dir(&self.dir)
+    }
+}
+
+/// The node's Raft log store.
+#[derive(Debug)]
+pub struct LogStore {
+    mem: Arc<Mutex<Mem>>,
+    writer: Writer,
+}
+
+/// Reads entries and the vote for replication, from memory.
+#[derive(Debug, Clone)]
+pub struct LogReader {
+    mem: Arc<Mutex<Mem>>,
+}
+
+impl LogStore {
+    /// Opens (or creates) the log in `dir`, replaying its segments. A torn
+    /// record at the end of the newest segment is cut off; one anywhere
+    /// else is corruption, and refused.
+    pub fn open(dir: &Path, segment_bytes: u64) -> io::Result<LogStore> {
+        fs::create_dir_all(dir)?;
+        let seqs = segment::list(dir)?;
+        let mut mem = Mem::default();
+        let mut closed = Vec::with_capacity(seqs.len());
+        for (i, &seq) in seqs.iter().enumerate() {
+            let bytes = fs::read(segment::path(dir, seq))?;
+            let scan = segment::scan(&bytes);
+            let mut max_index = None;
+            for payload in &scan.records {
+                let record: Record = postcard::from_bytes(payload).map_err(invalid)?;
+                if let Record::Entry(entry) = &record {
+                    max_index = max_index.max(Some(entry.log_id.index));
+                }
+                mem.replay(record);
+            }
+            if scan.torn {
+                if i + 1 != seqs.len() {
+                    return Err(io::Error::new(
+                        io::ErrorKind::InvalidData,
+                        format!("raft log segment {seq:x} is corrupt before its end"),
+                    ));
+                }
+                tracing::warn!(segment = seq, at = scan.good_len, "cutting a torn log tail");
+                segment::cut(dir, seq, scan.good_len)?;
+            }
+            closed.push(Closed { seq, max_index });
+        }
+        // Appending to a fresh segment leaves the replayed ones untouched.
+        let seq = seqs.last().map_or(1, |s| s + 1);
+        let file = segment::create(dir, seq)?;
+        let mut writer = Writer {
+            dir: dir.to_path_buf(),
+            file,
+            seq,
+            len: 0,
+            max_index: None,
+            closed,
+            segment_bytes,
+            buf: Vec::new(),
+        };
+        writer.write_header(&mem)?;
+        if let Some(purged) = mem.purged {
+            writer.delete_purged(purged.index)?;
+        }
+        Ok(LogStore {
+            mem: Arc::new(Mutex::new(mem)),
+            writer,
+        })
+    }
+
+    fn reader(&self) -> LogReader {
+        LogReader {
+            mem: self.mem.clone(),
+        }
+    }
+
+    /// Number of segment files on disk (tests check purging removes them).
+    pub fn segment_count(&self) -> usize {
+        self.writer.closed.len() + 1
+    }
+}
+
+impl RaftLogReader<TypeConfig> for LogReader {
+    async fn try_get_log_entries<RB: RangeBounds<u64> + Clone + Debug + OptionalSend>(
+        &mut self,
+        range: RB,
+    ) -> Result<Vec<Entry>, io::Error> {
+        Ok(lock(&self.mem)
+            .entries
+            .range(range)
+            .map(|(_, e)| e.clone())
+            .collect())
+    }
+
+    async fn read_vote(&mut self) -> Result<Option<Vote>, io::Error> {
+        Ok(lock(&self.mem).vote)
+    }
+}
+
+impl RaftLogReader<TypeConfig> for LogStore {
+    async fn try_get_log_entries<RB: RangeBounds<u64> + Clone + Debug + OptionalSend>(
+        &mut self,
+        range: RB,
+    ) -> Result<Vec<Entry>, io::Error> {
+        self.reader().try_get_log_entries(range).await
+    }
+
+    async fn read_vote(&mut self) -> Result<Option<Vote>, io::Error> {
+        Ok(lock(&self.mem).vote)
+    }
+}
+
+impl RaftLogStorage<TypeConfig> for LogStore {
+    type LogReader = LogReader;
+
+    async fn get_log_state(&mut self) -> Result<LogState<TypeConfig>, io::Error> {
+        let mem = lock(&self.mem);
+        let last = mem.entries.last_key_value().map(|(_, e)| e.log_id);
+        Ok(LogState {
+            last_purged_log_id: mem.purged,
+            last_log_id: last.or(mem.purged),
+        })
+    }
+
+    async fn get_log_reader(&mut self) -> Self::LogReader {
+        self.reader()
+    }
+
+    async fn save_vote(&mut self, vote: &Vote) -> Result<(), io::Error> {
+        self.writer.push(&RecordRef::Vote(vote))?;
+        self.writer.flush(true)?;
+        lock(&self.mem).vote = Some(*vote);
+        Ok(())
+    }
+
+    async fn save_committed(&mut self, committed: Option<LogId>) -> Result<(), io::Error> {
+        // No fsync of its own: a committed id that is lost only means
+        // replaying less on restart, and the next append syncs it anyway.
+        self.writer.push(&RecordRef::Committed(&committed))?;
+        self.writer.flush(false)?;
+        lock(&self.mem).committed = committed;
+        Ok(())
+    }
+
+    async fn read_committed(&mut self) -> Result<Option<LogId>, io::Error> {
+        Ok(lock(&self.mem).committed)
+    }
+
+    async fn append<I>(
+        &mut self,
+        entries: I,
+        callback: IOFlushed<TypeConfig>,
+    ) -> Result<(), io::Error>
+    where
+        I: IntoIterator<Item = Entry> + OptionalSend,
+        I::IntoIter: OptionalSend,
+    {
+        let entries: Vec<Entry> = entries.into_iter().collect();
+        for entry in &entries {
+            self.writer.push(&RecordRef::Entry(entry))?;
+            self.writer.max_index = self.writer.max_index.max(Some(entry.log_id.index));
+        }
+        // The flush is inline: openraft gathers the appends that arrive
+        // meanwhile into one batch, so one fsync covers many entries.
+        let flushed = self.writer.flush(true);
+        let mut mem = lock(&self.mem);
+        for entry in entries {
+            mem.replay(Record::Entry(entry));
+        }
+        match flushed {
+            Ok(()) => {
+                callback.io_completed(Ok(()));
+                self.writer.rotate_if_full(&mem)
+            }
+            Err(error) => {
+                callback.io_completed(Err(io::Error::new(error.kind(), error.to_string())));
+                Err(error)
+            }
+        }
+    }
+
+    async fn truncate_after(&mut self, last_log_id: Option<LogId>) -> Result<(), io::Error> {
+        self.writer.push(&RecordRef::TruncateAfter(&last_log_id))?;
+        self.writer.flush(true)?;
+        lock(&self.mem).replay(Record::TruncateAfter(last_log_id));
+        Ok(())
+    }
+
+    async fn purge(&mut self, log_id: LogId) -> Result<(), io::Error> {
+        // Durable before any file goes, or a restart would find a hole.
+        self.writer.push(&RecordRef::Purged(&log_id))?;
+        self.writer.flush(true)?;
+        lock(&self.mem).purge(log_id);
+        self.writer.delete_purged(log_id.index)
+    }
+}

@@ -1,0 +1,28 @@
+//! The Raft cluster: every change of lock state is a command in a log that
+//! a majority stores before any node applies it (openraft underneath).
+//!
+//! - [`engine`]: the lock logic, pure: the table as the log builds it, and
+//!   the leader's waiters and proposals.
+//! - [`log_store`], [`segment`], [`snapshot_store`]: the durable log and
+//!   snapshots in `--data-dir`.
+//! - [`state_machine`]: openraft's state machine, forwarding to the engine.
+//! - [`rpc`], [`link`], [`network`], [`inbound`]: Raft RPCs between nodes on
+//!   the client port.
+//! - [`shell`]: wires it all to the server.
+
+pub mod engine;
+pub mod inbound;
+pub mod link;
+pub mod lock_node;
+pub mod log_store;
+pub mod network;
+pub mod rpc;
+mod segment;
+pub mod shell;
+pub mod snapshot_store;
+pub mod state_machine;
+pub mod types;
+
+pub use engine::{EngineEvent, RaftEngine, RaftRole};
+pub use lock_node::RaftLockNode;
+pub use shell::{build_raft, start, RaftCluster, RaftHandle, RaftSettings, StartError};

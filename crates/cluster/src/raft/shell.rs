@@ -1,0 +1,310 @@
+//! The async shell of a Raft node: builds openraft over the durable log and
+//! the lock engine, proposes the engine's commands, follows the node's role,
+//! takes peer connections on the client port, and hands leadership over
+//! at a graceful stop.
+
+use std::collections::BTreeMap;
+use std::hash::{BuildHasher, Hasher};
+use std::io;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::BytesMut;
+use openraft::async_runtime::WatchReceiver;
+use openraft::{BasicNode, Config, ServerState, SnapshotPolicy};
+use tokio::net::TcpStream;
+
+use baton_server::{Clock, PeerAcceptor, Server, ServerConfig, SharedLocks};
+
+use super::engine::{RaftEngine, RaftRole};
+use super::link::{Dialer, TcpDialer};
+use super::lock_node::RaftLockNode;
+use super::log_store::{LogStore, DEFAULT_SEGMENT_BYTES};
+use super::network::Network;
+use super::rpc::RAFT_HELLO;
+use super::snapshot_store::SnapshotStore;
+use super::state_machine::{LockStateMachine, TableHost};
+use super::types::{NodeId, TypeConfig};
+use super::{engine::EngineEvent, inbound};
+
+/// The openraft node over a lock table held by `H`.
+pub type RaftOf<H> = openraft::Raft<TypeConfig, LockStateMachine<H>>;
+/// The openraft node of a server.
+pub type Raft = RaftOf<SharedLocks<RaftLockNode>>;
+
+type Shared = Arc<SharedLocks<RaftLockNode>>;
+
+/// A graceful stop waits this long for the new leader to take over.
+const HANDOFF_WAIT: Duration = Duration::from_secs(2);
+
+/// How to run one Raft node.
+#[derive(Debug, Clone)]
+pub struct RaftSettings {
+    /// This node's position in `peers`.
+    pub me: NodeId,
+    /// Every node's client address, the same list everywhere.
+    pub peers: Vec<String>,
+    pub data_dir: PathBuf,
+    pub heartbeat_ms: u64,
+    /// Followers call an election after this long without a leader, plus
+    /// a random part of as much again.
+    pub election_timeout_ms: u64,
+    /// Entries applied between two snapshots (each snapshot purges the log).
+    pub snapshot_every: u64,
+    pub segment_bytes: u64,
+}
+
+impl RaftSettings {
+    pub fn new(me: NodeId, peers: Vec<String>, data_dir: PathBuf) -> RaftSettings {
+        RaftSettings {
+            me,
+            peers,
+            data_dir,
+            heartbeat_ms: 50,
+            election_timeout_ms: 300,
+            snapshot_every: 10_000,
+            segment_bytes: DEFAULT_SEGMENT_BYTES,
+        }
+    }
+
+    fn openraft_config(&self) -> Result<Config, io::Error> {
+        let config = Config {
+            cluster_name: "baton".to_string(),
+            heartbeat_interval: self.heartbeat_ms,
+            election_timeout_min: self.election_timeout_ms,
+            election_timeout_max: self.election_timeout_ms * 2,
+            snapshot_policy: SnapshotPolicy::LogsSinceLast(self.snapshot_every),
+            max_in_snapshot_log_to_keep: self.snapshot_every / 10,
+            ..Config::default()
+        };
+        config
+            .validate()
+            .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))
+    }
+}
+
+/// Why a Raft node could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    #[error("cannot open the data directory: {0}")]
+    Storage(#[from] io::Error),
+    #[error("raft would not start: {0}")]
+    Raft(String),
+    #[error(transparent)]
+    Server(#[from] baton_server::ServerError),
+}
+
+/// A name for this run of the process, so that entries it proposed before
+/// a restart are not taken for its own afterwards.
+pub fn fresh_origin() -> u64 {
+    let mut hasher = std::collections::hash_map::RandomState::new().build_hasher();
+    hasher.write_u128(
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos()),
+    );
+    hasher.write_u32(std::process::id());
+    hasher.finish()
+}
+
+/// Opens the node's storage and starts openraft over `host`'s table. A
+/// fresh node proposes the membership from `peers`; a node with a log
+/// keeps the one it has.
+pub async fn build_raft<H: TableHost>(
+    settings: &RaftSettings,
+    host: Arc<H>,
+    dialer: Arc<dyn Dialer>,
+) -> Result<RaftOf<H>, StartError> {
+    let log = LogStore::open(&settings.data_dir.join("log"), settings.segment_bytes)?;
+    let snapshots = SnapshotStore::new(&settings.data_dir.join("snapshot"))?;
+    let state_machine = LockStateMachine::open(host, snapshots)?;
+    let network = Network::new(settings.me, settings.peers.clone(), dialer);
+    let config = Arc::new(settings.openraft_config()?);
+    let raft = openraft::Raft::new(settings.me, config, network, log, state_machine)
+        .await
+        .map_err(|e| StartError::Raft(e.to_string()))?;
+    let initialized = raft
+        .is_initialized()
+        .await
+        .map_err(|e| StartError::Raft(e.to_string()))?;
+    if !initialized {
+        let members: BTreeMap<NodeId, BasicNode> = settings
+            .peers
+            .iter()
+            .enumerate()
+            .map(|(i, addr)| (i as NodeId, BasicNode { addr: addr.clone() }))
+            .collect();
+        // Every fresh node proposes the same membership; whichever log wins
+        // the first election, the others' attempts change nothing.
+        if let Err(error) = raft.initialize(members).await {
+            tracing::debug!(%error, "cluster already initialized");
+        }
+    }
+    Ok(raft)
+}
+
+/// A running Raft node: the server, and a handle for the graceful stop.
+#[derive(Debug)]
+pub struct RaftCluster {
+    pub server: Server<RaftLockNode>,
+    pub handle: RaftHandle,
+}
+
+/// What a graceful stop needs of a running Raft node.
+#[derive(Debug, Clone)]
+pub struct RaftHandle {
+    raft: Raft,
+    me: NodeId,
+}
+
+impl RaftHandle {
+    pub fn raft(&self) -> &Raft {
+        &self.raft
+    }
+
+    /// Graceful stop, first part: a leader hands the lead to the follower
+    /// with the most of its log and waits (bounded) until it leads. The
+    /// server keeps answering meanwhile, redirecting to the new leader.
+    pub async fn hand_off(&self) {
+        let metrics = self.raft.metrics().borrow_watched().clone();
+        if metrics.state != ServerState::Leader {
+            return;
+        }
+        let Some(to) = metrics.replication.as_ref().and_then(|replication| {
+            replication
+                .iter()
+                .filter(|(id, _)| **id != self.me)
+                .max_by_key(|(_, matched)| matched.map(|m| m.index))
+                .map(|(id, _)| *id)
+        }) else {
+            return;
+        };
+        if let Err(error) = self.raft.trigger().transfer_leader(to).await {
+            tracing::warn!(%error, "could not hand over the lead");
+            return;
+        }
+        let mut watch = self.raft.metrics();
+        let moved = tokio::time::timeout(HANDOFF_WAIT, async {
+            loop {
+                let leader = watch.borrow_watched().current_leader;
+                if leader.is_some_and(|l| l != self.me) {
+                    return leader;
+                }
+                if watch.changed().await.is_err() {
+                    return None;
+                }
+            }
+        })
+        .await;
+        match moved {
+            Ok(Some(leader)) => tracing::info!(leader, "handed over the lead"),
+            _ => tracing::warn!("no new leader took over in time"),
+        }
+    }
+
+    /// Graceful stop, last part: stops openraft once the server is done.
+    pub async fn shut_down(&self) {
+        if let Err(error) = self.raft.shutdown().await {
+            tracing::warn!(%error, "raft did not stop cleanly");
+        }
+    }
+}
+
+/// Binds a Raft node and starts its shell.
+pub async fn start(
+    server_config: ServerConfig,
+    settings: RaftSettings,
+) -> Result<RaftCluster, StartError> {
+    let engine = RaftEngine::new(settings.me, settings.peers.clone(), fresh_origin());
+    let locks: Shared = Arc::new(SharedLocks::new(RaftLockNode::new(engine), Clock::new()));
+    let raft = build_raft(&settings, locks.clone(), Arc::new(TcpDialer)).await?;
+    let acceptor = Arc::new(Inbound {
+        raft: raft.clone(),
+        peers: settings.peers.clone(),
+    });
+    let server = Server::bind_shared(server_config, locks.clone(), Some(acceptor)).await?;
+    tokio::spawn(follow_role(raft.clone(), locks.clone()));
+    tokio::spawn(pump(raft.clone(), locks));
+    Ok(RaftCluster {
+        server,
+        handle: RaftHandle {
+            raft,
+            me: settings.me,
+        },
+    })
+}
+
+/// Where this node stands, from openraft's metrics.
+pub fn role_of(metrics: &openraft::RaftMetrics<TypeConfig>) -> RaftRole {
+    match metrics.state {
+        ServerState::Leader => RaftRole::Leader {
+            term: metrics.current_term,
+        },
+        ServerState::Candidate => RaftRole::Candidate,
+        ServerState::Follower | ServerState::Learner | ServerState::Shutdown => {
+            RaftRole::Follower {
+                leader: metrics.current_leader,
+            }
+        }
+    }
+}
+
+/// Tells the engine each change of role, until openraft stops.
+async fn follow_role(raft: Raft, locks: Shared) {
+    let mut watch = raft.metrics();
+    loop {
+        let role = role_of(&watch.borrow_watched());
+        locks.with(|node, _, events| node.drive(events, |engine, ev| engine.set_role(role, ev)));
+        if watch.changed().await.is_err() {
+            return;
+        }
+    }
+}
+
+/// Proposes the engine's commands, one log entry per batch. Each entry is
+/// written in its own task so that many are in flight at once and
+/// openraft can append them together.
+async fn pump(raft: Raft, locks: Shared) {
+    loop {
+        locks.output_ready().await;
+        while let Some((proposal, tags)) = locks.with(|node, _, _| node.take_proposal()) {
+            let raft = raft.clone();
+            let locks = locks.clone();
+            tokio::spawn(async move {
+                if let Err(error) = raft.client_write(proposal).await {
+                    let leader = error.forward_to_leader().and_then(|f| f.leader_id);
+                    tracing::debug!(%error, "a proposal did not make it into the log");
+                    locks.with(|node, _, events| {
+                        node.drive(events, |engine, ev: &mut Vec<EngineEvent<_>>| {
+                            engine.proposal_failed(&tags, leader, ev)
+                        })
+                    });
+                }
+            });
+        }
+    }
+}
+
+/// Takes the Raft peer connections that arrive on the client port.
+struct Inbound {
+    raft: Raft,
+    peers: Vec<String>,
+}
+
+impl PeerAcceptor for Inbound {
+    fn hello(&self) -> &'static [u8] {
+        RAFT_HELLO
+    }
+
+    fn accept(&self, stream: TcpStream, already_read: BytesMut) {
+        let _ = stream.set_nodelay(true);
+        let raft = self.raft.clone();
+        let peers = self.peers.clone();
+        tokio::spawn(async move {
+            if let Err(error) = inbound::serve(stream, already_read, raft, peers).await {
+                tracing::debug!(%error, "raft peer link closed");
+            }
+        });
+    }
+}

@@ -1,0 +1,154 @@
+//! openraft's state machine over the lock table.
+//!
+//! The table itself lives in the node's engine, behind the server's mutex,
+//! so the leader learns a command's outcome the moment it is applied and
+//! answers the client from there. This adapter forwards committed entries
+//! to the engine through a [`TableHost`], keeps the applied log id and
+//! membership, and takes and installs snapshots.
+
+use std::io;
+use std::sync::{Arc, Mutex, PoisonError};
+
+use baton_core::TableSnapshot;
+use futures_util::{Stream, TryStreamExt};
+use openraft::entry::RaftEntry;
+use openraft::storage::{EntryResponder, RaftSnapshotBuilder, RaftStateMachine};
+use openraft::OptionalSend;
+
+use super::snapshot_store::{self, SnapshotStore, StoredSnapshot};
+use super::types::{
+    Entry, LogId, Snapshot, SnapshotData, SnapshotMeta, StoredMembership, TypeConfig,
+};
+
+/// Whatever holds the lock table: the engine behind the server's mutex, or
+/// a simulation's.
+pub trait TableHost: Send + Sync + 'static {
+    /// Applies committed entries, in order.
+    fn apply(&self, entries: &[Entry]);
+    /// The table now, for a snapshot.
+    fn snapshot(&self) -> TableSnapshot;
+    /// Replaces the table with a snapshot's.
+    fn restore(&self, snapshot: &TableSnapshot);
+}
+
+type Current = Arc<Mutex<Option<StoredSnapshot>>>;
+
+/// The state machine handed to openraft.
+#[derive(Debug)]
+pub struct LockStateMachine<H> {
+    host: Arc<H>,
+    applied: Option<LogId>,
+    membership: StoredMembership,
+    store: SnapshotStore,
+    current: Current,
+}
+
+impl<H: TableHost> LockStateMachine<H> {
+    /// Loads the stored snapshot, if any; openraft installs it on start and
+    /// replays the committed log after it.
+    pub fn open(host: Arc<H>, store: SnapshotStore) -> io::Result<LockStateMachine<H>> {
+        let current = store.load()?;
+        Ok(LockStateMachine {
+            host,
+            applied: None,
+            membership: StoredMembership::default(),
+            store,
+            current: Arc::new(Mutex::new(current)),
+        })
+    }
+}
+
+/// Builds a snapshot from a copy of the table taken between two applies.
+#[derive(Debug)]
+pub struct Builder {
+    meta: SnapshotMeta,
+    table: TableSnapshot,
+    store: SnapshotStore,
+    current: Current,
+}
+
+impl RaftSnapshotBuilder<TypeConfig> for Builder {
+    type SnapshotData = SnapshotData;
+
+    async fn build_snapshot(&mut self) -> Result<Snapshot, io::Error> {
+        let stored = StoredSnapshot {
+            meta: self.meta.clone(),
+            data: snapshot_store::encode_table(&self.table)?,
+        };
+        self.store.save(&stored)?;
+        let snapshot = Snapshot {
+            meta: stored.meta.clone(),
+            snapshot: stored.data.clone(),
+        };
+        *self.current.lock().unwrap_or_else(PoisonError::into_inner) = Some(stored);
+        Ok(snapshot)
+    }
+}
+
+impl<H: TableHost> RaftStateMachine<TypeConfig> for LockStateMachine<H> {
+    type SnapshotData = SnapshotData;
+    type SnapshotBuilder = Builder;
+
+    async fn applied_state(&mut self) -> Result<(Option<LogId>, StoredMembership), io::Error> {
+        Ok((self.applied, self.membership.clone()))
+    }
+
+    async fn apply<Strm>(&mut self, mut entries: Strm) -> Result<(), io::Error>
+    where
+        Strm: Stream<Item = Result<EntryResponder<TypeConfig>, io::Error>> + Unpin + OptionalSend,
+    {
+        let mut batch = Vec::new();
+        let mut responders = Vec::new();
+        while let Some((entry, responder)) = entries.try_next().await? {
+            self.applied = Some(entry.log_id);
+            if let Some(membership) = entry.get_membership() {
+                self.membership = StoredMembership::new(Some(entry.log_id), membership);
+            }
+            batch.push(entry);
+            responders.extend(responder);
+        }
+        self.host.apply(&batch);
+        for responder in responders {
+            responder.send(());
+        }
+        Ok(())
+    }
+
+    async fn get_snapshot_builder(&mut self) -> Self::SnapshotBuilder {
+        Builder {
+            meta: SnapshotMeta {
+                last_log_id: self.applied,
+                last_membership: self.membership.clone(),
+            },
+            table: self.host.snapshot(),
+            store: self.store.clone(),
+            current: self.current.clone(),
+        }
+    }
+
+    async fn install_snapshot(
+        &mut self,
+        meta: &SnapshotMeta,
+        snapshot: SnapshotData,
+    ) -> Result<(), io::Error> {
+        let table = snapshot_store::decode_table(&snapshot)?;
+        let stored = StoredSnapshot {
+            meta: meta.clone(),
+            data: snapshot,
+        };
+        self.store.save(&stored)?;
+        self.host.restore(&table);
+        self.applied = meta.last_log_id;
+        self.membership = meta.last_membership.clone();
+        *self.current.lock().unwrap_or_else(PoisonError::into_inner) = Some(stored);
+        Ok(())
+    }
+
+    async fn get_current_snapshot(&mut self) -> Result<Option<Snapshot>, io::Error> {
+        let current = self.current.lock().unwrap_or_else(PoisonError::into_inner);
+        Ok(current.as_ref().map(|stored| Snapshot {
+            meta: stored.meta.clone(),
+            snapshot: stored.data.clone(),
+        }))
+    }
+}
