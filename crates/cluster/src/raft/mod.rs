@@ -11,10 +11,14 @@
 //! - [`shell`]: wires it all to the server.
 
 pub mod engine;
+#[cfg(test)]
+mod engine_tests;
 pub mod inbound;
 pub mod link;
 pub mod lock_node;
 pub mod log_store;
+#[cfg(test)]
+mod log_store_tests;
 pub mod network;
 pub mod rpc;
 mod segment;

@@ -1,0 +1,292 @@
+//! Tests of the Raft lock engine: a leader and a follower engine fed the
+//! same committed entries, as the log would.
+
+use baton_core::{AcquireOutcome, Key, Outcome};
+use baton_proto::{Op, Response};
+use openraft::impls::leader_id_adv::LeaderId;
+use openraft::{EntryPayload, LogId};
+
+use super::engine::{EngineEvent, RaftEngine, RaftRole};
+use super::types::{Entry, Proposal};
+
+const PEERS: [&str; 3] = ["n0:1", "n1:1", "n2:1"];
+
+fn key(s: &str) -> Key {
+    Key::new(s.as_bytes()).unwrap_or_else(|e| panic!("bad test key {s}: {e}"))
+}
+
+/// A leader (node 0, term 1) and a follower (node 1) in step.
+struct Pair {
+    leader: RaftEngine<&'static str>,
+    follower: RaftEngine<&'static str>,
+    index: u64,
+    events: Vec<EngineEvent<&'static str>>,
+}
+
+impl Pair {
+    fn new() -> Pair {
+        let peers: Vec<String> = PEERS.iter().map(|s| s.to_string()).collect();
+        let mut pair = Pair {
+            leader: RaftEngine::new(0, peers.clone(), 11),
+            follower: RaftEngine::new(1, peers, 22),
+            index: 0,
+            events: Vec::new(),
+        };
+        pair.leader
+            .set_role(RaftRole::Leader { term: 1 }, &mut pair.events);
+        pair.follower
+            .set_role(RaftRole::Follower { leader: Some(0) }, &mut pair.events);
+        assert!(
+            !pair.leader.serving(),
+            "serves before its first entry applies"
+        );
+        pair.commit(EntryPayload::Blank, 0);
+        assert!(pair.leader.serving());
+        pair
+    }
+
+    fn commit(&mut self, payload: EntryPayload<Proposal, u64, openraft::BasicNode>, now: u64) {
+        self.index += 1;
+        let entry = Entry {
+            log_id: LogId {
+                leader_id: LeaderId {
+                    term: 1,
+                    node_id: 0,
+                },
+                index: self.index,
+            },
+            payload,
+        };
+        self.leader.apply_entry(&entry, now, &mut self.events);
+        let mut ignored = Vec::new();
+        self.follower.apply_entry(&entry, now, &mut ignored);
+        assert!(ignored.is_empty(), "a follower answers nobody: {ignored:?}");
+    }
+
+    /// Commits whatever the leader proposed, as one entry.
+    fn commit_proposals(&mut self, now: u64) -> usize {
+        match self.leader.take_proposal() {
+            Some((proposal, _)) => {
+                let n = proposal.commands.len();
+                self.commit(EntryPayload::Normal(proposal), now);
+                n
+            }
+            None => 0,
+        }
+    }
+
+    fn granted(&mut self) -> Vec<(&'static str, u64)> {
+        let mut out = Vec::new();
+        self.events.retain(|e| match e {
+            EngineEvent::Granted { handle, token, .. } => {
+                out.push((*handle, *token));
+                false
+            }
+            _ => true,
+        });
+        out
+    }
+}
+
+#[test]
+fn a_grant_exists_only_once_committed_and_every_node_has_it() {
+    let mut p = Pair::new();
+    let out = p
+        .leader
+        .acquire(key("a"), 0, 1_000, 10, "c1", &mut p.events);
+    assert!(matches!(out, Ok(AcquireOutcome::Queued { .. })));
+    assert!(p.granted().is_empty());
+    assert_eq!(p.leader.table().len(), 0);
+    assert_eq!(p.commit_proposals(10), 1);
+    assert_eq!(p.granted(), vec![("c1", 1)]);
+    assert_eq!(
+        p.follower.table().holder(&key("a")).map(|h| h.token),
+        Some(1)
+    );
+    assert_eq!(p.follower.table(), p.leader.table());
+}
+
+#[test]
+fn waiters_get_the_key_in_order_as_releases_commit() {
+    let mut p = Pair::new();
+    for client in ["c1", "c2", "c3"] {
+        let _ = p
+            .leader
+            .acquire(key("a"), 0, 1_000, 0, client, &mut p.events);
+    }
+    // Only one grant of a key is ever on its way.
+    assert_eq!(p.commit_proposals(0), 1);
+    assert_eq!(p.granted(), vec![("c1", 1)]);
+    assert_eq!(p.commit_proposals(0), 0);
+    assert_eq!(p.leader.release(&key("a"), 1, Some("c1")), Ok(None));
+    // The release and, batched after it by the apply, nothing yet: the
+    // next grant is proposed when the release applies.
+    assert_eq!(p.commit_proposals(1), 1);
+    let replies: Vec<_> = p
+        .events
+        .drain(..)
+        .filter_map(|e| match e {
+            EngineEvent::Reply { handle, response } => Some((handle, response)),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(replies, vec![("c1", Response::Released { key: key("a") })]);
+    assert_eq!(p.commit_proposals(1), 1);
+    assert_eq!(p.granted(), vec![("c2", 2)]);
+}
+
+#[test]
+fn a_release_with_a_wrong_token_is_refused_without_the_log() {
+    let mut p = Pair::new();
+    let _ = p.leader.acquire(key("a"), 0, 1_000, 0, "c1", &mut p.events);
+    p.commit_proposals(0);
+    assert_eq!(
+        p.leader.release(&key("a"), 7, Some("c1")),
+        Ok(Some(Outcome::NotFound))
+    );
+    assert_eq!(
+        p.leader.renew(&key("b"), 1, 5, "c1"),
+        Ok(Some(Outcome::NotFound))
+    );
+    assert!(!p.leader.has_output());
+}
+
+#[test]
+fn leases_end_only_by_a_committed_expiry_the_leader_proposes() {
+    let mut p = Pair::new();
+    let _ = p.leader.acquire(key("a"), 0, 100, 0, "c1", &mut p.events);
+    p.commit_proposals(0);
+    assert_eq!(p.granted(), vec![("c1", 1)]);
+    let _ = p.leader.acquire(key("a"), 0, 100, 5, "c2", &mut p.events);
+    assert_eq!(p.leader.next_deadline(), Some(100));
+    // A follower proposes nothing and arms nothing for leases.
+    assert_eq!(p.follower.next_deadline(), None);
+    p.leader.tick(99, &mut p.events);
+    assert!(!p.leader.has_output());
+    p.leader.tick(100, &mut p.events);
+    // Proposed once, however often the timer fires before it commits.
+    p.leader.tick(150, &mut p.events);
+    assert_eq!(p.leader.next_deadline(), None);
+    assert_eq!(p.commit_proposals(150), 1);
+    assert!(p.follower.table().holder(&key("a")).is_none());
+    assert_eq!(p.commit_proposals(150), 1);
+    assert_eq!(p.granted(), vec![("c2", 2)]);
+}
+
+#[test]
+fn a_late_expiry_spares_a_newer_grant() {
+    let mut p = Pair::new();
+    let _ = p.leader.acquire(key("a"), 0, 10, 0, "c1", &mut p.events);
+    p.commit_proposals(0);
+    p.leader.tick(10, &mut p.events);
+    let (expiry, _) = p
+        .leader
+        .take_proposal()
+        .unwrap_or_else(|| panic!("no expiry"));
+    p.commit(EntryPayload::Normal(expiry.clone()), 10);
+    let _ = p.leader.acquire(key("a"), 0, 10, 10, "c2", &mut p.events);
+    p.commit_proposals(10);
+    assert_eq!(p.granted(), vec![("c1", 1), ("c2", 2)]);
+    // The same expiry applied again (a duplicate) changes nothing.
+    p.commit(EntryPayload::Normal(expiry), 11);
+    assert_eq!(
+        p.follower.table().holder(&key("a")).map(|h| h.token),
+        Some(2)
+    );
+}
+
+#[test]
+fn followers_and_candidates_redirect() {
+    let mut p = Pair::new();
+    let out = p.follower.acquire(key("a"), 0, 10, 0, "c1", &mut p.events);
+    assert_eq!(out, Err(Some("n0:1".to_string())));
+    p.follower.set_role(RaftRole::Candidate, &mut p.events);
+    assert_eq!(p.follower.release(&key("a"), 1, Some("c1")), Err(None));
+}
+
+#[test]
+fn losing_the_lead_sends_waiters_and_pending_requests_to_the_new_leader() {
+    let mut p = Pair::new();
+    let _ = p.leader.acquire(key("a"), 0, 1_000, 0, "c1", &mut p.events);
+    p.commit_proposals(0);
+    let _ = p.leader.acquire(key("a"), 0, 1_000, 0, "c2", &mut p.events);
+    let _ = p.leader.acquire(key("b"), 0, 1_000, 0, "c3", &mut p.events);
+    assert_eq!(p.leader.release(&key("a"), 1, Some("c1")), Ok(None));
+    p.events.clear();
+    p.leader
+        .set_role(RaftRole::Follower { leader: Some(2) }, &mut p.events);
+    let to = Some("n2:1".to_string());
+    let mut moved: Vec<_> = p
+        .events
+        .drain(..)
+        .map(|e| match e {
+            EngineEvent::Moved { handle, to, .. } => (handle, None, to),
+            EngineEvent::Reply {
+                handle,
+                response: Response::Moved { op, addr, .. },
+            } => (handle, Some(op), addr),
+            other => panic!("unexpected {other:?}"),
+        })
+        .collect();
+    moved.sort_by_key(|(handle, _, _)| *handle);
+    assert_eq!(
+        moved,
+        vec![
+            ("c1", Some(Op::Release), to.clone()),
+            ("c2", None, to.clone()),
+            ("c3", None, to)
+        ]
+    );
+    assert!(!p.leader.has_output());
+    assert_eq!(p.leader.waiter_count(), 0);
+}
+
+#[test]
+fn an_own_grant_nobody_waits_for_is_given_back() {
+    let mut p = Pair::new();
+    let _ = p.leader.acquire(key("a"), 0, 1_000, 0, "c1", &mut p.events);
+    let (grant, tags) = p
+        .leader
+        .take_proposal()
+        .unwrap_or_else(|| panic!("no grant"));
+    // The proposal failed as far as the leader knew, but the entry made it.
+    p.leader.proposal_failed(&tags, None, &mut p.events);
+    p.events.clear();
+    p.commit(EntryPayload::Normal(grant), 0);
+    assert!(p.granted().is_empty());
+    assert_eq!(p.commit_proposals(0), 1);
+    assert!(p.follower.table().is_empty());
+}
+
+#[test]
+fn waiters_time_out_on_the_leader() {
+    let mut p = Pair::new();
+    let _ = p.leader.acquire(key("a"), 0, 1_000, 0, "c1", &mut p.events);
+    p.commit_proposals(0);
+    let _ = p
+        .leader
+        .acquire(key("a"), 50, 1_000, 0, "c2", &mut p.events);
+    assert_eq!(p.leader.next_deadline(), Some(50));
+    p.leader.tick(50, &mut p.events);
+    assert!(matches!(
+        p.events.last(),
+        Some(EngineEvent::TimedOut { handle: "c2", .. })
+    ));
+}
+
+#[test]
+fn a_restored_snapshot_keeps_locks_and_tokens() {
+    let mut p = Pair::new();
+    for k in ["a", "b"] {
+        let _ = p.leader.acquire(key(k), 0, 1_000, 0, "c", &mut p.events);
+    }
+    p.commit_proposals(0);
+    let snapshot = p.leader.snapshot(100);
+    let mut fresh: RaftEngine<&str> = RaftEngine::new(2, Vec::new(), 33);
+    fresh.restore(&snapshot, 5_000);
+    assert_eq!(fresh.table().last_token(), 2);
+    assert_eq!(
+        fresh.table().holder(&key("b")).map(|h| h.expires_at),
+        Some(5_900)
+    );
+}
