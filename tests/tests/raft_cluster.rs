@@ -1,0 +1,344 @@
+//! Black-box tests of the Raft cluster (issue 5): three real `batond` nodes
+//! on loopback with `--mode raft`, one peer list and a data directory each,
+//! seen only through the client protocol and signals.
+//!
+//! Covered: one leader and redirecting followers; kill -9 of the leader
+//! (election time, locks kept, old tokens still release, new tokens
+//! higher); two of three killed (the survivor grants nothing); a follower
+//! killed and restarted (catches up); all three killed and restarted (locks
+//! and token order kept); graceful stop of the leader (handoff gap).
+//!
+//! Timing-sensitive, so the tests run one at a time and print what they
+//! measured.
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use baton_tests::cluster::{field, probe_status, ClusterClient};
+use baton_tests::{free_addr, status_u64, Batond, LineClient, Status};
+use tempfile::TempDir;
+use tokio::sync::Mutex;
+use tokio::time::Instant;
+
+/// The tests share two cores with everything else: one cluster at a time.
+static SERIAL: Mutex<()> = Mutex::const_new(());
+
+/// A fresh cluster must agree on a leader within this.
+const SETTLE: Duration = Duration::from_secs(10);
+/// Election after a leader kill: ~1 s expected with the default timeouts
+/// (0.3-0.6 s before a follower stands), with room for a loaded machine.
+const ELECTION_BOUND: Duration = Duration::from_millis(2_500);
+const REQUEST: Duration = Duration::from_secs(10);
+
+/// Three (or n) Raft nodes, each with its own data directory.
+struct RaftCluster {
+    nodes: Vec<Batond>,
+    peers: Vec<SocketAddr>,
+    // Kept for the nodes' lifetime: restarts reuse the same directories.
+    _dirs: Vec<TempDir>,
+}
+
+impl RaftCluster {
+    fn start(n: usize) -> RaftCluster {
+        let mut peers: Vec<SocketAddr> = Vec::new();
+        while peers.len() < n {
+            let addr = free_addr();
+            if !peers.contains(&addr) {
+                peers.push(addr);
+            }
+        }
+        let list = peers
+            .iter()
+            .map(|p| p.to_string())
+            .collect::<Vec<_>>()
+            .join(",");
+        let dirs: Vec<TempDir> = (0..n)
+            .map(|_| {
+                tempfile::Builder::new()
+                    .prefix("baton-raft-")
+                    .tempdir()
+                    .unwrap_or_else(|e| panic!("temp dir: {e}"))
+            })
+            .collect();
+        let nodes = peers
+            .iter()
+            .zip(&dirs)
+            .map(|(addr, dir)| {
+                let data = dir.path().to_string_lossy().into_owned();
+                Batond::start_at(
+                    *addr,
+                    &["--peers", &list, "--mode", "raft", "--data-dir", &data],
+                )
+            })
+            .collect();
+        RaftCluster {
+            nodes,
+            peers,
+            _dirs: dirs,
+        }
+    }
+
+    async fn statuses(&mut self) -> Vec<Option<Status>> {
+        let mut out = Vec::new();
+        for i in 0..self.nodes.len() {
+            let status = if self.nodes[i].is_running() {
+                probe_status(self.peers[i], Duration::from_millis(500)).await
+            } else {
+                None
+            };
+            if let Some(status) = &status {
+                assert_eq!(field(status, "mode"), "raft", "{status:?}");
+                assert_eq!(field(status, "self"), self.peers[i].to_string());
+            }
+            out.push(status);
+        }
+        out
+    }
+
+    /// Polls until one running node is leader and every other running node
+    /// is a follower naming it; returns it and how long that took.
+    async fn wait_leader(&mut self, within: Duration) -> (usize, Duration) {
+        let started = Instant::now();
+        loop {
+            let statuses = self.statuses().await;
+            if let Some(leader) = self.agreed_leader(&statuses) {
+                return (leader, started.elapsed());
+            }
+            if started.elapsed() > within {
+                panic!("no agreed leader within {within:?}: {statuses:?}");
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
+
+    fn agreed_leader(&mut self, statuses: &[Option<Status>]) -> Option<usize> {
+        let mut leader = None;
+        for (i, status) in statuses.iter().enumerate() {
+            if !self.nodes[i].is_running() {
+                continue;
+            }
+            if field(status.as_ref()?, "role") == "leader" {
+                if leader.is_some() {
+                    return None;
+                }
+                leader = Some(i);
+            }
+        }
+        let leader = leader?;
+        let want = self.peers[leader].to_string();
+        let agreed = statuses
+            .iter()
+            .enumerate()
+            .filter(|(i, _)| self.nodes[*i].is_running())
+            .all(|(_, s)| s.as_ref().is_some_and(|s| field(s, "active") == want));
+        agreed.then_some(leader)
+    }
+
+    fn client(&self, first: usize) -> ClusterClient {
+        ClusterClient::new(self.peers.clone(), first)
+    }
+}
+
+async fn grant(client: &mut ClusterClient, key: &str) -> u64 {
+    let reply = client.request(&format!("A {key} 5 60"), REQUEST).await;
+    let prefix = format!("A {key} ");
+    match reply.line.strip_prefix(&prefix).map(str::parse::<u64>) {
+        Some(Ok(token)) => token,
+        _ => panic!("expected a grant of {key}, got {:?}", reply.line),
+    }
+}
+
+async fn release(client: &mut ClusterClient, key: &str, token: u64) {
+    let reply = client.request(&format!("R {key} {token}"), REQUEST).await;
+    assert_eq!(reply.line, format!("R {key}"), "release of {key} {token}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_leader_and_followers_redirect_to_it() {
+    let _serial = SERIAL.lock().await;
+    let mut cluster = RaftCluster::start(3);
+    let (leader, took) = cluster.wait_leader(SETTLE).await;
+    println!("fresh raft cluster: leader {leader} agreed after {took:?}");
+    let want = cluster.peers[leader].to_string();
+    for i in (0..3).filter(|i| *i != leader) {
+        let mut c = LineClient::connect(cluster.peers[i]).await;
+        assert_eq!(c.request("A k 0 10").await, format!("M A k {want}"));
+        assert_eq!(c.request("R k 1").await, format!("M R k {want}"));
+        assert_eq!(c.request("K k 1 5").await, format!("M K k {want}"));
+        let status = c.status().await;
+        assert_eq!(field(&status, "role"), "follower");
+    }
+    let mut c = LineClient::connect(cluster.peers[leader]).await;
+    assert_eq!(c.request("A k 0 10").await, "A k 1");
+    assert_eq!(c.request("A j 0 10").await, "A j 2");
+    assert_eq!(c.request("K k 1 20").await, "K k");
+    assert_eq!(c.request("R k 1").await, "R k");
+    assert_eq!(c.request("R k 1").await, "N R k");
+    // Every follower applies the same commands.
+    for i in 0..3 {
+        let mut f = LineClient::connect(cluster.peers[i]).await;
+        let status = f
+            .wait_status("in step with the leader", Duration::from_secs(5), |s| {
+                status_u64(s, "token") == 2 && status_u64(s, "locks") == 1
+            })
+            .await;
+        assert_eq!(field(&status, "mode"), "raft");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn killing_the_leader_elects_another_that_keeps_locks_and_raises_tokens() {
+    let _serial = SERIAL.lock().await;
+    let mut cluster = RaftCluster::start(3);
+    let (leader, _) = cluster.wait_leader(SETTLE).await;
+    let mut client = cluster.client(leader);
+    let a = grant(&mut client, "held-a").await;
+    let b = grant(&mut client, "held-b").await;
+    assert!(b > a);
+    cluster.nodes[leader].kill();
+    let (next, took) = cluster.wait_leader(SETTLE).await;
+    println!("raft: new leader {next} agreed {took:?} after kill -9 of leader {leader}");
+    assert_ne!(next, leader);
+    assert!(took < ELECTION_BOUND, "election took {took:?}");
+    let mut client = cluster.client(next);
+    // The held locks survived: their holders can still release them, and
+    // the key stays taken meanwhile.
+    let reply = client.request("A held-b 0.2 60", REQUEST).await;
+    assert_eq!(reply.line, "T held-b");
+    release(&mut client, "held-a", a).await;
+    let c = grant(&mut client, "fresh").await;
+    assert!(c > b, "token {c} after {b}");
+    let again = grant(&mut client, "held-a").await;
+    assert!(again > c);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lone_survivor_of_three_grants_nothing() {
+    let _serial = SERIAL.lock().await;
+    let mut cluster = RaftCluster::start(3);
+    let (leader, _) = cluster.wait_leader(SETTLE).await;
+    let survivor = (leader + 1) % 3;
+    for i in (0..3).filter(|i| *i != survivor) {
+        cluster.nodes[i].kill();
+    }
+    let mut c = LineClient::connect(cluster.peers[survivor]).await;
+    let started = Instant::now();
+    while started.elapsed() < Duration::from_secs(3) {
+        c.send("A lonely 0.2 10").await;
+        let answer = c.recv_timeout(Duration::from_secs(2)).await;
+        if let Some(line) = answer {
+            assert!(
+                line.starts_with("M A lonely "),
+                "a node without a majority answered {line:?}"
+            );
+        }
+        let status = c.status().await;
+        assert_ne!(field(&status, "role"), "leader", "{status:?}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restarted_follower_catches_up() {
+    let _serial = SERIAL.lock().await;
+    let mut cluster = RaftCluster::start(3);
+    let (leader, _) = cluster.wait_leader(SETTLE).await;
+    let follower = (leader + 1) % 3;
+    let mut client = cluster.client(leader);
+    grant(&mut client, "before").await;
+    cluster.nodes[follower].kill();
+    let mut last = 0;
+    for i in 0..20 {
+        last = grant(&mut client, &format!("while-down-{i}")).await;
+    }
+    cluster.nodes[follower].restart();
+    let mut c = LineClient::connect(cluster.peers[follower]).await;
+    let status = c
+        .wait_status("caught up", Duration::from_secs(10), |s| {
+            status_u64(s, "token") == last
+        })
+        .await;
+    assert_eq!(status_u64(&status, "locks"), 21, "{status:?}");
+    assert_eq!(field(&status, "role"), "follower");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_full_cluster_restart_keeps_locks_and_token_order() {
+    let _serial = SERIAL.lock().await;
+    let mut cluster = RaftCluster::start(3);
+    let (leader, _) = cluster.wait_leader(SETTLE).await;
+    let mut client = cluster.client(leader);
+    let kept = grant(&mut client, "kept").await;
+    let mut last = kept;
+    for i in 0..5 {
+        let token = grant(&mut client, &format!("gone-{i}")).await;
+        release(&mut client, &format!("gone-{i}"), token).await;
+        last = token;
+    }
+    for i in 0..3 {
+        cluster.nodes[i].kill();
+    }
+    for i in 0..3 {
+        cluster.nodes[i].restart();
+    }
+    let (leader, took) = cluster.wait_leader(SETTLE).await;
+    println!("raft: leader {leader} agreed {took:?} after a full restart");
+    let mut client = cluster.client(leader);
+    let reply = client.request("A kept 0.2 60", REQUEST).await;
+    assert_eq!(reply.line, "T kept", "the lock held before the restart");
+    let fresh = grant(&mut client, "after").await;
+    assert!(fresh > last, "token {fresh} after {last}");
+    release(&mut client, "kept", kept).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_graceful_stop_of_the_leader_hands_the_lead_over() {
+    let _serial = SERIAL.lock().await;
+    let mut cluster = RaftCluster::start(3);
+    let (leader, _) = cluster.wait_leader(SETTLE).await;
+    let held = grant(&mut cluster.client(leader), "held").await;
+    // A client cycling acquire/release measures the gap in service.
+    let peers = cluster.peers.clone();
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let cycling = {
+        let stop = stop.clone();
+        tokio::spawn(async move {
+            let mut client = ClusterClient::new(peers, leader);
+            let mut served = Vec::new();
+            let mut last = 0;
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                let token = grant(&mut client, "cycle").await;
+                assert!(token > last, "token {token} after {last}");
+                last = token;
+                release(&mut client, "cycle", token).await;
+                served.push(Instant::now());
+            }
+            served
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let signalled = Instant::now();
+    let status = cluster.nodes[leader].terminate();
+    let exited = signalled.elapsed();
+    assert!(status.success(), "the stopped leader exited {status:?}");
+    let (next, took) = cluster.wait_leader(SETTLE).await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let served = cycling
+        .await
+        .unwrap_or_else(|e| panic!("cycling client: {e}"));
+    let gap = served
+        .windows(2)
+        .map(|w| w[1] - w[0])
+        .max()
+        .unwrap_or_default();
+    println!(
+        "raft graceful stop: leader {leader} exited {exited:?} after SIGTERM, leader {next} agreed {took:?} later; \
+         longest gap between two served cycles {gap:?} ({} cycles)",
+        served.len()
+    );
+    assert_ne!(next, leader);
+    assert!(served.len() > 10, "only {} cycles", served.len());
+    assert!(gap < Duration::from_secs(2), "service gap {gap:?}");
+    release(&mut cluster.client(next), "held", held).await;
+}
