@@ -7,7 +7,9 @@
 //! keeps the decision of *when* to expire in one place (the serving node) and
 //! out of every replica's clock.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
+
+use crate::FastMap;
 
 use serde::{Deserialize, Serialize};
 
@@ -63,7 +65,7 @@ pub struct Holder {
 /// The lock table, with an index of leases by end time.
 #[derive(Clone, Debug, Default)]
 pub struct LockTable {
-    locks: HashMap<Key, Holder>,
+    locks: FastMap<Key, Holder>,
     /// Tokens are unique among live grants, so `(expires_at, token)` is a
     /// unique, time-ordered name for each grant; the value leads back to it.
     expiries: BTreeMap<(Millis, Token), Key>,

@@ -4,7 +4,9 @@
 //! These are not replicated: a waiter is a live connection on one node, and
 //! a node that stops serving answers its waiters instead of handing them on.
 
-use std::collections::{BTreeSet, HashMap, VecDeque};
+use std::collections::{BTreeSet, VecDeque};
+
+use crate::FastMap;
 
 use crate::{Key, Millis};
 
@@ -37,8 +39,8 @@ const MIN_SWEEP: usize = 32;
 /// Every waiter of the node, by key, in arrival order.
 #[derive(Debug)]
 pub struct WaitQueues<H> {
-    waiters: HashMap<WaiterId, Waiter<H>>,
-    queues: HashMap<Key, KeyQueue>,
+    waiters: FastMap<WaiterId, Waiter<H>>,
+    queues: FastMap<Key, KeyQueue>,
     /// Waiters that have a deadline, soonest first.
     deadlines: BTreeSet<(Millis, WaiterId)>,
     next_id: WaiterId,
@@ -47,8 +49,8 @@ pub struct WaitQueues<H> {
 impl<H> Default for WaitQueues<H> {
     fn default() -> Self {
         Self {
-            waiters: HashMap::new(),
-            queues: HashMap::new(),
+            waiters: FastMap::default(),
+            queues: FastMap::default(),
             deadlines: BTreeSet::new(),
             next_id: 1,
         }

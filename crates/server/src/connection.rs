@@ -6,10 +6,10 @@
 //! one write. Grants stay tracked until their bytes are written: a grant
 //! that never reaches the socket is released (the ghost-grant rule).
 
-use std::collections::{HashSet, VecDeque};
+use std::collections::VecDeque;
 use std::sync::Arc;
 
-use baton_core::{AcquireOutcome, Key, Outcome, Token, WaiterId};
+use baton_core::{AcquireOutcome, FastSet, Key, Outcome, Token, WaiterId};
 use baton_proto::{ErrorReply, Op, Request, Response, ServerCodec};
 use bytes::BytesMut;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -44,7 +44,7 @@ pub(crate) struct Connection<N> {
     output: BytesMut,
     mailbox: Mailbox,
     /// Queued acquires of this connection, cancelled when it closes.
-    waiting: HashSet<WaiterId>,
+    waiting: FastSet<WaiterId>,
     /// Requests the node answers later (`Served::Later`).
     deferred: usize,
     /// Grants encoded into `output` but not yet written, with the stream
@@ -69,7 +69,7 @@ impl<N: LockNode> Connection<N> {
             input: BytesMut::with_capacity(READ_CHUNK),
             output: BytesMut::with_capacity(READ_CHUNK),
             mailbox: Mailbox(tx),
-            waiting: HashSet::new(),
+            waiting: FastSet::default(),
             deferred: 0,
             unwritten_grants: VecDeque::new(),
             encoded_total: 0,
@@ -104,11 +104,15 @@ impl<N: LockNode> Connection<N> {
         }
         let (mut reader, mut writer) = stream.split();
         let mut reading = true;
+        // Made once: a fresh `cancelled()` per turn would register and
+        // unregister a waiter on the token's mutex for every burst.
+        let stopping = shutdown.cancelled();
+        tokio::pin!(stopping);
         loop {
             let may_read = reading && self.output.len() < OUTPUT_HIGH_WATER;
             tokio::select! {
                 biased;
-                _ = shutdown.cancelled() => break,
+                _ = &mut stopping => break,
                 n = deliveries.recv_many(&mut batch, DELIVERY_BATCH) => {
                     // Never 0: this task holds a sender in `mailbox`.
                     let _ = n;
