@@ -90,6 +90,11 @@ pub struct PriorityNode<H> {
     service: LockService<H>,
     term: Term,
     seq: u64,
+    /// The highest token heard of in peers' heartbeats or held in a table
+    /// this node gave up for a snapshot: an active it never synced with
+    /// (one that took over and died quickly, the loser of a dual-active
+    /// episode) may have granted above everything in its table.
+    seen_token: Token,
     /// (Standby) the table is a faithful copy of the followed active's.
     synced: bool,
     following: Option<NodeIndex>,
@@ -97,6 +102,8 @@ pub struct PriorityNode<H> {
     /// No promotion before this (start-up, after stepping down).
     quiet_until: Millis,
     last_tick: Millis,
+    /// When this node last found it had stalled (see `check_pause`).
+    resumed_at: Option<Millis>,
     next_heartbeat: Millis,
     next_sync_request: Millis,
     handoff_started: Millis,
@@ -117,11 +124,13 @@ impl<H> PriorityNode<H> {
             service,
             term: 0,
             seq: 0,
+            seen_token: 0,
             synced: false,
             following: None,
             peers,
             quiet_until,
             last_tick: now,
+            resumed_at: None,
             next_heartbeat: now,
             next_sync_request: now,
             handoff_started: now,
@@ -298,9 +307,16 @@ impl<H> PriorityNode<H> {
     /// replaced: step down before granting anything more.
     fn check_pause(&mut self, now: Millis, events: &mut Vec<ClusterEvent<H>>) {
         let gap = now.saturating_sub(self.last_tick);
-        if gap <= self.config.failure_timeout_ms {
+        // A node that is not active ticks at least every heartbeat: a
+        // longer gap already leaves it with a stale view of its peers.
+        let stalled = match self.role {
+            NodeRole::Active => gap > self.config.failure_timeout_ms,
+            _ => gap > 2 * self.config.heartbeat_ms,
+        };
+        if !stalled {
             return;
         }
+        self.resumed_at = Some(now);
         if self.role == NodeRole::Active {
             tracing::warn!(
                 gap_ms = gap,
@@ -364,6 +380,7 @@ impl<H> PriorityNode<H> {
             .service
             .table()
             .last_token()
+            .max(self.seen_token)
             .saturating_add(TOKEN_MARGIN)
             .max(wall_floor(self.wall(now)));
         self.service.raise_token_floor(floor);
@@ -470,6 +487,8 @@ impl<H> PriorityNode<H> {
         if from >= self.peers.len() || from == self.config.me {
             return;
         }
+        // Messages that waited out a pause come before the first tick.
+        self.check_pause(now, events);
         self.peers[from].last_heard = Some(now);
         match message {
             PriorityMessage::Heartbeat(heartbeat) => {
@@ -482,6 +501,9 @@ impl<H> PriorityNode<H> {
             }
             PriorityMessage::Snapshot { term, seq, table } => {
                 if self.role == NodeRole::Standby && self.following == Some(from) {
+                    // Tokens this node issued or heard of stay known (and
+                    // in its heartbeats) after it adopts another's table.
+                    self.seen_token = self.seen_token.max(self.service.table().last_token());
                     self.service.replace_table(LockTable::restore(&table, now));
                     self.term = term;
                     self.seq = seq;
@@ -526,6 +548,16 @@ impl<H> PriorityNode<H> {
             tracing::warn!(from, "handoff offered to an active node; ignored");
             return;
         }
+        if self
+            .resumed_at
+            .is_some_and(|at| now.saturating_sub(at) <= self.config.failure_timeout_ms)
+        {
+            // It may have waited out our pause, and its sender may have
+            // given up and promoted again since: taking it would serve a
+            // stale table. The sender stands by, and promotion decides.
+            tracing::warn!(from, "handoff received around a pause; ignored");
+            return;
+        }
         tracing::info!(from, "taking over by handoff");
         self.service.replace_table(LockTable::restore(table, now));
         self.promote(now);
@@ -539,6 +571,7 @@ impl<H> PriorityNode<H> {
         events: &mut Vec<ClusterEvent<H>>,
     ) {
         let me = self.config.me;
+        self.seen_token = self.seen_token.max(heartbeat.last_token);
         match self.role {
             NodeRole::Standby => {
                 if heartbeat.role == PeerRole::Active {
@@ -623,7 +656,7 @@ impl<H> PriorityNode<H> {
             },
             term: self.term,
             seq: self.seq,
-            last_token: self.service.table().last_token(),
+            last_token: self.service.table().last_token().max(self.seen_token),
             following: self.following,
         }
     }

@@ -1,0 +1,930 @@
+//! The simulated world: N engines on one simulated clock (each with its own
+//! clock epoch), the network between them, the clients, the faults, and
+//! the checks run after every step.
+
+use std::collections::VecDeque;
+
+use baton_cluster::priority::{
+    ClusterEvent, NodeIndex, NodeRole, PriorityConfig, PriorityMessage, PriorityNode,
+};
+use baton_core::{AcquireOutcome, Event, Key, Millis, Outcome, Token};
+
+use super::client::{Answer, Client, Request};
+use super::net::{Envelope, Network, Sent};
+use super::rng::Rng;
+
+pub const HEARTBEAT: u64 = 10;
+pub const TIMEOUT: u64 = 60;
+/// How long after the last fault the cluster must have settled.
+pub const SETTLE: u64 = 3 * TIMEOUT;
+/// The end of a run is kept free of faults, so every run ends settled.
+const CALM_END: u64 = 2 * SETTLE;
+const WALL_ZERO: u64 = 1_700_000_000_000;
+const KEYS: [&str; 3] = ["orders/1", "jobs:nightly", "x"];
+const CLIENTS: usize = 6;
+const TRACE_LINES: usize = 60;
+
+/// Which faults a run injects besides delay, loss, crashes and graceful
+/// stops, which every run has.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Profile {
+    pub pauses: bool,
+    pub partitions: bool,
+}
+
+impl Profile {
+    pub fn for_seed(seed: u64) -> Profile {
+        match seed % 3 {
+            0 => Profile {
+                pauses: false,
+                partitions: false,
+            },
+            1 => Profile {
+                pauses: true,
+                partitions: false,
+            },
+            _ => Profile {
+                pauses: true,
+                partitions: true,
+            },
+        }
+    }
+}
+
+/// What a run went through, so a test can tell that the faults happened.
+#[derive(Debug, Clone, Default)]
+pub struct Summary {
+    pub grants: u64,
+    pub promotions: u64,
+    pub handoffs: u64,
+    pub crashes: u64,
+    pub pauses: u64,
+    pub partitions: u64,
+    pub settled_steps: u64,
+}
+
+impl Summary {
+    pub fn add(&mut self, other: &Summary) {
+        self.grants += other.grants;
+        self.promotions += other.promotions;
+        self.handoffs += other.handoffs;
+        self.crashes += other.crashes;
+        self.pauses += other.pauses;
+        self.partitions += other.partitions;
+        self.settled_steps += other.settled_steps;
+    }
+}
+
+#[derive(Debug)]
+pub struct Failure {
+    pub seed: u64,
+    pub nodes: usize,
+    pub profile: Profile,
+    pub at: Millis,
+    pub what: String,
+    pub trace: Vec<String>,
+}
+
+impl Failure {
+    pub fn report(&self, test: &str) -> String {
+        format!(
+            "seed {} ({} nodes, {:?}) failed at t={} ms: {}\n\
+             replay: PRIORITY_SIM_SEED={} cargo test -p baton-cluster --test priority_sim {}\n\
+             last events:\n  {}",
+            self.seed,
+            self.nodes,
+            self.profile,
+            self.at,
+            self.what,
+            self.seed,
+            test,
+            self.trace.join("\n  ")
+        )
+    }
+}
+
+#[derive(Debug)]
+struct Node {
+    engine: Option<PriorityNode<u64>>,
+    /// This incarnation's clock reads the simulated time plus this.
+    offset: Millis,
+    up_since: Millis,
+    paused_until: Option<Millis>,
+    /// Messages and requests that reached it while paused.
+    held: Vec<Envelope>,
+    held_requests: Vec<(usize, Request)>,
+    /// A graceful stop: it exits once the handoff is confirmed or by then.
+    stopping_until: Option<Millis>,
+    restart_at: Option<Millis>,
+    /// Counts the times it became active; a grant's custody is tied to one.
+    activation: u64,
+    role: NodeRole,
+    /// Since when it has run without a pause or a restart.
+    steady_since: Millis,
+    /// When it last became active.
+    active_since: Millis,
+}
+
+impl Node {
+    fn running(&self) -> bool {
+        self.engine.is_some() && self.paused_until.is_none()
+    }
+}
+
+fn config(me: NodeIndex, nodes: usize, offset: Millis) -> PriorityConfig {
+    PriorityConfig {
+        me,
+        peers: (0..nodes)
+            .map(|i| format!("127.0.0.1:{}", 7400 + i))
+            .collect(),
+        heartbeat_ms: HEARTBEAT,
+        failure_timeout_ms: TIMEOUT,
+        wall_at_zero: WALL_ZERO - offset,
+    }
+}
+
+/// Whether (node, activation) still answers for a grant: the node runs in
+/// that activation and has not stood down since.
+fn custodian_valid(nodes: &[Node], (node, activation): (NodeIndex, u64)) -> bool {
+    let n = &nodes[node];
+    n.engine.is_some()
+        && n.activation == activation
+        && matches!(n.role, NodeRole::Active | NodeRole::HandingOff { .. })
+}
+
+fn handle(client: usize, serial: u64) -> u64 {
+    ((client as u64) << 32) | (serial & 0xFFFF_FFFF)
+}
+
+fn split_handle(handle: u64) -> (usize, u64) {
+    ((handle >> 32) as usize, handle & 0xFFFF_FFFF)
+}
+
+pub struct World {
+    seed: u64,
+    profile: Profile,
+    duration: Millis,
+    rng: Rng,
+    now: Millis,
+    net: Network,
+    nodes: Vec<Node>,
+    clients: Vec<Client>,
+    next_fault: Millis,
+    loss_until: Option<Millis>,
+    heal_at: Option<Millis>,
+    last_disturbance: Millis,
+    /// Since when no message was lost or cut (loss, reset, partition).
+    net_quiet_since: Millis,
+    /// Grants before this time may interleave (a partition and its settling).
+    tokens_free_until: Millis,
+    max_token: Token,
+    max_token_by: (Millis, NodeIndex),
+    summary: Summary,
+    trace: VecDeque<String>,
+    failure: Option<String>,
+}
+
+/// Runs one seed for `duration` simulated ms.
+pub fn run(seed: u64, nodes: usize, duration: Millis) -> Result<Summary, Failure> {
+    let mut world = World::new(seed, nodes, duration);
+    while world.now < duration {
+        world.step();
+        if let Some(what) = world.failure.take() {
+            return Err(Failure {
+                seed,
+                nodes,
+                profile: world.profile,
+                at: world.now,
+                what,
+                trace: world.trace.into_iter().collect(),
+            });
+        }
+    }
+    Ok(world.summary)
+}
+
+impl World {
+    fn new(seed: u64, n: usize, duration: Millis) -> World {
+        let mut rng = Rng::new(seed);
+        let nodes = (0..n)
+            .map(|i| {
+                let offset = rng.range(0, 1_000_000);
+                Node {
+                    engine: Some(PriorityNode::new(config(i, n, offset), offset)),
+                    offset,
+                    up_since: 0,
+                    paused_until: None,
+                    held: Vec::new(),
+                    held_requests: Vec::new(),
+                    stopping_until: None,
+                    restart_at: None,
+                    activation: 0,
+                    role: NodeRole::Standby,
+                    steady_since: 0,
+                    active_since: 0,
+                }
+            })
+            .collect();
+        let clients = (0..CLIENTS)
+            .map(|c| {
+                let key = Key::try_from(KEYS[c % KEYS.len()]).unwrap_or_else(|e| {
+                    panic!("bad simulation key: {e}");
+                });
+                Client::new(key, n, &mut rng)
+            })
+            .collect();
+        let first_fault = rng.range(200, 600);
+        World {
+            seed,
+            profile: Profile::for_seed(seed),
+            duration,
+            rng,
+            now: 0,
+            net: Network::new(n, 5),
+            nodes,
+            clients,
+            next_fault: first_fault,
+            loss_until: None,
+            heal_at: None,
+            last_disturbance: 0,
+            net_quiet_since: 0,
+            tokens_free_until: 0,
+            max_token: 0,
+            max_token_by: (0, 0),
+            summary: Summary::default(),
+            trace: VecDeque::new(),
+            failure: None,
+        }
+    }
+
+    fn step(&mut self) {
+        self.now += 1;
+        self.end_faults();
+        self.start_fault();
+        for envelope in self.net.due(self.now) {
+            self.arrive(envelope);
+        }
+        self.ticks();
+        self.clients_act();
+        self.flush_outputs();
+        self.check();
+    }
+
+    fn log(&mut self, line: String) {
+        if self.trace.len() == TRACE_LINES {
+            self.trace.pop_front();
+        }
+        self.trace.push_back(format!("t={} {}", self.now, line));
+    }
+
+    fn fail(&mut self, what: String) {
+        if self.failure.is_none() {
+            let _ = self.seed;
+            self.failure = Some(what);
+        }
+    }
+
+    fn local(&self, i: NodeIndex) -> Millis {
+        self.now + self.nodes[i].offset
+    }
+
+    // ---- calling the engines ----------------------------------------------
+
+    /// Runs `f` on node `i`'s engine at its clock, then routes its events
+    /// and notes a change of role. `handoff_from`: the call delivers a
+    /// handoff from that node.
+    fn call<R>(
+        &mut self,
+        i: NodeIndex,
+        handoff_from: Option<NodeIndex>,
+        f: impl FnOnce(&mut PriorityNode<u64>, Millis, &mut Vec<ClusterEvent<u64>>) -> R,
+    ) -> Option<R> {
+        let local = self.local(i);
+        let mut events = Vec::new();
+        let engine = self.nodes[i].engine.as_mut()?;
+        let result = f(engine, local, &mut events);
+        self.observe_role(i, handoff_from);
+        self.route_events(i, events);
+        Some(result)
+    }
+
+    fn observe_role(&mut self, i: NodeIndex, handoff_from: Option<NodeIndex>) {
+        let Some(engine) = &self.nodes[i].engine else {
+            return;
+        };
+        let (role, following, term) = (engine.role(), engine.following(), engine.term());
+        let before = self.nodes[i].role;
+        if role == before {
+            return;
+        }
+        self.nodes[i].role = role;
+        self.log(format!(
+            "node {i}: {before:?} -> {role:?} (following {following:?}, term {term})"
+        ));
+        if role == NodeRole::Active {
+            self.nodes[i].activation += 1;
+            self.summary.promotions += 1;
+            if handoff_from.is_some() {
+                self.summary.handoffs += 1;
+            } else {
+                self.check_promotion(i);
+            }
+            self.nodes[i].active_since = self.now;
+            self.on_promotion(i, handoff_from);
+        }
+    }
+
+    /// A node promoted itself: nothing may have kept it from hearing an
+    /// active that has been running steadily all along.
+    fn check_promotion(&mut self, i: NodeIndex) {
+        let since = self.now.saturating_sub(TIMEOUT);
+        if self.net_quiet_since > since {
+            return;
+        }
+        let steady = (0..self.nodes.len()).find(|&j| {
+            let n = &self.nodes[j];
+            j != i
+                && n.running()
+                && n.role == NodeRole::Active
+                && n.steady_since <= since
+                && n.active_since <= since
+        });
+        if let Some(j) = steady {
+            self.fail(format!(
+                "node {i} promoted itself while node {j} has been active and steadily \
+                 heard for a failure timeout"
+            ));
+        }
+    }
+
+    /// A node became active: it answers from now on for every held grant
+    /// its table has. Taking over by handoff, it must have every grant the
+    /// node handing over answered for.
+    fn on_promotion(&mut self, i: NodeIndex, handoff_from: Option<NodeIndex>) {
+        let offset = self.nodes[i].offset;
+        let activation = self.nodes[i].activation;
+        let mut lost = Vec::new();
+        let Some(engine) = &self.nodes[i].engine else {
+            return;
+        };
+        for (c, client) in self.clients.iter_mut().enumerate() {
+            let key = client.key.clone();
+            let Some(held) = client.held_mut() else {
+                continue;
+            };
+            match engine.table().holder(&key) {
+                Some(h) if h.token == held.token => {
+                    held.custodians.push((i, activation));
+                    held.cap = held.cap.min(h.expires_at.saturating_sub(offset));
+                }
+                _ => {
+                    let from_custodian = handoff_from.is_some_and(|from| {
+                        held.custodians
+                            .iter()
+                            .any(|&c| c.0 == from && custodian_valid(&self.nodes, c))
+                    });
+                    if from_custodian && self.now < held.valid_until() {
+                        lost.push((c, key, held.token));
+                    }
+                }
+            }
+        }
+        for (c, key, token) in lost {
+            self.fail(format!(
+                "node {i} took over by handoff from {handoff_from:?} without client {c}'s \
+                 grant of {key} (token {token})"
+            ));
+        }
+    }
+
+    fn route_events(&mut self, i: NodeIndex, events: Vec<ClusterEvent<u64>>) {
+        let mut queue: VecDeque<_> = events.into();
+        while let Some(event) = queue.pop_front() {
+            let now = self.now;
+            match event {
+                ClusterEvent::Lock(Event::Granted {
+                    handle, key, token, ..
+                }) => {
+                    self.record_grant(i, &key, token);
+                    let (c, serial) = split_handle(handle);
+                    if self.clients[c].waited_grant(i, serial, token, now, &mut self.rng) {
+                        self.take_custody(c, i);
+                        self.log(format!(
+                            "client {c} granted {key} token {token} by node {i}"
+                        ));
+                    } else {
+                        // Nobody waits for it any more: the server gives
+                        // such a grant back at once.
+                        let local = self.local(i);
+                        let mut more = Vec::new();
+                        if let Some(engine) = self.nodes[i].engine.as_mut() {
+                            let _ = engine.release(&key, token, local, &mut more);
+                        }
+                        queue.extend(more);
+                    }
+                }
+                ClusterEvent::Lock(Event::TimedOut { handle, .. }) => {
+                    let (c, serial) = split_handle(handle);
+                    self.clients[c].wait_ended(i, serial, None, now, &mut self.rng);
+                }
+                ClusterEvent::Moved { handle, to, .. } => {
+                    let (c, serial) = split_handle(handle);
+                    self.clients[c].wait_ended(i, serial, Some(to), now, &mut self.rng);
+                }
+            }
+        }
+    }
+
+    /// The node that just granted or renewed answers for the grant alone.
+    fn take_custody(&mut self, c: usize, i: NodeIndex) {
+        let activation = self.nodes[i].activation;
+        if let Some(held) = self.clients[c].held_mut() {
+            held.custodians = vec![(i, activation)];
+            held.cap = Millis::MAX;
+        }
+    }
+
+    fn record_grant(&mut self, i: NodeIndex, key: &Key, token: Token) {
+        self.summary.grants += 1;
+        let free = self.net.partitioned() || self.now < self.tokens_free_until;
+        if !free && token <= self.max_token {
+            let (at, by) = self.max_token_by;
+            self.fail(format!(
+                "token went backwards: node {i} granted {key} token {token}, not above \
+                 token {} granted by node {by} at t={at}",
+                self.max_token
+            ));
+        }
+        if token > self.max_token {
+            self.max_token = token;
+            self.max_token_by = (self.now, i);
+        }
+    }
+
+    // ---- the network --------------------------------------------------------
+
+    fn arrive(&mut self, envelope: Envelope) {
+        let node = &mut self.nodes[envelope.to];
+        if node.engine.is_none() {
+            return;
+        }
+        if node.paused_until.is_some() {
+            node.held.push(envelope);
+            return;
+        }
+        self.receive(envelope);
+    }
+
+    fn receive(&mut self, envelope: Envelope) {
+        let Envelope { from, to, message } = envelope;
+        let handoff = matches!(message, PriorityMessage::Handoff { .. }).then_some(from);
+        self.call(to, handoff, |engine, now, events| {
+            engine.on_message(from, message, now, events)
+        });
+    }
+
+    fn flush_outputs(&mut self) {
+        for i in 0..self.nodes.len() {
+            if !self.nodes[i].running() {
+                continue;
+            }
+            let output = match self.nodes[i].engine.as_mut() {
+                Some(engine) => engine.take_output(),
+                None => continue,
+            };
+            for (to, message) in output {
+                if to >= self.nodes.len() || self.nodes[to].engine.is_none() {
+                    // The shell drops what it cannot deliver to a peer
+                    // that is down.
+                    continue;
+                }
+                let envelope = Envelope {
+                    from: i,
+                    to,
+                    message,
+                };
+                let sent = self.net.send(envelope, self.now, &mut self.rng);
+                if sent != Sent::OnItsWay {
+                    self.net_quiet_since = self.now;
+                }
+                if sent == Sent::Reset {
+                    self.last_disturbance = self.now;
+                    if let Some(engine) = self.nodes[i].engine.as_mut() {
+                        engine.on_link_down(to);
+                    }
+                }
+            }
+        }
+    }
+
+    fn ticks(&mut self) {
+        for i in 0..self.nodes.len() {
+            if !self.nodes[i].running() {
+                continue;
+            }
+            let local = self.local(i);
+            let due = self.nodes[i]
+                .engine
+                .as_ref()
+                .is_some_and(|engine| local >= engine.next_deadline());
+            // The server's timer also wakes for other reasons now and then.
+            if due || self.rng.chance(0.02) {
+                self.call(i, None, |engine, now, events| engine.tick(now, events));
+            }
+        }
+    }
+
+    // ---- clients ------------------------------------------------------------
+
+    fn clients_act(&mut self) {
+        for c in 0..self.clients.len() {
+            if let Some((node, id)) = self.clients[c].abandon(self.now, &mut self.rng) {
+                if self.nodes[node].running() {
+                    self.call(node, None, |engine, _, _| engine.cancel(id));
+                }
+            }
+            let Some((node, request)) = self.clients[c].next_request(self.now, &mut self.rng)
+            else {
+                continue;
+            };
+            if self.nodes[node].engine.is_none() {
+                self.answer(c, node, Answer::Gone);
+            } else if self.nodes[node].paused_until.is_some() {
+                self.nodes[node].held_requests.push((c, request));
+            } else {
+                self.serve(node, c, request);
+            }
+        }
+    }
+
+    fn answer(&mut self, c: usize, node: NodeIndex, answer: Answer) {
+        let now = self.now;
+        self.clients[c].on_answer(node, answer, now, &mut self.rng);
+    }
+
+    fn serve(&mut self, i: NodeIndex, c: usize, request: Request) {
+        let key = self.clients[c].key.clone();
+        let answer = match request {
+            Request::Acquire { wait_ms, lease_ms } => {
+                let h = handle(c, self.clients[c].serial);
+                let k = key.clone();
+                let result = self.call(i, None, |engine, now, events| {
+                    engine.acquire(k, wait_ms, lease_ms, now, h, events)
+                });
+                match result {
+                    None => Answer::Gone,
+                    Some(Err(to)) => Answer::Redirect(to),
+                    Some(Ok(AcquireOutcome::Queued { id })) => Answer::Queued(id),
+                    Some(Ok(AcquireOutcome::Granted { token })) => {
+                        self.record_grant(i, &key, token);
+                        self.answer(c, i, Answer::Granted(token));
+                        self.take_custody(c, i);
+                        self.log(format!(
+                            "client {c} granted {key} token {token} by node {i}"
+                        ));
+                        return;
+                    }
+                }
+            }
+            Request::Release { token } => {
+                let result = self.call(i, None, |engine, now, events| {
+                    engine.release(&key, token, now, events)
+                });
+                match result {
+                    None => Answer::Gone,
+                    Some(Err(to)) => Answer::Redirect(to),
+                    Some(Ok(Outcome::Released)) => Answer::Released,
+                    Some(Ok(_)) => Answer::NotFound,
+                }
+            }
+            Request::Renew { token, lease_ms } => {
+                let result = self.call(i, None, |engine, now, events| {
+                    engine.renew(&key, token, lease_ms, now, events)
+                });
+                match result {
+                    None => Answer::Gone,
+                    Some(Err(to)) => Answer::Redirect(to),
+                    Some(Ok(Outcome::Renewed)) => {
+                        self.answer(c, i, Answer::Renewed);
+                        self.take_custody(c, i);
+                        return;
+                    }
+                    Some(Ok(_)) => {
+                        self.log(format!(
+                            "client {c} lost {key} token {token} (renew at node {i})"
+                        ));
+                        Answer::NotFound
+                    }
+                }
+            }
+        };
+        self.answer(c, i, answer);
+    }
+
+    // ---- faults -------------------------------------------------------------
+
+    fn end_faults(&mut self) {
+        let now = self.now;
+        for i in 0..self.nodes.len() {
+            if self.nodes[i].paused_until.is_some_and(|t| t <= now) {
+                self.resume(i);
+            }
+            if self.nodes[i].restart_at.is_some_and(|t| t <= now) {
+                self.restart(i);
+            }
+            if let Some(until) = self.nodes[i].stopping_until {
+                let confirmed = self.nodes[i]
+                    .engine
+                    .as_ref()
+                    .is_some_and(|e| e.handed_off_to().is_some());
+                if confirmed || now >= until {
+                    self.log(format!(
+                        "node {i} exits after its handoff (confirmed: {confirmed})"
+                    ));
+                    self.crash(i);
+                }
+            }
+        }
+        if self.heal_at.is_some_and(|t| t <= now) {
+            self.heal_at = None;
+            self.last_disturbance = now;
+            self.tokens_free_until = now + SETTLE;
+            for (a, b) in self.net.heal() {
+                // Some links broke during the split, some outlived it.
+                if self.rng.chance(0.5) && self.nodes[a].running() {
+                    self.call(a, None, |engine, _, _| engine.on_link_down(b));
+                }
+            }
+            self.log("partition healed".into());
+        }
+        if self.loss_until.is_some_and(|t| t <= now) {
+            self.loss_until = None;
+            self.net.loss = 0.0;
+            self.last_disturbance = now;
+        }
+    }
+
+    fn start_fault(&mut self) {
+        if self.now < self.next_fault || self.now + CALM_END >= self.duration {
+            return;
+        }
+        self.next_fault = self.now + self.rng.range(30, 500);
+        let n = self.nodes.len();
+        match self.rng.below(6) {
+            0 => {
+                let i = self.rng.below(n);
+                if self.nodes[i].running()
+                    && self.nodes[i].stopping_until.is_none()
+                    && self.others_carry_on(i)
+                {
+                    self.log(format!("node {i} crashes"));
+                    self.crash(i);
+                }
+            }
+            1 => {
+                let active = (0..n).find(|&i| {
+                    self.nodes[i].running()
+                        && self.nodes[i].role == NodeRole::Active
+                        && self.nodes[i].stopping_until.is_none()
+                });
+                if let Some(i) = active.filter(|&i| self.others_carry_on(i)) {
+                    self.log(format!("node {i} stops gracefully"));
+                    self.last_disturbance = self.now;
+                    let begun = self.call(i, None, |engine, now, events| {
+                        engine.begin_handoff(now, events)
+                    });
+                    if begun == Some(true) {
+                        self.nodes[i].stopping_until = Some(self.now + 200);
+                    } else {
+                        self.crash(i);
+                    }
+                }
+            }
+            2 if self.profile.pauses => {
+                let i = self.rng.below(n);
+                if self.nodes[i].running() && self.others_carry_on(i) {
+                    let length = self.rng.range(5, 3 * TIMEOUT);
+                    self.log(format!("node {i} pauses for {length} ms"));
+                    self.nodes[i].paused_until = Some(self.now + length);
+                    self.summary.pauses += 1;
+                }
+            }
+            3 if self.profile.partitions && !self.net.partitioned() => {
+                let mut sides: Vec<bool> = (0..n).map(|_| self.rng.chance(0.5)).collect();
+                if sides.iter().all(|&s| s == sides[0]) {
+                    sides[self.rng.below(n)] = !sides[0];
+                }
+                let length = self.rng.range(30, 600);
+                self.log(format!("partition {sides:?} for {length} ms"));
+                self.net.partition(sides);
+                self.heal_at = Some(self.now + length);
+                self.summary.partitions += 1;
+            }
+            _ => {
+                let loss = self.rng.range(1, 8) as f64 / 100.0;
+                let length = self.rng.range(50, 500);
+                self.log(format!("loss {loss} for {length} ms"));
+                self.net.loss = loss;
+                self.loss_until = Some(self.now + length);
+            }
+        }
+    }
+
+    /// Whether the cluster keeps a node that has run long enough to know
+    /// its state if `i` goes away. Without one, the survivors know nothing
+    /// and fall back on the wall clock, which the docs only promise for a
+    /// restart slower than the token margin (several seconds).
+    /// During a partition nothing goes away, for the same reason: the node
+    /// that knew might be on the other side.
+    fn others_carry_on(&self, i: NodeIndex) -> bool {
+        !self.net.partitioned()
+            && (0..self.nodes.len()).any(|j| {
+                j != i
+                    && self.nodes[j].running()
+                    && self.nodes[j].stopping_until.is_none()
+                    && self.nodes[j].up_since + 2 * TIMEOUT <= self.now
+            })
+    }
+
+    fn crash(&mut self, i: NodeIndex) {
+        self.summary.crashes += 1;
+        self.last_disturbance = self.now;
+        let node = &mut self.nodes[i];
+        node.engine = None;
+        node.paused_until = None;
+        node.stopping_until = None;
+        node.held.clear();
+        node.role = NodeRole::Standby;
+        node.restart_at = Some(self.now + self.rng.range(50, 800));
+        let requests = std::mem::take(&mut node.held_requests);
+        self.net.drop_node(i);
+        for (c, _) in requests {
+            self.answer(c, i, Answer::Gone);
+        }
+        for c in 0..self.clients.len() {
+            let serial = self.clients[c].serial;
+            let now = self.now;
+            self.clients[c].wait_ended(i, serial, Some(None), now, &mut self.rng);
+        }
+        for j in 0..self.nodes.len() {
+            if j != i && self.nodes[j].running() {
+                self.call(j, None, |engine, _, _| engine.on_link_down(i));
+            }
+        }
+    }
+
+    fn restart(&mut self, i: NodeIndex) {
+        let n = self.nodes.len();
+        let offset = self.rng.range(0, 1_000_000);
+        let node = &mut self.nodes[i];
+        node.offset = offset;
+        node.engine = Some(PriorityNode::new(config(i, n, offset), self.now + offset));
+        node.up_since = self.now;
+        node.steady_since = self.now;
+        node.restart_at = None;
+        node.role = NodeRole::Standby;
+        self.last_disturbance = self.now;
+        self.log(format!("node {i} restarts"));
+    }
+
+    /// After a pause the node finds its timer due, the peers' messages and
+    /// the clients' requests of the pause, and takes them in any order.
+    fn resume(&mut self, i: NodeIndex) {
+        self.nodes[i].paused_until = None;
+        self.nodes[i].steady_since = self.now;
+        self.last_disturbance = self.now;
+        let order = self.rng.below(3);
+        self.log(format!("node {i} resumes (order {order})"));
+        let messages = std::mem::take(&mut self.nodes[i].held);
+        let requests = std::mem::take(&mut self.nodes[i].held_requests);
+        if order == 0 {
+            self.call(i, None, |engine, now, events| engine.tick(now, events));
+        }
+        for envelope in messages {
+            self.receive(envelope);
+        }
+        if order == 1 {
+            self.call(i, None, |engine, now, events| engine.tick(now, events));
+        }
+        for (c, request) in requests {
+            self.serve(i, c, request);
+        }
+        if order == 2 {
+            self.call(i, None, |engine, now, events| engine.tick(now, events));
+        }
+    }
+
+    // ---- checks -------------------------------------------------------------
+
+    fn check(&mut self) {
+        let disturbed = self.net.partitioned()
+            || self.net.loss > 0.0
+            || self
+                .nodes
+                .iter()
+                .any(|n| n.paused_until.is_some() || n.stopping_until.is_some());
+        if disturbed {
+            self.last_disturbance = self.now;
+        }
+        if self.net.partitioned() || self.net.loss > 0.0 {
+            self.net_quiet_since = self.now;
+        }
+        self.check_custody();
+        if !self.profile.pauses && !self.profile.partitions {
+            self.check_exclusion();
+        }
+        if self.now >= self.last_disturbance + SETTLE {
+            self.check_settled();
+        }
+    }
+
+    /// While a node that granted (or took over) a grant stays active, the
+    /// grant is in its table until released or run out.
+    fn check_custody(&mut self) {
+        let mut dropped = Vec::new();
+        for (c, client) in self.clients.iter().enumerate() {
+            let Some(held) = client.held() else {
+                continue;
+            };
+            if self.now >= held.valid_until() {
+                continue;
+            }
+            for &(node, activation) in &held.custodians {
+                if !custodian_valid(&self.nodes, (node, activation)) {
+                    continue;
+                }
+                let Some(engine) = &self.nodes[node].engine else {
+                    continue;
+                };
+                let token = engine.table().holder(&client.key).map(|h| h.token);
+                if token != Some(held.token) {
+                    dropped.push((c, node, client.key.clone(), held.token, token, held.end));
+                }
+            }
+        }
+        for (c, node, key, token, found, end) in dropped {
+            self.fail(format!(
+                "node {node} is still active but dropped client {c}'s grant of {key} \
+                 (token {token}, lease to t={end}); its table has {found:?}"
+            ));
+        }
+    }
+
+    /// No two clients hold one key while both grants are still answered for.
+    fn check_exclusion(&mut self) {
+        for key in KEYS {
+            let holders: Vec<(usize, Token)> = self
+                .clients
+                .iter()
+                .enumerate()
+                .filter(|(_, client)| client.key.as_bytes() == key.as_bytes())
+                .filter_map(|(c, client)| client.held().map(|held| (c, held)))
+                .filter(|(_, held)| {
+                    self.now < held.valid_until()
+                        && held
+                            .custodians
+                            .iter()
+                            .any(|&c| custodian_valid(&self.nodes, c))
+                })
+                .map(|(c, held)| (c, held.token))
+                .collect();
+            if holders.len() > 1 {
+                self.fail(format!("{key} is held twice: (client, token) {holders:?}"));
+            }
+        }
+    }
+
+    /// Long after the last fault: one active, and every other live node
+    /// follows it.
+    fn check_settled(&mut self) {
+        self.summary.settled_steps += 1;
+        let live: Vec<NodeIndex> = (0..self.nodes.len())
+            .filter(|&i| self.nodes[i].engine.is_some())
+            .collect();
+        let actives: Vec<NodeIndex> = live
+            .iter()
+            .copied()
+            .filter(|&i| self.nodes[i].role == NodeRole::Active)
+            .collect();
+        if actives.len() != 1 {
+            self.fail(format!(
+                "settled for {} ms, yet the active nodes are {actives:?} (live: {live:?})",
+                self.now - self.last_disturbance
+            ));
+            return;
+        }
+        let active = actives[0];
+        for &i in &live {
+            let Some(engine) = &self.nodes[i].engine else {
+                continue;
+            };
+            if i != active && engine.following() != Some(active) {
+                let (role, following) = (engine.role(), engine.following());
+                self.fail(format!(
+                    "settled with node {active} active, but node {i} is {role:?} following \
+                     {following:?}"
+                ));
+            }
+        }
+    }
+}
