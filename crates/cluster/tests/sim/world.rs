@@ -161,7 +161,6 @@ fn split_handle(handle: u64) -> (usize, u64) {
 }
 
 pub struct World {
-    seed: u64,
     profile: Profile,
     duration: Millis,
     rng: Rng,
@@ -235,7 +234,6 @@ impl World {
             .collect();
         let first_fault = rng.range(200, 600);
         World {
-            seed,
             profile: Profile::for_seed(seed),
             duration,
             rng,
@@ -279,7 +277,6 @@ impl World {
 
     fn fail(&mut self, what: String) {
         if self.failure.is_none() {
-            let _ = self.seed;
             self.failure = Some(what);
         }
     }
