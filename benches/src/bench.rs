@@ -1,53 +1,167 @@
-//! Runs a plan: each target in turn (started once, stopped at the end),
-//! every case `runs` times, then the medians as table rows.
+//! Runs a plan: each target in turn (started once for the load scenarios,
+//! afresh for each run of memory and failover, stopped at the end), every
+//! case `runs` times, then the medians as table rows. A target that cannot
+//! be measured is reported and skipped, so one missing peer does not void
+//! a long comparison; the bench still exits non-zero for it.
 
 use crate::cli::Plan;
+use crate::cluster;
 use crate::error::BenchError;
-use crate::report::{add_echo_ratios, Row};
-use crate::scenario::run_once;
-use crate::server::{Launch, Server};
-use crate::Target;
+use crate::launch::{Launch, Programs};
+use crate::memory;
+use crate::report::{add_ratios, Row};
+use crate::scenario::{run_once, run_prefix, Case, Measured, Scenario};
+use crate::server::{Server, SpawnSettings};
+use crate::{failover, Target};
 
-/// Runs `plan` against each `(target, launch)`, pinning spawned servers to
-/// `pin_server`. Progress goes to stderr; the rows are returned.
-pub async fn run(
-    plan: &Plan,
-    targets: &[(Target, Launch)],
-    pin_server: Option<usize>,
-) -> Result<Vec<Row>, BenchError> {
-    let mut rows = Vec::new();
-    for (target, launch) in targets {
-        let server = Server::start(launch, pin_server).await?;
-        let outcome = run_target(plan, *target, &server, &mut rows).await;
-        server.stop().await;
-        outcome?;
-    }
-    add_echo_ratios(&mut rows);
-    if plan.smoke {
-        if let Some(idle) = rows.iter().find(|row| row.rate <= 0.0) {
-            return Err(BenchError::Smoke(format!(
-                "{} {} C={} completed nothing",
-                idle.target.name(),
-                idle.case.scenario.name(),
-                idle.case.clients
-            )));
+/// What a plan produced.
+#[derive(Debug, Default)]
+pub struct Outcome {
+    pub rows: Vec<Row>,
+    /// Targets or cases left out, and why (not built, not supported here).
+    pub skipped: Vec<String>,
+    /// Targets that failed: the bench exits non-zero when there are any.
+    pub failures: Vec<String>,
+}
+
+/// Runs `plan` against its targets. Progress goes to stderr.
+pub async fn run(plan: &Plan, programs: &Programs, settings: &SpawnSettings) -> Outcome {
+    let mut outcome = Outcome::default();
+    for &target in &plan.targets {
+        if let Some(reason) = unavailable(target, programs) {
+            eprintln!("skipping {}: {reason}", target.name());
+            outcome.skipped.push(format!("{}: {reason}", target.name()));
+            continue;
+        }
+        let launch = match Launch::for_target(target, programs) {
+            Ok(launch) => launch,
+            Err(reason) => {
+                outcome
+                    .failures
+                    .push(format!("{}: {reason}", target.name()));
+                continue;
+            }
+        };
+        let cases: Vec<Case> = plan
+            .cases
+            .iter()
+            .copied()
+            .filter(|case| target.supports(case.scenario))
+            .collect();
+        if let Err(error) =
+            run_target(plan, target, &launch, settings, &cases, &mut outcome.rows).await
+        {
+            eprintln!("{} failed: {error}", target.name());
+            outcome.failures.push(format!("{}: {error}", target.name()));
         }
     }
-    Ok(rows)
+    add_ratios(&mut outcome.rows);
+    if plan.smoke {
+        for idle in outcome.rows.iter().filter(|row| row.rate <= 0.0) {
+            if idle.case.scenario.higher_is_better() {
+                outcome.failures.push(
+                    BenchError::Smoke(format!(
+                        "{} {} C={} completed nothing",
+                        idle.target.name(),
+                        idle.case.scenario.name(),
+                        idle.case.clients
+                    ))
+                    .to_string(),
+                );
+            }
+        }
+    }
+    outcome
+}
+
+/// Why `target` cannot be measured by this build with these programs.
+fn unavailable(target: Target, programs: &Programs) -> Option<String> {
+    if !target.compiled() {
+        return Some("this build lacks its client (cargo feature etcd / zookeeper)".into());
+    }
+    if let (Some(mode), Some(batond)) = (target.cluster(), &programs.batond) {
+        if !cluster::batond_has_mode(batond, mode) {
+            return Some(format!(
+                "`{} --help` does not list --mode {}",
+                batond.display(),
+                mode.flag()
+            ));
+        }
+    }
+    None
 }
 
 async fn run_target(
     plan: &Plan,
     target: Target,
-    server: &Server,
+    launch: &Launch,
+    settings: &SpawnSettings,
+    cases: &[Case],
     rows: &mut Vec<Row>,
 ) -> Result<(), BenchError> {
-    for &case in &plan.cases {
+    let shared: Vec<Case> = cases
+        .iter()
+        .copied()
+        .filter(|case| !case.scenario.fresh_server())
+        .collect();
+    if !shared.is_empty() {
+        let server = launch.start(settings).await?;
+        let measured = run_cases(
+            plan,
+            target,
+            &shared,
+            |case| run_once(server.addr(), target, case, plan.timing),
+            rows,
+        )
+        .await;
+        server.stop().await;
+        measured?;
+    }
+    for &case in cases.iter().filter(|case| case.scenario.fresh_server()) {
+        let fresh = |case: Case| async move {
+            match case.scenario {
+                Scenario::Failover => failover::run(launch, settings, &run_prefix()).await,
+                _ => {
+                    let server = launch.start(settings).await?;
+                    let measured = fresh_case(&server, target, case).await;
+                    server.stop().await;
+                    measured
+                }
+            }
+        };
+        run_cases(plan, target, &[case], fresh, rows).await?;
+    }
+    Ok(())
+}
+
+async fn fresh_case(server: &Server, target: Target, case: Case) -> Result<Measured, BenchError> {
+    match case.scenario {
+        Scenario::Memory => memory::run(server, target, case.clients, &run_prefix()).await,
+        _ => Err(BenchError::Scenario(format!(
+            "{} does not need a fresh server",
+            case.scenario.name()
+        ))),
+    }
+}
+
+/// Runs each case `plan.runs` times with `measure` and adds its row.
+async fn run_cases<F, Fut>(
+    plan: &Plan,
+    target: Target,
+    cases: &[Case],
+    measure: F,
+    rows: &mut Vec<Row>,
+) -> Result<(), BenchError>
+where
+    F: Fn(Case) -> Fut,
+    Fut: std::future::Future<Output = Result<Measured, BenchError>>,
+{
+    for &case in cases {
         let mut runs = Vec::with_capacity(plan.runs);
         for run in 1..=plan.runs {
-            let measured = run_once(server.addr(), target, case, plan.timing).await?;
+            let measured = measure(case).await?;
             eprintln!(
-                "{} {} C={} depth={} run {run}/{}: {:.0} {}",
+                "{} {} C={} depth={} run {run}/{}: {:.1} {}",
                 target.name(),
                 case.scenario.name(),
                 case.clients,

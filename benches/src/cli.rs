@@ -12,17 +12,18 @@ use crate::window::Timing;
 use crate::Target;
 
 /// Baton's load driver: acquire/release cycles per second and latency
-/// percentiles against Baton and an echo ceiling, on 127.0.0.1 only.
+/// percentiles against Baton, its peers (Redis, etcd, ZooKeeper) and an
+/// echo ceiling, on 127.0.0.1 only.
 #[derive(Debug, Parser)]
 #[command(name = "baton-bench", version)]
 pub struct Args {
-    /// Targets, comma separated: baton, echo (the loopback ceiling).
+    /// Targets, comma separated, measured in this order.
     #[arg(long, value_enum, value_delimiter = ',', default_value = "baton")]
     pub target: Vec<Target>,
     /// A Baton server already running (default 127.0.0.1:7411).
     #[arg(long, conflicts_with = "spawn")]
     pub addr: Option<SocketAddr>,
-    /// Start this batond on a free port and kill it at the end.
+    /// Start this batond on a free port (and clusters of it) and kill it at the end.
     #[arg(long, value_name = "PATH_TO_BATOND")]
     pub spawn: Option<PathBuf>,
     /// Scenarios, comma separated.
@@ -36,9 +37,21 @@ pub struct Args {
     /// Connection counts, comma separated: e.g. 1,16,64.
     #[arg(long, value_delimiter = ',', default_value = "1", value_parser = parse_count)]
     pub clients: Vec<usize>,
+    /// Connection counts of the contended scenario (default: --clients).
+    #[arg(long, value_delimiter = ',', value_parser = parse_count)]
+    pub contended_clients: Vec<usize>,
+    /// Connection counts of the pipelined scenario (default: --clients).
+    #[arg(long, value_delimiter = ',', value_parser = parse_count)]
+    pub pipelined_clients: Vec<usize>,
     /// Cycles in flight per connection in the pipelined scenario, comma separated.
     #[arg(long, value_delimiter = ',', default_value = "16", value_parser = parse_count)]
     pub depth: Vec<usize>,
+    /// Locks held at once in the memory scenario.
+    #[arg(long, default_value = "1000000", value_parser = parse_big_count)]
+    pub locks: usize,
+    /// Waiters queued on one key in the storm scenario.
+    #[arg(long, default_value = "10000", value_parser = parse_big_count)]
+    pub waiters: usize,
     /// Measured seconds per run.
     #[arg(long, value_name = "SECS", default_value = "5", value_parser = parse_positive_seconds)]
     pub duration: Duration,
@@ -48,16 +61,46 @@ pub struct Args {
     /// Runs per case; the table shows medians.
     #[arg(long, default_value = "3", value_parser = parse_count)]
     pub runs: usize,
-    /// A few seconds of every scenario at C=1 and 4 (for CI); overrides
-    /// --scenario, --clients, --depth, --duration, --warmup and --runs.
+    /// A few seconds of every scenario at small sizes (for CI); overrides
+    /// --scenario, --clients, --depth, --locks, --waiters, --duration,
+    /// --warmup and --runs.
     #[arg(long)]
     pub smoke: bool,
-    /// Pin the spawned server (and the echo server) to this CPU.
+    /// Pin spawned servers (every target's) to this CPU.
     #[arg(long, value_name = "CPU")]
     pub pin_server: Option<usize>,
     /// Pin this driver to this CPU (re-runs itself under taskset).
     #[arg(long, value_name = "CPU")]
     pub pin_driver: Option<usize>,
+    /// The redis-server program.
+    #[arg(long, value_name = "PATH", default_value = "redis-server")]
+    pub redis_server: PathBuf,
+    /// The etcd program.
+    #[arg(long, value_name = "PATH", default_value = "etcd")]
+    pub etcd: PathBuf,
+    /// The java program that runs ZooKeeper.
+    #[arg(long, value_name = "PATH", default_value = "java")]
+    pub java: PathBuf,
+    /// ZooKeeper's class path (Debian's zookeeper package by default).
+    #[arg(
+        long,
+        value_name = "CLASSPATH",
+        default_value = "/etc/zookeeper/conf:/usr/share/java/zookeeper.jar"
+    )]
+    pub zookeeper_classpath: String,
+    /// Where spawned servers keep their data (a fresh directory each,
+    /// removed at the end; default: the system temp dir).
+    #[arg(long, value_name = "DIR")]
+    pub work_dir: Option<PathBuf>,
+    /// Append the PID of every process the bench starts to this file.
+    #[arg(long, value_name = "FILE")]
+    pub pid_file: Option<PathBuf>,
+    /// Also write the results as Markdown (tables, ratios, goals) here.
+    #[arg(long, value_name = "FILE")]
+    pub markdown: Option<PathBuf>,
+    /// Also write a bar chart of the results as SVG here.
+    #[arg(long, value_name = "FILE")]
+    pub svg: Option<PathBuf>,
     /// Internal: be the echo server on this address.
     #[arg(long, value_name = "ADDR", hide = true)]
     pub serve_echo: Option<SocketAddr>,
@@ -74,17 +117,40 @@ pub struct Plan {
     pub smoke: bool,
 }
 
+/// Connection counts and sizes per scenario.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Sizes {
+    pub clients: Vec<usize>,
+    pub contended: Vec<usize>,
+    pub pipelined: Vec<usize>,
+    pub depths: Vec<usize>,
+    pub locks: usize,
+    pub waiters: usize,
+}
+
 /// Long enough for a contended acquire's 10 s wait to run out first.
 const DRAIN: Duration = Duration::from_secs(15);
 
 impl Args {
     pub fn plan(&self) -> Plan {
-        let mut targets = self.target.clone();
-        targets.dedup();
+        let mut targets = Vec::new();
+        for &target in &self.target {
+            if !targets.contains(&target) {
+                targets.push(target);
+            }
+        }
         if self.smoke {
+            let sizes = Sizes {
+                clients: vec![1, 4],
+                contended: vec![1, 4],
+                pipelined: vec![1, 4],
+                depths: vec![4],
+                locks: 2000,
+                waiters: 200,
+            };
             return Plan {
                 targets,
-                cases: cases(&Scenario::ALL, &[1, 4], &[4]),
+                cases: cases(&Scenario::ALL, &sizes),
                 timing: Timing {
                     warmup: Duration::from_millis(100),
                     duration: Duration::from_millis(400),
@@ -94,9 +160,21 @@ impl Args {
                 smoke: true,
             };
         }
+        let or_clients = |counts: &Vec<usize>| match counts.is_empty() {
+            true => self.clients.clone(),
+            false => counts.clone(),
+        };
+        let sizes = Sizes {
+            clients: self.clients.clone(),
+            contended: or_clients(&self.contended_clients),
+            pipelined: or_clients(&self.pipelined_clients),
+            depths: self.depth.clone(),
+            locks: self.locks,
+            waiters: self.waiters,
+        };
         Plan {
             targets,
-            cases: cases(&self.scenario, &self.clients, &self.depth),
+            cases: cases(&self.scenario, &sizes),
             timing: Timing {
                 warmup: self.warmup,
                 duration: self.duration,
@@ -108,15 +186,20 @@ impl Args {
     }
 }
 
-/// Every scenario at every client count; depths only apply to pipelined.
-pub fn cases(scenarios: &[Scenario], clients: &[usize], depths: &[usize]) -> Vec<Case> {
+/// Every scenario at each of its sizes. `clients` is the connection count,
+/// except for memory (locks held) and storm (waiters).
+pub fn cases(scenarios: &[Scenario], sizes: &Sizes) -> Vec<Case> {
     let mut cases = Vec::new();
     for &scenario in scenarios {
+        let (clients, depths): (&[usize], &[usize]) = match scenario {
+            Scenario::Uncontended => (&sizes.clients, &[1]),
+            Scenario::Contended => (&sizes.contended, &[1]),
+            Scenario::Pipelined => (&sizes.pipelined, &sizes.depths),
+            Scenario::Memory => (std::slice::from_ref(&sizes.locks), &[1]),
+            Scenario::Storm => (std::slice::from_ref(&sizes.waiters), &[1]),
+            Scenario::Failover => (&[1], &[1]),
+        };
         for &clients in clients {
-            let depths = match scenario {
-                Scenario::Pipelined => depths,
-                _ => &[1],
-            };
             for &depth in depths {
                 let case = Case {
                     scenario,
@@ -130,6 +213,13 @@ pub fn cases(scenarios: &[Scenario], clients: &[usize], depths: &[usize]) -> Vec
         }
     }
     cases
+}
+
+fn parse_big_count(text: &str) -> Result<usize, String> {
+    match text.parse::<usize>() {
+        Ok(n) if (1..=10_000_000).contains(&n) => Ok(n),
+        _ => Err("expected a whole number from 1 to 10000000".into()),
+    }
 }
 
 fn parse_count(text: &str) -> Result<usize, String> {
@@ -217,9 +307,56 @@ mod tests {
     fn smoke_runs_every_scenario_briefly() {
         let plan = parse(&["--smoke", "--target", "echo"]).unwrap().plan();
         assert!(plan.smoke);
-        assert_eq!(plan.cases.len(), 6);
+        // Three load scenarios at C=1 and 4, then memory, storm, failover.
+        assert_eq!(plan.cases.len(), 9);
         assert_eq!(plan.runs, 1);
         assert!(plan.timing.warmup + plan.timing.duration <= Duration::from_secs(1));
+    }
+
+    #[test]
+    fn sizes_per_scenario() {
+        let args = parse(&[
+            "--scenario",
+            "uncontended,contended,pipelined,memory,storm,failover",
+            "--clients",
+            "1,256",
+            "--contended-clients",
+            "16",
+            "--pipelined-clients",
+            "8",
+            "--depth",
+            "16,64",
+            "--locks",
+            "5000",
+            "--waiters",
+            "300",
+            "--target",
+            "baton,redis,baton-raft",
+        ])
+        .unwrap();
+        let plan = args.plan();
+        assert_eq!(
+            plan.targets,
+            [Target::Baton, Target::Redis, Target::BatonRaft]
+        );
+        let shown: Vec<_> = plan
+            .cases
+            .iter()
+            .map(|c| (c.scenario, c.clients, c.depth))
+            .collect();
+        assert_eq!(
+            shown,
+            [
+                (Scenario::Uncontended, 1, 1),
+                (Scenario::Uncontended, 256, 1),
+                (Scenario::Contended, 16, 1),
+                (Scenario::Pipelined, 8, 16),
+                (Scenario::Pipelined, 8, 64),
+                (Scenario::Memory, 5000, 1),
+                (Scenario::Storm, 300, 1),
+                (Scenario::Failover, 1, 1),
+            ]
+        );
     }
 
     #[test]

@@ -37,6 +37,18 @@ pub enum BenchError {
     Task(#[from] tokio::task::JoinError),
     #[error("smoke check failed: {0}")]
     Smoke(String),
+    #[error("cannot {what}: {source}")]
+    Setup { what: String, source: io::Error },
+    #[error("{what} is not ready: {detail}")]
+    NotReady { what: String, detail: String },
+    /// A peer system's client library reported an error.
+    #[error("{target}: {message}")]
+    Peer {
+        target: &'static str,
+        message: String,
+    },
+    #[error("{0}")]
+    Scenario(String),
 }
 
 impl BenchError {

@@ -1,26 +1,45 @@
 //! `baton-bench`, Baton's load driver: opens C connections on 127.0.0.1,
 //! runs acquire/release cycles against a target for a fixed time after a
 //! warm-up, and reports cycles/s (or requests/s) and latency percentiles,
-//! next to an echo server that shows what loopback alone allows.
+//! next to an echo server that shows what loopback alone allows and next
+//! to Redis, etcd and ZooKeeper driven the same way.
 
 pub mod bench;
+pub mod chart;
 pub mod cli;
+pub mod cluster;
 pub mod conn;
 pub mod contended;
+pub mod daemons;
 pub mod echo;
 pub mod error;
+#[cfg(feature = "etcd")]
+pub mod etcd_session;
+pub mod failover;
+pub mod goals;
 pub mod histogram;
+pub mod launch;
 pub mod lines;
+pub mod markdown;
+pub mod memory;
 pub mod own_keys;
 pub mod pin;
+pub mod ports;
+pub mod redis_load;
 pub mod referee;
 pub mod report;
+pub mod resp;
 pub mod scenario;
 pub mod server;
+pub mod session;
 pub mod stats;
+pub mod status;
+pub mod storm;
 pub mod target;
 pub mod window;
 pub mod wire;
+#[cfg(feature = "zookeeper")]
+pub mod zk_session;
 
 pub use error::{BenchError, Violation};
 pub use scenario::{Case, Measured, Scenario};

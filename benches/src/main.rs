@@ -6,7 +6,9 @@ use std::net::SocketAddr;
 use std::process::ExitCode;
 
 use baton_bench::cli::Args;
-use baton_bench::{bench, echo, pin, report};
+use baton_bench::launch::Programs;
+use baton_bench::server::SpawnSettings;
+use baton_bench::{bench, chart, echo, markdown, pin, report};
 use clap::Parser;
 
 fn main() -> ExitCode {
@@ -22,13 +24,19 @@ fn main() -> ExitCode {
         }
     }
     let plan = args.plan();
-    let mut targets = Vec::new();
-    for &target in &plan.targets {
-        match target.launch(args.addr, args.spawn.as_ref()) {
-            Ok(launch) => targets.push((target, launch)),
-            Err(error) => return fail(&format!("cannot set up {}: {error}", target.name())),
-        }
-    }
+    let programs = Programs {
+        batond: args.spawn.clone(),
+        baton_addr: args.addr,
+        redis_server: args.redis_server.clone(),
+        etcd: args.etcd.clone(),
+        java: args.java.clone(),
+        zookeeper_classpath: args.zookeeper_classpath.clone(),
+    };
+    let settings = SpawnSettings {
+        pin_cpu: args.pin_server,
+        work_dir: args.work_dir.clone(),
+        pid_file: args.pid_file.clone(),
+    };
     // Affinity (from taskset) limits what std reports, so a pinned driver
     // runs one thread and does not fight itself for its core.
     let threads = std::thread::available_parallelism().map_or(1, usize::from);
@@ -45,21 +53,70 @@ fn main() -> ExitCode {
         Ok(runtime) => runtime,
         Err(error) => return fail(&format!("cannot start the async runtime: {error}")),
     };
-    match runtime.block_on(bench::run(&plan, &targets, args.pin_server)) {
-        Ok(rows) => {
-            println!(
-                "# warm-up {:?}, {:?} measured, median of {} run(s); driver: {threads} thread(s){}; server: {}",
-                plan.timing.warmup,
-                plan.timing.duration,
-                plan.runs,
-                args.pin_driver.map_or(String::new(), |cpu| format!(" on cpu {cpu}")),
-                args.pin_server.map_or("unpinned".into(), |cpu| format!("cpu {cpu}")),
-            );
-            print!("{}", report::render(&rows));
-            ExitCode::SUCCESS
+    let outcome = runtime.block_on(bench::run(&plan, &programs, &settings));
+    let setup = format!(
+        "warm-up {:?}, {:?} measured, median of {} run(s); driver: {threads} thread(s){}; server: {}; machine: {}",
+        plan.timing.warmup,
+        plan.timing.duration,
+        plan.runs,
+        args.pin_driver.map_or(String::new(), |cpu| format!(" on cpu {cpu}")),
+        args.pin_server.map_or("unpinned".into(), |cpu| format!("cpu {cpu}")),
+        machine(),
+    );
+    println!("# {setup}");
+    print!("{}", report::render(&outcome.rows));
+    let context = markdown::Context {
+        command: std::env::var("BATON_BENCH_COMMAND")
+            .unwrap_or_else(|_| std::env::args().collect::<Vec<_>>().join(" ")),
+        setup,
+    };
+    let mut failed = !outcome.failures.is_empty();
+    if let Some(path) = &args.markdown {
+        if let Err(error) = std::fs::write(path, markdown::render(&outcome, &context)) {
+            eprintln!("baton-bench: cannot write {}: {error}", path.display());
+            failed = true;
         }
-        Err(error) => fail(&error.to_string()),
     }
+    if let Some(path) = &args.svg {
+        if let Some(svg) = chart::render(&outcome.rows) {
+            if let Err(error) = std::fs::write(path, svg) {
+                eprintln!("baton-bench: cannot write {}: {error}", path.display());
+                failed = true;
+            }
+        }
+    }
+    for note in &outcome.skipped {
+        eprintln!("baton-bench: skipped {note}");
+    }
+    for failure in &outcome.failures {
+        eprintln!("baton-bench: {failure}");
+    }
+    if failed {
+        ExitCode::FAILURE
+    } else {
+        ExitCode::SUCCESS
+    }
+}
+
+/// CPU count and model, for the record.
+fn machine() -> String {
+    let cpus = std::thread::available_parallelism().map_or(0, usize::from);
+    let model = std::fs::read_to_string("/proc/cpuinfo")
+        .ok()
+        .and_then(|info| {
+            info.lines()
+                .find(|l| l.starts_with("model name"))
+                .and_then(|l| l.split_once(':'))
+                .map(|(_, model)| model.trim().to_string())
+        })
+        .unwrap_or_else(|| "unknown CPU".into());
+    let all = std::process::Command::new("nproc")
+        .arg("--all")
+        .output()
+        .ok()
+        .map(|out| String::from_utf8_lossy(&out.stdout).trim().to_string())
+        .unwrap_or_default();
+    format!("{all} CPU(s) ({cpus} usable by the driver), {model}")
 }
 
 /// The echo ceiling as a child process, so it can be pinned like a real

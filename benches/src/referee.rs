@@ -15,6 +15,8 @@ use crate::error::Violation;
 pub struct Referee {
     /// Off for targets without lock semantics (the echo ceiling).
     enforce: bool,
+    /// Off for targets whose tokens are not fencing tokens (Redis values).
+    rising: bool,
     state: Mutex<State>,
 }
 
@@ -29,8 +31,15 @@ impl Referee {
     pub fn new(enforce: bool) -> Self {
         Self {
             enforce,
+            rising: true,
             state: Mutex::new(State::default()),
         }
+    }
+
+    /// Checks overlap only: the "tokens" are the client's own lock values.
+    pub fn without_token_order(mut self) -> Self {
+        self.rising = false;
+        self
     }
 
     /// A grant of `token` arrived at `client` at `at`. Returns the handoff
@@ -54,7 +63,7 @@ impl Referee {
                 holder_token,
             });
         }
-        if token <= state.last_token {
+        if self.rising && token <= state.last_token {
             return Err(Violation::TokenNotRising {
                 client,
                 token,
@@ -149,6 +158,19 @@ mod tests {
         assert!(matches!(
             r.granted(2, 6, t0),
             Err(Violation::Overlap { holder: 0, .. })
+        ));
+    }
+
+    #[test]
+    fn without_token_order_still_catches_overlap() {
+        let r = Referee::new(true).without_token_order();
+        let t0 = Instant::now();
+        r.granted(0, 9, t0).unwrap();
+        r.releasing(0, 9, t0);
+        assert!(r.granted(1, 3, t0).unwrap().is_some());
+        assert!(matches!(
+            r.granted(2, 4, t0),
+            Err(Violation::Overlap { holder: 1, .. })
         ));
     }
 

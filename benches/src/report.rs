@@ -1,6 +1,6 @@
 //! Turns the runs of each case into one table row (medians over runs) and
-//! prints the table, with each target's rate as a ratio of the echo
-//! ceiling for the same case.
+//! prints the table, with each target's figure as a ratio of the echo
+//! ceiling, Redis and etcd for the same case.
 
 use std::fmt::Write as _;
 use std::time::Duration;
@@ -22,6 +22,10 @@ pub struct Row {
     pub p99: Option<Duration>,
     /// `rate` over the echo ceiling's rate for the same case.
     pub vs_echo: Option<f64>,
+    /// `rate` over Redis's (without persistence) for the same case.
+    pub vs_redis: Option<f64>,
+    /// `rate` over etcd's for the same case.
+    pub vs_etcd: Option<f64>,
 }
 
 impl Row {
@@ -48,6 +52,8 @@ impl Row {
             p50: secs(|run| run.p50),
             p99: secs(|run| run.p99),
             vs_echo: None,
+            vs_redis: None,
+            vs_etcd: None,
         }
     }
 }
@@ -63,45 +69,73 @@ pub fn median(mut values: Vec<f64>) -> Option<f64> {
     }
 }
 
-/// Fills `vs_echo` for every row whose case also ran against echo.
-pub fn add_echo_ratios(rows: &mut [Row]) {
-    let ceilings: Vec<(Case, f64)> = rows
+/// `rate` over the rate of `base` for the same case, where both ran.
+fn ratio(rows: &[Row], row: &Row, base: Target) -> Option<f64> {
+    rows.iter()
+        .find(|other| other.target == base && other.case == row.case && other.rate > 0.0)
+        .map(|other| row.rate / other.rate)
+}
+
+/// Fills the ratio columns of every row whose case also ran against the
+/// echo ceiling, Redis or etcd.
+pub fn add_ratios(rows: &mut [Row]) {
+    let ratios: Vec<_> = rows
         .iter()
-        .filter(|row| row.target == Target::Echo)
-        .map(|row| (row.case, row.rate))
+        .map(|row| {
+            (
+                ratio(rows, row, Target::Echo),
+                ratio(rows, row, Target::Redis),
+                ratio(rows, row, Target::Etcd),
+            )
+        })
         .collect();
-    for row in rows {
-        row.vs_echo = ceilings
-            .iter()
-            .find(|(case, rate)| *case == row.case && *rate > 0.0)
-            .map(|(_, ceiling)| row.rate / ceiling);
+    for (row, (echo, redis, etcd)) in rows.iter_mut().zip(ratios) {
+        row.vs_echo = echo;
+        row.vs_redis = redis;
+        row.vs_etcd = etcd;
     }
 }
 
-const HEADERS: [&str; 11] = [
-    "target", "scenario", "C", "depth", "rate", "spread", "unit", "latency", "p50", "p99",
-    "vs echo",
+/// A figure with sensible precision: small ones (bytes per lock,
+/// milliseconds) keep a decimal.
+pub fn figure(value: f64) -> String {
+    if value.abs() < 100.0 {
+        format!("{value:.1}")
+    } else {
+        format!("{value:.0}")
+    }
+}
+
+pub fn ratio_cell(value: Option<f64>) -> String {
+    value.map_or("-".into(), |r| format!("{r:.2}x"))
+}
+
+pub const HEADERS: [&str; 13] = [
+    "target", "scenario", "C", "depth", "value", "spread", "unit", "latency", "p50", "p99",
+    "vs echo", "vs redis", "vs etcd",
 ];
 
+/// The cells of one row, in `HEADERS` order.
+pub fn cells(row: &Row) -> [String; 13] {
+    [
+        row.target.name().to_string(),
+        row.case.scenario.name().to_string(),
+        row.case.clients.to_string(),
+        row.case.depth.to_string(),
+        figure(row.rate),
+        format!("{:.0}%", row.spread * 100.0),
+        row.case.scenario.unit().to_string(),
+        row.case.scenario.latency().to_string(),
+        latency(row.p50),
+        latency(row.p99),
+        ratio_cell(row.vs_echo),
+        ratio_cell(row.vs_redis),
+        ratio_cell(row.vs_etcd),
+    ]
+}
+
 pub fn render(rows: &[Row]) -> String {
-    let cells: Vec<[String; 11]> = rows
-        .iter()
-        .map(|row| {
-            [
-                row.target.name().to_string(),
-                row.case.scenario.name().to_string(),
-                row.case.clients.to_string(),
-                row.case.depth.to_string(),
-                format!("{:.0}", row.rate),
-                format!("{:.0}%", row.spread * 100.0),
-                row.case.scenario.unit().to_string(),
-                row.case.scenario.latency().to_string(),
-                latency(row.p50),
-                latency(row.p99),
-                row.vs_echo.map_or("-".into(), |r| format!("{r:.2}x")),
-            ]
-        })
-        .collect();
+    let cells: Vec<[String; 13]> = rows.iter().map(cells).collect();
     let mut widths = HEADERS.map(str::len);
     for row in &cells {
         for (width, cell) in widths.iter_mut().zip(row) {
@@ -128,7 +162,7 @@ pub fn render(rows: &[Row]) -> String {
     out
 }
 
-fn latency(value: Option<Duration>) -> String {
+pub fn latency(value: Option<Duration>) -> String {
     match value {
         None => "-".into(),
         Some(d) if d < Duration::from_millis(1) => format!("{:.1}us", d.as_secs_f64() * 1e6),
@@ -182,9 +216,13 @@ mod tests {
             Row::summarize(Target::Baton, other, &[run(5.0, None)]),
             Row::summarize(Target::Echo, CASE, &[run(1000.0, None)]),
         ];
-        add_echo_ratios(&mut rows);
+        rows.push(Row::summarize(Target::Redis, CASE, &[run(450.0, None)]));
+        add_ratios(&mut rows);
         assert_eq!(rows[0].vs_echo, Some(0.9));
+        assert_eq!(rows[0].vs_redis, Some(2.0));
+        assert_eq!(rows[0].vs_etcd, None);
         assert_eq!(rows[1].vs_echo, None);
+        assert_eq!(rows[1].vs_redis, None);
         assert_eq!(rows[2].vs_echo, Some(1.0));
     }
 
@@ -195,11 +233,12 @@ mod tests {
             CASE,
             &[run(81234.4, Some(12)), run(81000.0, Some(1500))],
         )];
-        add_echo_ratios(&mut rows);
+        add_ratios(&mut rows);
         let table = render(&rows);
         let lines: Vec<&str> = table.lines().collect();
         assert_eq!(lines.len(), 2);
         assert!(lines[0].starts_with("target  scenario"), "{table}");
+        assert!(lines[0].ends_with("vs echo  vs redis  vs etcd"), "{table}");
         assert!(lines[1].starts_with("baton   uncontended  64"), "{table}");
         assert!(
             lines[1].contains(" 81117      0%  cycles/s  cycle"),

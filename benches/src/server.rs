@@ -1,8 +1,11 @@
-//! The server under test: either one already running at a given address,
-//! or a child process started on a free 127.0.0.1 port (optionally pinned)
-//! that announces `listening <addr>` on stdout and is killed at the end.
+//! The servers under test as processes: start one (or a cluster of them)
+//! pinned like every other target, know their PIDs, kill one on purpose for
+//! the failover figure, and stop all of them and remove their data at the
+//! end, whatever happened in between.
 
 use std::ffi::OsString;
+use std::fs::File;
+use std::io::Write as _;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
@@ -18,66 +21,170 @@ use crate::pin;
 /// How long a spawned server may take to print its address.
 const STARTUP: Duration = Duration::from_secs(10);
 
-/// How to reach a target.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Launch {
-    External(SocketAddr),
-    Spawn {
-        program: PathBuf,
-        args: Vec<OsString>,
-    },
+/// What every spawned process shares: its CPU, where data and logs go, and
+/// a file that lists the PIDs so a wrapper script can clean up after a
+/// driver that was itself killed.
+#[derive(Clone, Debug, Default)]
+pub struct SpawnSettings {
+    pub pin_cpu: Option<usize>,
+    pub work_dir: Option<PathBuf>,
+    pub pid_file: Option<PathBuf>,
 }
 
-/// A reachable server, and the child process if the bench started it.
+impl SpawnSettings {
+    /// A fresh directory for one server's data and logs.
+    pub fn fresh_dir(&self, name: &str) -> Result<PathBuf, BenchError> {
+        use std::sync::atomic::{AtomicU64, Ordering};
+        static DIRS: AtomicU64 = AtomicU64::new(0);
+        let base = self.work_dir.clone().unwrap_or_else(std::env::temp_dir);
+        let n = DIRS.fetch_add(1, Ordering::Relaxed);
+        let dir = base.join(format!("baton-bench-{}-{name}-{n}", std::process::id()));
+        std::fs::create_dir_all(&dir).map_err(|source| BenchError::Setup {
+            what: format!("create {}", dir.display()),
+            source,
+        })?;
+        Ok(dir)
+    }
+}
+
+/// One process of a server under test.
+#[derive(Debug)]
+pub struct Node {
+    pub addr: SocketAddr,
+    child: Option<Child>,
+    pid: Option<u32>,
+}
+
+impl Node {
+    /// A server the bench did not start.
+    pub fn external(addr: SocketAddr) -> Self {
+        Self {
+            addr,
+            child: None,
+            pid: None,
+        }
+    }
+}
+
+/// A reachable server: its nodes, which one serves clients, and the
+/// directory the bench made for it.
 #[derive(Debug)]
 pub struct Server {
-    addr: SocketAddr,
-    child: Option<Child>,
+    nodes: Vec<Node>,
+    serving: usize,
+    dir: Option<PathBuf>,
 }
 
 impl Server {
-    pub async fn start(launch: &Launch, pin_cpu: Option<usize>) -> Result<Self, BenchError> {
-        match launch {
-            Launch::External(addr) => {
-                if !addr.ip().is_loopback() {
-                    return Err(BenchError::NotLoopback(*addr));
-                }
-                Ok(Self {
-                    addr: *addr,
-                    child: None,
-                })
-            }
-            Launch::Spawn { program, args } => spawn(program, args, pin_cpu).await,
+    pub fn new(nodes: Vec<Node>, serving: usize, dir: Option<PathBuf>) -> Self {
+        Self {
+            nodes,
+            serving,
+            dir,
         }
     }
 
+    /// Where clients connect.
     pub fn addr(&self) -> SocketAddr {
-        self.addr
+        self.nodes[self.serving].addr
     }
 
-    /// Kills a spawned server and waits for it to go.
+    /// The PID of the serving process, if the bench started it.
+    pub fn pid(&self) -> Option<u32> {
+        self.nodes[self.serving].pid
+    }
+
+    pub fn addrs(&self) -> Vec<SocketAddr> {
+        self.nodes.iter().map(|node| node.addr).collect()
+    }
+
+    /// Sends SIGKILL to the serving process (no chance to hand off), and
+    /// returns the addresses of the others.
+    pub fn kill_serving(&mut self) -> Result<Vec<SocketAddr>, BenchError> {
+        let node = &mut self.nodes[self.serving];
+        let child = node.child.as_mut().ok_or_else(|| BenchError::Setup {
+            what: "kill a server the bench did not start".into(),
+            source: std::io::ErrorKind::Unsupported.into(),
+        })?;
+        child.start_kill().map_err(|source| BenchError::Setup {
+            what: "kill -9 the serving node".into(),
+            source,
+        })?;
+        let serving = self.serving;
+        Ok(self
+            .nodes
+            .iter()
+            .enumerate()
+            .filter(|(i, _)| *i != serving)
+            .map(|(_, node)| node.addr)
+            .collect())
+    }
+
+    /// Kills every process the bench started, waits for them, and removes
+    /// their data.
     pub async fn stop(mut self) {
-        if let Some(child) = self.child.as_mut() {
-            // Already gone is fine: nothing is left to stop.
-            let _ = child.kill().await;
+        for node in &mut self.nodes {
+            if let Some(child) = node.child.as_mut() {
+                // Already gone is fine: nothing is left to stop.
+                let _ = child.kill().await;
+            }
+        }
+        if let Some(dir) = self.dir.take() {
+            // Best effort: a leftover temp dir is not worth failing a bench.
+            let _ = std::fs::remove_dir_all(dir);
         }
     }
 }
 
-async fn spawn(
+/// A started process and, when asked for, the address it announced.
+#[derive(Debug)]
+pub struct Spawned {
+    pub child: Child,
+    pub announced: Option<SocketAddr>,
+}
+
+impl Spawned {
+    pub fn into_node(self, addr: SocketAddr) -> Node {
+        let pid = self.child.id();
+        Node {
+            addr,
+            child: Some(self.child),
+            pid,
+        }
+    }
+}
+
+/// Starts `program` pinned per `settings`. With `log: None` it must print
+/// `listening <addr>` on stdout (batond, the echo server); otherwise its
+/// output goes to that file and the caller checks readiness itself.
+pub async fn spawn(
     program: &Path,
     args: &[OsString],
-    pin_cpu: Option<usize>,
-) -> Result<Server, BenchError> {
+    settings: &SpawnSettings,
+    log: Option<&Path>,
+) -> Result<Spawned, BenchError> {
     let name = program.display().to_string();
-    let (command, command_args) = pin::wrap(program, args, pin_cpu);
+    let (command, command_args) = pin::wrap(program, args, settings.pin_cpu);
     let mut cmd = Command::new(command);
+    // The child sees its stdin close when the bench ends, however it ends.
     cmd.args(command_args)
-        // The child sees its stdin close when the bench ends, however it ends.
         .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
         .kill_on_drop(true);
+    match log {
+        None => {
+            cmd.stdout(Stdio::piped()).stderr(Stdio::inherit());
+        }
+        Some(path) => {
+            let file = |path: &Path| {
+                File::create(path).map_err(|source| BenchError::Setup {
+                    what: format!("create {}", path.display()),
+                    source,
+                })
+            };
+            cmd.stdout(file(path)?)
+                .stderr(file(&path.with_extension("err"))?);
+        }
+    }
     if std::env::var_os("RUST_LOG").is_none() {
         // Per-connection log lines would drown the table.
         cmd.env("RUST_LOG", "warn");
@@ -86,8 +193,33 @@ async fn spawn(
         program: name.clone(),
         source,
     })?;
+    record_pid(settings, child.id());
+    if log.is_some() {
+        return Ok(Spawned {
+            child,
+            announced: None,
+        });
+    }
+    let addr = read_announcement(&mut child, &name).await?;
+    Ok(Spawned {
+        child,
+        announced: Some(addr),
+    })
+}
+
+fn record_pid(settings: &SpawnSettings, pid: Option<u32>) {
+    if let (Some(path), Some(pid)) = (&settings.pid_file, pid) {
+        // The list only helps a wrapper clean up after a crash; the bench
+        // itself kills what it started either way.
+        if let Ok(mut file) = File::options().create(true).append(true).open(path) {
+            let _ = writeln!(file, "{pid}");
+        }
+    }
+}
+
+async fn read_announcement(child: &mut Child, name: &str) -> Result<SocketAddr, BenchError> {
     let startup = |problem| BenchError::Startup {
-        program: name.clone(),
+        program: name.to_string(),
         problem,
     };
     let stdout = child
@@ -120,8 +252,18 @@ async fn spawn(
     tokio::spawn(async move {
         let _ = tokio::io::copy(&mut stdout, &mut tokio::io::sink()).await;
     });
-    Ok(Server {
-        addr,
-        child: Some(child),
-    })
+    Ok(addr)
+}
+
+/// The last lines of a daemon's log, for an error message.
+pub fn log_tail(path: &Path) -> String {
+    let mut tail = String::new();
+    for path in [path.to_path_buf(), path.with_extension("err")] {
+        if let Ok(text) = std::fs::read_to_string(&path) {
+            let lines: Vec<&str> = text.lines().collect();
+            let from = lines.len().saturating_sub(5);
+            tail.push_str(&lines[from..].join(" | "));
+        }
+    }
+    tail
 }

@@ -1,65 +1,174 @@
-//! The systems the driver can measure. Later targets (Redis, etcd,
-//! ZooKeeper) join this enum behind cargo features, each saying how it is
-//! started and whether its grants must obey lock semantics.
+//! The systems the driver can measure: Baton in its three modes, the echo
+//! ceiling, and the peers people compare it with (Redis, etcd, ZooKeeper).
+//! Each says which wire it speaks, what its grants promise and which
+//! scenarios make sense for it.
 
-use std::ffi::OsString;
-use std::net::{IpAddr, Ipv4Addr, SocketAddr};
-use std::path::PathBuf;
-
-use crate::server::Launch;
-
-/// Where Baton listens unless told otherwise (batond's default).
-pub const DEFAULT_BATON_ADDR: SocketAddr = SocketAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), 7411);
+use crate::scenario::Scenario;
 
 /// A system under test.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 pub enum Target {
-    /// A Baton node (`batond`).
+    /// A single Baton node (`batond`).
     Baton,
+    /// Three `batond --mode priority` nodes on loopback; clients use the active.
+    BatonPriority,
+    /// Three `batond --mode raft` nodes on loopback; clients use the leader.
+    BatonRaft,
     /// The loopback ceiling: a line echo server answering each request with
     /// a response of the same shape and no work at all.
     Echo,
+    /// Redis without persistence: SET NX PX, release by compare-and-delete.
+    Redis,
+    /// Redis with `appendfsync always`, the durable counterpart of Raft.
+    RedisAof,
+    /// etcd's v3 Lock API, a lease per client connection.
+    Etcd,
+    /// ZooKeeper's ephemeral sequential znode lock recipe.
+    Zookeeper,
+}
+
+/// The request/response language a target speaks.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Dialect {
+    Baton,
+    Redis,
+    Etcd,
+    Zookeeper,
+}
+
+/// How a Baton cluster is run.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ClusterMode {
+    Priority,
+    Raft,
+}
+
+impl ClusterMode {
+    pub fn flag(self) -> &'static str {
+        match self {
+            ClusterMode::Priority => "priority",
+            ClusterMode::Raft => "raft",
+        }
+    }
+
+    /// The `S` role of the node that serves clients.
+    pub fn serving_role(self) -> &'static str {
+        match self {
+            ClusterMode::Priority => "active",
+            ClusterMode::Raft => "leader",
+        }
+    }
 }
 
 impl Target {
+    pub const ALL: [Target; 8] = [
+        Target::Baton,
+        Target::BatonPriority,
+        Target::BatonRaft,
+        Target::Echo,
+        Target::Redis,
+        Target::RedisAof,
+        Target::Etcd,
+        Target::Zookeeper,
+    ];
+
     pub fn name(self) -> &'static str {
         match self {
             Target::Baton => "baton",
+            Target::BatonPriority => "baton-priority",
+            Target::BatonRaft => "baton-raft",
             Target::Echo => "echo",
+            Target::Redis => "redis",
+            Target::RedisAof => "redis-aof",
+            Target::Etcd => "etcd",
+            Target::Zookeeper => "zookeeper",
         }
     }
 
-    /// Whether grants must be exclusive with rising tokens. The echo server
-    /// grants every acquire at once, so the contended checks do not apply.
-    pub fn checks_locks(self) -> bool {
+    pub fn dialect(self) -> Dialect {
         match self {
-            Target::Baton => true,
-            Target::Echo => false,
+            Target::Baton | Target::BatonPriority | Target::BatonRaft | Target::Echo => {
+                Dialect::Baton
+            }
+            Target::Redis | Target::RedisAof => Dialect::Redis,
+            Target::Etcd => Dialect::Etcd,
+            Target::Zookeeper => Dialect::Zookeeper,
         }
     }
 
-    /// How to reach the target. Baton: an `--addr` already running or a
-    /// `batond` to spawn; echo: this binary in its hidden server mode, so
-    /// it can be pinned apart from the driver just like a real server.
-    pub fn launch(
-        self,
-        addr: Option<SocketAddr>,
-        spawn: Option<&PathBuf>,
-    ) -> std::io::Result<Launch> {
-        let listen = || vec![OsString::from("--listen"), "127.0.0.1:0".into()];
-        Ok(match self {
-            Target::Baton => match (spawn, addr) {
-                (Some(program), _) => Launch::Spawn {
-                    program: program.clone(),
-                    args: listen(),
-                },
-                (None, Some(addr)) => Launch::External(addr),
-                (None, None) => Launch::External(DEFAULT_BATON_ADDR),
-            },
-            Target::Echo => Launch::Spawn {
-                program: std::env::current_exe()?,
-                args: vec!["--serve-echo".into(), "127.0.0.1:0".into()],
-            },
-        })
+    pub fn cluster(self) -> Option<ClusterMode> {
+        match self {
+            Target::BatonPriority => Some(ClusterMode::Priority),
+            Target::BatonRaft => Some(ClusterMode::Raft),
+            _ => None,
+        }
+    }
+
+    /// Whether grants must be exclusive. The echo server grants every
+    /// acquire at once, so the contended checks do not apply to it.
+    pub fn checks_locks(self) -> bool {
+        self != Target::Echo
+    }
+
+    /// Whether each grant carries a token above every earlier grant's.
+    /// Redis has none: its "token" is the random value the driver chose.
+    pub fn fences(self) -> bool {
+        !matches!(self, Target::Redis | Target::RedisAof)
+    }
+
+    /// Whether `scenario` means anything for this target.
+    pub fn supports(self, scenario: Scenario) -> bool {
+        match scenario {
+            Scenario::Uncontended | Scenario::Contended | Scenario::Pipelined => true,
+            // Needs the server's PID and a cheap way to hold a million locks.
+            Scenario::Memory => {
+                matches!(self.dialect(), Dialect::Baton | Dialect::Redis) && self != Target::Echo
+            }
+            // Needs server-side FIFO waiters; Redis clients only spin.
+            Scenario::Storm => self.dialect() == Dialect::Baton && self != Target::Echo,
+            Scenario::Failover => self.cluster().is_some(),
+        }
+    }
+
+    /// Whether this build can drive the target (peer clients sit behind
+    /// cargo features).
+    pub fn compiled(self) -> bool {
+        match self.dialect() {
+            Dialect::Etcd => cfg!(feature = "etcd"),
+            Dialect::Zookeeper => cfg!(feature = "zookeeper"),
+            Dialect::Baton | Dialect::Redis => true,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::ValueEnum;
+
+    #[test]
+    fn names_match_the_command_line_spelling() {
+        for target in Target::ALL {
+            let parsed = Target::from_str(target.name(), false);
+            assert_eq!(parsed, Ok(target), "{}", target.name());
+        }
+    }
+
+    #[test]
+    fn scenarios_only_where_they_mean_something() {
+        assert!(Target::Baton.supports(Scenario::Storm));
+        assert!(!Target::Echo.supports(Scenario::Storm));
+        assert!(!Target::Echo.supports(Scenario::Memory));
+        assert!(Target::Redis.supports(Scenario::Memory));
+        assert!(!Target::Etcd.supports(Scenario::Memory));
+        assert!(!Target::Baton.supports(Scenario::Failover));
+        assert!(Target::BatonRaft.supports(Scenario::Failover));
+        assert!(Target::Zookeeper.supports(Scenario::Contended));
+    }
+
+    #[test]
+    fn only_redis_lacks_fencing_tokens() {
+        let unfenced: Vec<_> = Target::ALL.into_iter().filter(|t| !t.fences()).collect();
+        assert_eq!(unfenced, [Target::Redis, Target::RedisAof]);
     }
 }

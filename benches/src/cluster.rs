@@ -1,0 +1,101 @@
+//! A Baton cluster on loopback: three `batond` nodes that list each other
+//! as peers, all pinned to the server CPU, and the one that serves clients
+//! (the priority active or the Raft leader) found from their `S` lines.
+
+use std::ffi::OsString;
+use std::net::SocketAddr;
+use std::path::Path;
+use std::time::Duration;
+
+use tokio::time::{sleep, Instant};
+
+use crate::error::BenchError;
+use crate::ports::free_ports;
+use crate::server::{spawn, Server, SpawnSettings};
+use crate::status;
+use crate::target::ClusterMode;
+
+/// How long a fresh cluster may take to agree on who serves.
+const ELECTION: Duration = Duration::from_secs(20);
+
+/// Starts `count` nodes in `mode` and waits until one of them serves.
+pub async fn start(
+    batond: &Path,
+    mode: ClusterMode,
+    count: usize,
+    settings: &SpawnSettings,
+) -> Result<Server, BenchError> {
+    let addrs = free_ports(count).map_err(|source| BenchError::Setup {
+        what: "pick ports for the cluster".into(),
+        source,
+    })?;
+    let peers = addrs
+        .iter()
+        .map(SocketAddr::to_string)
+        .collect::<Vec<_>>()
+        .join(",");
+    let dir = match mode {
+        ClusterMode::Raft => Some(settings.fresh_dir("raft")?),
+        ClusterMode::Priority => None,
+    };
+    let mut nodes = Vec::with_capacity(count);
+    for (i, addr) in addrs.iter().enumerate() {
+        let mut args: Vec<OsString> = vec![
+            "--listen".into(),
+            addr.to_string().into(),
+            "--peers".into(),
+            peers.clone().into(),
+            "--mode".into(),
+            mode.flag().into(),
+        ];
+        if let Some(dir) = &dir {
+            args.push("--data-dir".into());
+            args.push(dir.join(format!("node{i}")).into());
+        }
+        let spawned = match spawn(batond, &args, settings, None).await {
+            Ok(spawned) => spawned,
+            Err(error) => {
+                Server::new(nodes, 0, dir).stop().await;
+                return Err(error);
+            }
+        };
+        nodes.push(spawned.into_node(*addr));
+    }
+    match serving_node(&addrs, mode).await {
+        Ok(serving) => Ok(Server::new(nodes, serving, dir)),
+        Err(error) => {
+            Server::new(nodes, 0, dir).stop().await;
+            Err(error)
+        }
+    }
+}
+
+/// Polls every node's `S` until one reports the serving role.
+pub async fn serving_node(addrs: &[SocketAddr], mode: ClusterMode) -> Result<usize, BenchError> {
+    let deadline = Instant::now() + ELECTION;
+    while Instant::now() < deadline {
+        for (i, addr) in addrs.iter().enumerate() {
+            let status = status::query(*addr, Duration::from_millis(500)).await;
+            if status.as_ref().and_then(|s| s.get("role")) == Some(mode.serving_role()) {
+                return Ok(i);
+            }
+        }
+        sleep(Duration::from_millis(20)).await;
+    }
+    Err(BenchError::NotReady {
+        what: format!("{} cluster", mode.flag()),
+        detail: format!(
+            "no node reported role={} within {ELECTION:?}",
+            mode.serving_role()
+        ),
+    })
+}
+
+/// Whether this `batond` knows `--mode raft` (it lists it in `--help`).
+pub fn batond_has_mode(batond: &Path, mode: ClusterMode) -> bool {
+    std::process::Command::new(batond)
+        .arg("--help")
+        .output()
+        .map(|out| String::from_utf8_lossy(&out.stdout).contains(mode.flag()))
+        .unwrap_or(false)
+}
