@@ -376,13 +376,17 @@ impl<H> PriorityNode<H> {
     }
 
     fn promote(&mut self, now: Millis) {
+        // Each node has its own slot above what it knows, so two nodes that
+        // promote from the same knowledge (both sides of a split) never
+        // hand out the same tokens.
+        let slot = self.config.me as u64;
         let floor = self
             .service
             .table()
             .last_token()
             .max(self.seen_token)
-            .saturating_add(TOKEN_MARGIN)
-            .max(wall_floor(self.wall(now)));
+            .saturating_add(TOKEN_MARGIN.saturating_mul(1 + slot))
+            .max(wall_floor(self.wall(now)).saturating_add(slot << 28));
         self.service.raise_token_floor(floor);
         // Standbys get the floor with the snapshot they will ask for.
         self.service.drain_journal();

@@ -739,7 +739,6 @@ fn the_winner_learns_the_losers_tokens_even_when_the_loser_steps_down_first() {
 /// e.g. `known + TOKEN_MARGIN * (1 + me)`, with docs/cluster.md's argument
 /// updated.
 #[test]
-#[ignore = "engine bug: two nodes can promote with the same token floor"]
 fn two_sides_of_a_split_never_grant_the_same_token() {
     let mut c = elected(2);
     c.grant(0, "a", 10_000);
