@@ -200,3 +200,78 @@ async fn refuses_to_connect_beyond_loopback() {
     .unwrap_err();
     assert!(matches!(err, BenchError::NotLoopback(_)), "{err}");
 }
+
+/// A fake Redis: SCRIPT LOAD answers a SHA, the n-th SET of a connection
+/// answers `set(n)`, EVALSHA `:1`.
+async fn fake_redis(set: fn(usize) -> &'static str) -> SocketAddr {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        while let Ok((stream, _)) = listener.accept().await {
+            tokio::spawn(async move {
+                let (read, mut write) = stream.into_split();
+                let mut lines = BufReader::new(read).lines();
+                let mut sets = 0;
+                // Each command is `*N` then N pairs of `$len` and the argument.
+                while let Ok(Some(header)) = lines.next_line().await {
+                    let count: usize = header.trim_start_matches('*').parse().unwrap();
+                    let mut args = Vec::new();
+                    for _ in 0..count {
+                        lines.next_line().await.unwrap();
+                        args.push(lines.next_line().await.unwrap().unwrap());
+                    }
+                    let answer = match args[0].as_str() {
+                        "SCRIPT" => "$40\r\n0123456789012345678901234567890123456789\r\n",
+                        "SET" => {
+                            sets += 1;
+                            set(sets)
+                        }
+                        "EVALSHA" => ":1\r\n",
+                        _ => "-ERR unknown\r\n",
+                    };
+                    if write.write_all(answer.as_bytes()).await.is_err() {
+                        return;
+                    }
+                }
+            });
+        }
+    });
+    addr
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_loops_measure_every_load_scenario() {
+    let addr = fake_redis(|_| "+OK\r\n").await;
+    for case in [
+        case(Scenario::Uncontended, 2, 1),
+        case(Scenario::Pipelined, 2, 8),
+        case(Scenario::Contended, 1, 1),
+    ] {
+        let m = run_once(addr, Target::Redis, case, SHORT).await.unwrap();
+        assert!(m.rate > 100.0, "{case:?}: {m:?}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_contended_retries_a_taken_key() {
+    // Two of every three SETs find the key taken: the client spins on.
+    let addr = fake_redis(|n| if n % 3 == 0 { "+OK\r\n" } else { "$-1\r\n" }).await;
+    let m = run_once(addr, Target::Redis, case(Scenario::Contended, 1, 1), SHORT)
+        .await
+        .unwrap();
+    assert!(m.rate > 100.0, "{m:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_own_key_refused_is_a_protocol_error() {
+    let addr = fake_redis(|_| "$-1\r\n").await;
+    let err = run_once(
+        addr,
+        Target::Redis,
+        case(Scenario::Uncontended, 1, 1),
+        SHORT,
+    )
+    .await
+    .unwrap_err();
+    assert!(matches!(err, BenchError::Protocol { .. }), "{err}");
+}
