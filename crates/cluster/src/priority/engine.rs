@@ -581,7 +581,16 @@ impl<H> PriorityNode<H> {
                 if heartbeat.role == PeerRole::Active {
                     let better = match self.following {
                         None => true,
-                        Some(current) => from < current || !self.is_live(current, now),
+                        // A followed node that is handing off, or no longer
+                        // says it is active, yields to one that is.
+                        Some(current) => {
+                            from < current
+                                || !self.is_live(current, now)
+                                || self.peers[current]
+                                    .heartbeat
+                                    .as_ref()
+                                    .is_some_and(|hb| hb.role != PeerRole::Active)
+                        }
                     };
                     if self.following != Some(from) && better {
                         tracing::info!(active = from, "following");
