@@ -106,16 +106,24 @@ impl Link {
     }
 
     /// Sends `body` and waits (at most `timeout`, dialling included) for
-    /// the reply.
+    /// the reply. A connection that lets a call time out is dropped: a
+    /// stalled stream would stall every call after it.
     pub async fn call(&self, body: RequestBody, timeout: Duration) -> Result<ReplyBody, CallError> {
-        match tokio::time::timeout(timeout, self.call_unbounded(body)).await {
+        let deadline = tokio::time::Instant::now() + timeout;
+        let conn = match tokio::time::timeout_at(deadline, self.connection()).await {
+            Ok(conn) => conn?,
+            Err(_) => return Err(CallError::Timeout(timeout)),
+        };
+        match tokio::time::timeout_at(deadline, self.call_on(&conn, body)).await {
             Ok(result) => result,
-            Err(_) => Err(CallError::Timeout(timeout)),
+            Err(_) => {
+                self.drop_conn(&conn).await;
+                Err(CallError::Timeout(timeout))
+            }
         }
     }
 
-    async fn call_unbounded(&self, body: RequestBody) -> Result<ReplyBody, CallError> {
-        let conn = self.connection().await?;
+    async fn call_on(&self, conn: &Arc<Conn>, body: RequestBody) -> Result<ReplyBody, CallError> {
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         let frame = peer::encode(&RpcRequest { id, body })
             .map_err(|e| CallError::Refused(e.to_string()))?;
@@ -127,14 +135,14 @@ impl Link {
             id,
         };
         if conn.tx.send(frame).is_err() {
-            self.drop_conn(&conn).await;
+            self.drop_conn(conn).await;
             return Err(CallError::Broken);
         }
         match rx.await {
             Ok(ReplyBody::Failed(reason)) => Err(CallError::Refused(reason)),
             Ok(reply) => Ok(reply),
             Err(_) => {
-                self.drop_conn(&conn).await;
+                self.drop_conn(conn).await;
                 Err(CallError::Broken)
             }
         }

@@ -147,8 +147,11 @@ impl LockNode for RaftLockNode {
     fn status(&self) -> NodeStatus {
         let engine = &self.engine;
         NodeStatus {
+            // A leader still catching up with its own first entry does not
+            // serve yet, so it does not claim to.
             role: match engine.role() {
-                RaftRole::Leader { .. } => Role::Leader,
+                RaftRole::Leader { .. } if engine.serving() => Role::Leader,
+                RaftRole::Leader { .. } => Role::Candidate,
                 RaftRole::Follower { .. } => Role::Follower,
                 RaftRole::Candidate => Role::Candidate,
             },

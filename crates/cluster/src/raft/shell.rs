@@ -109,7 +109,7 @@ pub fn fresh_origin() -> u64 {
 }
 
 /// Opens the node's storage and starts openraft over `host`'s table. A
-/// fresh node proposes the membership from `peers`; a node with a log
+/// fresh node 0 proposes the membership from `peers`; a node with a log
 /// keeps the one it has.
 pub async fn build_raft<H: TableHost>(
     settings: &RaftSettings,
@@ -128,15 +128,17 @@ pub async fn build_raft<H: TableHost>(
         .is_initialized()
         .await
         .map_err(|e| StartError::Raft(e.to_string()))?;
-    if !initialized {
+    // Only the first node of the peer list sets up a fresh cluster: were
+    // every node to propose the same membership, each would hold a
+    // different first entry and the first leaders would not last. The
+    // others join once its log reaches them.
+    if !initialized && settings.me == 0 {
         let members: BTreeMap<NodeId, BasicNode> = settings
             .peers
             .iter()
             .enumerate()
             .map(|(i, addr)| (i as NodeId, BasicNode { addr: addr.clone() }))
             .collect();
-        // Every fresh node proposes the same membership; whichever log wins
-        // the first election, the others' attempts change nothing.
         if let Err(error) = raft.initialize(members).await {
             tracing::debug!(%error, "cluster already initialized");
         }

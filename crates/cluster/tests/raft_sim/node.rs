@@ -1,0 +1,293 @@
+//! One simulated Raft node: the real engine, storage, network code and
+//! openraft, on a turmoil host, with a few clients of its own that acquire
+//! and release while it leads.
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use baton_cluster::raft::engine::{EngineEvent, NotServing, RaftEngine};
+use baton_cluster::raft::link::{BoxedStream, DialFuture, Dialer};
+use baton_cluster::raft::rpc::RAFT_HELLO;
+use baton_cluster::raft::shell::{role_of, RaftOf};
+use baton_cluster::raft::state_machine::TableHost;
+use baton_cluster::raft::types::Entry;
+use baton_cluster::raft::{build_raft, inbound, RaftSettings};
+use baton_core::{Key, TableSnapshot};
+use bytes::BytesMut;
+use openraft::async_runtime::WatchReceiver;
+use tokio::io::AsyncReadExt;
+use tokio::sync::{mpsc, Notify};
+
+use super::history::{Held, History};
+use super::rng::Rng;
+
+pub const PORT: u16 = 9000;
+const KEYS: [&str; 3] = ["alpha", "beta", "gamma"];
+const LEASE_MS: u64 = 400;
+
+/// Simulated milliseconds since the simulation began, the same on every host.
+pub fn sim_ms() -> u64 {
+    turmoil::sim_elapsed().map_or(0, |d| d.as_millis() as u64)
+}
+
+/// How a client's request ended.
+#[derive(Debug)]
+pub enum Answer {
+    Granted { token: u64, at: u64 },
+    Other,
+}
+
+type Handle = mpsc::UnboundedSender<Answer>;
+
+/// The engine of one run of a node, and what it applied.
+#[derive(Debug)]
+pub struct SimNode {
+    engine: Mutex<RaftEngine<Handle>>,
+    started: tokio::time::Instant,
+    output: Notify,
+    /// Tokens this node's table granted at apply, and the token floor of
+    /// the last snapshot it installed (grants below it came in the snapshot).
+    applied: Mutex<(Vec<u64>, u64)>,
+}
+
+fn locked<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+impl SimNode {
+    fn new(me: u64, peers: Vec<String>, origin: u64) -> SimNode {
+        SimNode {
+            engine: Mutex::new(RaftEngine::new(me, peers, origin)),
+            started: tokio::time::Instant::now(),
+            output: Notify::new(),
+            applied: Mutex::new((Vec::new(), 0)),
+        }
+    }
+
+    fn now(&self) -> u64 {
+        self.started.elapsed().as_millis() as u64
+    }
+
+    /// Runs `f` on the engine, then answers the clients its events concern.
+    fn with<R>(
+        &self,
+        f: impl FnOnce(&mut RaftEngine<Handle>, u64, &mut Vec<EngineEvent<Handle>>) -> R,
+    ) -> R {
+        let mut events = Vec::new();
+        let (result, has_output) = {
+            let mut engine = locked(&self.engine);
+            let result = f(&mut engine, self.now(), &mut events);
+            (result, engine.has_output())
+        };
+        if has_output {
+            self.output.notify_one();
+        }
+        let at = sim_ms();
+        for event in events {
+            let (handle, answer) = match event {
+                EngineEvent::Granted { handle, token, .. } => {
+                    (handle, Answer::Granted { token, at })
+                }
+                EngineEvent::TimedOut { handle, .. }
+                | EngineEvent::Moved { handle, .. }
+                | EngineEvent::Reply { handle, .. } => (handle, Answer::Other),
+            };
+            // A client whose host crashed is gone; the lease ends its grant.
+            let _ = handle.send(answer);
+        }
+        result
+    }
+
+    pub fn serving(&self) -> bool {
+        locked(&self.engine).serving()
+    }
+
+    /// The table's grants as (key, token), sorted, and its last token.
+    pub fn table(&self) -> (Vec<(Vec<u8>, u64)>, u64) {
+        let engine = locked(&self.engine);
+        let mut locks: Vec<_> = engine
+            .table()
+            .iter()
+            .map(|(k, h)| (k.as_bytes().to_vec(), h.token))
+            .collect();
+        locks.sort();
+        (locks, engine.table().last_token())
+    }
+
+    /// Whether this node's table went through the grant of `token`.
+    pub fn has_applied(&self, token: u64) -> bool {
+        let applied = locked(&self.applied);
+        token <= applied.1 || applied.0.contains(&token)
+    }
+
+    fn acquire(&self, key: Key, wait_ms: u64, handle: Handle) -> Result<(), NotServing> {
+        self.with(|e, now, ev| e.acquire(key, wait_ms, LEASE_MS, now, handle, ev))
+            .map(|_| ())
+    }
+
+    fn release(&self, key: &Key, token: u64, handle: Handle) {
+        let _ = self.with(|e, _, _| e.release(key, token, Some(handle)));
+    }
+}
+
+impl TableHost for SimNode {
+    fn apply(&self, entries: &[Entry]) {
+        let mut granted = Vec::new();
+        self.with(|engine, now, ev| {
+            for entry in entries {
+                let before = engine.table().last_token();
+                engine.apply_entry(entry, now, ev);
+                granted.extend(before + 1..=engine.table().last_token());
+            }
+        });
+        locked(&self.applied).0.extend(granted);
+    }
+
+    fn snapshot(&self) -> TableSnapshot {
+        let now = self.now();
+        locked(&self.engine).snapshot(now)
+    }
+
+    fn restore(&self, snapshot: &TableSnapshot) {
+        let now = self.now();
+        locked(&self.engine).restore(snapshot, now);
+        let mut applied = locked(&self.applied);
+        applied.1 = applied.1.max(snapshot.last_token);
+    }
+}
+
+/// Dials turmoil's simulated TCP.
+struct SimDialer;
+
+impl Dialer for SimDialer {
+    fn dial(&self, addr: &str) -> DialFuture {
+        let addr = addr.to_string();
+        Box::pin(async move {
+            let stream = turmoil::net::TcpStream::connect(addr).await?;
+            Ok(Box::new(stream) as BoxedStream)
+        })
+    }
+}
+
+/// What the test shares with every run of every node.
+#[derive(Debug, Clone)]
+pub struct World {
+    pub peers: Vec<String>,
+    pub dirs: Vec<PathBuf>,
+    pub history: History,
+    pub nodes: Arc<Mutex<HashMap<u64, Arc<SimNode>>>>,
+    /// Once set, clients start nothing new.
+    pub quiet: Arc<AtomicBool>,
+    pub seed: u64,
+}
+
+/// The software of host `me`: runs until the host crashes.
+pub async fn run(world: World, me: u64, incarnation: u64) -> turmoil::Result {
+    let origin = world.seed ^ (me << 48) ^ (incarnation << 32);
+    let node = Arc::new(SimNode::new(me, world.peers.clone(), origin));
+    locked(&world.nodes).insert(me, node.clone());
+    let mut settings = RaftSettings::new(me, world.peers.clone(), world.dirs[me as usize].clone());
+    settings.snapshot_every = 40;
+    settings.segment_bytes = 16 * 1024;
+    let raft: RaftOf<SimNode> = build_raft(&settings, node.clone(), Arc::new(SimDialer)).await?;
+    let listener = turmoil::net::TcpListener::bind(("0.0.0.0", PORT)).await?;
+    {
+        let raft = raft.clone();
+        let peers = world.peers.clone();
+        tokio::spawn(async move {
+            while let Ok((mut stream, _)) = listener.accept().await {
+                let raft = raft.clone();
+                let peers = peers.clone();
+                tokio::spawn(async move {
+                    let mut hello = vec![0; RAFT_HELLO.len()];
+                    if stream.read_exact(&mut hello).await.is_err() || hello != RAFT_HELLO {
+                        return;
+                    }
+                    let _ = inbound::serve(stream, BytesMut::from(&hello[..]), raft, peers).await;
+                });
+            }
+        });
+    }
+    tokio::spawn(follow_role(raft.clone(), node.clone()));
+    tokio::spawn(pump(raft.clone(), node.clone()));
+    {
+        let node = node.clone();
+        tokio::spawn(async move {
+            loop {
+                tokio::time::sleep(Duration::from_millis(5)).await;
+                node.with(|e, now, ev| e.tick(now, ev));
+            }
+        });
+    }
+    for client in 0..2u64 {
+        let rng = Rng::new(world.seed ^ (me * 1_000 + client + incarnation * 7_919));
+        tokio::spawn(client_loop(node.clone(), world.clone(), me, rng));
+    }
+    std::future::pending::<()>().await;
+    Ok(())
+}
+
+async fn follow_role(raft: RaftOf<SimNode>, node: Arc<SimNode>) {
+    let mut watch = raft.metrics();
+    loop {
+        let role = role_of(&watch.borrow_watched());
+        node.with(|e, _, ev| e.set_role(role, ev));
+        if watch.changed().await.is_err() {
+            return;
+        }
+    }
+}
+
+async fn pump(raft: RaftOf<SimNode>, node: Arc<SimNode>) {
+    loop {
+        node.output.notified().await;
+        while let Some((proposal, tags)) = node.with(|e, _, _| e.take_proposal()) {
+            let raft = raft.clone();
+            let node = node.clone();
+            tokio::spawn(async move {
+                if let Err(error) = raft.client_write(proposal).await {
+                    let leader = error.forward_to_leader().and_then(|f| f.leader_id);
+                    node.with(|e, _, ev| e.proposal_failed(&tags, leader, ev));
+                }
+            });
+        }
+    }
+}
+
+/// Acquires a random key while this node serves, holds it a while (less
+/// than the lease, as a well-behaved client), releases it.
+async fn client_loop(node: Arc<SimNode>, world: World, me: u64, mut rng: Rng) {
+    loop {
+        tokio::time::sleep(Duration::from_millis(rng.below(30) + 1)).await;
+        if world.quiet.load(Ordering::Relaxed) || !node.serving() {
+            continue;
+        }
+        let name = KEYS[rng.below(KEYS.len() as u64) as usize];
+        let Ok(key) = Key::new(name.as_bytes()) else {
+            continue;
+        };
+        let (tx, mut rx) = mpsc::unbounded_channel();
+        if node.acquire(key.clone(), 300, tx.clone()).is_err() {
+            continue;
+        }
+        let answer = tokio::time::timeout(Duration::from_secs(2), rx.recv()).await;
+        let Ok(Some(Answer::Granted { token, at })) = answer else {
+            continue;
+        };
+        let index = world.history.record(Held {
+            key: name.to_string(),
+            token,
+            node: me,
+            granted_at: at,
+            lease_end: at + LEASE_MS,
+            released_at: None,
+        });
+        tokio::time::sleep(Duration::from_millis(rng.below(200))).await;
+        world.history.released(index, sim_ms());
+        node.release(&key, token, tx);
+        let _ = tokio::time::timeout(Duration::from_secs(2), rx.recv()).await;
+    }
+}
