@@ -65,6 +65,11 @@ pub enum EngineEvent<H> {
     },
 }
 
+/// How long requests of an ended leadership wait for their entry to be
+/// applied under the next leader before they are redirected: a few
+/// election timeouts.
+const ORPHAN_WAIT_MS: Millis = 3_000;
+
 /// The node is not serving; redirect to this address (`None`: unknown).
 pub type NotServing = Option<String>;
 
@@ -91,6 +96,10 @@ pub struct RaftEngine<H> {
     own_entry_applied: Option<u64>,
     next_tag: u64,
     pending: HashMap<u64, Pending<H>>,
+    /// Set when a leadership ended with requests in the log's hands: until
+    /// the deadline, those with a tag below the bound wait for their entry
+    /// (the next leader may well commit it); then they are redirected.
+    orphans: Option<(Millis, u64)>,
     /// Keys with a grant proposed and not yet applied.
     granting: HashSet<Key>,
     /// Expiries proposed and not yet applied.
@@ -111,6 +120,7 @@ impl<H> RaftEngine<H> {
             own_entry_applied: None,
             next_tag: 1,
             pending: HashMap::new(),
+            orphans: None,
             granting: HashSet::new(),
             expiring: HashSet::new(),
             outbox: Vec::new(),
@@ -274,6 +284,7 @@ impl<H> RaftEngine<H> {
     /// Times out waiters and, on the serving leader, proposes the expiry of
     /// every lease that has run out.
     pub fn tick(&mut self, now: Millis, events: &mut Vec<EngineEvent<H>>) {
+        self.settle_orphans(now, events);
         let mut timed_out = Vec::new();
         self.queues.take_timed_out(now, &mut timed_out);
         events.extend(timed_out.into_iter().map(|w| EngineEvent::TimedOut {
@@ -302,7 +313,11 @@ impl<H> RaftEngine<H> {
 
     /// When [`RaftEngine::tick`] next has something to do.
     pub fn next_deadline(&self) -> Option<Millis> {
-        let waiters = self.queues.next_deadline();
+        let orphans = self.orphans.map(|(deadline, _)| deadline);
+        let waiters = match (self.queues.next_deadline(), orphans) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
         if !self.serving() {
             return waiters;
         }
@@ -387,9 +402,13 @@ impl<H> RaftEngine<H> {
     }
 
     /// The node's place in the group changed. A leader that stops leading
-    /// (or starts a new term) sends every waiter and pending request to
-    /// whoever leads now.
-    pub fn set_role(&mut self, role: RaftRole, events: &mut Vec<EngineEvent<H>>) {
+    /// (or starts a new term) sends every waiter to whoever leads now, and
+    /// every request that never reached the log. Requests already in the
+    /// log wait for their entry: if the next leader commits it, this node
+    /// applies it too and answers with the real outcome, instead of sending
+    /// the client to retry a change that was made (a release answered
+    /// `N R`, a grant held by nobody until its lease ends).
+    pub fn set_role(&mut self, role: RaftRole, now: Millis, events: &mut Vec<EngineEvent<H>>) {
         if role == self.role {
             return;
         }
@@ -405,13 +424,47 @@ impl<H> RaftEngine<H> {
                     to: to.clone(),
                 });
             }
-            let pending: Vec<Pending<H>> = self.pending.drain().map(|(_, p)| p).collect();
-            for p in pending {
-                self.abandon(p, to.clone(), events);
+            let unproposed: Vec<u64> = self.outbox.drain(..).map(|c| c.tag).collect();
+            let expiries: Vec<u64> = self
+                .pending
+                .iter()
+                .filter(|(_, p)| matches!(p, Pending::Expire { .. }))
+                .map(|(tag, _)| *tag)
+                .collect();
+            for tag in unproposed.into_iter().chain(expiries) {
+                if let Some(pending) = self.pending.remove(&tag) {
+                    self.abandon(pending, to.clone(), events);
+                }
             }
-            self.outbox.clear();
+            if !self.pending.is_empty() {
+                self.orphans = Some((now.saturating_add(ORPHAN_WAIT_MS), self.next_tag));
+            }
             self.granting.clear();
             self.expiring.clear();
+        }
+    }
+
+    /// Redirects the requests of an ended leadership whose entries were
+    /// not applied in time: they were lost with that leader's log tail.
+    fn settle_orphans(&mut self, now: Millis, events: &mut Vec<EngineEvent<H>>) {
+        let Some((deadline, bound)) = self.orphans else {
+            return;
+        };
+        if now < deadline {
+            return;
+        }
+        self.orphans = None;
+        let to = self.redirect_target();
+        let lost: Vec<u64> = self
+            .pending
+            .keys()
+            .filter(|t| **t < bound)
+            .copied()
+            .collect();
+        for tag in lost {
+            if let Some(pending) = self.pending.remove(&tag) {
+                self.abandon(pending, to.clone(), events);
+            }
         }
     }
 

@@ -33,9 +33,9 @@ impl Pair {
             events: Vec::new(),
         };
         pair.leader
-            .set_role(RaftRole::Leader { term: 1 }, &mut pair.events);
+            .set_role(RaftRole::Leader { term: 1 }, 0, &mut pair.events);
         pair.follower
-            .set_role(RaftRole::Follower { leader: Some(0) }, &mut pair.events);
+            .set_role(RaftRole::Follower { leader: Some(0) }, 0, &mut pair.events);
         assert!(
             !pair.leader.serving(),
             "serves before its first entry applies"
@@ -200,7 +200,7 @@ fn followers_and_candidates_redirect() {
     let mut p = Pair::new();
     let out = p.follower.acquire(key("a"), 0, 10, 0, "c1", &mut p.events);
     assert_eq!(out, Err(Some("n0:1".to_string())));
-    p.follower.set_role(RaftRole::Candidate, &mut p.events);
+    p.follower.set_role(RaftRole::Candidate, 0, &mut p.events);
     assert_eq!(p.follower.release(&key("a"), 1, Some("c1")), Err(None));
 }
 
@@ -214,7 +214,7 @@ fn losing_the_lead_sends_waiters_and_pending_requests_to_the_new_leader() {
     assert_eq!(p.leader.release(&key("a"), 1, Some("c1")), Ok(None));
     p.events.clear();
     p.leader
-        .set_role(RaftRole::Follower { leader: Some(2) }, &mut p.events);
+        .set_role(RaftRole::Follower { leader: Some(2) }, 0, &mut p.events);
     let to = Some("n2:1".to_string());
     let mut moved: Vec<_> = p
         .events
@@ -289,4 +289,61 @@ fn a_restored_snapshot_keeps_locks_and_tokens() {
         fresh.table().holder(&key("b")).map(|h| h.expires_at),
         Some(5_900)
     );
+}
+
+#[test]
+fn requests_in_the_log_when_the_lead_is_lost_get_their_real_outcome() {
+    let mut p = Pair::new();
+    let _ = p.leader.acquire(key("a"), 0, 1_000, 0, "c1", &mut p.events);
+    p.commit_proposals(0);
+    p.events.clear();
+    // Handed to the log, then the lead is lost before the entry applies.
+    assert_eq!(p.leader.release(&key("a"), 1, Some("c1")), Ok(None));
+    let _ = p.leader.acquire(key("b"), 0, 1_000, 5, "c2", &mut p.events);
+    let (in_the_log, _) = p
+        .leader
+        .take_proposal()
+        .unwrap_or_else(|| panic!("a proposal"));
+    p.leader
+        .set_role(RaftRole::Follower { leader: Some(2) }, 10, &mut p.events);
+    assert!(p.events.is_empty(), "answered too early: {:?}", p.events);
+    // The next leader commits the entry: the clients get what happened.
+    p.commit(EntryPayload::Normal(in_the_log), 20);
+    let mut answers: Vec<String> = p
+        .events
+        .drain(..)
+        .map(|e| match e {
+            EngineEvent::Reply { handle, response } => format!("{handle} {response:?}"),
+            EngineEvent::Granted { handle, token, .. } => format!("{handle} granted {token}"),
+            other => panic!("unexpected {other:?}"),
+        })
+        .collect();
+    answers.sort();
+    assert_eq!(answers.len(), 2, "{answers:?}");
+    assert!(answers[0].starts_with("c1 Released"), "{answers:?}");
+    assert_eq!(answers[1], "c2 granted 2");
+}
+
+#[test]
+fn requests_lost_with_the_leaders_log_tail_are_redirected_after_a_while() {
+    let mut p = Pair::new();
+    let _ = p.leader.acquire(key("a"), 0, 1_000, 0, "c1", &mut p.events);
+    let _lost = p.leader.take_proposal();
+    p.leader
+        .set_role(RaftRole::Follower { leader: Some(2) }, 10, &mut p.events);
+    assert!(p.events.is_empty());
+    let deadline = p
+        .leader
+        .next_deadline()
+        .unwrap_or_else(|| panic!("a deadline"));
+    p.leader.tick(deadline - 1, &mut p.events);
+    assert!(p.events.is_empty());
+    p.leader.tick(deadline, &mut p.events);
+    match p.events.as_slice() {
+        [EngineEvent::Moved { handle, to, .. }] => {
+            assert_eq!(*handle, "c1");
+            assert_eq!(to.as_deref(), Some("n2:1"));
+        }
+        other => panic!("expected one redirect, got {other:?}"),
+    }
 }

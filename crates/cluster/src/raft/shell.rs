@@ -257,7 +257,9 @@ async fn follow_role(raft: Raft, locks: Shared) {
     let mut watch = raft.metrics();
     loop {
         let role = role_of(&watch.borrow_watched());
-        locks.with(|node, _, events| node.drive(events, |engine, ev| engine.set_role(role, ev)));
+        locks.with(|node, now, events| {
+            node.drive(events, |engine, ev| engine.set_role(role, now, ev))
+        });
         if watch.changed().await.is_err() {
             return;
         }
