@@ -234,7 +234,7 @@ async fn follow_role(raft: RaftOf<SimNode>, node: Arc<SimNode>) {
     let mut watch = raft.metrics();
     loop {
         let role = role_of(&watch.borrow_watched());
-        node.with(|e, _, ev| e.set_role(role, ev));
+        node.with(|e, now, ev| e.set_role(role, now, ev));
         if watch.changed().await.is_err() {
             return;
         }
