@@ -43,17 +43,26 @@ impl Cluster {
     /// Starts `n` nodes on fresh loopback ports, node 0 first, each with
     /// `--peers <all> --mode priority` followed by `extra`.
     pub fn start(n: usize, extra: &[&str]) -> Cluster {
+        let extra: Vec<String> = extra.iter().map(|s| s.to_string()).collect();
+        Cluster::start_each(n, |_| extra.clone())
+    }
+
+    /// As [`Cluster::start`], with arguments of its own for node `i`
+    /// (a data directory each, say).
+    pub fn start_each(n: usize, extra: impl Fn(usize) -> Vec<String>) -> Cluster {
         let peers = distinct_free_addrs(n);
         let peer_list = peers
             .iter()
             .map(SocketAddr::to_string)
             .collect::<Vec<_>>()
             .join(",");
-        let mut args = vec!["--peers", peer_list.as_str(), "--mode", "priority"];
-        args.extend_from_slice(extra);
         let nodes = peers
             .iter()
-            .map(|addr| {
+            .enumerate()
+            .map(|(i, addr)| {
+                let own = extra(i);
+                let mut args = vec!["--peers", peer_list.as_str(), "--mode", "priority"];
+                args.extend(own.iter().map(String::as_str));
                 let node = Batond::start_at(*addr, &args);
                 assert_eq!(
                     node.addr(),

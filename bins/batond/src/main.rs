@@ -49,8 +49,10 @@ struct Flags {
     /// much again.
     #[arg(long, value_name = "SECS", default_value = "0.3", value_parser = parse_seconds)]
     failure_timeout: u64,
-    /// Raft cluster: where this node keeps its log, vote and snapshots
-    /// (required with --mode raft).
+    /// Cluster: where this node keeps its state across restarts: the Raft
+    /// log, vote and snapshots (required with --mode raft), or the priority
+    /// node's lock table (optional: without it a restart of the whole
+    /// priority cluster loses the held locks).
     #[arg(long, value_name = "DIR")]
     data_dir: Option<PathBuf>,
     /// Raft cluster: log entries applied between two snapshots (each
@@ -71,10 +73,7 @@ enum Plan {
     Single(ServerConfig),
     Priority {
         config: ServerConfig,
-        peers: Vec<String>,
-        me: usize,
-        heartbeat_ms: u64,
-        failure_timeout_ms: u64,
+        settings: priority::PrioritySettings,
     },
     Raft {
         config: ServerConfig,
@@ -100,7 +99,7 @@ impl Flags {
                     return Err("--peers needs --mode priority or --mode raft".into());
                 }
                 if self.data_dir.is_some() {
-                    return Err("--data-dir needs --mode raft".into());
+                    return Err("--data-dir needs --mode priority or --mode raft".into());
                 }
                 Ok(Plan::Single(config))
             }
@@ -123,16 +122,14 @@ impl Flags {
                     return Err(format!("--peers lists {dup} twice"));
                 }
                 if self.mode == Mode::Priority {
-                    if self.data_dir.is_some() {
-                        return Err("--data-dir needs --mode raft".into());
-                    }
-                    return Ok(Plan::Priority {
-                        config,
+                    let settings = priority::PrioritySettings {
                         peers: self.peers,
                         me,
                         heartbeat_ms: self.heartbeat_interval,
                         failure_timeout_ms: self.failure_timeout,
-                    });
+                        data_dir: self.data_dir,
+                    };
+                    return Ok(Plan::Priority { config, settings });
                 }
                 let data_dir = self
                     .data_dir
@@ -214,14 +211,8 @@ async fn serve(plan: Plan) -> Result<(), String> {
             announce(server.local_addr());
             server.run(shutdown).await;
         }
-        Plan::Priority {
-            config,
-            peers,
-            me,
-            heartbeat_ms,
-            failure_timeout_ms,
-        } => {
-            let cluster = priority::start(config, heartbeat_ms, failure_timeout_ms, peers, me)
+        Plan::Priority { config, settings } => {
+            let cluster = priority::start(config, settings)
                 .await
                 .map_err(|e| e.to_string())?;
             announce(cluster.server.local_addr());
@@ -233,6 +224,7 @@ async fn serve(plan: Plan) -> Result<(), String> {
                 .run(async move {
                     shutdown.await;
                     handle.hand_off().await;
+                    handle.persist().await;
                 })
                 .await;
         }

@@ -39,6 +39,15 @@ pub fn wall_floor(wall_ms: u64) -> Token {
     wall_ms.saturating_mul(1 << 20)
 }
 
+/// What a priority node keeps in `--data-dir` to survive a restart of
+/// the whole cluster.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct PersistedState {
+    pub term: Term,
+    pub seen_token: Token,
+    pub table: TableSnapshot,
+}
+
 /// How a priority node is set up.
 #[derive(Debug, Clone)]
 pub struct PriorityConfig {
@@ -95,6 +104,9 @@ pub struct PriorityNode<H> {
     /// (one that took over and died quickly, the loser of a dual-active
     /// episode) may have granted above everything in its table.
     seen_token: Token,
+    /// Bumped whenever the table may have changed, so a persister knows
+    /// when to write it again.
+    version: u64,
     /// (Standby) the table is a faithful copy of the followed active's.
     synced: bool,
     following: Option<NodeIndex>,
@@ -125,6 +137,7 @@ impl<H> PriorityNode<H> {
             term: 0,
             seq: 0,
             seen_token: 0,
+            version: 0,
             synced: false,
             following: None,
             peers,
@@ -388,6 +401,7 @@ impl<H> PriorityNode<H> {
             .saturating_add(TOKEN_MARGIN.saturating_mul(1 + slot))
             .max(wall_floor(self.wall(now)).saturating_add(slot << 28));
         self.service.raise_token_floor(floor);
+        self.version += 1;
         // Standbys get the floor with the snapshot they will ask for.
         self.service.drain_journal();
         self.term = floor;
@@ -512,6 +526,7 @@ impl<H> PriorityNode<H> {
                     self.term = term;
                     self.seq = seq;
                     self.synced = true;
+                    self.version += 1;
                 }
             }
             PriorityMessage::Commands {
@@ -543,6 +558,7 @@ impl<H> PriorityNode<H> {
         let already = (self.seq - first_seq) as usize;
         for command in commands.iter().skip(already) {
             self.service.apply_replicated(command, now);
+            self.version += 1;
             self.seq += 1;
         }
     }
@@ -658,6 +674,33 @@ impl<H> PriorityNode<H> {
         }
     }
 
+    // ---- persistence -----------------------------------------------------
+
+    /// Starts from a state written before a restart (`--data-dir`): its
+    /// locks, with leases counted again from `now`, and its term, so that
+    /// the election prefers it over nodes that know nothing.
+    pub fn recover(&mut self, state: &PersistedState, now: Millis) {
+        self.service
+            .replace_table(LockTable::restore(&state.table, now));
+        self.term = state.term;
+        self.seen_token = self.seen_token.max(state.seen_token);
+        self.version += 1;
+    }
+
+    /// The state to write if it changed since `written` (a version this
+    /// returned before), with its version.
+    pub fn state_to_persist(&self, written: u64, now: Millis) -> Option<(u64, PersistedState)> {
+        if self.version == written {
+            return None;
+        }
+        let state = PersistedState {
+            term: self.term,
+            seen_token: self.seen_token.max(self.service.table().last_token()),
+            table: self.service.table().snapshot(now),
+        };
+        Some((self.version, state))
+    }
+
     // ---- output --------------------------------------------------------------
 
     fn heartbeat(&self) -> Heartbeat {
@@ -706,6 +749,7 @@ impl<H> PriorityNode<H> {
             return;
         }
         let commands = self.service.drain_journal();
+        self.version += 1;
         let first_seq = self.seq;
         self.seq += commands.len() as u64;
         if self.role != NodeRole::Active {

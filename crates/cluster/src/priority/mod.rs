@@ -5,12 +5,15 @@ mod engine;
 mod lock_node;
 mod messages;
 mod shell;
+mod state_file;
 #[cfg(test)]
 mod tests;
 
 pub use engine::{
-    wall_floor, ClusterEvent, NodeRole, NotServing, PriorityConfig, PriorityNode, TOKEN_MARGIN,
+    wall_floor, ClusterEvent, NodeRole, NotServing, PersistedState, PriorityConfig, PriorityNode,
+    TOKEN_MARGIN,
 };
 pub use lock_node::PriorityLockNode;
 pub use messages::{Heartbeat, LinkHello, NodeIndex, PeerRole, PriorityMessage, Term};
-pub use shell::{start, PriorityCluster, PriorityHandle};
+pub use shell::{start, PriorityCluster, PriorityHandle, PrioritySettings, PriorityStartError};
+pub use state_file::{StateFile, StateFileError};

@@ -5,6 +5,7 @@
 //! it reads its peers' messages on the links they dialled. Ticks come from
 //! the server's single timer, which `LockNode::next_deadline` drives.
 
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -20,6 +21,7 @@ use baton_server::{Clock, PeerAcceptor, Server, ServerConfig, ServerError, Share
 use super::engine::{PriorityConfig, PriorityNode};
 use super::lock_node::PriorityLockNode;
 use super::messages::{LinkHello, NodeIndex, PriorityMessage};
+use super::state_file::{StateFile, StateFileError};
 use crate::peer::{self, PEER_HELLO};
 
 type Shared = Arc<SharedLocks<PriorityLockNode>>;
@@ -28,6 +30,8 @@ type Shared = Arc<SharedLocks<PriorityLockNode>>;
 const REDIAL_PAUSE: Duration = Duration::from_millis(100);
 /// A graceful stop waits this long for the successor to take over.
 const HANDOFF_WAIT: Duration = Duration::from_secs(2);
+/// How often a node with a data directory writes its state if it changed.
+const PERSIST_EVERY: Duration = Duration::from_millis(100);
 
 /// A running priority node: the server, and a handle for the handoff.
 #[derive(Debug)]
@@ -40,6 +44,7 @@ pub struct PriorityCluster {
 #[derive(Debug, Clone)]
 pub struct PriorityHandle {
     locks: Shared,
+    persister: Option<Arc<Persister>>,
 }
 
 impl PriorityHandle {
@@ -64,16 +69,50 @@ impl PriorityHandle {
         }
         tracing::warn!("successor did not confirm the handoff in time");
     }
+
+    /// Graceful stop, last part: the state goes to the data directory, if
+    /// the node has one, so that a restart finds it.
+    pub async fn persist(&self) {
+        if let Some(persister) = &self.persister {
+            persister.write_if_changed().await;
+        }
+    }
+}
+
+/// How a priority node is set up (beyond its server).
+#[derive(Debug, Clone)]
+pub struct PrioritySettings {
+    /// Every node's client address, in priority order.
+    pub peers: Vec<String>,
+    /// This node's index in `peers`.
+    pub me: NodeIndex,
+    pub heartbeat_ms: u64,
+    pub failure_timeout_ms: u64,
+    /// Where the node keeps its state across restarts, if anywhere.
+    pub data_dir: Option<PathBuf>,
+}
+
+/// Why a priority node did not start.
+#[derive(Debug, thiserror::Error)]
+pub enum PriorityStartError {
+    #[error(transparent)]
+    Bind(#[from] ServerError),
+    #[error(transparent)]
+    State(#[from] StateFileError),
 }
 
 /// Binds a priority node and starts its shell.
 pub async fn start(
     server_config: ServerConfig,
-    heartbeat_ms: u64,
-    failure_timeout_ms: u64,
-    peers: Vec<String>,
-    me: NodeIndex,
-) -> Result<PriorityCluster, ServerError> {
+    settings: PrioritySettings,
+) -> Result<PriorityCluster, PriorityStartError> {
+    let PrioritySettings {
+        peers,
+        me,
+        heartbeat_ms,
+        failure_timeout_ms,
+        data_dir,
+    } = settings;
     let clock = Clock::new();
     let now = clock.now();
     let wall_ms = SystemTime::now()
@@ -87,7 +126,22 @@ pub async fn start(
         failure_timeout_ms,
         wall_at_zero: wall_ms.saturating_sub(now),
     };
-    let engine = PriorityNode::new(config, now);
+    let mut engine = PriorityNode::new(config, now);
+    let state_file = match &data_dir {
+        Some(dir) => {
+            let file = StateFile::open(dir)?;
+            if let Some(state) = file.load()? {
+                tracing::info!(
+                    locks = state.table.locks.len(),
+                    term = state.term,
+                    "recovered the state of the last run"
+                );
+                engine.recover(&state, now);
+            }
+            Some(file)
+        }
+        None => None,
+    };
     let locks: Shared = Arc::new(SharedLocks::new(PriorityLockNode::new(engine), clock));
     let inbound = Arc::new(Inbound {
         locks: locks.clone(),
@@ -112,10 +166,62 @@ pub async fn start(
         links.push(Some(tx));
     }
     tokio::spawn(pump(locks.clone(), links));
+    let persister = state_file.map(|file| Arc::new(Persister::new(file, locks.clone())));
+    if let Some(persister) = &persister {
+        tokio::spawn(persister.clone().run());
+    }
     Ok(PriorityCluster {
         server,
-        handle: PriorityHandle { locks },
+        handle: PriorityHandle { locks, persister },
     })
+}
+
+/// Writes the node's state to its data directory when it changed, a few
+/// times a second, and once more at a graceful stop.
+#[derive(Debug)]
+struct Persister {
+    file: StateFile,
+    locks: Shared,
+    written: tokio::sync::Mutex<u64>,
+}
+
+impl Persister {
+    fn new(file: StateFile, locks: Shared) -> Persister {
+        Persister {
+            file,
+            locks,
+            written: tokio::sync::Mutex::new(0),
+        }
+    }
+
+    async fn run(self: Arc<Self>) {
+        let mut pause = PERSIST_EVERY;
+        loop {
+            tokio::time::sleep(pause).await;
+            let began = tokio::time::Instant::now();
+            self.write_if_changed().await;
+            // A big table takes long to copy and write: keep the writer
+            // to a tenth of the node's time.
+            pause = PERSIST_EVERY.max(began.elapsed() * 10);
+        }
+    }
+
+    async fn write_if_changed(&self) {
+        let mut written = self.written.lock().await;
+        let known = *written;
+        let Some((version, state)) = self
+            .locks
+            .with(|node, now, _| node.engine().state_to_persist(known, now))
+        else {
+            return;
+        };
+        let file = self.file.clone();
+        match tokio::task::spawn_blocking(move || file.store(&state)).await {
+            Ok(Ok(())) => *written = version,
+            Ok(Err(error)) => tracing::warn!(%error, "cannot write the node's state"),
+            Err(error) => tracing::warn!(%error, "state writer failed"),
+        }
+    }
 }
 
 /// Moves the engine's outbox onto the links, in order.
