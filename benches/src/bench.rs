@@ -48,9 +48,7 @@ pub async fn run(plan: &Plan, programs: &Programs, settings: &SpawnSettings) -> 
             .copied()
             .filter(|case| target.supports(case.scenario))
             .collect();
-        if let Err(error) =
-            run_target(plan, target, &launch, settings, &cases, &mut outcome.rows).await
-        {
+        for error in run_target(plan, target, &launch, settings, &cases, &mut outcome.rows).await {
             eprintln!("{} failed: {error}", target.name());
             outcome.failures.push(format!("{}: {error}", target.name()));
         }
@@ -91,6 +89,9 @@ fn unavailable(target: Target, programs: &Programs) -> Option<String> {
     None
 }
 
+/// Runs every case of `target`; returns what failed. A failure on the shared
+/// server ends the load scenarios (its state is unknown), but each fresh-
+/// server case still runs on its own.
 async fn run_target(
     plan: &Plan,
     target: Target,
@@ -98,24 +99,29 @@ async fn run_target(
     settings: &SpawnSettings,
     cases: &[Case],
     rows: &mut Vec<Row>,
-) -> Result<(), BenchError> {
+) -> Vec<BenchError> {
+    let mut failures = Vec::new();
     let shared: Vec<Case> = cases
         .iter()
         .copied()
         .filter(|case| !case.scenario.fresh_server())
         .collect();
     if !shared.is_empty() {
-        let server = launch.start(settings).await?;
-        let measured = run_cases(
-            plan,
-            target,
-            &shared,
-            |case| run_once(server.addr(), target, case, plan.timing),
-            rows,
-        )
-        .await;
-        server.stop().await;
-        measured?;
+        match launch.start(settings).await {
+            Ok(server) => {
+                let measured = run_cases(
+                    plan,
+                    target,
+                    &shared,
+                    |case| run_once(server.addr(), target, case, plan.timing),
+                    rows,
+                )
+                .await;
+                server.stop().await;
+                failures.extend(measured.err());
+            }
+            Err(error) => failures.push(error),
+        }
     }
     for &case in cases.iter().filter(|case| case.scenario.fresh_server()) {
         let fresh = |case: Case| async move {
@@ -129,9 +135,9 @@ async fn run_target(
                 }
             }
         };
-        run_cases(plan, target, &[case], fresh, rows).await?;
+        failures.extend(run_cases(plan, target, &[case], fresh, rows).await.err());
     }
-    Ok(())
+    failures
 }
 
 async fn fresh_case(server: &Server, target: Target, case: Case) -> Result<Measured, BenchError> {
