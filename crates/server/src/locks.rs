@@ -55,16 +55,21 @@ impl<N: LockNode> SharedLocks<N> {
     /// messages this way), then delivers the events it produced.
     pub fn with<R>(&self, f: impl FnOnce(&mut N, Millis, &mut Events) -> R) -> R {
         let mut events = Vec::new();
-        self.run(&mut events, f)
+        self.run(&mut events, self.clock.now(), f)
     }
 
     /// The one way into the node: `f` runs under the lock; then the timer
     /// and the peer shell are woken if they must be, and the events go to
     /// their connections once the lock is released.
-    fn run<R>(&self, events: &mut Events, f: impl FnOnce(&mut N, Millis, &mut Events) -> R) -> R {
+    fn run<R>(
+        &self,
+        events: &mut Events,
+        now: Millis,
+        f: impl FnOnce(&mut N, Millis, &mut Events) -> R,
+    ) -> R {
         let result = {
             let mut node = self.lock();
-            let result = f(&mut node, self.clock.now(), events);
+            let result = f(&mut node, now, events);
             self.after_change(&node);
             result
         };
@@ -103,7 +108,7 @@ impl<N: LockNode> SharedLocks<N> {
         mailbox: &Mailbox,
         events: &mut Events,
     ) -> Served<AcquireOutcome> {
-        self.run(events, |node, _, events| {
+        self.run(events, received_at, |node, _, events| {
             node.acquire(key, wait_ms, lease_ms, received_at, mailbox, events)
         })
     }
@@ -112,10 +117,11 @@ impl<N: LockNode> SharedLocks<N> {
         &self,
         key: &Key,
         token: Token,
+        now: Millis,
         mailbox: &Mailbox,
         events: &mut Events,
     ) -> Served<Outcome> {
-        self.run(events, |node, now, events| {
+        self.run(events, now, |node, now, events| {
             node.release(key, token, now, Some(mailbox), events)
         })
     }
@@ -125,10 +131,11 @@ impl<N: LockNode> SharedLocks<N> {
         key: &Key,
         token: Token,
         lease_ms: u64,
+        now: Millis,
         mailbox: &Mailbox,
         events: &mut Events,
     ) -> Served<Outcome> {
-        self.run(events, |node, now, events| {
+        self.run(events, now, |node, now, events| {
             node.renew(key, token, lease_ms, now, mailbox, events)
         })
     }
@@ -147,7 +154,7 @@ impl<N: LockNode> SharedLocks<N> {
 
     /// Runs everything due now; returns the next deadline to sleep until.
     pub(crate) fn tick(&self, events: &mut Events) -> Option<Millis> {
-        self.run(events, |node, now, events| {
+        self.run(events, self.clock.now(), |node, now, events| {
             node.tick(now, events);
             let next = node.next_deadline();
             self.armed
