@@ -345,7 +345,6 @@ mod tests {
             s.table().holder(&key("a")),
             Some(&crate::Holder {
                 token: 2,
-                lease_ms: 200,
                 expires_at: 210
             })
         );

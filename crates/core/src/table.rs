@@ -58,7 +58,6 @@ pub enum Outcome {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Holder {
     pub token: Token,
-    pub lease_ms: u64,
     pub expires_at: Millis,
 }
 
@@ -86,7 +85,6 @@ pub struct TableSnapshot {
 pub struct SnapshotLock {
     pub key: Key,
     pub token: Token,
-    pub lease_ms: u64,
     pub remaining_ms: u64,
 }
 
@@ -141,14 +139,7 @@ impl LockTable {
         let token = self.last_token + 1;
         let expires_at = now.saturating_add(lease_ms);
         self.last_token = token;
-        self.locks.insert(
-            key.clone(),
-            Holder {
-                token,
-                lease_ms,
-                expires_at,
-            },
-        );
+        self.locks.insert(key.clone(), Holder { token, expires_at });
         self.expiries.insert((expires_at, token), key.clone());
         Outcome::Granted { token }
     }
@@ -161,7 +152,6 @@ impl LockTable {
             return Outcome::NotFound;
         }
         let old = (holder.expires_at, token);
-        holder.lease_ms = lease_ms;
         holder.expires_at = now.saturating_add(lease_ms);
         let new = (holder.expires_at, token);
         // Reuse the index's own copy of the key rather than taking another.
@@ -234,14 +224,10 @@ impl LockTable {
         let locks = self
             .expiries
             .iter()
-            .filter_map(|(&(at, token), key)| {
-                let holder = self.locks.get(key)?;
-                Some(SnapshotLock {
-                    key: key.clone(),
-                    token,
-                    lease_ms: holder.lease_ms,
-                    remaining_ms: at.saturating_sub(now),
-                })
+            .map(|(&(at, token), key)| SnapshotLock {
+                key: key.clone(),
+                token,
+                remaining_ms: at.saturating_sub(now),
             })
             .collect();
         TableSnapshot {
@@ -275,7 +261,6 @@ impl LockTable {
                 lock.key.clone(),
                 Holder {
                     token: lock.token,
-                    lease_ms: lock.lease_ms,
                     expires_at: at.0,
                 },
             );
@@ -335,7 +320,6 @@ mod tests {
             t.holder(&key("a")),
             Some(&Holder {
                 token: 1,
-                lease_ms: 100,
                 expires_at: 110
             })
         );
@@ -403,7 +387,6 @@ mod tests {
             t.holder(&key("a")),
             Some(&Holder {
                 token: tok,
-                lease_ms: 300,
                 expires_at: 350
             })
         );
@@ -494,19 +477,16 @@ mod tests {
                 SnapshotLock {
                     key: key("gone"),
                     token: 3,
-                    lease_ms: 10,
                     remaining_ms: 0
                 },
                 SnapshotLock {
                     key: key("a"),
                     token: 1,
-                    lease_ms: 100,
                     remaining_ms: 50
                 },
                 SnapshotLock {
                     key: key("b"),
                     token: 2,
-                    lease_ms: 500,
                     remaining_ms: 450
                 },
             ]
@@ -529,7 +509,6 @@ mod tests {
         let lock = |k: &str, token, remaining_ms| SnapshotLock {
             key: key(k),
             token,
-            lease_ms: 10,
             remaining_ms,
         };
         let snap = TableSnapshot {

@@ -314,7 +314,6 @@ impl Harness {
         for lock in &self.model.locks {
             let expected = Holder {
                 token: lock.token,
-                lease_ms: lock.lease,
                 expires_at: lock.expires_at,
             };
             prop_assert_eq!(table.holder(&self.keys[lock.key as usize]), Some(&expected));
