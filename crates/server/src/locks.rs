@@ -237,3 +237,84 @@ impl<N: LockNode> SharedLocks<N> {
         self.deliver(&mut events);
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::delivery::Delivery;
+    use crate::node::SingleNode;
+    use tokio::sync::mpsc;
+
+    fn key(s: &str) -> Key {
+        Key::new(s.as_bytes()).unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    fn mailbox() -> (Mailbox, mpsc::UnboundedReceiver<Delivery>) {
+        let (tx, rx) = mpsc::unbounded_channel();
+        (Mailbox(tx), rx)
+    }
+
+    fn granted(outcome: Served<AcquireOutcome>) -> Token {
+        match outcome {
+            Served::Done(AcquireOutcome::Granted { token }) => token,
+            other => panic!("expected a grant, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn a_release_hands_the_key_to_the_waiters_mailbox() {
+        let locks = SharedLocks::new(SingleNode::new(), Clock::new());
+        let (a, _a_rx) = mailbox();
+        let (b, mut b_rx) = mailbox();
+        let mut events = Vec::new();
+        let t1 = granted(locks.acquire(key("k"), 0, 10_000, 0, &a, &mut events));
+        let queued = locks.acquire(key("k"), 0, 10_000, 0, &b, &mut events);
+        assert!(matches!(
+            queued,
+            Served::Done(AcquireOutcome::Queued { .. })
+        ));
+        let released = locks.release(&key("k"), t1, 1, &a, &mut events);
+        assert_eq!(released, Served::Done(Outcome::Released));
+        match b_rx.try_recv() {
+            Ok(Delivery::Granted { token, .. }) => assert!(token > t1),
+            other => panic!("expected the grant in b's mailbox, got {other:?}"),
+        }
+        assert_eq!(locks.status().locks, 1);
+    }
+
+    #[test]
+    fn a_grant_whose_connection_is_gone_is_released_and_passed_on() {
+        let locks = SharedLocks::new(SingleNode::new(), Clock::new());
+        let (a, _a_rx) = mailbox();
+        let (b, b_rx) = mailbox();
+        let (c, mut c_rx) = mailbox();
+        let mut events = Vec::new();
+        let t1 = granted(locks.acquire(key("k"), 0, 10_000, 0, &a, &mut events));
+        let _ = locks.acquire(key("k"), 0, 10_000, 0, &b, &mut events);
+        let _ = locks.acquire(key("k"), 0, 10_000, 0, &c, &mut events);
+        // b's connection went away without cancelling its wait.
+        drop(b_rx);
+        let _ = locks.release(&key("k"), t1, 1, &a, &mut events);
+        match c_rx.try_recv() {
+            Ok(Delivery::Granted { token, .. }) => assert!(token > t1 + 1, "b's token {token}"),
+            other => panic!("expected the grant to pass to c, got {other:?}"),
+        }
+        let status = locks.status();
+        assert_eq!((status.locks, status.waiters), (1, 0));
+    }
+
+    #[test]
+    fn grants_a_connection_never_wrote_are_released() {
+        let locks = SharedLocks::new(SingleNode::new(), Clock::new());
+        let (a, _a_rx) = mailbox();
+        let mut events = Vec::new();
+        let t1 = granted(locks.acquire(key("k"), 0, 10_000, 0, &a, &mut events));
+        locks.release_ghosts([(key("k"), t1)]);
+        assert_eq!(locks.status().locks, 0);
+        // A stale ghost (already released) changes nothing.
+        let t2 = granted(locks.acquire(key("k"), 0, 10_000, 0, &a, &mut events));
+        locks.release_ghosts([(key("k"), t1)]);
+        assert_eq!(locks.status().locks, 1);
+        assert!(t2 > t1);
+    }
+}
