@@ -19,6 +19,13 @@ use super::link::{CallError, Dialer, Link};
 use super::rpc::{LinkHello, ReplyBody, RequestBody};
 use super::types::{NodeId, Snapshot, SnapshotData, TypeConfig, Vote};
 
+/// The shortest time an RPC is given. openraft asks replication to time
+/// out after 3/4 of a heartbeat (37.5 ms by default), which a busy follower
+/// fsyncing a batch on a shared core overshoots: every such timeout
+/// restarted replication and stalled commits under load. A dead peer is
+/// still found by its refused connection or by elections.
+const MIN_RPC_TIMEOUT: std::time::Duration = std::time::Duration::from_millis(250);
+
 /// Makes (and keeps) the links to peers.
 pub struct Network {
     me: NodeId,
@@ -78,7 +85,7 @@ impl PeerClient {
         body: RequestBody,
         option: &RPCOption,
     ) -> Result<ReplyBody, RPCError<TypeConfig>> {
-        let ttl = option.soft_ttl();
+        let ttl = option.soft_ttl().max(MIN_RPC_TIMEOUT);
         self.link
             .call(body, ttl)
             .await
