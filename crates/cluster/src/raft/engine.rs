@@ -220,6 +220,37 @@ impl<H> RaftEngine<H> {
         }
     }
 
+    /// Right after a release is proposed: the next waiter's grant goes into
+    /// the same entry, behind the release, so a hand-over costs one commit
+    /// instead of two. Nothing else can grant the key meanwhile (`granting`
+    /// holds it), and whatever applies in between, an expiry or a duplicate
+    /// release of the same grant, only frees the key sooner.
+    pub fn grant_behind_release(
+        &mut self,
+        key: &Key,
+        now: Millis,
+        events: &mut Vec<EngineEvent<H>>,
+    ) {
+        if !self.serving() || self.granting.contains(key) {
+            return;
+        }
+        let mut timed_out = Vec::new();
+        let next = self.queues.pop_next(key, now, &mut timed_out);
+        events.extend(timed_out.into_iter().map(|w| EngineEvent::TimedOut {
+            id: w.id,
+            handle: w.handle,
+            key: w.key,
+        }));
+        if let Some(waiter) = next {
+            self.granting.insert(key.clone());
+            let command = Command::Grant {
+                key: key.clone(),
+                lease_ms: waiter.lease_ms,
+            };
+            self.propose(command, Pending::Grant(waiter));
+        }
+    }
+
     /// Proposes a release. `Ok(None)`: the answer comes as a
     /// [`EngineEvent::Reply`]; `Ok(Some(outcome))`: known at once, because no
     /// applied grant carries that token.

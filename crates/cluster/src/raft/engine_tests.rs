@@ -347,3 +347,55 @@ fn requests_lost_with_the_leaders_log_tail_are_redirected_after_a_while() {
         other => panic!("expected one redirect, got {other:?}"),
     }
 }
+
+#[test]
+fn a_release_and_the_next_waiters_grant_share_one_entry() {
+    let mut p = Pair::new();
+    let _ = p.leader.acquire(key("a"), 0, 1_000, 0, "c1", &mut p.events);
+    p.commit_proposals(0);
+    let _ = p.leader.acquire(key("a"), 0, 1_000, 1, "c2", &mut p.events);
+    assert_eq!(p.commit_proposals(1), 0, "c2 waits: the key is held");
+    p.events.clear();
+    assert_eq!(p.leader.release(&key("a"), 1, Some("c1")), Ok(None));
+    p.leader.grant_behind_release(&key("a"), 2, &mut p.events);
+    assert_eq!(p.commit_proposals(2), 2, "release and grant in one entry");
+    let mut answers: Vec<String> = p
+        .events
+        .drain(..)
+        .map(|e| match e {
+            EngineEvent::Reply { handle, response } => format!("{handle} {response:?}"),
+            EngineEvent::Granted { handle, token, .. } => format!("{handle} granted {token}"),
+            other => panic!("unexpected {other:?}"),
+        })
+        .collect();
+    answers.sort();
+    assert!(answers[0].starts_with("c1 Released"), "{answers:?}");
+    assert_eq!(answers[1], "c2 granted 2");
+    assert_eq!(
+        p.follower.table().holder(&key("a")).map(|h| h.token),
+        Some(2)
+    );
+}
+
+#[test]
+fn a_grant_behind_a_release_that_lost_to_an_expiry_still_lands() {
+    let mut p = Pair::new();
+    let _ = p.leader.acquire(key("a"), 0, 100, 0, "c1", &mut p.events);
+    p.commit_proposals(0);
+    let _ = p.leader.acquire(key("a"), 0, 1_000, 1, "c2", &mut p.events);
+    // The lease runs out: the leader proposes the expiry first...
+    p.leader.tick(100, &mut p.events);
+    let (expiry, _) = p
+        .leader
+        .take_proposal()
+        .unwrap_or_else(|| panic!("an expiry"));
+    // ...and the holder's release (and c2's grant) come right behind it.
+    assert_eq!(p.leader.release(&key("a"), 1, Some("c1")), Ok(None));
+    p.leader.grant_behind_release(&key("a"), 100, &mut p.events);
+    p.events.clear();
+    p.commit(EntryPayload::Normal(expiry), 101);
+    p.commit_proposals(101);
+    let granted = p.granted();
+    assert_eq!(granted, vec![("c2", 2)]);
+    assert_eq!(p.leader.table().holder(&key("a")).map(|h| h.token), Some(2));
+}

@@ -113,11 +113,17 @@ impl LockNode for RaftLockNode {
         &mut self,
         key: &Key,
         token: Token,
-        _now: Millis,
+        now: Millis,
         reply_to: Option<&Mailbox>,
-        _events: &mut Vec<NodeEvent>,
+        events: &mut Vec<NodeEvent>,
     ) -> Served<Outcome> {
-        Self::late(self.engine.release(key, token, reply_to.cloned()))
+        let proposed = self.engine.release(key, token, reply_to.cloned());
+        if matches!(proposed, Ok(None)) {
+            self.drive(events, |engine, ev| {
+                engine.grant_behind_release(key, now, ev)
+            });
+        }
+        Self::late(proposed)
     }
 
     fn renew(
