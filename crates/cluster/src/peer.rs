@@ -29,10 +29,24 @@ pub enum PeerError {
     NoHello,
 }
 
+/// The largest first frame of an incoming connection (the link hello).
+/// Until the hello shows a peer of this cluster, anyone who sent the hello
+/// line could otherwise make the node reserve `MAX_FRAME` bytes with a
+/// four-byte length.
+pub const MAX_HELLO_FRAME: usize = 64 * 1024;
+
 /// The frame codec of a peer connection.
 pub fn frame_codec() -> LengthDelimitedCodec {
     LengthDelimitedCodec::builder()
         .max_frame_length(MAX_FRAME)
+        .new_codec()
+}
+
+/// The frame codec of an incoming peer connection before its hello is
+/// checked; raise its limit with `set_max_frame_length(MAX_FRAME)` then.
+pub fn hello_frame_codec() -> LengthDelimitedCodec {
+    LengthDelimitedCodec::builder()
+        .max_frame_length(MAX_HELLO_FRAME)
         .new_codec()
 }
 

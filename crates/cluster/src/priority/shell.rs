@@ -341,7 +341,7 @@ async fn receive_link(
     me: NodeIndex,
     idle_limit: Duration,
 ) -> Result<(), peer::PeerError> {
-    let mut parts = FramedParts::new::<bytes::Bytes>(stream, peer::frame_codec());
+    let mut parts = FramedParts::new::<bytes::Bytes>(stream, peer::hello_frame_codec());
     parts.read_buf = already_read;
     let mut frames = Framed::from_parts(parts);
     let first = match tokio::time::timeout(idle_limit, frames.next()).await {
@@ -357,6 +357,7 @@ async fn receive_link(
         );
         return Ok(());
     }
+    frames.codec_mut().set_max_frame_length(peer::MAX_FRAME);
     loop {
         let frame = match tokio::time::timeout(idle_limit, frames.next()).await {
             Ok(Some(frame)) => frame?,

@@ -33,7 +33,7 @@ pub async fn serve<S: PeerStream, H: TableHost>(
     let _ = already_read.split_to(RAFT_HELLO.len().min(already_read.len()));
     let (reader, writer) = tokio::io::split(stream);
     let reader = std::io::Cursor::new(already_read).chain(reader);
-    let mut frames = FramedRead::new(reader, peer::frame_codec());
+    let mut frames = FramedRead::new(reader, peer::hello_frame_codec());
     let first = match tokio::time::timeout(IDLE_LIMIT, frames.next()).await {
         Ok(Some(frame)) => frame?,
         _ => return Err(PeerError::NoHello),
@@ -47,6 +47,7 @@ pub async fn serve<S: PeerStream, H: TableHost>(
         );
         return Ok(());
     }
+    frames.decoder_mut().set_max_frame_length(peer::MAX_FRAME);
     let (tx, mut rx) = mpsc::unbounded_channel::<Bytes>();
     let writing = tokio::spawn(async move {
         let mut out = FramedWrite::new(writer, peer::frame_codec());
