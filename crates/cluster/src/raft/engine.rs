@@ -200,23 +200,8 @@ impl<H> RaftEngine<H> {
     /// Proposes the grant of `key` to its oldest live waiter, if the key is
     /// free and no grant of it is already on its way.
     fn grant_next(&mut self, key: &Key, now: Millis, events: &mut Vec<EngineEvent<H>>) {
-        if !self.serving() || self.table.holder(key).is_some() || self.granting.contains(key) {
-            return;
-        }
-        let mut timed_out = Vec::new();
-        let next = self.queues.pop_next(key, now, &mut timed_out);
-        events.extend(timed_out.into_iter().map(|w| EngineEvent::TimedOut {
-            id: w.id,
-            handle: w.handle,
-            key: w.key,
-        }));
-        if let Some(waiter) = next {
-            self.granting.insert(key.clone());
-            let command = Command::Grant {
-                key: key.clone(),
-                lease_ms: waiter.lease_ms,
-            };
-            self.propose(command, Pending::Grant(waiter));
+        if self.table.holder(key).is_none() {
+            self.grant_behind_release(key, now, events);
         }
     }
 
