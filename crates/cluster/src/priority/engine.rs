@@ -114,6 +114,9 @@ pub struct PriorityNode<H> {
     /// No promotion before this (start-up, after stepping down).
     quiet_until: Millis,
     last_tick: Millis,
+    /// When this node last queued heartbeats for its peers: an active that
+    /// has not for a failure timeout may have been replaced.
+    last_beat: Millis,
     /// When this node last found it had stalled (see `check_pause`).
     resumed_at: Option<Millis>,
     next_heartbeat: Millis,
@@ -143,6 +146,7 @@ impl<H> PriorityNode<H> {
             peers,
             quiet_until,
             last_tick: now,
+            last_beat: now,
             resumed_at: None,
             next_heartbeat: now,
             next_sync_request: now,
@@ -217,6 +221,12 @@ impl<H> PriorityNode<H> {
         events: &mut Vec<ClusterEvent<H>>,
     ) -> Result<(), NotServing> {
         self.check_pause(now, events);
+        if self.role == NodeRole::Active && now >= self.next_heartbeat {
+            // The timer runs late on a node busy with clients; its requests
+            // still keep the heartbeats going, so the node does not step
+            // down for a stall of its own making.
+            self.beat(now);
+        }
         match self.role {
             NodeRole::Active => Ok(()),
             NodeRole::Standby => Err(self.following),
@@ -289,9 +299,14 @@ impl<H> PriorityNode<H> {
             }
         }
         if now >= self.next_heartbeat {
-            self.send_heartbeats();
-            self.next_heartbeat = now.saturating_add(self.config.heartbeat_ms);
+            self.beat(now);
         }
+    }
+
+    fn beat(&mut self, now: Millis) {
+        self.send_heartbeats();
+        self.last_beat = now;
+        self.next_heartbeat = now.saturating_add(self.config.heartbeat_ms);
     }
 
     /// When `tick` next has work.
@@ -319,12 +334,19 @@ impl<H> PriorityNode<H> {
     /// A process that did not run for a failure timeout may have been
     /// replaced: step down before granting anything more.
     fn check_pause(&mut self, now: Millis, events: &mut Vec<ClusterEvent<H>>) {
-        let gap = now.saturating_sub(self.last_tick);
-        // A node that is not active ticks at least every heartbeat: a
-        // longer gap already leaves it with a stale view of its peers.
-        let stalled = match self.role {
-            NodeRole::Active => gap > self.config.failure_timeout_ms,
-            _ => gap > 2 * self.config.heartbeat_ms,
+        // An active that sent no heartbeat for a failure timeout may have
+        // been replaced. A node that is not active ticks at least every
+        // heartbeat: a longer gap already leaves it with a stale view of
+        // its peers.
+        let (gap, stalled) = match self.role {
+            NodeRole::Active => {
+                let gap = now.saturating_sub(self.last_beat.max(self.last_tick));
+                (gap, gap > self.config.failure_timeout_ms)
+            }
+            _ => {
+                let gap = now.saturating_sub(self.last_tick);
+                (gap, gap > 2 * self.config.heartbeat_ms)
+            }
         };
         if !stalled {
             return;
@@ -414,8 +436,7 @@ impl<H> PriorityNode<H> {
             peer.synced = false;
         }
         tracing::info!(term = floor, "now active");
-        self.send_heartbeats();
-        self.next_heartbeat = now.saturating_add(self.config.heartbeat_ms);
+        self.beat(now);
     }
 
     fn step_down(&mut self, to: Option<NodeIndex>, now: Millis, events: &mut Vec<ClusterEvent<H>>) {

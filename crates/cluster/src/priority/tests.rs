@@ -755,3 +755,46 @@ fn two_sides_of_a_split_never_grant_the_same_token() {
     let x = c.grant(0, "x", 10_000);
     assert_ne!(x, b, "both sides granted token {x}");
 }
+
+#[test]
+fn a_busy_active_whose_timer_runs_late_keeps_its_role() {
+    let mut c = elected(3);
+    let before = c.grant(0, "held", 60_000);
+    // Node 0's timer never fires for three failure timeouts, but clients
+    // keep it busy every 10 ms; its peers tick and listen as usual.
+    let until = c.now + 3 * TIMEOUT;
+    let mut handle = 1_000;
+    while c.now < until {
+        for _ in 0..10 {
+            c.now += 1;
+            for i in 1..3 {
+                let now = c.now;
+                let node = c.nodes[i].as_mut().unwrap();
+                node.tick(now, &mut c.events[i]);
+            }
+            c.deliver();
+        }
+        handle += 1;
+        let now = c.now;
+        let mut events = Vec::new();
+        let answer = c.node_mut(0).acquire(
+            key(&format!("busy/{handle}")),
+            0,
+            1_000,
+            now,
+            handle,
+            &mut events,
+        );
+        assert!(
+            answer.is_ok(),
+            "node 0 stopped serving at t={now}: {answer:?}"
+        );
+        c.deliver();
+    }
+    assert_eq!(
+        c.actives(),
+        vec![0],
+        "a standby promoted next to a busy active"
+    );
+    assert_eq!(c.holder(1, "held"), Some(before));
+}
