@@ -1,14 +1,18 @@
 //! `batond`: the Baton lock server. Parses flags, sets up logging and the
-//! open-file limit, and runs a node until SIGINT or SIGTERM.
+//! open-file limit, locks the data directory if there is one, and runs a
+//! node until SIGINT or SIGTERM, or until its state can no longer be saved.
 
+use std::future::Future;
 use std::net::SocketAddr;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
+use std::sync::Arc;
 
 use baton_cluster::{priority, raft};
 use baton_proto::Limits;
-use baton_server::{Server, ServerConfig};
+use baton_server::{DataDir, ServerConfig, StateFileError};
 use clap::Parser;
+use tokio::sync::oneshot;
 
 /// Baton lock server: exclusive locks with fencing tokens, FIFO waiters and
 /// leases, over a pipelined text protocol.
@@ -49,10 +53,11 @@ struct Flags {
     /// much again.
     #[arg(long, value_name = "SECS", default_value = "0.3", value_parser = parse_seconds)]
     failure_timeout: u64,
-    /// Cluster: where this node keeps its state across restarts: the Raft
-    /// log, vote and snapshots (required with --mode raft), or the priority
-    /// node's lock table (optional: without it a restart of the whole
-    /// priority cluster loses the held locks).
+    /// Where this node keeps its state across restarts, one directory per
+    /// node (it is locked): the Raft log, vote and snapshots (required with
+    /// --mode raft), or the lock table and last token of a single or
+    /// priority node (optional: without it a restart loses the held locks;
+    /// tokens rise anyway).
     #[arg(long, value_name = "DIR")]
     data_dir: Option<PathBuf>,
     /// Raft cluster: log entries applied between two snapshots (each
@@ -70,7 +75,10 @@ enum Mode {
 
 /// What the flags say to run.
 enum Plan {
-    Single(ServerConfig),
+    Single {
+        config: ServerConfig,
+        data_dir: Option<PathBuf>,
+    },
     Priority {
         config: ServerConfig,
         settings: priority::PrioritySettings,
@@ -98,10 +106,10 @@ impl Flags {
                 if !self.peers.is_empty() {
                     return Err("--peers needs --mode priority or --mode raft".into());
                 }
-                if self.data_dir.is_some() {
-                    return Err("--data-dir needs --mode priority or --mode raft".into());
-                }
-                Ok(Plan::Single(config))
+                Ok(Plan::Single {
+                    config,
+                    data_dir: self.data_dir,
+                })
             }
             Mode::Priority | Mode::Raft => {
                 let me_addr = self.advertise.unwrap_or_else(|| self.listen.to_string());
@@ -143,6 +151,35 @@ impl Flags {
                 settings.snapshot_every = self.snapshot_every;
                 Ok(Plan::Raft { config, settings })
             }
+        }
+    }
+}
+
+impl Plan {
+    /// The data directory, if the node has one.
+    fn data_dir(&self) -> Option<&Path> {
+        match self {
+            Plan::Single { data_dir, .. } => data_dir.as_deref(),
+            Plan::Priority { settings, .. } => settings.data_dir.as_deref(),
+            Plan::Raft { settings, .. } => Some(&settings.data_dir),
+        }
+    }
+
+    /// Who holds the data directory, as its lock file says.
+    fn holder(&self, addr: &str) -> String {
+        let mode = match self {
+            Plan::Single { .. } => "single",
+            Plan::Priority { .. } => "priority",
+            Plan::Raft { .. } => "raft",
+        };
+        format!("--mode {mode}, listening on {addr}")
+    }
+
+    fn listen(&self) -> SocketAddr {
+        match self {
+            Plan::Single { config, .. }
+            | Plan::Priority { config, .. }
+            | Plan::Raft { config, .. } => config.listen,
         }
     }
 }
@@ -205,34 +242,82 @@ fn main() -> ExitCode {
 async fn serve(plan: Plan) -> Result<(), String> {
     // Watch for signals before anyone can learn the node is up.
     let shutdown = shutdown_signal().map_err(|e| format!("cannot watch for signals: {e}"))?;
-    match plan {
-        Plan::Single(config) => {
-            let server = Server::bind(config).await.map_err(|e| e.to_string())?;
-            announce(server.local_addr());
-            server.run(shutdown).await;
+    // Locked before any mode reads it, held until the process ends.
+    let data_dir = match plan.data_dir() {
+        Some(path) => Some(
+            DataDir::open(path, &plan.holder(&plan.listen().to_string()))
+                .map_err(|e| e.to_string())?,
+        ),
+        None => None,
+    };
+    let bound = |addr: SocketAddr| -> Result<(), String> {
+        if let Some(dir) = &data_dir {
+            dir.record_holder(&plan.holder(&addr.to_string()))
+                .map_err(|e| e.to_string())?;
         }
-        Plan::Priority { config, settings } => {
-            let cluster = priority::start(config, settings)
+        announce(addr);
+        Ok(())
+    };
+    let (stopped, stop_reason) = oneshot::channel::<Option<Arc<StateFileError>>>();
+    match &plan {
+        Plan::Single { config, .. } => {
+            let dir = data_dir.as_ref().map(DataDir::path);
+            let single = baton_server::start_single(config.clone(), dir)
                 .await
                 .map_err(|e| e.to_string())?;
-            announce(cluster.server.local_addr());
+            bound(single.server.local_addr())?;
+            let persister = single.persister;
+            let watched = persister.clone();
+            single
+                .server
+                .run(async move {
+                    let failure = first_of(shutdown, async {
+                        match &watched {
+                            Some(persister) => persister.failed().await,
+                            None => std::future::pending().await,
+                        }
+                    })
+                    .await;
+                    let _ = stopped.send(failure);
+                })
+                .await;
+            storage_verdict(stop_reason.await.ok().flatten())?;
+            // Every connection is closed: this is the final state.
+            if let Some(persister) = persister {
+                persister
+                    .write_if_changed()
+                    .await
+                    .map_err(|e| failed_to_save(&e))?;
+            }
+        }
+        Plan::Priority { config, settings } => {
+            let cluster = priority::start(config.clone(), settings.clone())
+                .await
+                .map_err(|e| e.to_string())?;
+            bound(cluster.server.local_addr())?;
             let handle = cluster.handle;
             // The active hands its role over before the server stops, so
-            // its clients are redirected to a node that already serves.
+            // its clients are redirected to a node that already serves;
+            // so does an active whose state can no longer be saved.
             cluster
                 .server
                 .run(async move {
-                    shutdown.await;
+                    let mut failure = first_of(shutdown, handle.storage_failed()).await;
                     handle.hand_off().await;
-                    handle.persist().await;
+                    if failure.is_none() {
+                        failure = handle.persist().await.err();
+                    }
+                    let _ = stopped.send(failure);
                 })
                 .await;
+            storage_verdict(stop_reason.await.ok().flatten())?;
         }
         Plan::Raft { config, settings } => {
-            let cluster = raft::start(config, settings)
+            drop(stopped);
+            let cluster = raft::start(config.clone(), settings.clone())
                 .await
                 .map_err(|e| e.to_string())?;
-            announce(cluster.server.local_addr());
+            bound(cluster.server.local_addr())?;
             let handle = cluster.handle;
             let stopping = handle.clone();
             // The leader hands the lead over before the server stops, so
@@ -248,6 +333,30 @@ async fn serve(plan: Plan) -> Result<(), String> {
         }
     }
     Ok(())
+}
+
+/// `None` when `signal` comes first, the storage error when `failed` does.
+async fn first_of(
+    signal: impl Future<Output = ()>,
+    failed: impl Future<Output = Arc<StateFileError>>,
+) -> Option<Arc<StateFileError>> {
+    tokio::select! {
+        () = signal => None,
+        error = failed => Some(error),
+    }
+}
+
+/// A node whose state could not be saved exits non-zero, so that a
+/// supervisor restarts it (or a standby has taken over).
+fn storage_verdict(failure: Option<Arc<StateFileError>>) -> Result<(), String> {
+    match failure {
+        Some(error) => Err(failed_to_save(&error)),
+        None => Ok(()),
+    }
+}
+
+fn failed_to_save(error: &StateFileError) -> String {
+    format!("stopped serving: the node's state could not be saved: {error}")
 }
 
 /// Scripts and tests wait for this line to know the node is up, and learn

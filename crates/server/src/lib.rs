@@ -4,20 +4,34 @@
 //! requests with `baton-proto`, applies them to a `baton-core`
 //! [`LockService`](baton_core::LockService) held behind one short-lived
 //! mutex, and answers. One timer task serves every lease and wait deadline.
-//! The cluster modes reuse the same pieces.
+//! The cluster modes reuse the same pieces, and the data directory's: the
+//! lock on it ([`DataDir`]), the state file and its writer ([`StateFile`],
+//! [`Persister`]) and the token floor at a restart ([`token_floor`]).
 
 mod clock;
 mod config;
 mod connection;
+mod data_dir;
 mod delivery;
 mod listener;
 mod locks;
 mod node;
+mod persister;
+mod single;
+mod state_file;
 mod timer;
+pub mod token_floor;
 
 pub use clock::Clock;
 pub use config::ServerConfig;
+pub use data_dir::{DataDir, DataDirError, LOCK_FILE};
 pub use delivery::Mailbox;
 pub use listener::{PeerAcceptor, Server, ServerError};
 pub use locks::{Events, SharedLocks};
-pub use node::{LockNode, NodeEvent, NodeStatus, Served, SingleNode};
+pub use node::{LockNode, NodeEvent, NodeStatus, Served};
+pub use persister::{Persister, TakeState, PERSIST_EVERY};
+pub use single::{
+    start_single, SingleNode, SinglePersister, SingleRunning, SingleStartError, SingleState,
+    STATE_FILE as SINGLE_STATE_FILE,
+};
+pub use state_file::{StateFile, StateFileError};

@@ -17,7 +17,8 @@ use crate::clock::Clock;
 use crate::config::ServerConfig;
 use crate::connection::Connection;
 use crate::locks::SharedLocks;
-use crate::node::{LockNode, NodeStatus, SingleNode};
+use crate::node::{LockNode, NodeStatus};
+use crate::single::SingleNode;
 use crate::timer;
 
 /// Why a node could not start or keep serving.

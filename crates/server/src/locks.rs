@@ -242,7 +242,7 @@ impl<N: LockNode> SharedLocks<N> {
 mod tests {
     use super::*;
     use crate::delivery::Delivery;
-    use crate::node::SingleNode;
+    use crate::single::SingleNode;
     use tokio::sync::mpsc;
 
     fn key(s: &str) -> Key {

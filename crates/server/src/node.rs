@@ -5,7 +5,7 @@
 //! crate implements [`LockNode`] over its engines. The server calls these
 //! methods under one mutex and never awaits while holding it.
 
-use baton_core::{AcquireOutcome, Event, Key, LockService, Millis, Outcome, Token, WaiterId};
+use baton_core::{AcquireOutcome, Event, Key, Millis, Outcome, Token, WaiterId};
 use baton_proto::{Mode, Role};
 
 use crate::delivery::Mailbox;
@@ -128,85 +128,5 @@ pub trait LockNode: Send + 'static {
     /// waits for this to send replication and heartbeats).
     fn has_output(&self) -> bool {
         false
-    }
-}
-
-/// A node on its own: always serves.
-#[derive(Debug, Default)]
-pub struct SingleNode {
-    service: LockService<Mailbox>,
-    scratch: Vec<Event<Mailbox>>,
-}
-
-impl SingleNode {
-    pub fn new() -> SingleNode {
-        SingleNode::default()
-    }
-}
-
-impl LockNode for SingleNode {
-    fn acquire(
-        &mut self,
-        key: Key,
-        wait_ms: u64,
-        lease_ms: u64,
-        now: Millis,
-        mailbox: &Mailbox,
-        _events: &mut Vec<NodeEvent>,
-    ) -> Served<AcquireOutcome> {
-        Served::Done(
-            self.service
-                .acquire(key, wait_ms, lease_ms, now, mailbox.clone()),
-        )
-    }
-
-    fn release(
-        &mut self,
-        key: &Key,
-        token: Token,
-        now: Millis,
-        _reply_to: Option<&Mailbox>,
-        events: &mut Vec<NodeEvent>,
-    ) -> Served<Outcome> {
-        let outcome = self.service.release(key, token, now, &mut self.scratch);
-        events.extend(self.scratch.drain(..).map(NodeEvent::from));
-        Served::Done(outcome)
-    }
-
-    fn renew(
-        &mut self,
-        key: &Key,
-        token: Token,
-        lease_ms: u64,
-        now: Millis,
-        _reply_to: &Mailbox,
-        _events: &mut Vec<NodeEvent>,
-    ) -> Served<Outcome> {
-        Served::Done(self.service.renew(key, token, lease_ms, now))
-    }
-
-    fn cancel(&mut self, id: WaiterId) {
-        self.service.cancel(id);
-    }
-
-    fn tick(&mut self, now: Millis, events: &mut Vec<NodeEvent>) {
-        self.service.tick(now, &mut self.scratch);
-        events.extend(self.scratch.drain(..).map(NodeEvent::from));
-    }
-
-    fn next_deadline(&self) -> Option<Millis> {
-        self.service.next_deadline()
-    }
-
-    fn status(&self) -> NodeStatus {
-        NodeStatus {
-            role: Role::Single,
-            mode: Mode::Single,
-            active: None,
-            token: self.service.table().last_token(),
-            locks: self.service.table().len() as u64,
-            waiters: self.service.waiter_count() as u64,
-            extra: Vec::new(),
-        }
     }
 }

@@ -21,7 +21,7 @@ use baton_server::{Clock, PeerAcceptor, Server, ServerConfig, ServerError, Share
 use super::engine::{PriorityConfig, PriorityNode};
 use super::lock_node::PriorityLockNode;
 use super::messages::{LinkHello, NodeIndex, PriorityMessage};
-use super::state_file::{StateFile, StateFileError};
+use super::state_file::{self, PriorityPersister, StateFileError};
 use crate::peer::{self, PEER_HELLO};
 
 type Shared = Arc<SharedLocks<PriorityLockNode>>;
@@ -30,8 +30,6 @@ type Shared = Arc<SharedLocks<PriorityLockNode>>;
 const REDIAL_PAUSE: Duration = Duration::from_millis(100);
 /// A graceful stop waits this long for the successor to take over.
 const HANDOFF_WAIT: Duration = Duration::from_secs(2);
-/// How often a node with a data directory writes its state if it changed.
-const PERSIST_EVERY: Duration = Duration::from_millis(100);
 
 /// A running priority node: the server, and a handle for the handoff.
 #[derive(Debug)]
@@ -44,7 +42,7 @@ pub struct PriorityCluster {
 #[derive(Debug, Clone)]
 pub struct PriorityHandle {
     locks: Shared,
-    persister: Option<Arc<Persister>>,
+    persister: Option<Arc<PriorityPersister>>,
 }
 
 impl PriorityHandle {
@@ -72,9 +70,19 @@ impl PriorityHandle {
 
     /// Graceful stop, last part: the state goes to the data directory, if
     /// the node has one, so that a restart finds it.
-    pub async fn persist(&self) {
-        if let Some(persister) = &self.persister {
-            persister.write_if_changed().await;
+    pub async fn persist(&self) -> Result<(), Arc<StateFileError>> {
+        match &self.persister {
+            Some(persister) => persister.write_if_changed().await,
+            None => Ok(()),
+        }
+    }
+
+    /// Resolves if the node's state could not be saved (never without a
+    /// data directory): the node must then stop serving.
+    pub async fn storage_failed(&self) -> Arc<StateFileError> {
+        match &self.persister {
+            Some(persister) => persister.failed().await,
+            None => std::future::pending().await,
         }
     }
 }
@@ -129,7 +137,7 @@ pub async fn start(
     let mut engine = PriorityNode::new(config, now);
     let state_file = match &data_dir {
         Some(dir) => {
-            let file = StateFile::open(dir)?;
+            let file = state_file::open(dir)?;
             if let Some(state) = file.load()? {
                 tracing::info!(
                     locks = state.table.locks.len(),
@@ -166,62 +174,14 @@ pub async fn start(
         links.push(Some(tx));
     }
     tokio::spawn(pump(locks.clone(), links));
-    let persister = state_file.map(|file| Arc::new(Persister::new(file, locks.clone())));
+    let persister = state_file.map(|file| state_file::persister(file, locks.clone()));
     if let Some(persister) = &persister {
-        tokio::spawn(persister.clone().run());
+        persister.spawn();
     }
     Ok(PriorityCluster {
         server,
         handle: PriorityHandle { locks, persister },
     })
-}
-
-/// Writes the node's state to its data directory when it changed, a few
-/// times a second, and once more at a graceful stop.
-#[derive(Debug)]
-struct Persister {
-    file: StateFile,
-    locks: Shared,
-    written: tokio::sync::Mutex<u64>,
-}
-
-impl Persister {
-    fn new(file: StateFile, locks: Shared) -> Persister {
-        Persister {
-            file,
-            locks,
-            written: tokio::sync::Mutex::new(0),
-        }
-    }
-
-    async fn run(self: Arc<Self>) {
-        let mut pause = PERSIST_EVERY;
-        loop {
-            tokio::time::sleep(pause).await;
-            let began = tokio::time::Instant::now();
-            self.write_if_changed().await;
-            // A big table takes long to copy and write: keep the writer
-            // to a tenth of the node's time.
-            pause = PERSIST_EVERY.max(began.elapsed() * 10);
-        }
-    }
-
-    async fn write_if_changed(&self) {
-        let mut written = self.written.lock().await;
-        let known = *written;
-        let Some((version, state)) = self
-            .locks
-            .with(|node, now, _| node.engine().state_to_persist(known, now))
-        else {
-            return;
-        };
-        let file = self.file.clone();
-        match tokio::task::spawn_blocking(move || file.store(&state)).await {
-            Ok(Ok(())) => *written = version,
-            Ok(Err(error)) => tracing::warn!(%error, "cannot write the node's state"),
-            Err(error) => tracing::warn!(%error, "state writer failed"),
-        }
-    }
 }
 
 /// Moves the engine's outbox onto the links, in order.

@@ -1,85 +1,43 @@
-//! The state a priority node keeps in `--data-dir`: its lock table and
-//! term, rewritten whole (it is small) a few times a second when it changed,
-//! so that a restart of the whole cluster keeps the held locks.
-//!
-//! The file is written to a temporary name, synced, renamed over the old
-//! one and the directory synced: a crash leaves the old state or the new,
-//! never half of one. A checksum guards against anything else.
+//! The state a priority node keeps in `--data-dir`: its lock table, term
+//! and highest token seen, rewritten whole (it is small) a few times a
+//! second when it changed, so that a restart of the whole cluster keeps
+//! the held locks. The file and its writer are the ones the single mode
+//! uses too ([`baton_server::StateFile`], [`baton_server::Persister`]).
 
-use std::fs::{self, File};
-use std::io::{self, Write};
-use std::path::{Path, PathBuf};
+use std::path::Path;
+
+pub use baton_server::StateFileError;
+use baton_server::{Persister, SharedLocks};
 
 use super::engine::PersistedState;
+use super::lock_node::PriorityLockNode;
 
-const FILE_NAME: &str = "priority-state";
+/// The priority node's file in its data directory.
+pub const FILE_NAME: &str = "priority-state";
 
-/// Why the state file could not be read.
-#[derive(Debug, thiserror::Error)]
-pub enum StateFileError {
-    #[error("cannot read {path}: {source}")]
-    Io { path: PathBuf, source: io::Error },
-    #[error("{path} is damaged ({why}); move it away to start without it")]
-    Damaged { path: PathBuf, why: String },
+/// The priority node's state file.
+pub type StateFile = baton_server::StateFile<PersistedState>;
+
+/// Writes the node's state when it changed, and once more at a graceful
+/// stop; stops the node at the first failed write (see `baton_server`).
+pub type PriorityPersister = Persister<PriorityLockNode, PersistedState>;
+
+/// The state file in `dir`, created if missing (`batond` has locked it).
+pub fn open(dir: &Path) -> Result<StateFile, StateFileError> {
+    StateFile::open(dir, FILE_NAME)
 }
 
-#[derive(Debug, Clone)]
-pub struct StateFile {
-    dir: PathBuf,
-}
-
-impl StateFile {
-    /// The state file in `dir`, created if missing.
-    pub fn open(dir: &Path) -> Result<StateFile, StateFileError> {
-        fs::create_dir_all(dir).map_err(|source| StateFileError::Io {
-            path: dir.to_path_buf(),
-            source,
-        })?;
-        Ok(StateFile {
-            dir: dir.to_path_buf(),
-        })
-    }
-
-    fn path(&self) -> PathBuf {
-        self.dir.join(FILE_NAME)
-    }
-
-    /// The state last written, if any.
-    pub fn load(&self) -> Result<Option<PersistedState>, StateFileError> {
-        let path = self.path();
-        let bytes = match fs::read(&path) {
-            Ok(bytes) => bytes,
-            Err(error) if error.kind() == io::ErrorKind::NotFound => return Ok(None),
-            Err(source) => return Err(StateFileError::Io { path, source }),
-        };
-        let damaged = |why: &str| StateFileError::Damaged {
-            path: path.clone(),
-            why: why.to_string(),
-        };
-        let (sum, body) = bytes
-            .split_first_chunk::<4>()
-            .ok_or_else(|| damaged("too short"))?;
-        if u32::from_le_bytes(*sum) != crc32fast::hash(body) {
-            return Err(damaged("checksum mismatch"));
-        }
-        postcard::from_bytes(body)
-            .map(Some)
-            .map_err(|e| damaged(&e.to_string()))
-    }
-
-    /// Replaces the state on disk with `state`, durably.
-    pub fn store(&self, state: &PersistedState) -> io::Result<()> {
-        let body = postcard::to_allocvec(state).map_err(io::Error::other)?;
-        let tmp = self.dir.join(format!("{FILE_NAME}.tmp"));
-        {
-            let mut file = File::create(&tmp)?;
-            file.write_all(&crc32fast::hash(&body).to_le_bytes())?;
-            file.write_all(&body)?;
-            file.sync_all()?;
-        }
-        fs::rename(&tmp, self.path())?;
-        File::open(&self.dir)?.sync_all()
-    }
+/// A writer of `locks`' state to `file`, not yet started.
+pub fn persister(
+    file: StateFile,
+    locks: std::sync::Arc<SharedLocks<PriorityLockNode>>,
+) -> std::sync::Arc<PriorityPersister> {
+    Persister::new(
+        file,
+        locks,
+        |node: &PriorityLockNode, written, now| node.engine().state_to_persist(written, now),
+        0,
+    )
 }
 
 #[cfg(test)]
@@ -107,24 +65,10 @@ mod tests {
     #[test]
     fn a_stored_state_loads_back() {
         let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
-        let file = StateFile::open(dir.path()).unwrap_or_else(|e| panic!("{e}"));
+        let file = open(dir.path()).unwrap_or_else(|e| panic!("{e}"));
         assert!(matches!(file.load(), Ok(None)));
         file.store(&state()).unwrap_or_else(|e| panic!("{e}"));
         assert_eq!(file.load().ok().flatten(), Some(state()));
-    }
-
-    #[test]
-    fn a_damaged_file_is_refused_not_half_read() {
-        let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
-        let file = StateFile::open(dir.path()).unwrap_or_else(|e| panic!("{e}"));
-        file.store(&state()).unwrap_or_else(|e| panic!("{e}"));
-        let path = dir.path().join(FILE_NAME);
-        let mut bytes = fs::read(&path).unwrap_or_else(|e| panic!("{e}"));
-        let last = bytes.len() - 1;
-        bytes[last] ^= 0xff;
-        fs::write(&path, &bytes).unwrap_or_else(|e| panic!("{e}"));
-        assert!(matches!(file.load(), Err(StateFileError::Damaged { .. })));
-        fs::write(&path, b"ab").unwrap_or_else(|e| panic!("{e}"));
-        assert!(matches!(file.load(), Err(StateFileError::Damaged { .. })));
+        assert_eq!(file.path(), dir.path().join(FILE_NAME));
     }
 }

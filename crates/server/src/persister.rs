@@ -1,0 +1,134 @@
+//! Writes a node's state to its data directory when it changed, a few
+//! times a second, and once more at a graceful stop. The single and the
+//! priority modes share it.
+//!
+//! Fail-stop: a node whose state cannot be saved must not go on granting
+//! locks a restart would forget. The first failed write stops the writer
+//! and resolves [`Persister::failed`]; the binary then stops the node and
+//! exits non-zero, so that a supervisor (or a standby) takes over.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use baton_core::Millis;
+use serde::de::DeserializeOwned;
+use serde::Serialize;
+use tokio::sync::watch;
+
+use crate::locks::SharedLocks;
+use crate::node::LockNode;
+use crate::state_file::{StateFile, StateFileError};
+
+/// How often the state is written if it changed.
+pub const PERSIST_EVERY: Duration = Duration::from_millis(100);
+
+/// Takes the state to write from the node if it changed since the version
+/// given (one it returned before), with its version.
+pub type TakeState<N, S> = fn(&N, u64, Millis) -> Option<(u64, S)>;
+
+/// The writer of one node's state file.
+pub struct Persister<N, S> {
+    file: StateFile<S>,
+    locks: Arc<SharedLocks<N>>,
+    take: TakeState<N, S>,
+    written: tokio::sync::Mutex<u64>,
+    failure: watch::Sender<Option<Arc<StateFileError>>>,
+}
+
+impl<N, S> std::fmt::Debug for Persister<N, S> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Persister")
+            .field("file", &self.file.path())
+            .field("failed", &self.failure.borrow().is_some())
+            .finish_non_exhaustive()
+    }
+}
+
+impl<N, S> Persister<N, S>
+where
+    N: LockNode,
+    S: Serialize + DeserializeOwned + Send + 'static,
+{
+    /// A writer of `locks`' state to `file`. `written` is the version
+    /// already on disk (0: none).
+    pub fn new(
+        file: StateFile<S>,
+        locks: Arc<SharedLocks<N>>,
+        take: TakeState<N, S>,
+        written: u64,
+    ) -> Arc<Persister<N, S>> {
+        Arc::new(Persister {
+            file,
+            locks,
+            take,
+            written: tokio::sync::Mutex::new(written),
+            failure: watch::channel(None).0,
+        })
+    }
+
+    /// Starts the periodic writer, which ends at the first failed write.
+    pub fn spawn(self: &Arc<Self>) {
+        let persister = self.clone();
+        tokio::spawn(async move {
+            let mut pause = PERSIST_EVERY;
+            loop {
+                tokio::time::sleep(pause).await;
+                let began = tokio::time::Instant::now();
+                if persister.write_if_changed().await.is_err() {
+                    return;
+                }
+                // A big table takes long to copy and write: keep the
+                // writer to a tenth of the node's time.
+                pause = PERSIST_EVERY.max(began.elapsed() * 10);
+            }
+        });
+    }
+
+    /// Writes the state if it changed since the last write. After one
+    /// failure every call fails with it: the node is stopping.
+    pub async fn write_if_changed(&self) -> Result<(), Arc<StateFileError>> {
+        if let Some(error) = self.failure.borrow().clone() {
+            return Err(error);
+        }
+        let mut written = self.written.lock().await;
+        let known = *written;
+        let take = self.take;
+        let Some((version, state)) = self.locks.with(|node, now, _| take(node, known, now)) else {
+            return Ok(());
+        };
+        let file = self.file.clone();
+        let stored = match tokio::task::spawn_blocking(move || file.store(&state)).await {
+            Ok(stored) => stored,
+            Err(error) => Err(StateFileError::Write {
+                path: self.file.path().to_path_buf(),
+                source: std::io::Error::other(format!("the writer task failed: {error}")),
+            }),
+        };
+        match stored {
+            Ok(()) => {
+                *written = version;
+                Ok(())
+            }
+            Err(error) => {
+                tracing::error!(%error, "cannot save the node's state; stopping");
+                let error = Arc::new(error);
+                self.failure.send_replace(Some(error.clone()));
+                Err(error)
+            }
+        }
+    }
+
+    /// Resolves at the first write that failed, with its error.
+    pub async fn failed(&self) -> Arc<StateFileError> {
+        let mut failure = self.failure.subscribe();
+        loop {
+            if let Some(error) = failure.borrow_and_update().clone() {
+                return error;
+            }
+            if failure.changed().await.is_err() {
+                // The persister is gone, and with it any write to fail.
+                std::future::pending::<()>().await;
+            }
+        }
+    }
+}

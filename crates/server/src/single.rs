@@ -1,0 +1,333 @@
+//! The single mode: one node serving on its own, its tokens starting above
+//! the wall clock and, with a data directory, above the tokens it saved,
+//! and its held locks kept across a restart.
+//!
+//! Why tokens keep rising (docs/cluster.md has the cluster's version of
+//! the argument): a node starts at `max(wall_ms << 20, saved + 2^32)`.
+//! `ms << 20` grows by about a million tokens a millisecond, faster than a
+//! node grants, so whatever a node issued before it stopped is below the
+//! clock floor of the next start. The saved token plus a margin covers
+//! what the clock cannot: a wall clock set back, or margins stacked by
+//! restarts quicker than the margin's worth of clock (4 s). The floor is
+//! written to the data directory before the first grant, so a crash right
+//! after a restart cannot take the next start below it.
+
+use std::path::Path;
+use std::sync::Arc;
+
+use baton_core::{
+    AcquireOutcome, Event, Key, LockService, LockTable, Millis, Outcome, TableSnapshot, Token,
+    WaiterId,
+};
+use baton_proto::{Mode, Role};
+use serde::{Deserialize, Serialize};
+
+use crate::clock::Clock;
+use crate::config::ServerConfig;
+use crate::delivery::Mailbox;
+use crate::listener::{Server, ServerError};
+use crate::locks::SharedLocks;
+use crate::node::{LockNode, NodeEvent, NodeStatus, Served};
+use crate::persister::Persister;
+use crate::state_file::{StateFile, StateFileError};
+use crate::token_floor;
+
+/// The single node's file in its data directory.
+pub const STATE_FILE: &str = "single-state";
+
+/// What a single node keeps in its data directory: its lock table, whose
+/// `last_token` is the last token issued or the floor.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SingleState {
+    pub table: TableSnapshot,
+}
+
+/// A node on its own: always serves.
+#[derive(Debug, Default)]
+pub struct SingleNode {
+    service: LockService<Mailbox>,
+    scratch: Vec<Event<Mailbox>>,
+    /// Counts the changes of the table, when they are saved (the journal
+    /// is on only then).
+    version: u64,
+}
+
+impl SingleNode {
+    /// A node with an empty table whose tokens start at 1 (embedding and
+    /// tests; `batond` starts with [`start_single`]).
+    pub fn new() -> SingleNode {
+        SingleNode::default()
+    }
+
+    /// A node over `table` whose tokens start above `floor`. With
+    /// `persistent`, it counts its changes for [`Self::state_to_persist`].
+    pub fn starting_above(table: LockTable, floor: Token, persistent: bool) -> SingleNode {
+        let mut service = LockService::from_table(table);
+        service.raise_token_floor(floor);
+        if persistent {
+            service.enable_journal();
+        }
+        SingleNode {
+            service,
+            scratch: Vec::new(),
+            version: 1,
+        }
+    }
+
+    /// The state to write if the table changed since version `written`,
+    /// with its version.
+    pub fn state_to_persist(&self, written: u64, now: Millis) -> Option<(u64, SingleState)> {
+        (self.version != written).then(|| {
+            let table = self.service.table().snapshot(now);
+            (self.version, SingleState { table })
+        })
+    }
+
+    /// Counts the changes the last call made (nothing to count without a
+    /// data directory: the journal is off).
+    fn count_changes(&mut self) {
+        if self.service.has_journal() {
+            self.service.drain_journal();
+            self.version += 1;
+        }
+    }
+}
+
+impl LockNode for SingleNode {
+    fn acquire(
+        &mut self,
+        key: Key,
+        wait_ms: u64,
+        lease_ms: u64,
+        now: Millis,
+        mailbox: &Mailbox,
+        _events: &mut Vec<NodeEvent>,
+    ) -> Served<AcquireOutcome> {
+        let outcome = self
+            .service
+            .acquire(key, wait_ms, lease_ms, now, mailbox.clone());
+        self.count_changes();
+        Served::Done(outcome)
+    }
+
+    fn release(
+        &mut self,
+        key: &Key,
+        token: Token,
+        now: Millis,
+        _reply_to: Option<&Mailbox>,
+        events: &mut Vec<NodeEvent>,
+    ) -> Served<Outcome> {
+        let outcome = self.service.release(key, token, now, &mut self.scratch);
+        self.count_changes();
+        events.extend(self.scratch.drain(..).map(NodeEvent::from));
+        Served::Done(outcome)
+    }
+
+    fn renew(
+        &mut self,
+        key: &Key,
+        token: Token,
+        lease_ms: u64,
+        now: Millis,
+        _reply_to: &Mailbox,
+        _events: &mut Vec<NodeEvent>,
+    ) -> Served<Outcome> {
+        let outcome = self.service.renew(key, token, lease_ms, now);
+        self.count_changes();
+        Served::Done(outcome)
+    }
+
+    fn cancel(&mut self, id: WaiterId) {
+        self.service.cancel(id);
+    }
+
+    fn tick(&mut self, now: Millis, events: &mut Vec<NodeEvent>) {
+        self.service.tick(now, &mut self.scratch);
+        self.count_changes();
+        events.extend(self.scratch.drain(..).map(NodeEvent::from));
+    }
+
+    fn next_deadline(&self) -> Option<Millis> {
+        self.service.next_deadline()
+    }
+
+    fn status(&self) -> NodeStatus {
+        NodeStatus {
+            role: Role::Single,
+            mode: Mode::Single,
+            active: None,
+            // The last token issued, or the floor the next is above.
+            token: self.service.table().last_token(),
+            locks: self.service.table().len() as u64,
+            waiters: self.service.waiter_count() as u64,
+            extra: Vec::new(),
+        }
+    }
+}
+
+/// The writer of a single node's data directory.
+pub type SinglePersister = Persister<SingleNode, SingleState>;
+
+/// A single node, bound, with its state writer when it has a data directory.
+#[derive(Debug)]
+pub struct SingleRunning {
+    pub server: Server<SingleNode>,
+    pub persister: Option<Arc<SinglePersister>>,
+}
+
+/// Why a single node did not start.
+#[derive(Debug, thiserror::Error)]
+pub enum SingleStartError {
+    #[error(transparent)]
+    Bind(#[from] ServerError),
+    #[error(transparent)]
+    State(#[from] StateFileError),
+}
+
+/// Starts a single node: tokens above the wall clock and, with `data_dir`
+/// (locked by the caller), the locks and tokens of the last run. The floor
+/// is on disk before the node binds.
+pub async fn start_single(
+    config: ServerConfig,
+    data_dir: Option<&Path>,
+) -> Result<SingleRunning, SingleStartError> {
+    let clock = Clock::new();
+    let now = clock.now();
+    let wall_ms = token_floor::wall_clock_ms();
+    let Some(dir) = data_dir else {
+        let floor = token_floor::restart_floor(wall_ms, None);
+        let node = SingleNode::starting_above(LockTable::new(), floor, false);
+        tracing::info!(floor, "tokens start above the wall-clock floor");
+        let locks = Arc::new(SharedLocks::new(node, clock));
+        let server = Server::bind_shared(config, locks, None).await?;
+        return Ok(SingleRunning {
+            server,
+            persister: None,
+        });
+    };
+    let file = StateFile::<SingleState>::open(dir, STATE_FILE)?;
+    let saved = file.load()?;
+    let (table, saved_token) = match &saved {
+        Some(state) => {
+            let table = LockTable::restore(&state.table, now);
+            tracing::info!(
+                locks = table.len(),
+                last_token = table.last_token(),
+                "recovered the state of the last run"
+            );
+            let last = table.last_token();
+            (table, Some(last))
+        }
+        None => (LockTable::new(), None),
+    };
+    let floor = token_floor::restart_floor(wall_ms, saved_token);
+    let node = SingleNode::starting_above(table, floor, true);
+    tracing::info!(floor, "tokens start above this floor");
+    // Durable before any grant: see the module doc.
+    let (version, state) = node
+        .state_to_persist(0, now)
+        .unwrap_or_else(|| unreachable!("a fresh node has version 1"));
+    file.store(&state)?;
+    let locks = Arc::new(SharedLocks::new(node, clock));
+    let server = Server::bind_shared(config, locks.clone(), None).await?;
+    let persister = Persister::new(
+        file,
+        locks,
+        |node: &SingleNode, written, now| node.state_to_persist(written, now),
+        version,
+    );
+    persister.spawn();
+    Ok(SingleRunning {
+        server,
+        persister: Some(persister),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::delivery::Delivery;
+    use tokio::sync::mpsc;
+
+    fn key(s: &str) -> Key {
+        Key::new(s.as_bytes()).unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    fn grant(node: &mut SingleNode, k: &str, now: Millis) -> Token {
+        let (tx, _rx) = mpsc::unbounded_channel::<Delivery>();
+        match node.acquire(key(k), 0, 10_000, now, &Mailbox(tx), &mut Vec::new()) {
+            Served::Done(AcquireOutcome::Granted { token }) => token,
+            other => panic!("expected a grant, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn tokens_start_above_the_floor_and_status_shows_it() {
+        let mut node = SingleNode::starting_above(LockTable::new(), 1 << 40, false);
+        assert_eq!(node.status().token, 1 << 40);
+        assert_eq!(grant(&mut node, "a", 0), (1 << 40) + 1);
+        assert_eq!(node.status().token, (1 << 40) + 1);
+    }
+
+    #[test]
+    fn every_change_and_only_a_change_is_a_new_version_to_save() {
+        let mut node = SingleNode::starting_above(LockTable::new(), 100, true);
+        let (v1, first) = node
+            .state_to_persist(0, 0)
+            .unwrap_or_else(|| panic!("nothing to save at start"));
+        assert_eq!(first.table.last_token, 100);
+        assert!(node.state_to_persist(v1, 0).is_none());
+        let token = grant(&mut node, "a", 0);
+        let (v2, state) = node
+            .state_to_persist(v1, 5)
+            .unwrap_or_else(|| panic!("a grant is a change"));
+        assert_eq!(state.table.locks.len(), 1);
+        assert_eq!(state.table.locks[0].token, token);
+        let mut events = Vec::new();
+        let _ = node.release(&key("a"), token + 7, 1, None, &mut events);
+        assert!(node.state_to_persist(v2, 1).is_none(), "a stale release");
+        let _ = node.release(&key("a"), token, 1, None, &mut events);
+        assert!(node.state_to_persist(v2, 1).is_some());
+    }
+
+    #[tokio::test]
+    async fn a_restart_on_the_data_dir_keeps_locks_and_starts_above_the_saved_token() {
+        let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+        let config = ServerConfig {
+            listen: ([127, 0, 0, 1], 0).into(),
+            ..ServerConfig::default()
+        };
+        // A saved token far above the clock, as stacked margins leave it.
+        let ahead = token_floor::wall_floor(token_floor::wall_clock_ms()) + (1 << 40);
+        let mut table = LockTable::new();
+        table.raise_token_floor(ahead);
+        table.apply(
+            &baton_core::Command::Grant {
+                key: key("held"),
+                lease_ms: 60_000,
+            },
+            0,
+        );
+        let file = StateFile::<SingleState>::open(dir.path(), STATE_FILE)
+            .unwrap_or_else(|e| panic!("{e}"));
+        file.store(&SingleState {
+            table: table.snapshot(0),
+        })
+        .unwrap_or_else(|e| panic!("{e}"));
+
+        let running = start_single(config, Some(dir.path()))
+            .await
+            .unwrap_or_else(|e| panic!("{e}"));
+        let floor = ahead + 1 + token_floor::TOKEN_MARGIN;
+        let status = running.server.locks().with(|node, _, _| node.status());
+        assert_eq!((status.token, status.locks), (floor, 1));
+        // On disk before any grant, so a crash now cannot go below it.
+        let saved = file
+            .load()
+            .unwrap_or_else(|e| panic!("{e}"))
+            .unwrap_or_else(|| panic!("no state"));
+        assert_eq!(saved.table.last_token, floor);
+        assert_eq!(saved.table.locks[0].token, ahead + 1);
+    }
+}

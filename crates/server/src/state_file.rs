@@ -1,0 +1,219 @@
+//! The state a node keeps in its data directory (`--data-dir`) in the
+//! single and priority modes: one small file, its lock table and tokens,
+//! rewritten whole when it changed, so that a restart keeps the held locks
+//! and issues tokens above the ones it issued before.
+//!
+//! The file is written to a temporary name, synced, renamed over the old
+//! one and the directory synced: a crash leaves the old state or the new,
+//! never half of one. A CRC-32 guards against anything else.
+
+use std::fs::{self, File};
+use std::io::{self, Write};
+use std::marker::PhantomData;
+use std::path::{Path, PathBuf};
+
+use serde::de::DeserializeOwned;
+use serde::Serialize;
+
+/// Why the state file could not be read or written. Every variant names
+/// the path.
+#[derive(Debug, thiserror::Error)]
+pub enum StateFileError {
+    #[error("cannot read {path}: {source}")]
+    Read { path: PathBuf, source: io::Error },
+    #[error("cannot write {path}: {source}")]
+    Write { path: PathBuf, source: io::Error },
+    #[error("{path} is damaged ({why}); move it away to start without it")]
+    Damaged { path: PathBuf, why: String },
+}
+
+/// One state file of type `S`, named `name` in a data directory.
+#[derive(Debug)]
+pub struct StateFile<S> {
+    path: PathBuf,
+    tmp: PathBuf,
+    dir: PathBuf,
+    state: PhantomData<fn() -> S>,
+}
+
+impl<S> Clone for StateFile<S> {
+    fn clone(&self) -> Self {
+        StateFile {
+            path: self.path.clone(),
+            tmp: self.tmp.clone(),
+            dir: self.dir.clone(),
+            state: PhantomData,
+        }
+    }
+}
+
+impl<S> StateFile<S> {
+    /// Where the state lives.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+}
+
+impl<S: Serialize + DeserializeOwned> StateFile<S> {
+    /// The state file `name` in `dir`, created if missing. Writes and
+    /// removes the temporary file once, so that a directory the node cannot
+    /// write is refused at start rather than at the first grant.
+    pub fn open(dir: &Path, name: &str) -> Result<StateFile<S>, StateFileError> {
+        fs::create_dir_all(dir).map_err(|source| StateFileError::Write {
+            path: dir.to_path_buf(),
+            source,
+        })?;
+        let file = StateFile {
+            path: dir.join(name),
+            tmp: dir.join(format!("{name}.tmp")),
+            dir: dir.to_path_buf(),
+            state: PhantomData,
+        };
+        file.write_bytes(b"").and_then(|()| {
+            fs::remove_file(&file.tmp).map_err(|source| StateFileError::Write {
+                path: file.tmp.clone(),
+                source,
+            })
+        })?;
+        Ok(file)
+    }
+
+    /// The state last written, if any.
+    pub fn load(&self) -> Result<Option<S>, StateFileError> {
+        let path = &self.path;
+        let bytes = match fs::read(path) {
+            Ok(bytes) => bytes,
+            Err(error) if error.kind() == io::ErrorKind::NotFound => return Ok(None),
+            Err(source) => {
+                return Err(StateFileError::Read {
+                    path: path.clone(),
+                    source,
+                })
+            }
+        };
+        let damaged = |why: &str| StateFileError::Damaged {
+            path: path.clone(),
+            why: why.to_string(),
+        };
+        let (sum, body) = bytes
+            .split_first_chunk::<4>()
+            .ok_or_else(|| damaged("too short"))?;
+        if u32::from_le_bytes(*sum) != crc32fast::hash(body) {
+            return Err(damaged("checksum mismatch"));
+        }
+        postcard::from_bytes(body)
+            .map(Some)
+            .map_err(|e| damaged(&e.to_string()))
+    }
+
+    /// Replaces the state on disk with `state`, durably.
+    pub fn store(&self, state: &S) -> Result<(), StateFileError> {
+        let body = postcard::to_allocvec(state).map_err(|e| StateFileError::Write {
+            path: self.path.clone(),
+            source: io::Error::other(e),
+        })?;
+        let mut bytes = Vec::with_capacity(body.len() + 4);
+        bytes.extend_from_slice(&crc32fast::hash(&body).to_le_bytes());
+        bytes.extend_from_slice(&body);
+        self.write_bytes(&bytes)?;
+        let at = |path: &Path| {
+            let path = path.to_path_buf();
+            move |source| StateFileError::Write { path, source }
+        };
+        fs::rename(&self.tmp, &self.path).map_err(at(&self.path))?;
+        File::open(&self.dir)
+            .and_then(|dir| dir.sync_all())
+            .map_err(at(&self.dir))
+    }
+
+    /// Writes `bytes` to the temporary file and syncs it.
+    fn write_bytes(&self, bytes: &[u8]) -> Result<(), StateFileError> {
+        let write = || -> io::Result<()> {
+            let mut file = File::create(&self.tmp)?;
+            file.write_all(bytes)?;
+            file.sync_all()
+        };
+        write().map_err(|source| StateFileError::Write {
+            path: self.tmp.clone(),
+            source,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use baton_core::{Command, Key, LockTable, TableSnapshot};
+
+    const NAME: &str = "test-state";
+
+    fn state() -> TableSnapshot {
+        let mut table = LockTable::new();
+        let key = Key::new(b"orders/42").unwrap_or_else(|e| panic!("{e}"));
+        table.apply(
+            &Command::Grant {
+                key,
+                lease_ms: 30_000,
+            },
+            0,
+        );
+        table.snapshot(1_000)
+    }
+
+    fn open(dir: &Path) -> StateFile<TableSnapshot> {
+        StateFile::open(dir, NAME).unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    #[test]
+    fn a_stored_state_loads_back() {
+        let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+        let file = open(dir.path());
+        assert!(matches!(file.load(), Ok(None)));
+        file.store(&state()).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(file.load().ok().flatten(), Some(state()));
+        // The probe at open left nothing behind but the state.
+        let names: Vec<_> = fs::read_dir(dir.path())
+            .unwrap_or_else(|e| panic!("{e}"))
+            .filter_map(|e| e.ok().map(|e| e.file_name()))
+            .collect();
+        assert_eq!(names, vec![NAME]);
+    }
+
+    #[test]
+    fn a_damaged_file_is_refused_not_half_read() {
+        let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+        let file = open(dir.path());
+        file.store(&state()).unwrap_or_else(|e| panic!("{e}"));
+        let path = dir.path().join(NAME);
+        let mut bytes = fs::read(&path).unwrap_or_else(|e| panic!("{e}"));
+        let last = bytes.len() - 1;
+        bytes[last] ^= 0xff;
+        fs::write(&path, &bytes).unwrap_or_else(|e| panic!("{e}"));
+        assert!(matches!(file.load(), Err(StateFileError::Damaged { .. })));
+        fs::write(&path, b"ab").unwrap_or_else(|e| panic!("{e}"));
+        let error = file.load().err().unwrap_or_else(|| panic!("loaded"));
+        assert!(error.to_string().contains(&path.display().to_string()));
+    }
+
+    #[test]
+    fn a_file_that_cannot_be_written_is_refused_with_its_path() {
+        let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+        // Root ignores permissions; a directory in the way of the
+        // temporary file fails every write.
+        let tmp = dir.path().join(format!("{NAME}.tmp"));
+        fs::create_dir(&tmp).unwrap_or_else(|e| panic!("{e}"));
+        let error = StateFile::<TableSnapshot>::open(dir.path(), NAME)
+            .err()
+            .unwrap_or_else(|| panic!("opened"));
+        assert!(matches!(error, StateFileError::Write { .. }));
+        assert!(error.to_string().contains(&tmp.display().to_string()));
+        // Opened before the fault: the next store fails the same way.
+        fs::remove_dir(&tmp).unwrap_or_else(|e| panic!("{e}"));
+        let file = open(dir.path());
+        fs::create_dir(&tmp).unwrap_or_else(|e| panic!("{e}"));
+        assert!(matches!(
+            file.store(&state()),
+            Err(StateFileError::Write { .. })
+        ));
+    }
+}

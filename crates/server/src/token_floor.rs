@@ -1,0 +1,62 @@
+//! Where a node's tokens start after a restart: above the wall clock, and
+//! above what its data directory says it issued. The same argument as the
+//! priority cluster's (docs/cluster.md, "Why tokens keep rising"), for a
+//! single node, which is one node in slot 0.
+
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use baton_core::Token;
+
+/// Added to the last token a data directory recorded: more grants than a
+/// node can make between two writes of its state (a write is due every
+/// 100 ms; 2^32 grants would take weeks).
+pub const TOKEN_MARGIN: Token = 1 << 32;
+
+/// Tokens start above `wall_ms << 20`: that rises by about a million a
+/// millisecond, faster than any node grants, so a node that remembers
+/// nothing still starts above every token it issued before it stopped,
+/// as long as the wall clock did not go back.
+pub fn wall_floor(wall_ms: u64) -> Token {
+    wall_ms.saturating_mul(1 << 20)
+}
+
+/// Milliseconds since 1970 by the wall clock (0 if it reads before 1970).
+pub fn wall_clock_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+}
+
+/// The floor of a node starting at wall time `wall_ms` whose data
+/// directory recorded `saved` as its last token (`None`: no data
+/// directory, or a fresh one).
+pub fn restart_floor(wall_ms: u64, saved: Option<Token>) -> Token {
+    let remembered = saved.map_or(0, |t| t.saturating_add(TOKEN_MARGIN));
+    wall_floor(wall_ms).max(remembered)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_floor_is_the_clock_or_the_saved_token_plus_the_margin() {
+        let wall = 1_800_000_000_000;
+        assert_eq!(restart_floor(wall, None), wall << 20);
+        assert_eq!(restart_floor(wall, Some(5)), wall << 20);
+        // Margins stacked by quick restarts can put the saved token above
+        // the clock: the floor stays above it.
+        let ahead = (wall << 20) + 3 * TOKEN_MARGIN;
+        assert_eq!(restart_floor(wall, Some(ahead)), ahead + TOKEN_MARGIN);
+        assert_eq!(restart_floor(u64::MAX, Some(u64::MAX)), u64::MAX);
+    }
+
+    #[test]
+    fn the_clock_floor_outruns_any_grant_rate() {
+        // A node that started at t0 and granted a million tokens a second
+        // for an hour is still below the floor of a restart 1 ms later.
+        let t0 = 1_800_000_000_000u64;
+        let issued = wall_floor(t0) + 3_600 * 1_000_000;
+        assert!(wall_floor(t0 + 3_600_000 + 1) > issued);
+    }
+}

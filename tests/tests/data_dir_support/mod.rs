@@ -1,0 +1,79 @@
+//! Helpers shared by the data-directory test files: a start that must
+//! fail, and a wait for a node's state to reach its disk.
+
+#![allow(dead_code)] // each test file uses its own subset
+
+use std::path::Path;
+use std::process::{Command, ExitStatus, Stdio};
+use std::time::{Duration, Instant};
+
+use baton_tests::batond_bin;
+
+/// How long a start that must fail may run before it counts as started.
+const REFUSAL_BOUND: Duration = Duration::from_secs(10);
+
+/// Runs `batond args` and expects it to exit non-zero without ever
+/// listening; returns its exit status and stderr.
+pub fn start_fails(args: &[&str]) -> (ExitStatus, String) {
+    let log = tempfile::NamedTempFile::new().expect("temp file");
+    let mut child = Command::new(batond_bin())
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(log.reopen().expect("reopen the log"))
+        .spawn()
+        .expect("spawn batond");
+    let deadline = Instant::now() + REFUSAL_BOUND;
+    let status = loop {
+        if let Some(status) = child.try_wait().expect("poll batond") {
+            break status;
+        }
+        if Instant::now() >= deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            let stderr = std::fs::read_to_string(log.path()).unwrap_or_default();
+            panic!("batond {args:?} was expected to refuse to start, but ran for {REFUSAL_BOUND:?}:\n{stderr}");
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    };
+    let stderr = std::fs::read_to_string(log.path()).unwrap_or_default();
+    assert!(
+        !status.success(),
+        "batond {args:?} exited 0, expected a refusal:\n{stderr}"
+    );
+    (status, stderr)
+}
+
+/// Waits (bounded) until the file at `path` holds `needle`: the node's
+/// periodic write has put a change on disk.
+pub async fn wait_on_disk(path: &Path, needle: &[u8]) {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+    loop {
+        if let Ok(bytes) = std::fs::read(path) {
+            if bytes.windows(needle.len()).any(|w| w == needle) {
+                return;
+            }
+        }
+        if tokio::time::Instant::now() >= deadline {
+            panic!(
+                "{} does not hold {:?} after 5 s",
+                path.display(),
+                String::from_utf8_lossy(needle)
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+/// The one line of `stderr` that starts with `batond: ` (the binary's
+/// report of why it stopped); panics unless there is exactly one.
+pub fn exit_line(stderr: &str) -> &str {
+    let lines: Vec<&str> = stderr
+        .lines()
+        .filter(|l| l.starts_with("batond: "))
+        .collect();
+    match lines.as_slice() {
+        [line] => line,
+        _ => panic!("expected one `batond: ` line in stderr, got {lines:?}:\n{stderr}"),
+    }
+}
