@@ -1,0 +1,144 @@
+//! A data directory belongs to one node at a time, in every mode: a second
+//! start on a live node's directory is refused before it reads anything,
+//! naming the path and the holder; the lock dies with its holder, kill -9
+//! included; and every data-directory error names the path (issue 9,
+//! item 10).
+
+mod data_dir_support;
+
+use std::path::Path;
+
+use baton_tests::{free_addr, Batond};
+
+use data_dir_support::{exit_line, start_fails};
+
+/// The arguments of a node of `mode` on `dir`, alone in its cluster.
+fn args(mode: &str, addr: &str, dir: &Path) -> Vec<String> {
+    let mut args: Vec<String> = vec!["--listen".into(), addr.into()];
+    if mode != "single" {
+        args.extend(["--mode".into(), mode.into(), "--peers".into(), addr.into()]);
+    }
+    args.extend(["--data-dir".into(), dir.display().to_string()]);
+    args
+}
+
+fn strs(args: &[String]) -> Vec<&str> {
+    args.iter().map(String::as_str).collect()
+}
+
+/// Every file under `dir`, with its size, in order.
+fn listing(dir: &Path) -> Vec<(String, u64)> {
+    let mut files = Vec::new();
+    let mut todo = vec![dir.to_path_buf()];
+    while let Some(at) = todo.pop() {
+        for entry in std::fs::read_dir(&at).expect("read dir") {
+            let entry = entry.expect("dir entry");
+            let meta = entry.metadata().expect("metadata");
+            if meta.is_dir() {
+                todo.push(entry.path());
+            } else {
+                files.push((entry.path().display().to_string(), meta.len()));
+            }
+        }
+    }
+    files.sort();
+    files
+}
+
+#[tokio::test]
+async fn a_second_node_on_a_live_nodes_data_dir_is_refused_naming_path_and_holder() {
+    for mode in ["raft", "priority", "single"] {
+        let base = tempfile::tempdir().expect("temp dir");
+        let dir = base.path().join("shared");
+        let first_addr = free_addr().to_string();
+        let mut first = Batond::start(&strs(&args(mode, &first_addr, &dir)));
+        // Let the first node write what it writes at start (a Raft node
+        // its first entries) before looking at the directory.
+        let mut c = first.connect().await;
+        c.wait_status("serving", std::time::Duration::from_secs(10), |s| {
+            s.get("role")
+                .is_some_and(|r| r != "follower" && r != "candidate")
+        })
+        .await;
+        let before = listing(&dir);
+        let second_addr = free_addr().to_string();
+        let (_, stderr) = start_fails(&strs(&args(mode, &second_addr, &dir)));
+        let line = exit_line(&stderr);
+        for needed in [
+            dir.display().to_string(),
+            "in use".to_string(),
+            format!("pid {}", first.pid()),
+            first.addr().to_string(),
+        ] {
+            assert!(
+                line.contains(&needed),
+                "{mode}: the refusal should say {needed:?}: {line}"
+            );
+        }
+        assert_eq!(
+            listing(&dir),
+            before,
+            "{mode}: the refused node touched the live node's directory"
+        );
+        assert!(first.is_running(), "{mode}: the first node died");
+        // The lock dies with its holder, even by kill -9.
+        first.kill();
+        first.restart();
+        assert!(first.is_running(), "{mode}: restart on a freed directory");
+    }
+}
+
+#[tokio::test]
+async fn a_data_dir_that_is_a_file_is_refused_naming_the_path() {
+    let base = tempfile::tempdir().expect("temp dir");
+    let file = base.path().join("a-file");
+    std::fs::write(&file, b"not a directory").expect("write");
+    for mode in ["raft", "priority", "single"] {
+        let addr = free_addr().to_string();
+        let (status, stderr) = start_fails(&strs(&args(mode, &addr, &file)));
+        assert_eq!(status.code(), Some(1), "{mode}: {stderr}");
+        let line = exit_line(&stderr);
+        assert!(
+            line.contains(&file.display().to_string()),
+            "{mode}: the error should name {}: {line}",
+            file.display()
+        );
+    }
+}
+
+#[tokio::test]
+async fn a_single_node_whose_state_cannot_be_saved_refuses_to_start_or_stops() {
+    let base = tempfile::tempdir().expect("temp dir");
+    let dir = base.path().join("node");
+    let dir_arg = dir.display().to_string();
+    let mut node = Batond::start(&["--data-dir", &dir_arg]);
+    let mut c = node.connect().await;
+    let token = baton_tests::grant_token(&c.request("A saved 0 600").await, "saved");
+    data_dir_support::wait_on_disk(&dir.join("single-state"), b"saved").await;
+    // Being root, the test cannot take write permission away; a directory
+    // where the state's temporary file goes makes every write of it fail.
+    let tmp = dir.join("single-state.tmp");
+    std::fs::create_dir(&tmp).expect("create the blocking directory");
+    let _ = c.request("A unsaved 0 600").await;
+    let exit = node
+        .wait_exit(std::time::Duration::from_secs(10))
+        .expect("a node whose state cannot be saved still runs 10 s later");
+    let log = node.log_tail(200);
+    assert_eq!(exit.code(), Some(1), "{log}");
+    let line = exit_line(&log);
+    assert!(line.contains(&tmp.display().to_string()), "{line}");
+    // Nor does it start again until the directory takes writes.
+    let (_, stderr) = start_fails(&["--listen", "127.0.0.1:0", "--data-dir", &dir_arg]);
+    assert!(
+        exit_line(&stderr).contains(&tmp.display().to_string()),
+        "{stderr}"
+    );
+    std::fs::remove_dir(&tmp).expect("unblock");
+    node.restart();
+    let mut c = node.connect().await;
+    assert_eq!(
+        c.request(&format!("R saved {token}")).await,
+        "R saved",
+        "the saved lock survived"
+    );
+}
