@@ -142,3 +142,77 @@ async fn a_single_node_whose_state_cannot_be_saved_refuses_to_start_or_stops() {
         "the saved lock survived"
     );
 }
+
+/// The newest Raft log segment under `dir` and where each of its records
+/// starts (a record: u32 length, u32 CRC-32, payload, little-endian).
+fn newest_segment(dir: &Path) -> (std::path::PathBuf, Vec<u8>, Vec<usize>) {
+    let mut segments: Vec<_> = std::fs::read_dir(dir.join("log"))
+        .expect("read the log directory")
+        .map(|e| e.expect("dir entry").path())
+        .filter(|p| p.extension().is_some_and(|x| x == "seg"))
+        .collect();
+    segments.sort();
+    let path = segments.pop().expect("a segment");
+    let bytes = std::fs::read(&path).expect("read the segment");
+    let mut starts = Vec::new();
+    let mut at = 0;
+    while at + 8 <= bytes.len() {
+        starts.push(at);
+        let len = u32::from_le_bytes(bytes[at..at + 4].try_into().expect("4 bytes"));
+        at += 8 + len as usize;
+    }
+    (path, bytes, starts)
+}
+
+#[tokio::test]
+async fn a_raft_node_with_a_flipped_bit_in_its_log_refuses_to_start_naming_the_file() {
+    let base = tempfile::tempdir().expect("temp dir");
+    let dir = base.path().join("node");
+    let addr = free_addr().to_string();
+    let mut node = Batond::start(&strs(&args("raft", &addr, &dir)));
+    let mut c = node.connect().await;
+    c.wait_status("leader", std::time::Duration::from_secs(10), |s| {
+        s.get("role").is_some_and(|r| r == "leader")
+    })
+    .await;
+    let token = baton_tests::grant_token(&c.request("A held 0 600").await, "held");
+    for i in 0..3 {
+        let _ = c.request(&format!("A more/{i} 0 600")).await;
+    }
+    drop(c);
+    assert!(node.terminate().success());
+    let (path, bytes, starts) = newest_segment(&dir);
+    assert!(
+        starts.len() >= 3,
+        "{} records in {}",
+        starts.len(),
+        path.display()
+    );
+    // The first record of the newest segment (the vote, written at start),
+    // with records after it that the node fsynced.
+    let mut flipped = bytes.clone();
+    flipped[starts[0] + 9] ^= 0x20;
+    std::fs::write(&path, &flipped).expect("flip a bit");
+    let (status, stderr) = start_fails(&strs(&args("raft", &addr, &dir)));
+    assert_eq!(status.code(), Some(1), "{stderr}");
+    let line = exit_line(&stderr);
+    assert!(
+        line.contains(&path.display().to_string()) && line.contains("corrupt"),
+        "the refusal should name {} as corrupt: {line}",
+        path.display()
+    );
+    assert_eq!(
+        std::fs::read(&path).expect("read"),
+        flipped,
+        "the refused node cut its log"
+    );
+    // Repaired, the node starts with its lock.
+    std::fs::write(&path, &bytes).expect("repair");
+    node.restart();
+    let mut c = node.connect().await;
+    c.wait_status("leader", std::time::Duration::from_secs(10), |s| {
+        s.get("role").is_some_and(|r| r == "leader")
+    })
+    .await;
+    assert_eq!(c.request(&format!("R held {token}")).await, "R held");
+}

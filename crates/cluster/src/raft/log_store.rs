@@ -11,6 +11,11 @@
 //! Every state change is a record appended to the newest segment. A new
 //! segment starts with the vote, committed id and purge point, so older
 //! segments may be deleted once every entry in them is purged.
+//!
+//! At start, only a torn tail of the newest segment is cut (a crash in the
+//! middle of the last write). A damaged record anywhere else, or one with
+//! intact records after it, is corruption: the node refuses to start and
+//! says which file and where, since cutting would drop fsynced records.
 
 use std::collections::BTreeMap;
 use std::fmt::Debug;
@@ -24,7 +29,7 @@ use openraft::storage::{IOFlushed, LogState, RaftLogReader, RaftLogStorage};
 use openraft::OptionalSend;
 use serde::{Deserialize, Serialize};
 
-use super::segment;
+use super::segment::{self, Tail};
 use super::types::{Entry, LogId, TypeConfig, Vote};
 
 /// A segment past this size is closed and a new one started.
@@ -96,6 +101,24 @@ fn lock(mem: &Mutex<Mem>) -> MutexGuard<'_, Mem> {
 
 fn invalid(error: impl std::error::Error + Send + Sync + 'static) -> io::Error {
     io::Error::new(io::ErrorKind::InvalidData, error)
+}
+
+/// `error`, saying which file or directory it is about.
+fn at(path: &Path, error: io::Error) -> io::Error {
+    io::Error::new(error.kind(), format!("{}: {error}", path.display()))
+}
+
+/// The refusal of a damaged segment.
+fn corrupt(path: &Path, offset: usize, what: &str) -> io::Error {
+    io::Error::new(
+        io::ErrorKind::InvalidData,
+        format!(
+            "raft log segment {} is corrupt at byte {offset}: {what}; refusing to start. \
+             Moved away, the data directory of one node of a healthy cluster is restored \
+             by the leader",
+            path.display()
+        ),
+    )
 }
 
 /// A closed segment and the highest entry index ever written to it.
@@ -195,39 +218,67 @@ pub struct LogReader {
 
 impl LogStore {
     /// Opens (or creates) the log in `dir`, replaying its segments. A torn
-    /// record at the end of the newest segment is cut off; one anywhere
-    /// else is corruption, and refused.
+    /// tail of the newest segment is cut off; a bad record anywhere else,
+    /// or followed by intact ones, is corruption, and refused. Every error
+    /// names the file.
     pub fn open(dir: &Path, segment_bytes: u64) -> io::Result<LogStore> {
-        fs::create_dir_all(dir)?;
-        let seqs = segment::list(dir)?;
+        fs::create_dir_all(dir).map_err(|e| at(dir, e))?;
+        let seqs = segment::list(dir).map_err(|e| at(dir, e))?;
         let mut mem = Mem::default();
         let mut closed = Vec::with_capacity(seqs.len());
         for (i, &seq) in seqs.iter().enumerate() {
-            let bytes = fs::read(segment::path(dir, seq))?;
+            let path = segment::path(dir, seq);
+            let bytes = fs::read(&path).map_err(|e| at(&path, e))?;
             let scan = segment::scan(&bytes);
+            // Checked before anything is replayed or cut.
+            match scan.tail {
+                Tail::Clean => {}
+                Tail::Corrupt => {
+                    return Err(corrupt(
+                        &path,
+                        scan.good_len,
+                        "a damaged record with intact records after it, so not a torn write",
+                    ));
+                }
+                Tail::Torn if i + 1 != seqs.len() => {
+                    return Err(corrupt(
+                        &path,
+                        scan.good_len,
+                        "a damaged record in a segment older than the newest, so not a torn write",
+                    ));
+                }
+                Tail::Torn => {}
+            }
             let mut max_index = None;
+            let mut offset = 0;
             for payload in &scan.records {
-                let record: Record = postcard::from_bytes(payload).map_err(invalid)?;
+                let record: Record = postcard::from_bytes(payload).map_err(|e| {
+                    corrupt(
+                        &path,
+                        offset,
+                        &format!("a record that does not decode ({e})"),
+                    )
+                })?;
+                offset += segment::HEADER + payload.len();
                 if let Record::Entry(entry) = &record {
                     max_index = max_index.max(Some(entry.log_id.index));
                 }
                 mem.replay(record);
             }
-            if scan.torn {
-                if i + 1 != seqs.len() {
-                    return Err(io::Error::new(
-                        io::ErrorKind::InvalidData,
-                        format!("raft log segment {seq:x} is corrupt before its end"),
-                    ));
-                }
-                tracing::warn!(segment = seq, at = scan.good_len, "cutting a torn log tail");
-                segment::cut(dir, seq, scan.good_len)?;
+            if scan.tail == Tail::Torn {
+                tracing::warn!(
+                    segment = %path.display(),
+                    at = scan.good_len,
+                    cut = bytes.len() - scan.good_len,
+                    "cutting a torn log tail"
+                );
+                segment::cut(dir, seq, scan.good_len).map_err(|e| at(&path, e))?;
             }
             closed.push(Closed { seq, max_index });
         }
         // Appending to a fresh segment leaves the replayed ones untouched.
         let seq = seqs.last().map_or(1, |s| s + 1);
-        let file = segment::create(dir, seq)?;
+        let file = segment::create(dir, seq).map_err(|e| at(&segment::path(dir, seq), e))?;
         let mut writer = Writer {
             dir: dir.to_path_buf(),
             file,
@@ -238,9 +289,11 @@ impl LogStore {
             segment_bytes,
             buf: Vec::new(),
         };
-        writer.write_header(&mem)?;
+        writer
+            .write_header(&mem)
+            .map_err(|e| at(&segment::path(dir, seq), e))?;
         if let Some(purged) = mem.purged {
-            writer.delete_purged(purged.index)?;
+            writer.delete_purged(purged.index).map_err(|e| at(dir, e))?;
         }
         Ok(LogStore {
             mem: Arc::new(Mutex::new(mem)),

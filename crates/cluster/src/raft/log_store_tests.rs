@@ -200,3 +200,182 @@ fn the_snapshot_file_round_trips_the_table() {
     );
     assert!(snapshot_store::decode_table(b"\xff\xff\xff").is_err());
 }
+
+/// The newest segment's path and bytes.
+fn newest_segment(dir: &Path) -> (std::path::PathBuf, Vec<u8>) {
+    let seqs = segment::list(dir).unwrap_or_else(|e| panic!("{e}"));
+    let path = segment::path(dir, *seqs.last().unwrap_or_else(|| panic!("no segment")));
+    let bytes = fs::read(&path).unwrap_or_else(|e| panic!("{e}"));
+    (path, bytes)
+}
+
+/// Where each record of `bytes` starts.
+fn record_starts(bytes: &[u8]) -> Vec<usize> {
+    let scan = segment::scan(bytes);
+    let mut at = 0;
+    scan.records
+        .iter()
+        .map(|r| {
+            let start = at;
+            at += segment::HEADER + r.len();
+            start
+        })
+        .collect()
+}
+
+#[test]
+fn a_bit_flip_before_intact_records_is_refused_naming_the_file_and_not_cut() {
+    let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+    run(async {
+        let mut log = open(dir.path(), 1 << 20);
+        append(&mut log, (1..=3).map(|i| entry(1, i)).collect()).await;
+        let vote = Vote::new(4, 1);
+        log.save_vote(&vote).await.unwrap_or_else(|e| panic!("{e}"));
+        append(&mut log, (4..=6).map(|i| entry(4, i)).collect()).await;
+        drop(log);
+    });
+    let (path, bytes) = newest_segment(dir.path());
+    let starts = record_starts(&bytes);
+    // Every record but the last, each at a payload byte and in its header.
+    for (n, &start) in starts[..starts.len() - 1].iter().enumerate() {
+        for at in [start + 2, start + segment::HEADER] {
+            let mut flipped = bytes.clone();
+            flipped[at] ^= 0x04;
+            fs::write(&path, &flipped).unwrap_or_else(|e| panic!("{e}"));
+            let error = LogStore::open(dir.path(), 1 << 20)
+                .err()
+                .unwrap_or_else(|| panic!("record {n}: a damaged log opened"));
+            let message = error.to_string();
+            assert!(message.contains(&path.display().to_string()), "{message}");
+            assert!(message.contains(&format!("byte {start}")), "{message}");
+            assert_eq!(
+                fs::read(&path).unwrap_or_else(|e| panic!("{e}")),
+                flipped,
+                "record {n}: the damaged segment was changed"
+            );
+        }
+    }
+    // Repaired, it opens with everything, the vote included.
+    fs::write(&path, &bytes).unwrap_or_else(|e| panic!("{e}"));
+    run(async {
+        let mut log = open(dir.path(), 1 << 20);
+        assert_eq!(indexes(&mut log).await.len(), 6);
+        assert_eq!(log.read_vote().await.ok().flatten(), Some(Vote::new(4, 1)));
+    });
+}
+
+#[test]
+fn a_damaged_final_record_is_a_torn_tail_and_cut() {
+    let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+    run(async {
+        let mut log = open(dir.path(), 1 << 20);
+        append(&mut log, (1..=3).map(|i| entry(1, i)).collect()).await;
+        drop(log);
+        let (path, mut bytes) = newest_segment(dir.path());
+        let last = *record_starts(&bytes)
+            .last()
+            .unwrap_or_else(|| panic!("no record"));
+        bytes[last + segment::HEADER + 1] ^= 0x01;
+        fs::write(&path, &bytes).unwrap_or_else(|e| panic!("{e}"));
+        let mut log = open(dir.path(), 1 << 20);
+        assert_eq!(indexes(&mut log).await, vec![(1, 1), (1, 2)]);
+        assert_eq!(
+            fs::metadata(&path).unwrap_or_else(|e| panic!("{e}")).len(),
+            last as u64
+        );
+    });
+}
+
+#[test]
+fn zeros_after_the_last_record_are_cut_not_replayed() {
+    let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+    run(async {
+        let mut log = open(dir.path(), 1 << 20);
+        append(&mut log, (1..=3).map(|i| entry(1, i)).collect()).await;
+        drop(log);
+        // A crash after the file grew but before its data reached the disk.
+        let (path, mut bytes) = newest_segment(dir.path());
+        bytes.resize(bytes.len() + 4096, 0);
+        fs::write(&path, &bytes).unwrap_or_else(|e| panic!("{e}"));
+        let mut log = open(dir.path(), 1 << 20);
+        assert_eq!(indexes(&mut log).await, vec![(1, 1), (1, 2), (1, 3)]);
+    });
+}
+
+#[test]
+fn a_damaged_older_segment_is_refused_naming_it() {
+    let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+    run(async {
+        let mut log = open(dir.path(), 1);
+        for i in 1..=4 {
+            append(&mut log, vec![entry(1, i)]).await;
+        }
+        drop(log);
+    });
+    let seqs = segment::list(dir.path()).unwrap_or_else(|e| panic!("{e}"));
+    let path = segment::path(dir.path(), seqs[0]);
+    let mut bytes = fs::read(&path).unwrap_or_else(|e| panic!("{e}"));
+    bytes.truncate(bytes.len() - 1);
+    fs::write(&path, &bytes).unwrap_or_else(|e| panic!("{e}"));
+    let error = LogStore::open(dir.path(), 1)
+        .err()
+        .unwrap_or_else(|| panic!("a log with a damaged older segment opened"));
+    assert!(
+        error.to_string().contains(&path.display().to_string()),
+        "{error}"
+    );
+}
+
+fn stored_snapshot() -> StoredSnapshot {
+    let mut table = LockTable::new();
+    let key = Key::new(b"held").unwrap_or_else(|e| panic!("{e}"));
+    table.apply(&Command::Grant { key, lease_ms: 500 }, 0);
+    StoredSnapshot {
+        meta: SnapshotMeta {
+            last_log_id: Some(log_id(2, 9)),
+            last_membership: Default::default(),
+        },
+        data: snapshot_store::encode_table(&table.snapshot(100)).unwrap_or_else(|e| panic!("{e}")),
+    }
+}
+
+#[test]
+fn a_damaged_snapshot_is_refused_naming_the_file() {
+    let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+    let store = SnapshotStore::new(dir.path()).unwrap_or_else(|e| panic!("{e}"));
+    store
+        .save(&stored_snapshot())
+        .unwrap_or_else(|e| panic!("{e}"));
+    let path = store.path();
+    let bytes = fs::read(&path).unwrap_or_else(|e| panic!("{e}"));
+    // The postcard body alone would decode with many of these flips.
+    for at in 8..bytes.len() {
+        let mut flipped = bytes.clone();
+        flipped[at] ^= 0x01;
+        fs::write(&path, &flipped).unwrap_or_else(|e| panic!("{e}"));
+        let error = store
+            .load()
+            .err()
+            .unwrap_or_else(|| panic!("a snapshot flipped at byte {at} loaded"));
+        assert!(
+            error.to_string().contains(&path.display().to_string()),
+            "{error}"
+        );
+    }
+}
+
+#[test]
+fn a_snapshot_from_before_the_checksum_still_loads() {
+    let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+    let store = SnapshotStore::new(dir.path()).unwrap_or_else(|e| panic!("{e}"));
+    let stored = stored_snapshot();
+    // The old format: the postcard encoding alone.
+    let old = postcard::to_allocvec(&stored).unwrap_or_else(|e| panic!("{e}"));
+    fs::write(store.path(), &old).unwrap_or_else(|e| panic!("{e}"));
+    let loaded = store
+        .load()
+        .unwrap_or_else(|e| panic!("{e}"))
+        .unwrap_or_else(|| panic!("no snapshot"));
+    assert_eq!(loaded.meta, stored.meta);
+    assert_eq!(loaded.data, stored.data);
+}

@@ -1,13 +1,21 @@
 //! The framing of the Raft log's segment files: each record is its length,
 //! its CRC-32 and its bytes, so that a record torn by a crash mid-write is
 //! recognised on restart and cut off rather than replayed.
+//!
+//! Torn or corrupt: a crash can only tear the end of a file, the write
+//! in flight. So a bad record with nothing intact after it is a torn tail,
+//! cut off; a bad record followed by an intact one is damage to records
+//! that were on disk (a bit flip, a bad sector), and the log is refused:
+//! cutting there would drop fsynced records, a vote among them. A record
+//! of length 0 is never written (every record encodes at least its kind),
+//! so the zeros of a file extended but not written are a torn tail too.
 
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, Write};
 use std::path::{Path, PathBuf};
 
 /// Bytes before each record's payload: length, then checksum (both u32 LE).
-const HEADER: usize = 8;
+pub(crate) const HEADER: usize = 8;
 
 /// Appends one framed record holding `payload` to `out`.
 pub(crate) fn frame(payload: &[u8], out: &mut Vec<u8>) -> io::Result<()> {
@@ -19,43 +27,71 @@ pub(crate) fn frame(payload: &[u8], out: &mut Vec<u8>) -> io::Result<()> {
     Ok(())
 }
 
+/// What follows the last whole record of a segment.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Tail {
+    /// Nothing: the file ends with a whole record.
+    Clean,
+    /// A torn write: bytes that hold no intact record, to be cut.
+    Torn,
+    /// A bad record with intact records after it: damage, not a crash.
+    Corrupt,
+}
+
 /// The records of one segment's bytes, in order.
 #[derive(Debug)]
 pub(crate) struct Scan<'a> {
     pub records: Vec<&'a [u8]>,
-    /// Bytes up to the end of the last whole record.
+    /// Bytes up to the end of the last whole record (where a bad one
+    /// starts, if any).
     pub good_len: usize,
-    /// Whether bytes after `good_len` were a torn or corrupt record.
-    pub torn: bool,
+    pub tail: Tail,
 }
 
 pub(crate) fn scan(bytes: &[u8]) -> Scan<'_> {
     let mut records = Vec::new();
     let mut at = 0;
-    let torn = loop {
-        let rest = &bytes[at..];
-        if rest.is_empty() {
-            break false;
-        }
-        if rest.len() < HEADER {
-            break true;
-        }
-        let len = u32::from_le_bytes([rest[0], rest[1], rest[2], rest[3]]) as usize;
-        let crc = u32::from_le_bytes([rest[4], rest[5], rest[6], rest[7]]);
-        let Some(payload) = rest.get(HEADER..HEADER + len) else {
-            break true;
-        };
-        if crc32fast::hash(payload) != crc {
-            break true;
-        }
+    while let Some(payload) = record_at(bytes, at) {
         records.push(payload);
-        at += HEADER + len;
+        at += HEADER + payload.len();
+    }
+    let tail = if at == bytes.len() {
+        Tail::Clean
+    } else if intact_record_after(bytes, at) {
+        Tail::Corrupt
+    } else {
+        Tail::Torn
     };
     Scan {
         records,
         good_len: at,
-        torn,
+        tail,
     }
+}
+
+/// The payload of the intact record starting at `at`, if one does.
+fn record_at(bytes: &[u8], at: usize) -> Option<&[u8]> {
+    let rest = bytes.get(at..)?;
+    let (len, rest) = rest.split_first_chunk::<4>()?;
+    let (crc, rest) = rest.split_first_chunk::<4>()?;
+    let len = u32::from_le_bytes(*len) as usize;
+    let payload = rest.get(..len).filter(|p| !p.is_empty())?;
+    (crc32fast::hash(payload) == u32::from_le_bytes(*crc)).then_some(payload)
+}
+
+/// Whether an intact record starts anywhere after the bad one at `bad`.
+/// Where the bad record's length says the next one starts is tried first;
+/// a damaged length field means trying every offset (a false match needs
+/// a CRC-32 to come out right by chance).
+fn intact_record_after(bytes: &[u8], bad: usize) -> bool {
+    let claimed_next = bytes
+        .get(bad..bad + 4)
+        .and_then(|len| len.try_into().ok())
+        .map(|len: [u8; 4]| bad + HEADER + u32::from_le_bytes(len) as usize);
+    if claimed_next.is_some_and(|next| record_at(bytes, next).is_some()) {
+        return true;
+    }
+    (bad + 1..bytes.len()).any(|at| record_at(bytes, at).is_some())
 }
 
 /// The path of segment number `seq` in `dir`.
@@ -119,13 +155,13 @@ mod tests {
     #[test]
     fn records_come_back_in_order() {
         let mut out = Vec::new();
-        for payload in [&b"one"[..], b"", b"three"] {
+        for payload in [&b"one"[..], b"x", b"three"] {
             frame(payload, &mut out).unwrap();
         }
         let scan = scan(&out);
-        assert_eq!(scan.records, vec![&b"one"[..], b"", b"three"]);
+        assert_eq!(scan.records, vec![&b"one"[..], b"x", b"three"]);
         assert_eq!(scan.good_len, out.len());
-        assert!(!scan.torn);
+        assert_eq!(scan.tail, Tail::Clean);
     }
 
     #[test]
@@ -138,13 +174,47 @@ mod tests {
             let scan = scan(&out[..cut]);
             assert_eq!(scan.records, vec![&b"kept"[..]], "cut at {cut}");
             assert_eq!(scan.good_len, whole);
-            assert!(scan.torn);
+            assert_eq!(scan.tail, Tail::Torn, "cut at {cut}");
         }
-        let mut flipped = out.clone();
-        let last = flipped.len() - 1;
-        flipped[last] ^= 1;
-        let scan = scan(&flipped);
-        assert_eq!(scan.records.len(), 1);
-        assert!(scan.torn);
+        // The final record damaged anywhere, length field included: with
+        // nothing intact after it, it cannot be told from a torn write.
+        for at in whole..out.len() {
+            let mut flipped = out.clone();
+            flipped[at] ^= 1;
+            let scan = scan(&flipped);
+            assert_eq!(scan.records, vec![&b"kept"[..]], "flip at {at}");
+            assert_eq!(scan.tail, Tail::Torn, "flip at {at}");
+        }
+    }
+
+    #[test]
+    fn zeros_after_the_last_record_are_a_torn_tail() {
+        let mut out = Vec::new();
+        frame(b"kept", &mut out).unwrap();
+        let whole = out.len();
+        out.resize(whole + 4096, 0);
+        let scan = scan(&out);
+        assert_eq!((scan.records.len(), scan.good_len), (1, whole));
+        assert_eq!(scan.tail, Tail::Torn);
+    }
+
+    #[test]
+    fn a_damaged_record_before_intact_ones_is_corruption_at_every_byte() {
+        let mut out = Vec::new();
+        frame(b"first", &mut out).unwrap();
+        let start = out.len();
+        frame(b"damaged in the middle", &mut out).unwrap();
+        let end = out.len();
+        frame(b"an intact record after it", &mut out).unwrap();
+        frame(b"and another", &mut out).unwrap();
+        // Every byte of the record: length, checksum and payload.
+        for at in start..end {
+            let mut flipped = out.clone();
+            flipped[at] ^= 0x10;
+            let scan = scan(&flipped);
+            assert_eq!(scan.records, vec![&b"first"[..]], "flip at {at}");
+            assert_eq!(scan.good_len, start, "flip at {at}");
+            assert_eq!(scan.tail, Tail::Corrupt, "flip at {at}");
+        }
     }
 }

@@ -1,5 +1,12 @@
 //! The node's latest snapshot of the lock table, kept as one file in the
 //! data directory and replaced atomically (write, fsync, rename).
+//!
+//! The file is a magic tag, a CRC-32 of the body, and the body (the
+//! postcard encoding of a [`StoredSnapshot`]): a damaged snapshot is
+//! refused at start, naming the file, rather than installed. Files from
+//! before the checksum (no tag; their first byte, an `Option` tag, is 0 or
+//! 1 and never the magic's) are still read, with a warning, and replaced
+//! by the next snapshot.
 
 use std::fs;
 use std::io;
@@ -13,6 +20,8 @@ use super::types::{SnapshotData, SnapshotMeta};
 
 const FILE: &str = "snapshot.bin";
 const TEMP: &str = "snapshot.tmp";
+/// The first bytes of a snapshot file with a checksum.
+const MAGIC: &[u8; 8] = b"BATONSN1";
 
 /// A snapshot as it is stored and sent: openraft's metadata and the data,
 /// which is the postcard encoding of a [`TableSnapshot`].
@@ -40,32 +49,80 @@ pub struct SnapshotStore {
 
 impl SnapshotStore {
     pub fn new(dir: &Path) -> io::Result<SnapshotStore> {
-        fs::create_dir_all(dir)?;
+        fs::create_dir_all(dir).map_err(|e| at(dir, e))?;
         Ok(SnapshotStore {
             dir: dir.to_path_buf(),
         })
     }
 
-    /// Replaces the stored snapshot; durable when this returns.
-    pub fn save(&self, snapshot: &StoredSnapshot) -> io::Result<()> {
-        let bytes = postcard::to_allocvec(snapshot)
-            .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))?;
-        let temp = self.dir.join(TEMP);
-        let mut file = fs::File::create(&temp)?;
-        segment::write(&mut file, &bytes, true)?;
-        drop(file);
-        fs::rename(&temp, self.dir.join(FILE))?;
-        segment::sync_dir(&self.dir)
+    /// Where the snapshot lives.
+    pub fn path(&self) -> PathBuf {
+        self.dir.join(FILE)
     }
 
-    /// The stored snapshot, if any.
-    pub fn load(&self) -> io::Result<Option<StoredSnapshot>> {
-        match fs::read(self.dir.join(FILE)) {
-            Ok(bytes) => postcard::from_bytes(&bytes)
-                .map(Some)
-                .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e)),
-            Err(error) if error.kind() == io::ErrorKind::NotFound => Ok(None),
-            Err(error) => Err(error),
-        }
+    /// Replaces the stored snapshot; durable when this returns.
+    pub fn save(&self, snapshot: &StoredSnapshot) -> io::Result<()> {
+        let body = postcard::to_allocvec(snapshot)
+            .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))?;
+        let mut bytes = Vec::with_capacity(MAGIC.len() + 4 + body.len());
+        bytes.extend_from_slice(MAGIC);
+        bytes.extend_from_slice(&crc32fast::hash(&body).to_le_bytes());
+        bytes.extend_from_slice(&body);
+        let temp = self.dir.join(TEMP);
+        let write = || -> io::Result<()> {
+            let mut file = fs::File::create(&temp)?;
+            segment::write(&mut file, &bytes, true)
+        };
+        write().map_err(|e| at(&temp, e))?;
+        fs::rename(&temp, self.path()).map_err(|e| at(&self.path(), e))?;
+        segment::sync_dir(&self.dir).map_err(|e| at(&self.dir, e))
     }
+
+    /// The stored snapshot, if any; a damaged one is an error naming the
+    /// file.
+    pub fn load(&self) -> io::Result<Option<StoredSnapshot>> {
+        let path = self.path();
+        let bytes = match fs::read(&path) {
+            Ok(bytes) => bytes,
+            Err(error) if error.kind() == io::ErrorKind::NotFound => return Ok(None),
+            Err(error) => return Err(at(&path, error)),
+        };
+        let damaged = |why: &str| {
+            io::Error::new(
+                io::ErrorKind::InvalidData,
+                format!(
+                    "the raft snapshot {} is damaged ({why}); refusing to start. Moved \
+                     away, the data directory of one node of a healthy cluster is restored \
+                     by the leader",
+                    path.display()
+                ),
+            )
+        };
+        let body = match bytes.strip_prefix(MAGIC) {
+            Some(rest) => {
+                let (sum, body) = rest
+                    .split_first_chunk::<4>()
+                    .ok_or_else(|| damaged("too short"))?;
+                if u32::from_le_bytes(*sum) != crc32fast::hash(body) {
+                    return Err(damaged("checksum mismatch"));
+                }
+                body
+            }
+            None => {
+                tracing::warn!(
+                    file = %path.display(),
+                    "snapshot without a checksum (an older batond wrote it); the next snapshot replaces it"
+                );
+                &bytes[..]
+            }
+        };
+        postcard::from_bytes(body)
+            .map(Some)
+            .map_err(|e| damaged(&e.to_string()))
+    }
+}
+
+/// `error`, saying which file or directory it is about.
+fn at(path: &Path, error: io::Error) -> io::Error {
+    io::Error::new(error.kind(), format!("{}: {error}", path.display()))
 }
