@@ -103,11 +103,16 @@ async fn an_active_whose_state_cannot_be_saved_stops_and_a_standby_takes_over() 
     wait_on_disk(&dirs[0].join("priority-state"), b"saved").await;
     let tmp = block_state_writes(&dirs[0]);
     // The next change cannot be saved: the node must stop granting.
+    let blocked = std::time::Instant::now();
     let (unsaved, _) = grant(&mut client, "unsaved", "1", "600").await;
     let exit = cluster
         .node_mut(0)
         .wait_exit(Duration::from_secs(10))
         .expect("the active whose state cannot be saved still runs 10 s later");
+    println!(
+        "the active exited {:?} after its first unsaved change",
+        blocked.elapsed()
+    );
     let log = cluster.node_mut(0).log_tail(200);
     assert_eq!(exit.code(), Some(1), "{log}");
     let line = exit_line(&log);
