@@ -78,9 +78,9 @@ fn push_seconds(out: &mut Vec<u8>, ms: u64) {
     if frac != 0 {
         out.push(b'.');
         let digits = [frac / 100, frac / 10 % 10, frac % 10];
-        let used = if frac % 10 != 0 {
+        let used = if !frac.is_multiple_of(10) {
             3
-        } else if frac % 100 != 0 {
+        } else if !frac.is_multiple_of(100) {
             2
         } else {
             1

@@ -156,7 +156,14 @@ fn status_shows_every_node_reachable_or_not() {
     let addr = node.addr().to_string();
     assert_eq!(
         up,
-        [addr.as_str(), "single", addr.as_str(), token.as_str(), "1", "0"],
+        [
+            addr.as_str(),
+            "single",
+            addr.as_str(),
+            token.as_str(),
+            "1",
+            "0"
+        ],
         "{table}"
     );
     let down: Vec<&str> = lines[2].split_whitespace().collect();

@@ -8,7 +8,7 @@ use crate::error::Error;
 /// (which would mean "no limit" for a wait and be refused for a lease).
 pub(crate) fn ceil_ms(d: Duration) -> u64 {
     let ms = u64::try_from(d.as_millis()).unwrap_or(u64::MAX);
-    if d.subsec_nanos() % 1_000_000 == 0 {
+    if d.subsec_nanos().is_multiple_of(1_000_000) {
         ms
     } else {
         ms.saturating_add(1)
