@@ -255,8 +255,17 @@ mod tests {
     }
 
     fn grant(node: &mut SingleNode, k: &str, now: Millis) -> Token {
+        grant_with(node, k, now, &mut Vec::new())
+    }
+
+    fn grant_with(
+        node: &mut SingleNode,
+        k: &str,
+        now: Millis,
+        events: &mut Vec<NodeEvent>,
+    ) -> Token {
         let (tx, _rx) = mpsc::unbounded_channel::<Delivery>();
-        match node.acquire(key(k), 0, 10_000, now, &Mailbox(tx), &mut Vec::new()) {
+        match node.acquire(key(k), 0, 10_000, now, &Mailbox(tx), events) {
             Served::Done(AcquireOutcome::Granted { token }) => token,
             other => panic!("expected a grant, got {other:?}"),
         }
@@ -329,5 +338,37 @@ mod tests {
             .unwrap_or_else(|| panic!("no state"));
         assert_eq!(saved.table.last_token, floor);
         assert_eq!(saved.table.locks[0].token, ahead + 1);
+    }
+
+    #[tokio::test]
+    async fn a_failed_write_is_reported_and_every_later_write_fails() {
+        let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+        let config = ServerConfig {
+            listen: ([127, 0, 0, 1], 0).into(),
+            ..ServerConfig::default()
+        };
+        let running = start_single(config, Some(dir.path()))
+            .await
+            .unwrap_or_else(|e| panic!("{e}"));
+        let persister = running
+            .persister
+            .unwrap_or_else(|| panic!("a data dir has a writer"));
+        assert!(persister.write_if_changed().await.is_ok(), "nothing new");
+        let tmp = dir.path().join(format!("{STATE_FILE}.tmp"));
+        std::fs::create_dir(&tmp).unwrap_or_else(|e| panic!("{e}"));
+        let _ = running
+            .server
+            .locks()
+            .with(|node, now, events| grant_with(node, "k", now, events));
+        // The periodic writer meets the fault within a write interval.
+        let error = tokio::time::timeout(std::time::Duration::from_secs(5), persister.failed())
+            .await
+            .unwrap_or_else(|_| panic!("the failed write was not reported"));
+        assert!(error.to_string().contains(&tmp.display().to_string()));
+        std::fs::remove_dir(&tmp).unwrap_or_else(|e| panic!("{e}"));
+        assert!(
+            persister.write_if_changed().await.is_err(),
+            "a stopping node writes no more"
+        );
     }
 }

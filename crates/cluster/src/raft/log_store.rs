@@ -149,7 +149,8 @@ impl Writer {
 
     /// Writes the records pushed so far, with an fsync if `sync`.
     fn flush(&mut self, sync: bool) -> io::Result<()> {
-        segment::write(&mut self.file, &self.buf, sync)?;
+        segment::write(&mut self.file, &self.buf, sync)
+            .map_err(|e| at(&segment::path(&self.dir, self.seq), e))?;
         self.len += self.buf.len() as u64;
         self.buf.clear();
         Ok(())
@@ -161,9 +162,12 @@ impl Writer {
         if self.len < self.segment_bytes {
             return Ok(());
         }
-        self.file.sync_data()?;
+        self.file
+            .sync_data()
+            .map_err(|e| at(&segment::path(&self.dir, self.seq), e))?;
         let seq = self.seq + 1;
-        let file = segment::create(&self.dir, seq)?;
+        let file =
+            segment::create(&self.dir, seq).map_err(|e| at(&segment::path(&self.dir, seq), e))?;
         self.closed.push(Closed {
             seq: self.seq,
             max_index: self.max_index,
@@ -197,9 +201,10 @@ impl Writer {
             return Ok(());
         }
         for closed in self.closed.drain(..gone) {
-            fs::remove_file(segment::path(&self.dir, closed.seq))?;
+            let path = segment::path(&self.dir, closed.seq);
+            fs::remove_file(&path).map_err(|e| at(&path, e))?;
         }
-        segment::sync_dir(&self.dir)
+        segment::sync_dir(&self.dir).map_err(|e| at(&self.dir, e))
     }
 }
 
@@ -289,11 +294,9 @@ impl LogStore {
             segment_bytes,
             buf: Vec::new(),
         };
-        writer
-            .write_header(&mem)
-            .map_err(|e| at(&segment::path(dir, seq), e))?;
+        writer.write_header(&mem)?;
         if let Some(purged) = mem.purged {
-            writer.delete_purged(purged.index).map_err(|e| at(dir, e))?;
+            writer.delete_purged(purged.index)?;
         }
         Ok(LogStore {
             mem: Arc::new(Mutex::new(mem)),
