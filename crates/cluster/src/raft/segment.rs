@@ -82,7 +82,10 @@ fn record_at(bytes: &[u8], at: usize) -> Option<&[u8]> {
 /// Whether an intact record starts anywhere after the bad one at `bad`.
 /// Where the bad record's length says the next one starts is tried first;
 /// a damaged length field means trying every offset (a false match needs
-/// a CRC-32 to come out right by chance).
+/// a CRC-32 to come out right by chance). Bytes crafted so that every
+/// offset reads as a long record could make that search quadratic: past a
+/// budget of hashed bytes it stops and says yes, refusing the segment
+/// rather than cutting what it could not check.
 fn intact_record_after(bytes: &[u8], bad: usize) -> bool {
     let claimed_next = bytes
         .get(bad..bad + 4)
@@ -91,7 +94,34 @@ fn intact_record_after(bytes: &[u8], bad: usize) -> bool {
     if claimed_next.is_some_and(|next| record_at(bytes, next).is_some()) {
         return true;
     }
-    (bad + 1..bytes.len()).any(|at| record_at(bytes, at).is_some())
+    let mut budget = bytes.len().saturating_mul(SEARCH_BUDGET_PER_BYTE);
+    for at in bad + 1..bytes.len() {
+        let Some(len) = plausible_len(bytes, at) else {
+            continue;
+        };
+        if len > budget {
+            tracing::warn!(
+                at,
+                "gave up searching a damaged log segment for intact records"
+            );
+            return true;
+        }
+        budget -= len;
+        if record_at(bytes, at).is_some() {
+            return true;
+        }
+    }
+    false
+}
+
+/// Bytes hashed, per byte of the segment, while searching for intact
+/// records after a bad one (tens of milliseconds for a full segment).
+const SEARCH_BUDGET_PER_BYTE: usize = 64;
+
+/// The length the header at `at` claims, if a record that long fits.
+fn plausible_len(bytes: &[u8], at: usize) -> Option<usize> {
+    let len = u32::from_le_bytes(bytes.get(at..at + 4)?.try_into().ok()?) as usize;
+    (len > 0 && at + HEADER + len <= bytes.len()).then_some(len)
 }
 
 /// The path of segment number `seq` in `dir`.
@@ -185,6 +215,23 @@ mod tests {
             assert_eq!(scan.records, vec![&b"kept"[..]], "flip at {at}");
             assert_eq!(scan.tail, Tail::Torn, "flip at {at}");
         }
+    }
+
+    #[test]
+    fn a_tail_crafted_to_make_the_search_quadratic_is_refused_not_searched_forever() {
+        let mut out = Vec::new();
+        frame(b"kept", &mut out).unwrap();
+        let whole = out.len();
+        // Every fourth offset claims a record of 1 MiB: without a budget,
+        // half a million offsets times 1 MiB of hashing.
+        for _ in 0..(2 << 20) / 4 {
+            out.extend_from_slice(&[0x00, 0x00, 0x10, 0x00]);
+        }
+        let began = std::time::Instant::now();
+        let scan = scan(&out);
+        assert!(began.elapsed() < std::time::Duration::from_secs(20));
+        assert_eq!((scan.records.len(), scan.good_len), (1, whole));
+        assert_eq!(scan.tail, Tail::Corrupt);
     }
 
     #[test]
