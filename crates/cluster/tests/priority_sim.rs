@@ -78,7 +78,7 @@ fn assert_exercised(total: &Summary, runs: usize) {
 
 #[test]
 fn three_nodes() {
-    let (total, runs) = run_seeds("three_nodes", 3, 0..200);
+    let (total, runs) = run_seeds("three_nodes", 3, 0..800);
     assert_exercised(&total, runs);
 }
 

@@ -18,7 +18,11 @@
 //!   process) steps down before serving anything: a peer may have promoted;
 //! - a promoting node takes a token floor above every token it has seen
 //!   plus a margin, and above the wall clock shifted left 20 bits, so tokens
-//!   keep rising across failovers, lost replication and full restarts.
+//!   keep rising across failovers, lost replication and full restarts;
+//! - every node grants only from its own blocks of tokens (`token_floor`),
+//!   so no two nodes ever grant the same token, whatever they believe.
+
+mod handoff;
 
 use baton_core::{
     AcquireOutcome, Event, Key, LockService, LockTable, Millis, Outcome, TableSnapshot, Token,
@@ -26,6 +30,7 @@ use baton_core::{
 };
 
 use super::messages::{Heartbeat, NodeIndex, PeerRole, PriorityMessage, Term};
+use super::token_floor::{TokenBlocks, MAX_WAITERS};
 
 /// Added to the highest token a promoting node has seen: more grants than
 /// an active can make between its last replicated command and its death.
@@ -90,11 +95,15 @@ struct PeerView {
     heartbeat: Option<Heartbeat>,
     /// (Active's view) it has our snapshot of this term and gets our commands.
     synced: bool,
+    /// No handoff is offered to it before this: it refused one.
+    refused_handoff_until: Millis,
 }
 
 #[derive(Debug)]
 pub struct PriorityNode<H> {
     config: PriorityConfig,
+    /// The tokens this node may grant.
+    blocks: TokenBlocks,
     role: NodeRole,
     service: LockService<H>,
     term: Term,
@@ -119,6 +128,8 @@ pub struct PriorityNode<H> {
     last_beat: Millis,
     /// When this node last found it had stalled (see `check_pause`).
     resumed_at: Option<Millis>,
+    /// The node whose handoff this one refused last, until it serves again.
+    refused_from: Option<NodeIndex>,
     next_heartbeat: Millis,
     next_sync_request: Millis,
     handoff_started: Millis,
@@ -134,6 +145,7 @@ impl<H> PriorityNode<H> {
         let peers = vec![PeerView::default(); config.peers.len()];
         let quiet_until = now.saturating_add(config.failure_timeout_ms);
         PriorityNode {
+            blocks: TokenBlocks::new(config.me, config.peers.len()),
             config,
             role: NodeRole::Standby,
             service,
@@ -148,6 +160,7 @@ impl<H> PriorityNode<H> {
             last_tick: now,
             last_beat: now,
             resumed_at: None,
+            refused_from: None,
             next_heartbeat: now,
             next_sync_request: now,
             handoff_started: now,
@@ -181,11 +194,23 @@ impl<H> PriorityNode<H> {
         self.term
     }
 
-    /// Where a client of this node should go instead, if anywhere.
+    /// Where a client of this node should go instead, if anywhere. Never
+    /// to a node known to send the client back: a standby does not send
+    /// clients to a node whose handoff it just refused (that node sends
+    /// them here), nor to one that no longer says it serves.
     pub fn redirect_target(&self) -> Option<NodeIndex> {
         match self.role {
             NodeRole::Active => None,
-            NodeRole::Standby => self.following,
+            NodeRole::Standby => self.following.filter(|&f| {
+                self.peers[f]
+                    .heartbeat
+                    .as_ref()
+                    .is_some_and(|hb| match hb.role {
+                        PeerRole::Active => true,
+                        PeerRole::HandingOff => self.refused_from != Some(f),
+                        PeerRole::Standby => false,
+                    })
+            }),
             NodeRole::HandingOff { to } => Some(to),
         }
     }
@@ -197,6 +222,12 @@ impl<H> PriorityNode<H> {
 
     fn wall(&self, now: Millis) -> u64 {
         self.config.wall_at_zero.saturating_add(now)
+    }
+
+    /// Within a failure timeout of finding it had stalled.
+    fn recently_resumed(&self, now: Millis) -> bool {
+        self.resumed_at
+            .is_some_and(|at| now.saturating_sub(at) <= self.config.failure_timeout_ms)
     }
 
     fn is_live(&self, peer: NodeIndex, now: Millis) -> bool {
@@ -228,7 +259,10 @@ impl<H> PriorityNode<H> {
             self.beat(now);
         }
         match self.role {
-            NodeRole::Active => Ok(()),
+            NodeRole::Active => {
+                self.make_room();
+                Ok(())
+            }
             NodeRole::Standby => Err(self.following),
             NodeRole::HandingOff { to } => Err(Some(to)),
         }
@@ -244,6 +278,12 @@ impl<H> PriorityNode<H> {
         events: &mut Vec<ClusterEvent<H>>,
     ) -> Result<AcquireOutcome, NotServing> {
         self.serving(now, events)?;
+        if self.service.waiter_count() >= MAX_WAITERS {
+            // One call grants at most one token per waiter, plus one: the
+            // bound keeps every call inside one token block. Hundreds of
+            // millions of waiters: no node has the memory anyway.
+            return Err(None);
+        }
         Ok(self.service.acquire(key, wait_ms, lease_ms, now, handle))
     }
 
@@ -284,6 +324,7 @@ impl<H> PriorityNode<H> {
         self.last_tick = now;
         match self.role {
             NodeRole::Active => {
+                self.make_room();
                 self.service.tick(now, &mut self.scratch);
                 self.drain_scratch(events);
                 self.maybe_yield(now, events);
@@ -411,17 +452,12 @@ impl<H> PriorityNode<H> {
     }
 
     fn promote(&mut self, now: Millis) {
-        // Each node has its own slot above what it knows, so two nodes that
-        // promote from the same knowledge (both sides of a split) never
-        // hand out the same tokens.
-        let slot = self.config.me as u64;
-        let floor = self
-            .service
-            .table()
-            .last_token()
-            .max(self.seen_token)
-            .saturating_add(TOKEN_MARGIN.saturating_mul(1 + slot))
-            .max(wall_floor(self.wall(now)).saturating_add(slot << 28));
+        let known = self.service.table().last_token().max(self.seen_token);
+        let wanted = known
+            .saturating_add(TOKEN_MARGIN)
+            .max(wall_floor(self.wall(now)));
+        // In this node's own blocks: a token nobody else can grant.
+        let floor = self.blocks.floor_at_or_above(wanted);
         self.service.raise_token_floor(floor);
         self.version += 1;
         // Standbys get the floor with the snapshot they will ask for.
@@ -457,61 +493,29 @@ impl<H> PriorityNode<H> {
         tracing::info!(following = ?to, "now standby");
     }
 
-    // ---- handoff -----------------------------------------------------------
+    // ---- token floors -----------------------------------------------------
 
-    /// An active hands over to a higher-priority standby that holds its
-    /// state (a node that came back).
-    fn maybe_yield(&mut self, now: Millis, events: &mut Vec<ClusterEvent<H>>) {
-        let me = self.config.me;
-        let successor = (0..me).find(|&p| {
-            self.is_live(p, now)
-                && self.peers[p].synced
-                && self.peers[p].heartbeat.as_ref().is_some_and(|hb| {
-                    hb.role == PeerRole::Standby && hb.following == Some(me) && hb.term == self.term
-                })
-        });
-        if let Some(successor) = successor {
-            tracing::info!(successor, "a higher-priority node is ready; handing over");
-            self.hand_over(successor, now, events);
+    /// Raises the floor to `wanted` or the first token above it that this
+    /// node may grant.
+    fn raise_floor(&mut self, wanted: Token) {
+        let last = self.service.table().last_token();
+        let floor = self.blocks.floor_at_or_above(wanted.max(last));
+        if floor > last {
+            self.service.raise_token_floor(floor);
         }
     }
 
-    /// Graceful stop: hands the active role to the best live standby.
-    /// False if there is nothing to hand or nobody to hand it to.
-    pub fn begin_handoff(&mut self, now: Millis, events: &mut Vec<ClusterEvent<H>>) -> bool {
-        if self.role != NodeRole::Active {
-            return false;
+    /// Before a call that can grant: what is left of this node's block must
+    /// cover every grant the call can make (one per waiter, plus one), or
+    /// the floor moves to this node's next block.
+    fn make_room(&mut self) {
+        let grants = self.service.waiter_count() as u64 + 1;
+        if let Some(floor) = self
+            .blocks
+            .floor_for(self.service.table().last_token(), grants)
+        {
+            self.service.raise_token_floor(floor);
         }
-        let successor = self.others().find(|&p| {
-            self.is_live(p, now)
-                && self.peers[p]
-                    .heartbeat
-                    .as_ref()
-                    .is_some_and(|hb| hb.role == PeerRole::Standby)
-        });
-        match successor {
-            Some(successor) => {
-                self.hand_over(successor, now, events);
-                true
-            }
-            None => false,
-        }
-    }
-
-    fn hand_over(&mut self, to: NodeIndex, now: Millis, events: &mut Vec<ClusterEvent<H>>) {
-        self.flush_journal();
-        let table = self.service.table().snapshot(now);
-        self.outbox.push((to, PriorityMessage::Handoff { table }));
-        for waiter in self.service.drain_waiters() {
-            events.push(ClusterEvent::Moved {
-                id: waiter.id,
-                handle: waiter.handle,
-                key: waiter.key,
-                to: Some(to),
-            });
-        }
-        self.role = NodeRole::HandingOff { to };
-        self.handoff_started = now;
     }
 
     // ---- peers -------------------------------------------------------------
@@ -556,6 +560,8 @@ impl<H> PriorityNode<H> {
                 commands,
             } => self.on_commands(from, term, first_seq, &commands, now),
             PriorityMessage::Handoff { table } => self.on_handoff(from, &table, now),
+            PriorityMessage::HandoffTaken => self.on_handoff_answer(from, true, now),
+            PriorityMessage::HandoffRefused => self.on_handoff_answer(from, false, now),
         }
     }
 
@@ -582,26 +588,6 @@ impl<H> PriorityNode<H> {
             self.version += 1;
             self.seq += 1;
         }
-    }
-
-    fn on_handoff(&mut self, from: NodeIndex, table: &TableSnapshot, now: Millis) {
-        if self.role == NodeRole::Active {
-            tracing::warn!(from, "handoff offered to an active node; ignored");
-            return;
-        }
-        if self
-            .resumed_at
-            .is_some_and(|at| now.saturating_sub(at) <= self.config.failure_timeout_ms)
-        {
-            // It may have waited out our pause, and its sender may have
-            // given up and promoted again since: taking it would serve a
-            // stale table. The sender stands by, and promotion decides.
-            tracing::warn!(from, "handoff received around a pause; ignored");
-            return;
-        }
-        tracing::info!(from, "taking over by handoff");
-        self.service.replace_table(LockTable::restore(table, now));
-        self.promote(now);
     }
 
     fn on_heartbeat(
@@ -661,26 +647,21 @@ impl<H> PriorityNode<H> {
                             .last_token
                             .saturating_add(TOKEN_MARGIN)
                             .max(wall_floor(self.wall(now)));
-                        if floor > self.service.table().last_token() {
-                            self.service.raise_token_floor(floor);
-                        }
+                        self.raise_floor(floor);
                         let beat = self.heartbeat();
                         self.outbox.push((from, PriorityMessage::Heartbeat(beat)));
                     }
-                } else if heartbeat.last_token > self.service.table().last_token() {
-                    self.service.raise_token_floor(heartbeat.last_token);
+                } else {
+                    // A standby may report the tokens of another active (a
+                    // split healing): grant above them, in our own block.
+                    self.raise_floor(heartbeat.last_token);
                 }
             }
-            NodeRole::HandingOff { to } => {
-                if from == to && heartbeat.role == PeerRole::Active {
-                    tracing::info!(active = to, "handoff taken up");
-                    self.role = NodeRole::Standby;
-                    self.following = Some(to);
-                    self.synced = false;
-                    self.next_sync_request = now;
-                    self.handed_off_to = Some(to);
-                }
-            }
+            // Only the successor's `HandoffTaken` ends a handoff.
+            NodeRole::HandingOff { .. } => {}
+        }
+        if self.refused_from == Some(from) && heartbeat.role != PeerRole::HandingOff {
+            self.refused_from = None;
         }
         self.peers[from].heartbeat = Some(heartbeat);
         if self.role == NodeRole::Active {
@@ -734,7 +715,11 @@ impl<H> PriorityNode<H> {
             term: self.term,
             seq: self.seq,
             last_token: self.service.table().last_token().max(self.seen_token),
-            following: self.following,
+            // Just resumed, this node would refuse a handoff: it does not
+            // offer itself as a successor yet.
+            following: self
+                .following
+                .filter(|_| !self.recently_resumed(self.last_tick)),
         }
     }
 

@@ -53,6 +53,10 @@ pub enum PriorityMessage {
     Handoff {
         table: TableSnapshot,
     },
+    /// The successor serves the table it was handed (and holds the role).
+    HandoffTaken,
+    /// The successor cannot take the role now: the sender serves on.
+    HandoffRefused,
 }
 
 /// The first frame of a peer connection: who dials, with which peer list

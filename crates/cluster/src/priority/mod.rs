@@ -8,6 +8,7 @@ mod shell;
 mod state_file;
 #[cfg(test)]
 mod tests;
+mod token_floor;
 
 pub use engine::{
     wall_floor, ClusterEvent, NodeRole, NotServing, PersistedState, PriorityConfig, PriorityNode,
@@ -17,3 +18,4 @@ pub use lock_node::PriorityLockNode;
 pub use messages::{Heartbeat, LinkHello, NodeIndex, PeerRole, PriorityMessage, Term};
 pub use shell::{start, PriorityCluster, PriorityHandle, PrioritySettings, PriorityStartError};
 pub use state_file::{StateFile, StateFileError};
+pub use token_floor::{TokenBlocks, BLOCK};

@@ -11,6 +11,8 @@ use baton_core::{AcquireOutcome, Event, Key, Millis, Outcome, Token};
 use super::engine::{ClusterEvent, NodeRole, PriorityConfig, PriorityNode, TOKEN_MARGIN};
 use super::messages::{Heartbeat, NodeIndex, PeerRole, PriorityMessage};
 
+mod handoffs;
+
 const HEARTBEAT: u64 = 10;
 const TIMEOUT: u64 = 50;
 
@@ -797,4 +799,35 @@ fn a_busy_active_whose_timer_runs_late_keeps_its_role() {
         "a standby promoted next to a busy active"
     );
     assert_eq!(c.holder(1, "held"), Some(before));
+}
+
+/// After a split, an active that hears a standby of the other side reports
+/// the other active's tokens. Raising its floor to exactly that token made
+/// both actives count through the same numbers (issue 9, item 2; the
+/// simulation found it: `PRIORITY_SIM_SEED=785 ... three_nodes`).
+#[test]
+fn an_active_that_hears_the_other_sides_standby_never_grants_its_tokens() {
+    let mut c = elected(3);
+    c.grant(0, "a", 10_000);
+    c.isolate(0);
+    c.run(TIMEOUT + 3 * HEARTBEAT);
+    assert_eq!(c.actives(), vec![0, 1]);
+    assert_eq!(c.node(2).following(), Some(1));
+    let mut theirs = vec![c.grant(1, "b", 10_000)];
+    // Only node 2's heartbeats reach node 0 now.
+    c.cut.retain(|&link| link != (2, 0));
+    c.run(2 * HEARTBEAT);
+    assert_eq!(c.actives(), vec![0, 1]);
+    let mut ours = Vec::new();
+    for i in 0..3 {
+        ours.push(c.grant(0, &format!("x{i}"), 10_000));
+        theirs.push(c.grant(1, &format!("y{i}"), 10_000));
+        c.run(HEARTBEAT);
+    }
+    for t in &ours {
+        assert!(
+            !theirs.contains(t),
+            "both actives granted token {t}: {ours:?} {theirs:?}"
+        );
+    }
 }

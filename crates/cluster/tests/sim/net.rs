@@ -37,8 +37,8 @@ pub struct Network {
     pub max_delay: u64,
     /// Chance that a message is lost, while a lossy episode lasts.
     pub loss: f64,
-    /// The side of each node while a partition lasts.
-    sides: Option<Vec<bool>>,
+    /// While a partition lasts, `cut[a][b]`: nothing sent by `a` reaches `b`.
+    cut: Option<Vec<Vec<bool>>>,
 }
 
 impl Network {
@@ -49,37 +49,51 @@ impl Network {
             next_id: 0,
             max_delay,
             loss: 0.0,
-            sides: None,
+            cut: None,
         }
     }
 
     pub fn can_reach(&self, a: NodeIndex, b: NodeIndex) -> bool {
-        self.sides.as_ref().is_none_or(|sides| sides[a] == sides[b])
+        self.cut.as_ref().is_none_or(|cut| !cut[a][b])
     }
 
     pub fn partitioned(&self) -> bool {
-        self.sides.is_some()
+        self.cut.is_some()
     }
 
+    /// A clean split: the nodes on one side reach each other only.
     pub fn partition(&mut self, sides: Vec<bool>) {
-        self.sides = Some(sides);
+        let n = sides.len();
+        let cut = (0..n)
+            .map(|a| (0..n).map(|b| sides[a] != sides[b]).collect())
+            .collect();
+        self.cut = Some(cut);
+    }
+
+    /// A partial partition: only `a` and `b` lose each other, and every
+    /// other node still reaches both (a bridge between the two).
+    pub fn cut_pair(&mut self, a: NodeIndex, b: NodeIndex) {
+        let n = self.link_busy_until.len();
+        let mut cut = vec![vec![false; n]; n];
+        cut[a][b] = true;
+        cut[b][a] = true;
+        self.cut = Some(cut);
     }
 
     /// Ends the partition; returns the links that were cut.
     pub fn heal(&mut self) -> Vec<(NodeIndex, NodeIndex)> {
-        let Some(sides) = self.sides.take() else {
+        let Some(cut) = self.cut.take() else {
             return Vec::new();
         };
-        let n = sides.len();
-        let mut cut = Vec::new();
-        for a in 0..n {
-            for b in 0..n {
-                if a != b && sides[a] != sides[b] {
-                    cut.push((a, b));
+        let mut links = Vec::new();
+        for (a, row) in cut.iter().enumerate() {
+            for (b, &is_cut) in row.iter().enumerate() {
+                if is_cut {
+                    links.push((a, b));
                 }
             }
         }
-        cut
+        links
     }
 
     pub fn send(&mut self, envelope: Envelope, now: Millis, rng: &mut Rng) -> Sent {

@@ -2,7 +2,7 @@
 //! clock epoch), the network between them, the clients, the faults, and
 //! the checks run after every step.
 
-use std::collections::VecDeque;
+use std::collections::{BTreeMap, VecDeque};
 
 use baton_cluster::priority::{
     ClusterEvent, NodeIndex, NodeRole, PriorityConfig, PriorityMessage, PriorityNode,
@@ -119,6 +119,8 @@ struct Node {
     /// Counts the times it became active; a grant's custody is tied to one.
     activation: u64,
     role: NodeRole,
+    /// The engine's term when last observed.
+    term: u64,
     /// Since when it has run without a pause or a restart.
     steady_since: Millis,
     /// When it last became active.
@@ -178,6 +180,9 @@ pub struct World {
     tokens_free_until: Millis,
     max_token: Token,
     max_token_by: (Millis, NodeIndex),
+    /// Every token granted in the run, with when, by whom and on which key:
+    /// no two grants may ever share one, whatever the faults.
+    granted: BTreeMap<Token, (Millis, NodeIndex, Key)>,
     summary: Summary,
     trace: VecDeque<String>,
     failure: Option<String>,
@@ -219,6 +224,7 @@ impl World {
                     restart_at: None,
                     activation: 0,
                     role: NodeRole::Standby,
+                    term: 0,
                     steady_since: 0,
                     active_since: 0,
                 }
@@ -249,6 +255,7 @@ impl World {
             tokens_free_until: 0,
             max_token: 0,
             max_token_by: (0, 0),
+            granted: BTreeMap::new(),
             summary: Summary::default(),
             trace: VecDeque::new(),
             failure: None,
@@ -311,10 +318,21 @@ impl World {
         };
         let (role, following, term) = (engine.role(), engine.following(), engine.term());
         let before = self.nodes[i].role;
-        if role == before {
+        let term_before = std::mem::replace(&mut self.nodes[i].term, term);
+        // An active that takes a handoff merges the table and starts a new
+        // term: an activation of its own, as if it had promoted.
+        let merged = handoff_from.is_some() && role == NodeRole::Active && term != term_before;
+        if role == before && !merged {
             return;
         }
         self.nodes[i].role = role;
+        if matches!(before, NodeRole::HandingOff { .. }) && role == NodeRole::Active {
+            // The successor refused: the same activation serves on.
+            self.log(format!(
+                "node {i}: handoff refused, serving on (term {term})"
+            ));
+            return;
+        }
         self.log(format!(
             "node {i}: {before:?} -> {role:?} (following {following:?}, term {term})"
         ));
@@ -327,7 +345,7 @@ impl World {
                 self.check_promotion(i);
             }
             self.nodes[i].active_since = self.now;
-            self.on_promotion(i, handoff_from);
+            self.on_promotion(i, handoff_from, merged);
         }
     }
 
@@ -357,7 +375,8 @@ impl World {
     /// A node became active: it answers from now on for every held grant
     /// its table has. Taking over by handoff, it must have every grant the
     /// node handing over answered for.
-    fn on_promotion(&mut self, i: NodeIndex, handoff_from: Option<NodeIndex>) {
+    /// `merged`: it was active already and merged the table handed over.
+    fn on_promotion(&mut self, i: NodeIndex, handoff_from: Option<NodeIndex>, merged: bool) {
         let offset = self.nodes[i].offset;
         let activation = self.nodes[i].activation;
         let mut lost = Vec::new();
@@ -374,6 +393,9 @@ impl World {
                     held.custodians.push((i, activation));
                     held.cap = held.cap.min(h.expires_at.saturating_sub(offset));
                 }
+                // Both actives of a split granted the key; the merge keeps
+                // the receiver's own grant.
+                Some(_) if merged => {}
                 _ => {
                     let from_custodian = handoff_from.is_some_and(|from| {
                         held.custodians
@@ -443,6 +465,15 @@ impl World {
 
     fn record_grant(&mut self, i: NodeIndex, key: &Key, token: Token) {
         self.summary.grants += 1;
+        if let Some((at, by, first_key)) = self.granted.get(&token) {
+            let (at, by, first_key) = (*at, *by, first_key.clone());
+            self.fail(format!(
+                "token {token} granted twice: node {i} granted it on {key}, node {by} \
+                 had granted it on {first_key} at t={at}"
+            ));
+        } else {
+            self.granted.insert(token, (self.now, i, key.clone()));
+        }
         let free = self.net.partitioned() || self.now < self.tokens_free_until;
         if !free && token <= self.max_token {
             let (at, by) = self.max_token_by;
@@ -626,7 +657,7 @@ impl World {
             if self.nodes[i].paused_until.is_some_and(|t| t <= now) {
                 self.resume(i);
             }
-            if self.nodes[i].restart_at.is_some_and(|t| t <= now) {
+            if self.nodes[i].restart_at.is_some_and(|t| t <= now) && self.may_restart(i) {
                 self.restart(i);
             }
             if let Some(until) = self.nodes[i].stopping_until {
@@ -639,6 +670,11 @@ impl World {
                         "node {i} exits after its handoff (confirmed: {confirmed})"
                     ));
                     self.crash(i);
+                } else if self.nodes[i].running() && self.nodes[i].role == NodeRole::Active {
+                    // The successor refused: the shell offers the role again.
+                    self.call(i, None, |engine, now, events| {
+                        engine.begin_handoff(now, events)
+                    });
                 }
             }
         }
@@ -706,14 +742,24 @@ impl World {
                     self.summary.pauses += 1;
                 }
             }
-            3 if self.profile.partitions && !self.net.partitioned() => {
-                let mut sides: Vec<bool> = (0..n).map(|_| self.rng.chance(0.5)).collect();
-                if sides.iter().all(|&s| s == sides[0]) {
-                    sides[self.rng.below(n)] = !sides[0];
-                }
+            3 if self.profile.partitions && !self.net.partitioned() && self.all_informed() => {
                 let length = self.rng.range(30, 600);
-                self.log(format!("partition {sides:?} for {length} ms"));
-                self.net.partition(sides);
+                if n > 2 && self.rng.chance(0.3) {
+                    // Two nodes lose each other while the rest reach both.
+                    let a = self.rng.below(n);
+                    let b = (a + 1 + self.rng.below(n - 1)) % n;
+                    self.log(format!(
+                        "partition between {a} and {b} only for {length} ms"
+                    ));
+                    self.net.cut_pair(a, b);
+                } else {
+                    let mut sides: Vec<bool> = (0..n).map(|_| self.rng.chance(0.5)).collect();
+                    if sides.iter().all(|&s| s == sides[0]) {
+                        sides[self.rng.below(n)] = !sides[0];
+                    }
+                    self.log(format!("partition {sides:?} for {length} ms"));
+                    self.net.partition(sides);
+                }
                 self.heal_at = Some(self.now + length);
                 self.summary.partitions += 1;
             }
@@ -741,6 +787,30 @@ impl World {
                     && self.nodes[j].stopping_until.is_none()
                     && self.nodes[j].up_since + 2 * TIMEOUT <= self.now
             })
+    }
+
+    /// A node that restarts knows nothing: it must reach a node that knows
+    /// the cluster's tokens, or it would fall back on the wall clock alone,
+    /// which covers only restarts slower than the token margin (seconds,
+    /// docs/cluster.md); the simulated ones take under one.
+    fn may_restart(&self, i: NodeIndex) -> bool {
+        (0..self.nodes.len()).any(|j| {
+            j != i && self.informed(j) && self.net.can_reach(i, j) && self.net.can_reach(j, i)
+        })
+    }
+
+    /// Running long enough to have heard the cluster's tokens.
+    fn informed(&self, j: NodeIndex) -> bool {
+        let n = &self.nodes[j];
+        n.running() && n.up_since + 2 * TIMEOUT <= self.now
+    }
+
+    /// No partition cuts off a node that just restarted, for the same reason.
+    fn all_informed(&self) -> bool {
+        (0..self.nodes.len()).all(|j| {
+            let n = &self.nodes[j];
+            n.engine.is_none() || n.up_since + 2 * TIMEOUT <= self.now
+        })
     }
 
     fn crash(&mut self, i: NodeIndex) {

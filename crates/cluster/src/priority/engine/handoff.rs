@@ -1,0 +1,170 @@
+//! Handing the active role over: to a higher-priority node that came back,
+//! or at a graceful stop to any node that can be reached, an active one
+//! included (it merges the table it is given).
+//!
+//! The successor answers every handoff: `HandoffTaken` once it serves the
+//! table, `HandoffRefused` if it cannot take it (it just resumed from a
+//! pause). Only `HandoffTaken` lets the sender stand down for good: a
+//! successor that was already active heartbeats "active" before and after
+//! the handoff, so its heartbeats prove nothing.
+
+use baton_core::{LockTable, Millis, TableSnapshot};
+
+use super::super::messages::{NodeIndex, PeerRole, PriorityMessage};
+use super::{ClusterEvent, NodeRole, PriorityNode};
+
+impl<H> PriorityNode<H> {
+    /// An active hands over to a higher-priority standby that holds its
+    /// state (a node that came back).
+    pub(super) fn maybe_yield(&mut self, now: Millis, events: &mut Vec<ClusterEvent<H>>) {
+        let me = self.config.me;
+        let successor = (0..me).find(|&p| {
+            self.is_live(p, now)
+                && self.peers[p].synced
+                && now >= self.peers[p].refused_handoff_until
+                && self.peers[p].heartbeat.as_ref().is_some_and(|hb| {
+                    hb.role == PeerRole::Standby && hb.following == Some(me) && hb.term == self.term
+                })
+        });
+        if let Some(successor) = successor {
+            tracing::info!(successor, "a higher-priority node is ready; handing over");
+            self.hand_over(successor, now, events);
+        }
+    }
+
+    /// Graceful stop: hands the active role to a live peer. Best a standby
+    /// that follows this node (it holds the table already), then an active
+    /// one (after a heal two may serve: it merges the table, so no lock is
+    /// lost), then any live standby. False if this node is not active or
+    /// no peer can take the role (none live, or each refused just now).
+    pub fn begin_handoff(&mut self, now: Millis, events: &mut Vec<ClusterEvent<H>>) -> bool {
+        if self.role != NodeRole::Active {
+            return false;
+        }
+        let me = self.config.me;
+        let ready =
+            |node: &Self, p: NodeIndex, want: &dyn Fn(PeerRole, Option<NodeIndex>) -> bool| {
+                node.is_live(p, now)
+                    && now >= node.peers[p].refused_handoff_until
+                    && node.peers[p]
+                        .heartbeat
+                        .as_ref()
+                        .is_some_and(|hb| want(hb.role, hb.following))
+            };
+        let following_me = |role, following| role == PeerRole::Standby && following == Some(me);
+        let active = |role, _| role == PeerRole::Active;
+        let standby = |role, _| role == PeerRole::Standby;
+        let successor = self
+            .others()
+            .find(|&p| ready(self, p, &following_me))
+            .or_else(|| self.others().find(|&p| ready(self, p, &active)))
+            .or_else(|| self.others().find(|&p| ready(self, p, &standby)));
+        match successor {
+            Some(successor) => {
+                self.hand_over(successor, now, events);
+                true
+            }
+            None => false,
+        }
+    }
+
+    fn hand_over(&mut self, to: NodeIndex, now: Millis, events: &mut Vec<ClusterEvent<H>>) {
+        self.flush_journal();
+        let table = self.service.table().snapshot(now);
+        self.outbox.push((to, PriorityMessage::Handoff { table }));
+        for waiter in self.service.drain_waiters() {
+            events.push(ClusterEvent::Moved {
+                id: waiter.id,
+                handle: waiter.handle,
+                key: waiter.key,
+                to: Some(to),
+            });
+        }
+        self.role = NodeRole::HandingOff { to };
+        self.handoff_started = now;
+    }
+
+    pub(super) fn on_handoff(&mut self, from: NodeIndex, table: &TableSnapshot, now: Millis) {
+        // Whatever becomes of it, the sender no longer serves: a client
+        // sent there comes back here, so this node must not send it there.
+        if let Some(hb) = self.peers[from].heartbeat.as_mut() {
+            hb.role = PeerRole::HandingOff;
+        }
+        let refuse = match self.role {
+            NodeRole::HandingOff { .. } => {
+                tracing::warn!(from, "handoff offered while handing off; refused");
+                true
+            }
+            _ if self.recently_resumed(now) => {
+                // It may have waited out our pause, and its sender may have
+                // given up and promoted again since: taking it would serve a
+                // stale table. The sender serves on.
+                tracing::warn!(from, "handoff received around a pause; refused");
+                true
+            }
+            _ => false,
+        };
+        if refuse {
+            self.refused_from = Some(from);
+            self.outbox.push((from, PriorityMessage::HandoffRefused));
+            return;
+        }
+        // Tokens this node issued or heard of stay known after it takes
+        // another's table.
+        self.seen_token = self.seen_token.max(self.service.table().last_token());
+        self.seen_token = self.seen_token.max(table.last_token);
+        if self.role == NodeRole::Active {
+            tracing::info!(from, "merging the table of an active that stops");
+            let merged = merge(self.service.table().snapshot(now), table);
+            self.service.replace_table(LockTable::restore(&merged, now));
+        } else {
+            tracing::info!(from, "taking over by handoff");
+            self.service.replace_table(LockTable::restore(table, now));
+        }
+        // A new term either way: the standbys resync with the whole table.
+        self.promote(now);
+        self.outbox.push((from, PriorityMessage::HandoffTaken));
+    }
+
+    /// The successor's answer to this node's handoff.
+    pub(super) fn on_handoff_answer(&mut self, from: NodeIndex, taken: bool, now: Millis) {
+        let NodeRole::HandingOff { to } = self.role else {
+            return;
+        };
+        if from != to {
+            return;
+        }
+        if taken {
+            tracing::info!(active = to, "handoff taken up");
+            self.role = NodeRole::Standby;
+            self.following = Some(to);
+            self.synced = false;
+            self.next_sync_request = now;
+            self.handed_off_to = Some(to);
+        } else {
+            // Nobody took the role: this node still holds the newest state
+            // and nobody promoted while it said it was handing off.
+            tracing::info!(successor = to, "handoff refused; serving on");
+            self.peers[to].refused_handoff_until =
+                now.saturating_add(self.config.failure_timeout_ms);
+            self.role = NodeRole::Active;
+            self.beat(now);
+        }
+    }
+}
+
+/// `ours` with every lock of `theirs` on a key `ours` leaves free. A key
+/// both hold was granted twice during a split; the receiving active keeps
+/// its own grant, the one its clients have been fenced with.
+fn merge(mut ours: TableSnapshot, theirs: &TableSnapshot) -> TableSnapshot {
+    let held: std::collections::HashSet<_> = ours.locks.iter().map(|l| l.key.clone()).collect();
+    ours.locks.extend(
+        theirs
+            .locks
+            .iter()
+            .filter(|l| !held.contains(&l.key))
+            .cloned(),
+    );
+    ours.last_token = ours.last_token.max(theirs.last_token);
+    ours
+}

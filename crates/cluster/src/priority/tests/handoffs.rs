@@ -1,0 +1,130 @@
+//! Handoffs around dual actives and pauses (issue 9, items 4 and 5): a
+//! graceful stop hands its locks to whoever can be reached, an active one
+//! included, and no two nodes ever send clients to each other.
+
+use super::*;
+
+/// No pair of nodes where each sends clients to the other.
+fn assert_no_redirect_loop(c: &Cluster) {
+    for i in 0..c.nodes.len() {
+        for j in 0..c.nodes.len() {
+            if c.nodes[i].is_none() || c.nodes[j].is_none() {
+                continue;
+            }
+            let loops =
+                c.node(i).redirect_target() == Some(j) && c.node(j).redirect_target() == Some(i);
+            assert!(
+                !loops,
+                "nodes {i} and {j} redirect to each other at t={}",
+                c.now
+            );
+        }
+    }
+}
+
+/// Right after a heal both sides may still serve; the one that stops
+/// gracefully hands its table to the other active, which keeps every lock.
+#[test]
+fn a_graceful_stop_next_to_another_active_hands_its_locks_to_it() {
+    let mut c = elected(2);
+    c.isolate(0);
+    c.run(TIMEOUT + 3 * HEARTBEAT);
+    assert_eq!(c.actives(), vec![0, 1]);
+    let a = c.grant(0, "a", 10_000);
+    let b = c.grant(1, "b", 10_000);
+    // The heal: node 0 hears node 1 first.
+    c.cut.retain(|&link| link != (1, 0));
+    c.run(2 * HEARTBEAT);
+    assert_eq!(c.actives(), vec![0, 1]);
+    let now = c.now;
+    assert!(
+        c.node_mut(0).begin_handoff(now, &mut Vec::new()),
+        "no successor for a stop while another active is reachable"
+    );
+    c.cut.clear();
+    c.deliver();
+    assert_eq!(c.node(0).handed_off_to(), Some(1));
+    // The stopping node exits once the handoff is confirmed.
+    c.nodes[0] = None;
+    c.run(TIMEOUT + 4 * HEARTBEAT);
+    assert_eq!(c.actives(), vec![1]);
+    assert_eq!(
+        c.holder(1, "a"),
+        Some(a),
+        "the stopping active's lock was lost"
+    );
+    assert_eq!(c.holder(1, "b"), Some(b));
+    assert!(c.grant(1, "c", 100) > a.max(b));
+}
+
+/// A key both sides of a split granted: the merging active keeps its own
+/// grant (its holder was fenced with it) and takes the rest.
+#[test]
+fn a_merge_keeps_the_receivers_grant_of_a_key_granted_twice() {
+    let mut c = elected(2);
+    c.isolate(0);
+    c.run(TIMEOUT + 3 * HEARTBEAT);
+    let _theirs = c.grant(0, "k", 10_000);
+    let only_theirs = c.grant(0, "only0", 10_000);
+    let ours = c.grant(1, "k", 10_000);
+    c.cut.retain(|&link| link != (1, 0));
+    c.run(2 * HEARTBEAT);
+    let now = c.now;
+    assert!(c.node_mut(0).begin_handoff(now, &mut Vec::new()));
+    c.cut.clear();
+    c.deliver();
+    assert_eq!(c.node(0).handed_off_to(), Some(1));
+    c.nodes[0] = None;
+    c.run(2 * HEARTBEAT);
+    assert_eq!(c.actives(), vec![1]);
+    assert_eq!(c.holder(1, "k"), Some(ours));
+    assert_eq!(c.holder(1, "only0"), Some(only_theirs));
+}
+
+/// A paused active resumes next to the node that replaced it: it must not
+/// be offered the role while it would refuse it, nobody bounces clients,
+/// and the cluster is never without an active.
+#[test]
+fn a_resumed_active_is_not_offered_the_role_and_nobody_redirects_in_a_loop() {
+    let mut c = elected(2);
+    c.frozen[0] = true;
+    c.run(TIMEOUT + 3 * HEARTBEAT);
+    assert_eq!(c.node(1).role(), NodeRole::Active);
+    c.frozen[0] = false;
+    let mut without_active = 0;
+    for _ in 0..4 * TIMEOUT {
+        c.step();
+        assert_no_redirect_loop(&c);
+        if c.actives().is_empty() {
+            without_active += 1;
+        }
+    }
+    assert_eq!(without_active, 0, "ms without an active after the resume");
+    // Once it has run for a while, node 0 takes the role back.
+    assert_eq!(c.actives(), vec![0]);
+}
+
+/// A handoff the successor refuses (it just resumed) leaves the sender
+/// serving at once, and the refusing node does not send clients back to it.
+#[test]
+fn a_refused_handoff_leaves_the_sender_serving() {
+    let mut c = elected(2);
+    let a = c.grant(0, "a", 10_000);
+    // Node 1 stalls for a few heartbeats: not long enough for anyone to
+    // promote, long enough to count as a pause.
+    c.frozen[1] = true;
+    c.run(3 * HEARTBEAT);
+    c.frozen[1] = false;
+    let now = c.now;
+    c.node_mut(1).tick(now, &mut Vec::new());
+    let mut events = Vec::new();
+    assert!(c.node_mut(0).begin_handoff(now, &mut events));
+    c.deliver();
+    assert_eq!(c.actives(), vec![0], "the sender did not serve on");
+    assert_no_redirect_loop(&c);
+    assert_eq!(c.node(0).handed_off_to(), None);
+    assert!(c.grant(0, "b", 100) > a);
+    // Not offered again while node 1 would refuse.
+    let now = c.now;
+    assert!(!c.node_mut(0).begin_handoff(now, &mut events));
+}
