@@ -28,7 +28,7 @@ mod raft_sim {
 }
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -47,8 +47,16 @@ fn host(i: u64) -> String {
     format!("n{i}")
 }
 
+/// What one run did.
+#[derive(Debug, Default, Clone, Copy)]
+struct Run {
+    grants: usize,
+    handovers: u64,
+    handovers_while_cut: u64,
+}
+
 /// Runs one seeded simulation; `Err` describes the broken invariant.
-fn simulate(seed: u64) -> Result<usize, String> {
+fn simulate(seed: u64) -> Result<Run, String> {
     let dirs: Vec<tempfile::TempDir> = (0..NODES)
         .map(|_| tempfile::tempdir().map_err(|e| e.to_string()))
         .collect::<Result<_, _>>()?;
@@ -60,6 +68,9 @@ fn simulate(seed: u64) -> Result<usize, String> {
         quiet: Arc::new(AtomicBool::new(false)),
         seed,
         breaches: Arc::new(Mutex::new(Vec::new())),
+        follower_cut: Arc::new(AtomicBool::new(false)),
+        handovers: Arc::new(AtomicU64::new(0)),
+        handovers_while_cut: Arc::new(AtomicU64::new(0)),
     };
     let mut sim = turmoil::Builder::new()
         .simulation_duration(CHAOS + SETTLE + Duration::from_secs(5))
@@ -101,6 +112,7 @@ fn simulate(seed: u64) -> Result<usize, String> {
                 sim.repair(host(a), host(b));
             }
         }
+        world.follower_cut.store(false, Ordering::Relaxed);
         match rng.below(6) {
             0 => {
                 let down = rng.below(NODES);
@@ -133,6 +145,7 @@ fn simulate(seed: u64) -> Result<usize, String> {
                     for other in (0..NODES).filter(|o| *o != alone) {
                         sim.partition(host(alone), host(other));
                     }
+                    world.follower_cut.store(true, Ordering::Relaxed);
                 }
             }
             _ => {}
@@ -146,6 +159,7 @@ fn simulate(seed: u64) -> Result<usize, String> {
             sim.repair(host(a), host(b));
         }
     }
+    world.follower_cut.store(false, Ordering::Relaxed);
     world.quiet.store(true, Ordering::Relaxed);
     let settle_until = sim.elapsed() + SETTLE;
     while sim.elapsed() < settle_until {
@@ -213,7 +227,11 @@ fn simulate(seed: u64) -> Result<usize, String> {
             }
         }
     }
-    Ok(held.len())
+    Ok(Run {
+        grants: held.len(),
+        handovers: world.handovers.load(Ordering::Relaxed),
+        handovers_while_cut: world.handovers_while_cut.load(Ordering::Relaxed),
+    })
 }
 
 /// The invariants that hold at every moment of a run.
@@ -255,19 +273,34 @@ fn seeds() -> Vec<u64> {
 fn raft_keeps_locks_exclusive_under_partitions_and_crashes() {
     let seeds = seeds();
     let mut failures = Vec::new();
+    let mut total = Run::default();
     for &seed in &seeds {
         match simulate(seed) {
-            Ok(grants) if grants > 20 => {
-                println!("seed {seed}: {grants} grants, every invariant held");
+            Ok(run) if run.grants > 20 => {
+                println!(
+                    "seed {seed}: {} grants, {} releases handed over to a waiter ({} with a follower cut off), every invariant held",
+                    run.grants, run.handovers, run.handovers_while_cut
+                );
+                total.grants += run.grants;
+                total.handovers += run.handovers;
+                total.handovers_while_cut += run.handovers_while_cut;
             }
-            Ok(grants) => failures.push(format!(
-                "seed {seed}: only {grants} grants: the cluster barely served"
+            Ok(run) => failures.push(format!(
+                "seed {seed}: only {} grants: the cluster barely served",
+                run.grants
             )),
             Err(problem) => failures.push(format!(
                 "seed {seed}: {problem} (rerun with RAFT_SIM_SEED={seed} cargo test -p baton-cluster --test raft_sim)"
             )),
         }
     }
+    println!(
+        "{} seeds: {} grants, {} hand-overs behind a release ({} with a follower cut off)",
+        seeds.len(),
+        total.grants,
+        total.handovers,
+        total.handovers_while_cut
+    );
     assert!(
         failures.is_empty(),
         "{} of {} seeds failed:\n{}",

@@ -149,6 +149,11 @@ impl<H> RaftEngine<H> {
         self.queues.len()
     }
 
+    /// Acquires queued on `key`.
+    pub fn waiting_on(&self, key: &Key) -> usize {
+        self.queues.waiting_on(key)
+    }
+
     /// Whether this node is the leader and has caught up: it serves.
     pub fn serving(&self) -> bool {
         matches!(self.role, RaftRole::Leader { term } if self.own_entry_applied == Some(term))

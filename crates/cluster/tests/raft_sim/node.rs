@@ -4,7 +4,7 @@
 
 use std::collections::HashMap;
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
@@ -152,15 +152,17 @@ impl SimNode {
     }
 
     /// Sends a release, and the next waiter's grant behind it as the
-    /// server does; `false`: answered at once, nothing to wait for.
-    fn release(&self, key: &Key, token: u64, handle: Handle) -> bool {
+    /// server does. Returns whether to wait for an answer (`false`:
+    /// answered at once) and whether a waiter's grant rode behind it.
+    fn release(&self, key: &Key, token: u64, handle: Handle) -> (bool, bool) {
         self.with(|e, now, ev| {
+            let waiting = e.waiting_on(key) > 0;
             let proposed = e.release(key, token, Some(handle));
             if matches!(proposed, Ok(None)) {
                 e.grant_behind_release(key, now, ev);
-                true
+                (true, waiting)
             } else {
-                false
+                (false, false)
             }
         })
     }
@@ -239,6 +241,12 @@ pub struct World {
     pub seed: u64,
     /// Breaches of the answer-time rule, as they happen.
     pub breaches: Arc<Mutex<Vec<String>>>,
+    /// Set while a follower of the serving leader is cut off.
+    pub follower_cut: Arc<AtomicBool>,
+    /// Releases sent with a waiter queued behind them (its grant rides in
+    /// the same entry), and how many of those while a follower was cut off.
+    pub handovers: Arc<AtomicU64>,
+    pub handovers_while_cut: Arc<AtomicU64>,
 }
 
 impl World {
@@ -363,7 +371,14 @@ async fn client_loop(node: Arc<SimNode>, world: World, me: u64, mut rng: Rng) {
         });
         tokio::time::sleep(Duration::from_millis(rng.below(200))).await;
         world.history.released(index, sim_ms());
-        if node.release(&key, token, tx) {
+        let (proposed, handed_over) = node.release(&key, token, tx);
+        if handed_over {
+            world.handovers.fetch_add(1, Ordering::Relaxed);
+            if world.follower_cut.load(Ordering::Relaxed) {
+                world.handovers_while_cut.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+        if proposed {
             let what = format!("node {me}: R {name} {token}");
             answer_within(&mut rx, ANSWER_SLACK_MS, what, &world).await;
         }
