@@ -320,15 +320,21 @@ async fn serve(plan: Plan) -> Result<(), String> {
             bound(cluster.server.local_addr())?;
             let handle = cluster.handle;
             let stopping = handle.clone();
+            let core_died = handle.core_died();
             // The leader hands the lead over before the server stops, so
             // its clients are redirected to a node that already serves.
-            cluster
-                .server
-                .run(async move {
-                    shutdown.await;
-                    stopping.hand_off().await;
-                })
-                .await;
+            let serving = cluster.server.run(async move {
+                shutdown.await;
+                stopping.hand_off().await;
+            });
+            // A node whose consensus core died (a storage error) can
+            // neither lead nor follow: it exits so a supervisor restarts it.
+            tokio::select! {
+                () = serving => {}
+                reason = core_died => {
+                    return Err(format!("the Raft core stopped, exiting: {reason}"));
+                }
+            }
             handle.shut_down().await;
         }
     }

@@ -3,10 +3,21 @@
 //! simulated hosts and network, with partitions and crashes on a seeded
 //! schedule. Clients on each node acquire and release while it leads.
 //!
-//! Checked: no two clients hold one key at once within their leases;
-//! tokens never go back; after healing, every node holds the same table
-//! and has applied every grant a client received. A failure names its seed;
-//! `BATON_SIM_SEED=<seed>` runs that seed alone. (openraft's own random
+//! Checked as the run goes (every simulated 10 ms): no two clients hold one
+//! key at once within their leases; no token is granted twice; tokens never
+//! go back; every request is answered within the protocol's answer-time
+//! rule (an acquire by the end of its wait plus 3 s, a release within 3 s),
+//! on a leader that lost its majority too. After healing: every node holds
+//! the same table, has applied every grant a client received, and each
+//! token any node applied names the same grant everywhere.
+//!
+//! Faults: crashes, one link cut, one node cut off from both others, and
+//! (twice as often) a follower cut off while clients hand keys over behind
+//! releases on the leader.
+//!
+//! A failure names its seed; `RAFT_SIM_SEED=<seed>` runs that seed alone,
+//! `RAFT_SIM_RUNS=<n>` runs seeds 1..=n (e.g. `RAFT_SIM_RUNS=200 cargo test
+//! --release -p baton-cluster --test raft_sim`). (openraft's own random
 //! election timeouts are not seeded, so a seed replays the fault schedule
 //! and the clients, not every timing.)
 
@@ -17,7 +28,7 @@ mod raft_sim {
 }
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -29,13 +40,23 @@ const NODES: u64 = 3;
 /// Simulated time under faults, then to heal and settle.
 const CHAOS: Duration = Duration::from_secs(20);
 const SETTLE: Duration = Duration::from_secs(6);
+/// How often the invariants are checked during a run, in simulated time.
+const CHECK_EVERY: Duration = Duration::from_millis(10);
 
 fn host(i: u64) -> String {
     format!("n{i}")
 }
 
+/// What one run did.
+#[derive(Debug, Default, Clone, Copy)]
+struct Run {
+    grants: usize,
+    handovers: u64,
+    handovers_while_cut: u64,
+}
+
 /// Runs one seeded simulation; `Err` describes the broken invariant.
-fn simulate(seed: u64) -> Result<usize, String> {
+fn simulate(seed: u64) -> Result<Run, String> {
     let dirs: Vec<tempfile::TempDir> = (0..NODES)
         .map(|_| tempfile::tempdir().map_err(|e| e.to_string()))
         .collect::<Result<_, _>>()?;
@@ -46,6 +67,10 @@ fn simulate(seed: u64) -> Result<usize, String> {
         nodes: Arc::new(Mutex::new(HashMap::new())),
         quiet: Arc::new(AtomicBool::new(false)),
         seed,
+        breaches: Arc::new(Mutex::new(Vec::new())),
+        follower_cut: Arc::new(AtomicBool::new(false)),
+        handovers: Arc::new(AtomicU64::new(0)),
+        handovers_while_cut: Arc::new(AtomicU64::new(0)),
     };
     let mut sim = turmoil::Builder::new()
         .simulation_duration(CHAOS + SETTLE + Duration::from_secs(5))
@@ -65,12 +90,19 @@ fn simulate(seed: u64) -> Result<usize, String> {
     let mut rng = Rng::new(seed);
     let mut crashed: Option<u64> = None;
     let mut next_fault = Duration::from_secs(2);
+    let mut next_check = Duration::ZERO;
     while sim.elapsed() < CHAOS {
         sim.step().map_err(|e| format!("simulation failed: {e}"))?;
+        if sim.elapsed() >= next_check {
+            next_check = sim.elapsed() + CHECK_EVERY;
+            check_so_far(&world)?;
+        }
         if sim.elapsed() < next_fault {
             continue;
         }
-        next_fault = sim.elapsed() + Duration::from_millis(500 + rng.below(1_500));
+        // Some faults outlast the answer-time rule's 3 s, so that a
+        // leader cut off from its majority must answer without it.
+        next_fault = sim.elapsed() + Duration::from_millis(500 + rng.below(4_000));
         // Heal the previous fault, then maybe start another.
         if let Some(down) = crashed.take() {
             sim.bounce(host(down));
@@ -80,7 +112,8 @@ fn simulate(seed: u64) -> Result<usize, String> {
                 sim.repair(host(a), host(b));
             }
         }
-        match rng.below(4) {
+        world.follower_cut.store(false, Ordering::Relaxed);
+        match rng.below(6) {
             0 => {
                 let down = rng.below(NODES);
                 sim.crash(host(down));
@@ -98,6 +131,23 @@ fn simulate(seed: u64) -> Result<usize, String> {
                     sim.partition(host(alone), host(other));
                 }
             }
+            3 | 4 => {
+                // Cut off a follower of the serving leader, from both
+                // others, while the leader goes on handing keys over.
+                let followers: Vec<u64> = {
+                    let nodes = world.nodes.lock().map_err(|e| e.to_string())?;
+                    (0..NODES)
+                        .filter(|i| nodes.get(i).is_some_and(|n| !n.serving()))
+                        .collect()
+                };
+                if !followers.is_empty() {
+                    let alone = followers[rng.below(followers.len() as u64) as usize];
+                    for other in (0..NODES).filter(|o| *o != alone) {
+                        sim.partition(host(alone), host(other));
+                    }
+                    world.follower_cut.store(true, Ordering::Relaxed);
+                }
+            }
             _ => {}
         }
     }
@@ -109,16 +159,38 @@ fn simulate(seed: u64) -> Result<usize, String> {
             sim.repair(host(a), host(b));
         }
     }
+    world.follower_cut.store(false, Ordering::Relaxed);
     world.quiet.store(true, Ordering::Relaxed);
     let settle_until = sim.elapsed() + SETTLE;
     while sim.elapsed() < settle_until {
         sim.step().map_err(|e| format!("simulation failed: {e}"))?;
+        if sim.elapsed() >= next_check {
+            next_check = sim.elapsed() + CHECK_EVERY;
+            check_so_far(&world)?;
+        }
     }
 
+    check_so_far(&world)?;
     let held = world.history.all();
-    check_exclusive(&held)?;
-    check_tokens_rise(&held)?;
     let nodes = world.nodes.lock().map_err(|e| e.to_string())?;
+    let mut grant_of_token: HashMap<u64, (u64, Vec<u8>)> = HashMap::new();
+    for (i, node) in nodes.iter() {
+        for (token, key) in node.applied_grants() {
+            match grant_of_token.get(&token) {
+                Some((j, other)) if *other != key => {
+                    return Err(format!(
+                        "token {token} names key {:?} on node {i} but {:?} on node {j}",
+                        String::from_utf8_lossy(&key),
+                        String::from_utf8_lossy(other)
+                    ));
+                }
+                Some(_) => {}
+                None => {
+                    grant_of_token.insert(token, (*i, key));
+                }
+            }
+        }
+    }
     let tables: Vec<_> = (0..NODES)
         .map(|i| nodes.get(&i).map(|n| n.table()))
         .collect();
@@ -133,8 +205,15 @@ fn simulate(seed: u64) -> Result<usize, String> {
         }
     }
     if !first.0.is_empty() {
+        let states: Vec<String> = (0..NODES)
+            .map(|i| match nodes.get(&i) {
+                Some(n) => format!("node {i}: {}", n.describe()),
+                None => format!("node {i}: never ran"),
+            })
+            .collect();
         return Err(format!(
-            "locks still held after every lease ran out: {first:?}"
+            "locks still held after every lease ran out: {first:?}; {}",
+            states.join("; ")
         ));
     }
     for h in &held {
@@ -148,31 +227,85 @@ fn simulate(seed: u64) -> Result<usize, String> {
             }
         }
     }
-    Ok(held.len())
+    Ok(Run {
+        grants: held.len(),
+        handovers: world.handovers.load(Ordering::Relaxed),
+        handovers_while_cut: world.handovers_while_cut.load(Ordering::Relaxed),
+    })
 }
 
+/// The invariants that hold at every moment of a run.
+fn check_so_far(world: &World) -> Result<(), String> {
+    let held = world.history.all();
+    check_exclusive(&held)?;
+    check_tokens_rise(&held)?;
+    let breaches = world.breaches.lock().map_err(|e| e.to_string())?;
+    if let Some(first) = breaches.first() {
+        return Err(format!(
+            "answer-time rule broken {} times, first: {first}",
+            breaches.len()
+        ));
+    }
+    Ok(())
+}
+
+/// `RAFT_SIM_SEED` (or the older `BATON_SIM_SEED`) replays one seed;
+/// `RAFT_SIM_RUNS` runs that many seeds from 1.
 fn seeds() -> Vec<u64> {
-    match std::env::var("BATON_SIM_SEED")
-        .ok()
-        .and_then(|s| s.parse().ok())
-    {
-        Some(seed) => vec![seed],
+    let number = |name: &str| {
+        std::env::var(name)
+            .ok()
+            .map(|v| match v.trim().parse::<u64>() {
+                Ok(n) => n,
+                Err(_) => panic!("{name}={v:?} is not a number"),
+            })
+    };
+    if let Some(seed) = number("RAFT_SIM_SEED").or_else(|| number("BATON_SIM_SEED")) {
+        return vec![seed];
+    }
+    match number("RAFT_SIM_RUNS") {
+        Some(runs) => (1..=runs).collect(),
         None => vec![1, 2, 3],
     }
 }
 
 #[test]
 fn raft_keeps_locks_exclusive_under_partitions_and_crashes() {
-    for seed in seeds() {
+    let seeds = seeds();
+    let mut failures = Vec::new();
+    let mut total = Run::default();
+    for &seed in &seeds {
         match simulate(seed) {
-            Ok(grants) => {
-                println!("seed {seed}: {grants} grants, every invariant held");
-                assert!(
-                    grants > 20,
-                    "seed {seed}: only {grants} grants: the cluster barely served"
+            Ok(run) if run.grants > 20 => {
+                println!(
+                    "seed {seed}: {} grants, {} releases handed over to a waiter ({} with a follower cut off), every invariant held",
+                    run.grants, run.handovers, run.handovers_while_cut
                 );
+                total.grants += run.grants;
+                total.handovers += run.handovers;
+                total.handovers_while_cut += run.handovers_while_cut;
             }
-            Err(problem) => panic!("seed {seed}: {problem} (rerun with BATON_SIM_SEED={seed})"),
+            Ok(run) => failures.push(format!(
+                "seed {seed}: only {} grants: the cluster barely served",
+                run.grants
+            )),
+            Err(problem) => failures.push(format!(
+                "seed {seed}: {problem} (rerun with RAFT_SIM_SEED={seed} cargo test -p baton-cluster --test raft_sim)"
+            )),
         }
     }
+    println!(
+        "{} seeds: {} grants, {} hand-overs behind a release ({} with a follower cut off)",
+        seeds.len(),
+        total.grants,
+        total.handovers,
+        total.handovers_while_cut
+    );
+    assert!(
+        failures.is_empty(),
+        "{} of {} seeds failed:\n{}",
+        failures.len(),
+        seeds.len(),
+        failures.join("\n")
+    );
 }

@@ -67,8 +67,10 @@ pub enum EngineEvent<H> {
 
 /// How long requests of an ended leadership wait for their entry to be
 /// applied under the next leader before they are redirected: a few
-/// election timeouts.
-const ORPHAN_WAIT_MS: Millis = 3_000;
+/// election timeouts, and short enough that a leader cut off from its
+/// majority answers them within the protocol's 3 s (it steps down one
+/// election timeout after its last majority, then waits this long).
+pub const ORPHAN_WAIT_MS: Millis = 1_500;
 
 /// The node is not serving; redirect to this address (`None`: unknown).
 pub type NotServing = Option<String>;
@@ -145,6 +147,11 @@ impl<H> RaftEngine<H> {
 
     pub fn waiter_count(&self) -> usize {
         self.queues.len()
+    }
+
+    /// Acquires queued on `key`.
+    pub fn waiting_on(&self, key: &Key) -> usize {
+        self.queues.waiting_on(key)
     }
 
     /// Whether this node is the leader and has caught up: it serves.

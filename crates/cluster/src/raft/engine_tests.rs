@@ -399,3 +399,66 @@ fn a_grant_behind_a_release_that_lost_to_an_expiry_still_lands() {
     assert_eq!(granted, vec![("c2", 2)]);
     assert_eq!(p.leader.table().holder(&key("a")).map(|h| h.token), Some(2));
 }
+
+#[test]
+fn a_leader_without_a_majority_answers_everything_then_serves_again_when_it_returns() {
+    let mut p = Pair::new();
+    let _ = p
+        .leader
+        .acquire(key("a"), 0, 60_000, 0, "c1", &mut p.events);
+    p.commit_proposals(0);
+    p.events.clear();
+    // A waiter queued behind `a`, and a release with its hand-over in the
+    // log when the majority goes silent.
+    let _ = p
+        .leader
+        .acquire(key("a"), 5_000, 60_000, 0, "c2", &mut p.events);
+    let _ = p
+        .leader
+        .acquire(key("b"), 0, 60_000, 0, "c3", &mut p.events);
+    let _in_the_log = p.leader.take_proposal();
+    assert_eq!(p.leader.release(&key("a"), 1, Some("c1")), Ok(None));
+    p.leader.grant_behind_release(&key("a"), 0, &mut p.events);
+    let _also_in_the_log = p.leader.take_proposal();
+    assert!(p.events.is_empty());
+    // Stepped down (the shell saw no majority for an election timeout).
+    p.leader.set_role(RaftRole::Candidate, 300, &mut p.events);
+    assert_eq!(p.leader.redirect_target(), None);
+    assert!(
+        p.events.is_empty(),
+        "the log may still commit these: {:?}",
+        p.events
+    );
+    assert_eq!(
+        p.leader
+            .acquire(key("c"), 0, 1_000, 301, "c4", &mut p.events),
+        Err(None),
+        "a new request is sent away at once"
+    );
+    let deadline = p
+        .leader
+        .next_deadline()
+        .unwrap_or_else(|| panic!("a deadline for the requests in the log"));
+    assert!(deadline <= 300 + super::engine::ORPHAN_WAIT_MS);
+    p.leader.tick(deadline, &mut p.events);
+    let mut answered: Vec<String> = p
+        .events
+        .drain(..)
+        .map(|e| match e {
+            EngineEvent::Moved { handle, to, .. } => format!("{handle} M {to:?}"),
+            EngineEvent::Reply {
+                handle,
+                response: Response::Moved { addr, .. },
+            } => format!("{handle} M {addr:?}"),
+            other => panic!("unexpected {other:?}"),
+        })
+        .collect();
+    answered.sort();
+    assert_eq!(answered, ["c1 M None", "c2 M None", "c3 M None"]);
+    // The majority answers again in the same term: it serves at once, its
+    // table unchanged.
+    p.leader
+        .set_role(RaftRole::Leader { term: 1 }, 400, &mut p.events);
+    assert!(p.leader.serving());
+    assert_eq!(p.leader.table().holder(&key("a")).map(|h| h.token), Some(1));
+}

@@ -7,6 +7,7 @@ use baton_proto::{Mode, Role};
 use baton_server::{LockNode, Mailbox, NodeEvent, NodeStatus, Served, SharedLocks};
 
 use super::engine::{EngineEvent, NotServing, RaftEngine, RaftRole};
+use super::observe::{self, PeerProgress};
 use super::state_machine::TableHost;
 use super::types::{Entry, Proposal};
 
@@ -14,6 +15,8 @@ use super::types::{Entry, Proposal};
 pub struct RaftLockNode {
     engine: RaftEngine<Mailbox>,
     scratch: Vec<EngineEvent<Mailbox>>,
+    /// The followers' replication, while this node leads (for `S`).
+    replication: Vec<PeerProgress>,
 }
 
 impl RaftLockNode {
@@ -21,11 +24,17 @@ impl RaftLockNode {
         RaftLockNode {
             engine,
             scratch: Vec::new(),
+            replication: Vec::new(),
         }
     }
 
     pub fn engine(&self) -> &RaftEngine<Mailbox> {
         &self.engine
+    }
+
+    /// The followers' replication as openraft last reported it.
+    pub fn set_replication(&mut self, progress: Vec<PeerProgress>) {
+        self.replication = progress;
     }
 
     /// The next batch of commands to propose as one log entry, with their tags.
@@ -166,7 +175,9 @@ impl LockNode for RaftLockNode {
             token: engine.table().last_token(),
             locks: engine.table().len() as u64,
             waiters: engine.waiter_count() as u64,
-            extra: Vec::new(),
+            // Only a leader knows its followers' progress; a stepped-down
+            // one still shows it, which is what an operator wants to see.
+            extra: observe::status_fields(&self.replication),
         }
     }
 

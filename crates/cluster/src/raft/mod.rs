@@ -8,6 +8,8 @@
 //! - [`state_machine`]: openraft's state machine, forwarding to the engine.
 //! - [`rpc`], [`link`], [`network`], [`inbound`]: Raft RPCs between nodes on
 //!   the client port.
+//! - [`observe`]: the role to serve in (a leader without a majority steps
+//!   down), followers' replication, a dead core, from openraft's metrics.
 //! - [`shell`]: wires it all to the server.
 
 pub mod engine;
@@ -20,6 +22,7 @@ pub mod log_store;
 #[cfg(test)]
 mod log_store_tests;
 pub mod network;
+pub mod observe;
 pub mod rpc;
 mod segment;
 pub mod shell;

@@ -17,7 +17,7 @@ use tokio::net::TcpStream;
 
 use baton_server::{Clock, PeerAcceptor, Server, ServerConfig, SharedLocks};
 
-use super::engine::{RaftEngine, RaftRole};
+use super::engine::RaftEngine;
 use super::link::{Dialer, TcpDialer};
 use super::lock_node::RaftLockNode;
 use super::log_store::{LogStore, DEFAULT_SEGMENT_BYTES};
@@ -25,8 +25,8 @@ use super::network::Network;
 use super::rpc::RAFT_HELLO;
 use super::snapshot_store::SnapshotStore;
 use super::state_machine::{LockStateMachine, TableHost};
-use super::types::{NodeId, TypeConfig};
-use super::{engine::EngineEvent, inbound};
+use super::types::{NodeId, Proposal, TypeConfig};
+use super::{engine::EngineEvent, inbound, observe};
 
 /// The openraft node over a lock table held by `H`.
 pub type RaftOf<H> = openraft::Raft<TypeConfig, LockStateMachine<H>>;
@@ -68,6 +68,17 @@ impl RaftSettings {
         }
     }
 
+    /// A leader that has not heard from a majority for this long stops
+    /// serving (see [`super::observe`]).
+    pub fn step_down_after(&self) -> Duration {
+        Duration::from_millis(self.election_timeout_ms)
+    }
+
+    /// How often a leader re-checks that a majority still answers.
+    pub fn quorum_check_every(&self) -> Duration {
+        Duration::from_millis(self.heartbeat_ms.clamp(10, 100))
+    }
+
     fn openraft_config(&self) -> Result<Config, io::Error> {
         let config = Config {
             cluster_name: "baton".to_string(),
@@ -76,6 +87,25 @@ impl RaftSettings {
             election_timeout_max: self.election_timeout_ms * 2,
             snapshot_policy: SnapshotPolicy::LogsSinceLast(self.snapshot_every),
             max_in_snapshot_log_to_keep: self.snapshot_every / 10,
+            // A node that was cut off (or paused, or restarted) first asks
+            // whether it could win: it cannot depose a leader a majority
+            // still follows, so its return costs the others no election.
+            enable_pre_vote: Some(true),
+            // A follower whose data directory was wiped comes back with an
+            // empty log. Without this the leader keeps sending from where
+            // that follower used to be, forever and silently (openraft
+            // only debug-asserts on it); with it the leader starts that
+            // follower's replication over, by snapshot once the log is
+            // purged.
+            allow_log_reversion: Some(true),
+            // A leader restarted within an election timeout would
+            // otherwise lead on in its old term without a new first
+            // entry: the engine serves only once it applied its own first
+            // entry of the term, which may lie in the snapshot, so such a
+            // leader never served again (found by the simulation). The
+            // table is not fsynced at apply either, which openraft names
+            // as unsafe with this on.
+            enable_leader_restore: Some(false),
             ..Config::default()
         };
         config
@@ -210,6 +240,14 @@ impl RaftHandle {
         }
     }
 
+    /// Resolves, with the reason, when the consensus core has died (a
+    /// storage error such as a full disk, or a panic). The node can then
+    /// neither lead nor follow: the process should exit so that a
+    /// supervisor restarts it.
+    pub fn core_died(&self) -> impl std::future::Future<Output = String> + Send + 'static {
+        observe::core_died(self.raft.clone())
+    }
+
     /// Graceful stop, last part: stops openraft once the server is done.
     pub async fn shut_down(&self) {
         if let Err(error) = self.raft.shutdown().await {
@@ -231,7 +269,7 @@ pub async fn start(
         peers: settings.peers.clone(),
     });
     let server = Server::bind_shared(server_config, locks.clone(), Some(acceptor)).await?;
-    tokio::spawn(follow_role(raft.clone(), locks.clone()));
+    tokio::spawn(follow_role(raft.clone(), locks.clone(), &settings));
     tokio::spawn(pump(raft.clone(), locks));
     Ok(RaftCluster {
         server,
@@ -242,32 +280,53 @@ pub async fn start(
     })
 }
 
-/// Where this node stands, from openraft's metrics.
-pub fn role_of(metrics: &openraft::RaftMetrics<TypeConfig>) -> RaftRole {
-    match metrics.state {
-        ServerState::Leader => RaftRole::Leader {
-            term: metrics.current_term,
-        },
-        ServerState::Candidate => RaftRole::Candidate,
-        ServerState::Follower | ServerState::Learner | ServerState::Shutdown => {
-            RaftRole::Follower {
-                leader: metrics.current_leader,
-            }
-        }
-    }
-}
-
-/// Tells the engine each change of role, until openraft stops.
-async fn follow_role(raft: Raft, locks: Shared) {
-    let mut watch = raft.metrics();
-    loop {
-        let role = role_of(&watch.borrow_watched());
+/// Tells the engine each change of role (a leader without a majority
+/// steps down), and the lock node its followers' replication for `S`,
+/// until openraft stops.
+fn follow_role(
+    raft: Raft,
+    locks: Shared,
+    settings: &RaftSettings,
+) -> impl std::future::Future<Output = ()> + Send + 'static {
+    let (step_down_after, tick) = (settings.step_down_after(), settings.quorum_check_every());
+    observe::follow_role(raft, step_down_after, tick, move |role, metrics| {
+        let progress = observe::replication(metrics);
         locks.with(|node, now, events| {
+            node.set_replication(progress);
             node.drive(events, |engine, ev| engine.set_role(role, now, ev))
         });
-        if watch.changed().await.is_err() {
-            return;
-        }
+    })
+}
+
+/// Where the pump takes the engine's commands from, and tells of the
+/// proposals that did not make it: the server's lock node, or a
+/// simulation's.
+pub trait ProposalSource: Send + Sync + 'static {
+    /// Resolves when there may be commands to propose (a wake-up given
+    /// while nobody waits is kept for the next call).
+    fn output_ready(&self) -> impl std::future::Future<Output = ()> + Send;
+    /// The next batch of commands, with their tags.
+    fn take_proposal(&self) -> Option<(Proposal, Vec<u64>)>;
+    /// The batch with these tags did not make it into the log; `leader`
+    /// leads instead, if known.
+    fn proposal_failed(&self, tags: &[u64], leader: Option<NodeId>);
+}
+
+impl ProposalSource for SharedLocks<RaftLockNode> {
+    fn output_ready(&self) -> impl std::future::Future<Output = ()> + Send {
+        SharedLocks::output_ready(self)
+    }
+
+    fn take_proposal(&self) -> Option<(Proposal, Vec<u64>)> {
+        self.with(|node, _, _| node.take_proposal())
+    }
+
+    fn proposal_failed(&self, tags: &[u64], leader: Option<NodeId>) {
+        self.with(|node, _, events| {
+            node.drive(events, |engine, ev: &mut Vec<EngineEvent<_>>| {
+                engine.proposal_failed(tags, leader, ev)
+            })
+        });
     }
 }
 
@@ -277,28 +336,24 @@ async fn follow_role(raft: Raft, locks: Shared) {
 /// many commands and openraft's per-entry cost (log record, replication,
 /// apply) is paid once for all of them. Alone, a request waits for
 /// nothing more than its own commit.
-async fn pump(raft: Raft, locks: Shared) {
+pub async fn pump<H: TableHost, S: ProposalSource>(raft: RaftOf<H>, source: Arc<S>) {
     let in_flight = Arc::new(tokio::sync::Semaphore::new(MAX_ENTRIES_IN_FLIGHT));
     loop {
-        locks.output_ready().await;
+        source.output_ready().await;
         loop {
             let Ok(permit) = in_flight.clone().acquire_owned().await else {
                 return;
             };
-            let Some((proposal, tags)) = locks.with(|node, _, _| node.take_proposal()) else {
+            let Some((proposal, tags)) = source.take_proposal() else {
                 break;
             };
             let raft = raft.clone();
-            let locks = locks.clone();
+            let source = source.clone();
             tokio::spawn(async move {
                 if let Err(error) = raft.client_write(proposal).await {
                     let leader = error.forward_to_leader().and_then(|f| f.leader_id);
                     tracing::debug!(%error, "a proposal did not make it into the log");
-                    locks.with(|node, _, events| {
-                        node.drive(events, |engine, ev: &mut Vec<EngineEvent<_>>| {
-                            engine.proposal_failed(&tags, leader, ev)
-                        })
-                    });
+                    source.proposal_failed(&tags, leader);
                 }
                 drop(permit);
             });

@@ -4,20 +4,21 @@
 
 use std::collections::HashMap;
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use baton_cluster::raft::engine::{EngineEvent, NotServing, RaftEngine};
 use baton_cluster::raft::link::{BoxedStream, DialFuture, Dialer};
+use baton_cluster::raft::observe;
 use baton_cluster::raft::rpc::RAFT_HELLO;
-use baton_cluster::raft::shell::{role_of, RaftOf};
+use baton_cluster::raft::shell::{self, ProposalSource, RaftOf};
 use baton_cluster::raft::state_machine::TableHost;
 use baton_cluster::raft::types::Entry;
+use baton_cluster::raft::types::{NodeId, Proposal};
 use baton_cluster::raft::{build_raft, inbound, RaftSettings};
 use baton_core::{Key, TableSnapshot};
 use bytes::BytesMut;
-use openraft::async_runtime::WatchReceiver;
 use tokio::io::AsyncReadExt;
 use tokio::sync::{mpsc, Notify};
 
@@ -27,6 +28,7 @@ use super::rng::Rng;
 pub const PORT: u16 = 9000;
 const KEYS: [&str; 3] = ["alpha", "beta", "gamma"];
 const LEASE_MS: u64 = 400;
+const WAIT_MS: u64 = 300;
 
 /// Simulated milliseconds since the simulation began, the same on every host.
 pub fn sim_ms() -> u64 {
@@ -42,15 +44,19 @@ pub enum Answer {
 
 type Handle = mpsc::UnboundedSender<Answer>;
 
+/// A grant as a node's table made it: (token, key).
+pub type AppliedGrant = (u64, Vec<u8>);
+
 /// The engine of one run of a node, and what it applied.
 #[derive(Debug)]
 pub struct SimNode {
     engine: Mutex<RaftEngine<Handle>>,
     started: tokio::time::Instant,
     output: Notify,
-    /// Tokens this node's table granted at apply, and the token floor of
-    /// the last snapshot it installed (grants below it came in the snapshot).
-    applied: Mutex<(Vec<u64>, u64)>,
+    /// Grants this node's table made at apply (token, key), and the token
+    /// floor of the last snapshot it installed (grants below it came in
+    /// the snapshot).
+    applied: Mutex<(Vec<AppliedGrant>, u64)>,
 }
 
 fn locked<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -101,6 +107,18 @@ impl SimNode {
         result
     }
 
+    /// The engine's state in a few words, for a failure report.
+    pub fn describe(&self) -> String {
+        let engine = locked(&self.engine);
+        format!(
+            "role {:?} serving {} outbox {} waiters {}",
+            engine.role(),
+            engine.serving(),
+            engine.has_output(),
+            engine.waiter_count()
+        )
+    }
+
     pub fn serving(&self) -> bool {
         locked(&self.engine).serving()
     }
@@ -120,7 +138,12 @@ impl SimNode {
     /// Whether this node's table went through the grant of `token`.
     pub fn has_applied(&self, token: u64) -> bool {
         let applied = locked(&self.applied);
-        token <= applied.1 || applied.0.contains(&token)
+        token <= applied.1 || applied.0.iter().any(|(t, _)| *t == token)
+    }
+
+    /// Every grant this run of the node applied, as (token, key).
+    pub fn applied_grants(&self) -> Vec<AppliedGrant> {
+        locked(&self.applied).0.clone()
     }
 
     fn acquire(&self, key: Key, wait_ms: u64, handle: Handle) -> Result<(), NotServing> {
@@ -128,8 +151,20 @@ impl SimNode {
             .map(|_| ())
     }
 
-    fn release(&self, key: &Key, token: u64, handle: Handle) {
-        let _ = self.with(|e, _, _| e.release(key, token, Some(handle)));
+    /// Sends a release, and the next waiter's grant behind it as the
+    /// server does. Returns whether to wait for an answer (`false`:
+    /// answered at once) and whether a waiter's grant rode behind it.
+    fn release(&self, key: &Key, token: u64, handle: Handle) -> (bool, bool) {
+        self.with(|e, now, ev| {
+            let waiting = e.waiting_on(key) > 0;
+            let proposed = e.release(key, token, Some(handle));
+            if matches!(proposed, Ok(None)) {
+                e.grant_behind_release(key, now, ev);
+                (true, waiting)
+            } else {
+                (false, false)
+            }
+        })
     }
 }
 
@@ -140,7 +175,15 @@ impl TableHost for SimNode {
             for entry in entries {
                 let before = engine.table().last_token();
                 engine.apply_entry(entry, now, ev);
-                granted.extend(before + 1..=engine.table().last_token());
+                // Each grant takes the next token; find the key holding it.
+                for token in before + 1..=engine.table().last_token() {
+                    let key = engine
+                        .table()
+                        .iter()
+                        .find(|(_, h)| h.token == token)
+                        .map(|(k, _)| k.as_bytes().to_vec());
+                    granted.push((token, key.unwrap_or_default()));
+                }
             }
         });
         locked(&self.applied).0.extend(granted);
@@ -156,6 +199,20 @@ impl TableHost for SimNode {
         locked(&self.engine).restore(snapshot, now);
         let mut applied = locked(&self.applied);
         applied.1 = applied.1.max(snapshot.last_token);
+    }
+}
+
+impl ProposalSource for SimNode {
+    fn output_ready(&self) -> impl std::future::Future<Output = ()> + Send {
+        self.output.notified()
+    }
+
+    fn take_proposal(&self) -> Option<(Proposal, Vec<u64>)> {
+        self.with(|e, _, _| e.take_proposal())
+    }
+
+    fn proposal_failed(&self, tags: &[u64], leader: Option<NodeId>) {
+        self.with(|e, _, ev| e.proposal_failed(tags, leader, ev));
     }
 }
 
@@ -182,6 +239,20 @@ pub struct World {
     /// Once set, clients start nothing new.
     pub quiet: Arc<AtomicBool>,
     pub seed: u64,
+    /// Breaches of the answer-time rule, as they happen.
+    pub breaches: Arc<Mutex<Vec<String>>>,
+    /// Set while a follower of the serving leader is cut off.
+    pub follower_cut: Arc<AtomicBool>,
+    /// Releases sent with a waiter queued behind them (its grant rides in
+    /// the same entry), and how many of those while a follower was cut off.
+    pub handovers: Arc<AtomicU64>,
+    pub handovers_while_cut: Arc<AtomicU64>,
+}
+
+impl World {
+    fn breach(&self, what: String) {
+        locked(&self.breaches).push(what);
+    }
 }
 
 /// The software of host `me`: runs until the host crashes.
@@ -211,8 +282,8 @@ pub async fn run(world: World, me: u64, incarnation: u64) -> turmoil::Result {
             }
         });
     }
-    tokio::spawn(follow_role(raft.clone(), node.clone()));
-    tokio::spawn(pump(raft.clone(), node.clone()));
+    tokio::spawn(follow_role(raft.clone(), node.clone(), settings.clone()));
+    tokio::spawn(shell::pump(raft.clone(), node.clone()));
     {
         let node = node.clone();
         tokio::spawn(async move {
@@ -230,35 +301,47 @@ pub async fn run(world: World, me: u64, incarnation: u64) -> turmoil::Result {
     Ok(())
 }
 
-async fn follow_role(raft: RaftOf<SimNode>, node: Arc<SimNode>) {
-    let mut watch = raft.metrics();
-    loop {
-        let role = role_of(&watch.borrow_watched());
+async fn follow_role(raft: RaftOf<SimNode>, node: Arc<SimNode>, settings: RaftSettings) {
+    let (after, tick) = (settings.step_down_after(), settings.quorum_check_every());
+    observe::follow_role(raft, after, tick, |role, _| {
         node.with(|e, now, ev| e.set_role(role, now, ev));
-        if watch.changed().await.is_err() {
-            return;
-        }
-    }
+    })
+    .await;
 }
 
-async fn pump(raft: RaftOf<SimNode>, node: Arc<SimNode>) {
-    loop {
-        node.output.notified().await;
-        while let Some((proposal, tags)) = node.with(|e, _, _| e.take_proposal()) {
-            let raft = raft.clone();
-            let node = node.clone();
-            tokio::spawn(async move {
-                if let Err(error) = raft.client_write(proposal).await {
-                    let leader = error.forward_to_leader().and_then(|f| f.leader_id);
-                    node.with(|e, _, ev| e.proposal_failed(&tags, leader, ev));
-                }
-            });
+/// The protocol's answer-time rule: an acquire is answered by the end of
+/// its wait plus this, anything else within this.
+pub const ANSWER_SLACK_MS: u64 = 3_000;
+
+/// Waits for the answer to a request sent at `sent_at`, and records a
+/// breach of the answer-time rule (no answer within `limit_ms`, or the
+/// request dropped unanswered). A client whose host crashes dies with its
+/// request, which is no breach.
+async fn answer_within(
+    rx: &mut mpsc::UnboundedReceiver<Answer>,
+    limit_ms: u64,
+    what: String,
+    world: &World,
+) -> Option<Answer> {
+    let sent_at = sim_ms();
+    match tokio::time::timeout(Duration::from_millis(limit_ms), rx.recv()).await {
+        Ok(Some(answer)) => Some(answer),
+        Ok(None) => {
+            world.breach(format!("{what} sent at {sent_at} was dropped unanswered"));
+            None
+        }
+        Err(_) => {
+            world.breach(format!(
+                "{what} sent at {sent_at} had no answer after {limit_ms} ms"
+            ));
+            None
         }
     }
 }
 
 /// Acquires a random key while this node serves, holds it a while (less
-/// than the lease, as a well-behaved client), releases it.
+/// than the lease, as a well-behaved client), releases it. Every request
+/// must be answered within the answer-time rule.
 async fn client_loop(node: Arc<SimNode>, world: World, me: u64, mut rng: Rng) {
     loop {
         tokio::time::sleep(Duration::from_millis(rng.below(30) + 1)).await;
@@ -270,11 +353,12 @@ async fn client_loop(node: Arc<SimNode>, world: World, me: u64, mut rng: Rng) {
             continue;
         };
         let (tx, mut rx) = mpsc::unbounded_channel();
-        if node.acquire(key.clone(), 300, tx.clone()).is_err() {
+        if node.acquire(key.clone(), WAIT_MS, tx.clone()).is_err() {
             continue;
         }
-        let answer = tokio::time::timeout(Duration::from_secs(2), rx.recv()).await;
-        let Ok(Some(Answer::Granted { token, at })) = answer else {
+        let what = format!("node {me}: A {name}");
+        let answer = answer_within(&mut rx, WAIT_MS + ANSWER_SLACK_MS, what, &world).await;
+        let Some(Answer::Granted { token, at }) = answer else {
             continue;
         };
         let index = world.history.record(Held {
@@ -287,7 +371,16 @@ async fn client_loop(node: Arc<SimNode>, world: World, me: u64, mut rng: Rng) {
         });
         tokio::time::sleep(Duration::from_millis(rng.below(200))).await;
         world.history.released(index, sim_ms());
-        node.release(&key, token, tx);
-        let _ = tokio::time::timeout(Duration::from_secs(2), rx.recv()).await;
+        let (proposed, handed_over) = node.release(&key, token, tx);
+        if handed_over {
+            world.handovers.fetch_add(1, Ordering::Relaxed);
+            if world.follower_cut.load(Ordering::Relaxed) {
+                world.handovers_while_cut.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+        if proposed {
+            let what = format!("node {me}: R {name} {token}");
+            answer_within(&mut rx, ANSWER_SLACK_MS, what, &world).await;
+        }
     }
 }

@@ -1,0 +1,250 @@
+//! What the shell reads from openraft's metrics: the role this node serves
+//! in (a leader that has not heard from a majority for an election timeout
+//! steps down), each follower's replication for `S`, and a consensus core
+//! that died.
+//!
+//! openraft keeps such a leader in its `Leader` state and only refuses new
+//! proposals once its lease (the longest election timeout) has run out; the
+//! requests it already holds would wait for a majority that may never come
+//! back. The step-down here is what ends them: the engine answers its
+//! waiters and, shortly after, its requests in flight, with `M`.
+
+use std::time::Duration;
+
+use openraft::async_runtime::WatchReceiver;
+use openraft::errors::Fatal;
+use openraft::{Instant, RaftMetrics, ServerState, TokioInstant};
+
+use super::engine::RaftRole;
+use super::shell::RaftOf;
+use super::state_machine::TableHost;
+use super::types::{NodeId, TypeConfig};
+
+type Metrics = RaftMetrics<TypeConfig>;
+
+/// Turns metrics into the role to serve in, remembering when this node
+/// began to lead (a fresh leader has no quorum acknowledgement yet).
+#[derive(Debug)]
+pub struct RoleWatch {
+    step_down_after: Duration,
+    leading_since: Option<(u64, TokioInstant)>,
+}
+
+impl RoleWatch {
+    /// A leader steps down after `step_down_after` without a majority.
+    pub fn new(step_down_after: Duration) -> RoleWatch {
+        RoleWatch {
+            step_down_after,
+            leading_since: None,
+        }
+    }
+
+    /// The role at `now`: a leader whose newest majority acknowledgement is
+    /// older than the step-down time serves as a candidate (redirecting to
+    /// nobody) until a majority answers again.
+    pub fn role(&mut self, metrics: &Metrics, now: TokioInstant) -> RaftRole {
+        match metrics.state {
+            ServerState::Leader => {
+                let term = metrics.current_term;
+                let since = match self.leading_since {
+                    Some((t, at)) if t == term => at,
+                    _ => {
+                        self.leading_since = Some((term, now));
+                        now
+                    }
+                };
+                let acked = metrics.last_quorum_acked.map_or(since, |a| *a);
+                if now.saturating_duration_since(acked) > self.step_down_after {
+                    RaftRole::Candidate
+                } else {
+                    RaftRole::Leader { term }
+                }
+            }
+            ServerState::Candidate => RaftRole::Candidate,
+            // A stopped core leads nobody, whatever it last believed.
+            ServerState::Shutdown => RaftRole::Follower { leader: None },
+            ServerState::Follower | ServerState::Learner => RaftRole::Follower {
+                leader: metrics.current_leader,
+            },
+        }
+    }
+}
+
+trait SaturatingSince {
+    fn saturating_duration_since(self, earlier: Self) -> Duration;
+}
+
+impl SaturatingSince for TokioInstant {
+    fn saturating_duration_since(self, earlier: Self) -> Duration {
+        if self > earlier {
+            self - earlier
+        } else {
+            Duration::ZERO
+        }
+    }
+}
+
+/// Follows openraft's role, re-checking the leader's quorum every `tick`
+/// (its metrics do not change while nobody answers), and calls `apply`
+/// with each role and the metrics it came from. Returns once the core is
+/// gone.
+pub async fn follow_role<H: TableHost>(
+    raft: RaftOf<H>,
+    step_down_after: Duration,
+    tick: Duration,
+    mut apply: impl FnMut(RaftRole, &Metrics),
+) {
+    let mut watch = raft.metrics();
+    let mut roles = RoleWatch::new(step_down_after);
+    loop {
+        {
+            let metrics = watch.borrow_watched();
+            let role = roles.role(&metrics, TokioInstant::now());
+            apply(role, &metrics);
+        }
+        tokio::select! {
+            changed = watch.changed() => {
+                if changed.is_err() {
+                    return;
+                }
+            }
+            () = tokio::time::sleep(tick) => {}
+        }
+    }
+}
+
+/// Resolves when the consensus core stops for any reason but a requested
+/// shutdown, with the reason: a storage error (disk full, a file that can
+/// no longer be written) or a panic. Such a node can neither lead nor
+/// follow, so it should exit and be restarted.
+pub async fn core_died<H: TableHost>(raft: RaftOf<H>) -> String {
+    let mut watch = raft.metrics();
+    loop {
+        let state = watch.borrow_watched().running_state.clone();
+        match state {
+            Ok(()) => {}
+            Err(Fatal::Stopped) => std::future::pending::<()>().await,
+            Err(fatal) => return fatal.to_string(),
+        }
+        if watch.changed().await.is_err() {
+            return "the Raft core task ended".to_string();
+        }
+    }
+}
+
+/// One follower's replication as the leader sees it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PeerProgress {
+    pub node: NodeId,
+    /// The last log index known to be on that node (`None`: nothing yet).
+    pub matched: Option<u64>,
+    /// Entries of the leader's log not yet on that node.
+    pub lag: u64,
+}
+
+/// The followers' replication, on a leader; empty elsewhere.
+pub fn replication(metrics: &Metrics) -> Vec<PeerProgress> {
+    let Some(replication) = metrics.replication.as_ref() else {
+        return Vec::new();
+    };
+    let last = metrics.last_log_index;
+    replication
+        .iter()
+        .filter(|(node, _)| **node != metrics.id)
+        .map(|(node, matched)| {
+            let matched = matched.as_ref().map(|m| m.index);
+            let lag = match (last, matched) {
+                (Some(last), Some(m)) => last.saturating_sub(m),
+                (Some(last), None) => last + 1,
+                (None, _) => 0,
+            };
+            PeerProgress {
+                node: *node,
+                matched,
+                lag,
+            }
+        })
+        .collect()
+}
+
+/// The `S` fields of a leader's followers: `peer.<i>=matched:<index>,lag:<n>`
+/// (`matched:-` while nothing is known to be there).
+pub fn status_fields(progress: &[PeerProgress]) -> Vec<(String, String)> {
+    progress
+        .iter()
+        .map(|p| {
+            let matched = p.matched.map_or_else(|| "-".to_string(), |m| m.to_string());
+            (
+                format!("peer.{}", p.node),
+                format!("matched:{matched},lag:{}", p.lag),
+            )
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn metrics(state: ServerState, term: u64) -> Metrics {
+        let mut m = Metrics::new_initial(0);
+        m.state = state;
+        m.current_term = term;
+        m.current_leader = Some(0);
+        m
+    }
+
+    #[test]
+    fn a_leader_without_a_majority_steps_down_and_comes_back() {
+        let step = Duration::from_millis(300);
+        let mut roles = RoleWatch::new(step);
+        let t0 = TokioInstant::now();
+        let mut m = metrics(ServerState::Leader, 3);
+        // Fresh leader, no acknowledgement yet: leads for the step-down time.
+        assert_eq!(roles.role(&m, t0), RaftRole::Leader { term: 3 });
+        let later = t0 + Duration::from_millis(301);
+        assert_eq!(roles.role(&m, later), RaftRole::Candidate);
+        m.last_quorum_acked = Some(later.into());
+        assert_eq!(
+            roles.role(&m, later + Duration::from_millis(100)),
+            RaftRole::Leader { term: 3 }
+        );
+        assert_eq!(
+            roles.role(&m, later + Duration::from_millis(400)),
+            RaftRole::Candidate
+        );
+    }
+
+    #[test]
+    fn a_stopped_core_redirects_to_nobody() {
+        let mut roles = RoleWatch::new(Duration::from_millis(300));
+        let m = metrics(ServerState::Shutdown, 3);
+        assert_eq!(
+            roles.role(&m, TokioInstant::now()),
+            RaftRole::Follower { leader: None }
+        );
+    }
+
+    #[test]
+    fn status_shows_each_followers_lag() {
+        let fields = status_fields(&[
+            PeerProgress {
+                node: 1,
+                matched: Some(41),
+                lag: 1,
+            },
+            PeerProgress {
+                node: 2,
+                matched: None,
+                lag: 42,
+            },
+        ]);
+        assert_eq!(
+            fields,
+            vec![
+                ("peer.1".to_string(), "matched:41,lag:1".to_string()),
+                ("peer.2".to_string(), "matched:-,lag:42".to_string()),
+            ]
+        );
+    }
+}
