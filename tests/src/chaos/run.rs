@@ -123,10 +123,47 @@ impl Report {
     }
 }
 
+impl Report {
+    /// Writes every attempt and outage, in time order, to a file in the
+    /// temp directory, for reading a failure in full; returns its path.
+    pub fn write_history(&self) -> Option<std::path::PathBuf> {
+        let name = format!(
+            "baton-chaos-{}-{}.log",
+            self.config.mode.name().replace([' ', '-'], ""),
+            self.config.seed
+        );
+        let path = std::env::temp_dir().join(name);
+        let mut lines: Vec<(Duration, String)> = self
+            .history
+            .attempts
+            .iter()
+            .map(|a| (a.sent, a.to_string()))
+            .collect();
+        for o in &self.history.outages {
+            lines.push((
+                o.from,
+                format!(
+                    "node {} {:?} from {:?} until {:?}",
+                    o.node, o.kind, o.from, o.until
+                ),
+            ));
+        }
+        lines.sort_by_key(|(at, _)| *at);
+        let text: Vec<String> = lines.into_iter().map(|(_, line)| line).collect();
+        std::fs::write(&path, text.join("\n")).ok()?;
+        Some(path)
+    }
+}
+
 impl fmt::Display for Report {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         writeln!(f, "{}", self.summary())?;
         writeln!(f, "replay: {}", self.config.replay())?;
+        if !self.passed() {
+            if let Some(path) = self.write_history() {
+                writeln!(f, "full history: {}", path.display())?;
+            }
+        }
         let mut by_rule: BTreeMap<&str, Vec<&Violation>> = BTreeMap::new();
         for v in &self.violations {
             by_rule.entry(v.rule()).or_default().push(v);

@@ -5,6 +5,8 @@
 //! checker, and what went wrong with the nodes themselves (a graceful stop
 //! that hangs or fails, a node that dies on its own or does not restart).
 
+use std::io::{BufRead, BufReader, Write};
+use std::net::TcpStream;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -48,6 +50,8 @@ pub fn run(
 ) -> ScheduleLog {
     let mut log = ScheduleLog::default();
     let mut states = vec![State::Up; fleet.nodes.len()];
+    let isolate_at = start + (until - start).mul_f64(0.2 + 0.3 * rng.below(1000) as f64 / 1000.0);
+    let mut isolated = false;
     let since = |at: Instant| at - start;
     while Instant::now() < until {
         std::thread::sleep(rng.millis(100, 400));
@@ -83,17 +87,21 @@ pub fn run(
             .filter(|i| matches!(states[*i], State::Up))
             .collect();
         let serving_now = serving.load(Ordering::Relaxed);
-        // Now and then every node but the serving one goes: a Raft leader
-        // without its majority, a priority active on its own.
-        if down == 0 && up.len() > fleet.mode.max_down() && rng.chance(20) {
-            for other in up.iter().copied().filter(|i| *i != serving_now) {
+        // Once per run (and now and then again) every node but the serving
+        // one goes, for longer than the answer time: a Raft leader without
+        // its majority, a priority active on its own.
+        let isolate = !isolated && Instant::now() >= isolate_at || rng.chance(5);
+        if down == 0 && up.len() > fleet.mode.max_down() && isolate {
+            isolated = true;
+            let keep = serving_node(fleet).unwrap_or(serving_now);
+            for other in up.iter().copied().filter(|i| *i != keep) {
                 if states.iter().filter(|s| !matches!(s, State::Up)).count()
                     >= fleet.mode.max_down()
                 {
                     break;
                 }
                 let kind = pick_kind(rng);
-                let out_for = rng.millis(500, 2500);
+                let out_for = rng.millis(3500, 5000);
                 states[other] = inject(fleet, other, kind, out_for, &mut log, start);
             }
             continue;
@@ -111,6 +119,26 @@ pub fn run(
         recover(fleet, i, state, &mut log, start);
     }
     log
+}
+
+/// The node that says it serves (`role=active` or `leader`), asked with a
+/// blocking `S` on each node in turn.
+fn serving_node(fleet: &Fleet) -> Option<usize> {
+    let probe = |addr: &std::net::SocketAddr| -> Option<String> {
+        let wait = Duration::from_millis(300);
+        let mut stream = TcpStream::connect_timeout(addr, wait).ok()?;
+        stream.set_read_timeout(Some(wait)).ok()?;
+        stream.write_all(b"S\n").ok()?;
+        let mut line = String::new();
+        BufReader::new(stream).read_line(&mut line).ok()?;
+        Some(line)
+    };
+    fleet.peers.iter().position(|addr| {
+        probe(addr).is_some_and(|line| {
+            line.split(' ')
+                .any(|field| field.trim_end() == "role=active" || field.trim_end() == "role=leader")
+        })
+    })
 }
 
 fn pick_kind(rng: &mut Rng) -> FaultKind {
