@@ -158,7 +158,11 @@ impl Report {
 impl fmt::Display for Report {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         writeln!(f, "{}", self.summary())?;
-        writeln!(f, "replay: {}", self.config.replay())?;
+        writeln!(
+            f,
+            "replay: {} (the same schedule and client choices; thread timing still varies)",
+            self.config.replay()
+        )?;
         if !self.passed() {
             if let Some(path) = self.write_history() {
                 writeln!(f, "full history: {}", path.display())?;
