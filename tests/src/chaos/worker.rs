@@ -26,6 +26,9 @@ pub const KEYS: [&str; 3] = ["chaos/a", "chaos/b", "chaos/c"];
 /// Percent of rounds on the worker's own key.
 const OWN_KEY_ROUNDS: u64 = 30;
 
+/// Percent of requests that start at a random node.
+const ANY_NODE_PERCENT: u64 = 20;
+
 /// How long a connect may take before the node counts as unreachable
 /// (nothing was sent, so nothing is recorded).
 const CONNECT_TIMEOUT: Duration = Duration::from_millis(500);
@@ -153,6 +156,12 @@ impl Worker {
     /// Sends `request` until some node gives a verdict (anything but `M`),
     /// within [`REQUEST_BOUND`]; `None` when none came.
     async fn request(&mut self, key: &str, request: Request) -> Option<Answer> {
+        // Now and then start at any node rather than the one that answered
+        // last: a node that just came back (a deposed leader, a resumed
+        // active) gets asked too.
+        if self.rng.chance(ANY_NODE_PERCENT) {
+            self.target = self.rng.below(self.shared.peers.len() as u64) as usize;
+        }
         let started = Instant::now();
         while started.elapsed() < REQUEST_BOUND && !self.stopping() {
             let Some(answer) = self.attempt(key, &request).await else {
