@@ -426,3 +426,25 @@ fn a_connection_opened_before_an_outage_of_its_node_may_be_dead() {
     h.outages[0].until = Some(t(750));
     assert_eq!(rules_broken(&h, &rules(false)), ["answer time"]);
 }
+
+#[test]
+fn a_grant_a_kill_may_have_undone_is_no_evidence_of_overlap() {
+    let mut h = history(vec![
+        grant("k", 0, 10, 5, 2000),
+        grant("k", 200, 300, 6, 2000),
+    ]);
+    // Killed 90 ms after granting: the grant may never have been saved.
+    h.outages.push(Outage {
+        node: 0,
+        kind: FaultKind::Kill,
+        from: t(100),
+        until: Some(t(150)),
+    });
+    let mut lenient = rules(true);
+    lenient.unsaved = Some(Unsaved {
+        window: t(500),
+        kinds: vec![FaultKind::Kill],
+    });
+    assert!(check(&h, &lenient).is_empty(), "{:?}", check(&h, &lenient));
+    assert_eq!(rules_broken(&h, &rules(true)), ["no overlapping holds"]);
+}
