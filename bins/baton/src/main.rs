@@ -51,7 +51,18 @@ async fn dispatch(cli: Cli) -> ExitCode {
         Ok(client) => client,
         Err(err) => return fail(&err),
     };
-    let outcome = match cli.command {
+    let code = command(&client, cli.command).await;
+    // Before exiting: a grant that came after its acquire gave up is being
+    // given back in the background, and `run`'s guard may still hold a
+    // lock on an early return; close finishes both (bounded, 5 s). Its
+    // error could only name such a release, already reported by `code`.
+    let _ = client.close().await;
+    code
+}
+
+/// Runs one command other than `status` and returns its exit code.
+async fn command(client: &Client, command: Command) -> ExitCode {
+    let outcome = match command {
         Command::Acquire { key, wait, lease } => client
             .acquire(key.as_encoded_bytes(), wait, lease)
             .await
@@ -71,7 +82,7 @@ async fn dispatch(cli: Cli) -> ExitCode {
             wait,
             lease,
             command,
-        } => return run::run(&client, &key, wait, lease, &command).await,
+        } => return run::run(client, &key, wait, lease, &command).await,
         Command::Status => Ok(()),
     };
     match outcome {

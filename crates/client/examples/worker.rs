@@ -77,5 +77,9 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         guard.release().await?;
     }
     println!("{} entries written", ledger.entries.len());
+    // Releases whatever is still held (a round that stopped early dropped
+    // its guard, which only starts a release) and waits for the answers:
+    // returning from main without it would kill those releases.
+    client.close().await?;
     Ok(())
 }

@@ -11,7 +11,8 @@ use tokio::time::Instant;
 use crate::builder::ClientBuilder;
 use crate::duration::{ceil_ms, lease_ms};
 use crate::error::{Error, Result};
-use crate::guard::Guard;
+use crate::guard::{Guard, Held};
+use crate::lifecycle::{Background, Lifecycle};
 use crate::pool::Pool;
 use crate::slot::{CallError, Slot};
 
@@ -19,7 +20,7 @@ use crate::slot::{CallError, Slot};
 /// (no active node known yet, typically during a failover).
 const NO_ACTIVE_PAUSE: Duration = Duration::from_millis(100);
 /// Release is retried for this long ...
-const RELEASE_WINDOW: Duration = Duration::from_secs(5);
+pub(crate) const RELEASE_WINDOW: Duration = Duration::from_secs(5);
 /// ... at this interval, across connections.
 const RETRY_INTERVAL: Duration = Duration::from_millis(200);
 /// Consecutive redirects after which the client pauses between hops, so
@@ -28,10 +29,15 @@ const FREE_HOPS: u32 = 4;
 
 /// A handle to a Baton cluster. Cheap to clone: clones share the connections.
 ///
-/// Dropping the last handle (and every [`Guard`]) closes the connections.
+/// End it with [`Client::close`] before the program exits: it releases
+/// every lock the client's guards still hold and waits for the answers.
+/// Dropping the last handle (and every [`Guard`]) closes the connections
+/// but releases nothing: locks of guards still alive stay held until their
+/// leases run out.
 #[derive(Debug, Clone)]
 pub struct Client {
     pool: Arc<Pool>,
+    life: Arc<Lifecycle<Held>>,
 }
 
 /// What one node said about itself, or why it could not be asked.
@@ -55,7 +61,77 @@ impl Client {
     }
 
     pub(crate) fn from_pool(pool: Arc<Pool>) -> Client {
-        Client { pool }
+        Client {
+            pool,
+            life: Arc::new(Lifecycle::default()),
+        }
+    }
+
+    /// Registers a new guard's shared state, so that `close` finds it.
+    pub(crate) fn track_guard(&self, make: impl FnOnce(u64) -> Arc<Held>) -> Arc<Held> {
+        self.life.register(make)
+    }
+
+    pub(crate) fn forget_guard(&self, id: u64) {
+        self.life.unregister(id);
+    }
+
+    /// Where background releases are tracked, for `close` to wait on.
+    pub(crate) fn background(&self) -> &Background {
+        &self.pool.background
+    }
+
+    /// Closes the client: releases every lock still held by one of its
+    /// guards, waits for those answers and for the background releases of
+    /// guards dropped earlier (and of grants that came after their caller
+    /// gave up), then closes the connections.
+    ///
+    /// Bounded: each release is retried as [`Client::release`] does, for at
+    /// most 5 seconds, all at once. Call it last, before `main` returns:
+    /// afterwards (and while it runs) every acquire and renew, on this
+    /// handle or any clone, fails with [`Error::Closed`], and an acquire
+    /// still waiting is given up (the node drops it from its queue when the
+    /// connection closes). Guards still alive are marked lost
+    /// ([`Guard::lost`] resolves); locks given up with
+    /// [`Guard::into_token`] are left alone. Calling it again does nothing.
+    ///
+    /// The error is the first release that got no verdict (no node reached,
+    /// no answer): that lock may stay held until its lease runs out. A lock
+    /// found already gone (`N R`) is not an error here.
+    pub async fn close(&self) -> Result<()> {
+        self.life.start_closing();
+        let releases = self
+            .life
+            .take_live()
+            .into_iter()
+            .filter(|held| held.settle())
+            .map(|held| async move {
+                let released = self.release(held.key(), held.token()).await;
+                held.mark_lost();
+                match released {
+                    Ok(()) | Err(Error::NotHeld { .. }) => Ok(()),
+                    Err(err) => {
+                        tracing::warn!(key = %held.key(), %err, "close could not release");
+                        Err(err)
+                    }
+                }
+            });
+        let (released, ()) = futures_util::future::join(
+            futures_util::future::join_all(releases),
+            self.pool.background.finish(),
+        )
+        .await;
+        self.pool.shut_down();
+        released.into_iter().collect()
+    }
+
+    /// Fails with [`Error::Closed`] once `close` was called.
+    fn check_open(&self) -> Result<()> {
+        if self.life.is_closing() {
+            Err(Error::Closed)
+        } else {
+            Ok(())
+        }
     }
 
     pub(crate) fn request_timeout(&self) -> Duration {
@@ -76,6 +152,7 @@ impl Client {
         wait: Duration,
         lease: Duration,
     ) -> Result<Guard> {
+        self.check_open()?;
         let key = Key::new(key.as_ref())?;
         let lease_ms = lease_ms(lease)?;
         let deadline = (ceil_ms(wait) > 0).then(|| Instant::now() + wait);
@@ -119,15 +196,30 @@ impl Client {
             let limit =
                 deadline.map(|_| Duration::from_millis(wait_ms) + self.pool.request_timeout);
             let sent = Instant::now();
-            match slot.call(req, limit).await {
+            // Closing gives the acquire up: dropping its call makes the
+            // connection release a grant that comes later.
+            let answer = tokio::select! {
+                answer = slot.call(req, limit) => answer,
+                () = self.life.closing() => return Err(Error::Closed),
+            };
+            match answer {
                 Ok(Response::Granted { token, .. }) => {
-                    return Ok(Guard::new(
+                    let guard = Guard::new(
                         self.clone(),
                         key,
                         token,
                         Duration::from_millis(lease_ms),
                         sent,
-                    ))
+                    );
+                    // Registered first, checked second: `close` either
+                    // found this guard or is seen here. Dropping it then
+                    // releases the grant in the background, which `close`
+                    // waits for.
+                    if self.life.is_closing() {
+                        drop(guard);
+                        return Err(Error::Closed);
+                    }
+                    return Ok(guard);
                 }
                 Ok(Response::TimedOut { .. }) | Err(CallError::Unanswered) => {
                     return Err(Error::TimedOut { key })
@@ -164,6 +256,9 @@ impl Client {
     /// node answers, so a connection breaking at the wrong moment does not
     /// leave the lock held until its lease runs out.
     pub async fn release(&self, key: impl AsRef<[u8]>, token: Token) -> Result<()> {
+        if self.pool.is_shut_down() {
+            return Err(Error::Closed);
+        }
         let key = Key::new(key.as_ref())?;
         let req = Request::Release {
             key: key.clone(),
@@ -190,6 +285,7 @@ impl Client {
         lease: Duration,
         window: Duration,
     ) -> Result<()> {
+        self.check_open()?;
         let key = Key::new(key.as_ref())?;
         let req = Request::Renew {
             key: key.clone(),

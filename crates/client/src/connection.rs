@@ -3,13 +3,16 @@
 //! to its request by (op, key), oldest first, as PROTOCOL.md says.
 
 use std::collections::{HashMap, VecDeque};
+use std::sync::Arc;
 
 use baton_core::Key;
 use baton_proto::{ClientCodec, Op, Request, Response};
 use futures_util::{SinkExt, StreamExt};
 use tokio::net::TcpStream;
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::{mpsc, oneshot, watch};
 use tokio_util::codec::{FramedRead, FramedWrite};
+
+use crate::lifecycle::Background;
 
 /// A request on its way to a connection, with where to deliver its answer.
 /// Dropping `reply` unanswered tells the caller the connection broke.
@@ -22,7 +25,8 @@ pub(crate) struct Call {
 /// Why a connection task stopped.
 #[derive(Debug, PartialEq, Eq)]
 pub(crate) enum End {
-    /// Every handle to the client is gone: nobody will send requests again.
+    /// Every handle to the client is gone, or the client was closed: nobody
+    /// will send requests again.
     ClientGone,
     /// The socket failed, closed, or the node sent a line that does not parse.
     Broken,
@@ -38,12 +42,26 @@ fn match_key(op: Op, key: Option<&[u8]>) -> MatchKey {
     (op, key.map(<[u8]>::to_vec).unwrap_or_default())
 }
 
-/// Runs the connection until it breaks or the client goes away.
+/// How long the release of an orphaned grant is waited for (by `close`).
+const ORPHAN_RELEASE_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// Resolves once the client is closed (or every handle to it is gone).
+pub(crate) async fn closed(shutdown: &mut watch::Receiver<bool>) {
+    // An error means the sender is gone: the client is gone too.
+    let _ = shutdown.wait_for(|closed| *closed).await;
+}
+
+/// Runs the connection until it breaks, the client goes away or is closed.
 ///
 /// Reading and writing are two futures inside this one task, so a large
 /// pipelined burst can never deadlock with a node that blocks writing its
 /// answers while we block writing requests.
-pub(crate) async fn serve(stream: TcpStream, calls: &mut mpsc::UnboundedReceiver<Call>) -> End {
+pub(crate) async fn serve(
+    stream: TcpStream,
+    calls: &mut mpsc::UnboundedReceiver<Call>,
+    shutdown: &mut watch::Receiver<bool>,
+    background: &Arc<Background>,
+) -> End {
     let (read_half, write_half) = stream.into_split();
     let mut reader = FramedRead::new(read_half, ClientCodec::default());
     let mut writer = FramedWrite::new(write_half, ClientCodec::default());
@@ -52,14 +70,15 @@ pub(crate) async fn serve(stream: TcpStream, calls: &mut mpsc::UnboundedReceiver
     let (register_tx, mut register_rx) =
         mpsc::unbounded_channel::<(MatchKey, oneshot::Sender<Response>)>();
     // Grants nobody waits for any more go back to the node at once, so the
-    // lock is not held by nobody until its lease runs out.
-    let (orphan_tx, mut orphan_rx) = mpsc::unbounded_channel::<Request>();
+    // lock is not held by nobody until its lease runs out. Their answers are
+    // awaited in the background, so that `close` can wait for them.
+    let (orphan_tx, mut orphan_rx) = mpsc::unbounded_channel::<Call>();
 
     let write = async {
         loop {
             let first = tokio::select! {
                 biased;
-                Some(req) = orphan_rx.recv() => Call { req, reply: oneshot::channel().0 },
+                Some(orphan) = orphan_rx.recv() => orphan,
                 call = calls.recv() => match call {
                     Some(call) => call,
                     None => return End::ClientGone,
@@ -117,7 +136,14 @@ pub(crate) async fn serve(stream: TcpStream, calls: &mut mpsc::UnboundedReceiver
             }
             let Some(reply) = reply else { continue };
             if let Err(Response::Granted { key, token }) = reply.send(response) {
-                let _ = orphan_tx.send(Request::Release { key, token });
+                let (reply, answer) = oneshot::channel();
+                let req = Request::Release { key, token };
+                if orphan_tx.send(Call { req, reply }).is_ok() {
+                    background.spawn(async move {
+                        // Dropped unanswered when the connection breaks.
+                        let _ = tokio::time::timeout(ORPHAN_RELEASE_WAIT, answer).await;
+                    });
+                }
             }
         }
     };
@@ -125,5 +151,6 @@ pub(crate) async fn serve(stream: TcpStream, calls: &mut mpsc::UnboundedReceiver
     tokio::select! {
         end = write => end,
         end = read => end,
+        () = closed(shutdown) => End::ClientGone,
     }
 }

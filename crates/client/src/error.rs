@@ -47,6 +47,12 @@ pub enum Error {
     /// The builder was given no server address.
     #[error("no server address given")]
     NoAddress,
+    /// The client was closed with [`Client::close`](crate::Client::close):
+    /// nothing was sent, or (for an acquire granted as the client closed)
+    /// the grant was given back. From [`Guard::release`](crate::Guard::release):
+    /// `close` already released this lock.
+    #[error("the client was closed")]
+    Closed,
     /// A node answered something that does not fit the request.
     #[error("unexpected answer from the node: {0}")]
     Unexpected(String),

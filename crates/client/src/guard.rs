@@ -1,6 +1,7 @@
 //! A held lock: its token, renewal, optional keep-alive, and release on drop.
 
 use std::fmt;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
@@ -18,9 +19,11 @@ const KEEP_ALIVE_DIVISOR: u32 = 3;
 /// Pause between renew attempts after one failed without a verdict.
 const RENEW_RETRY: Duration = Duration::from_millis(200);
 
-/// What a guard and its keep-alive task share.
+/// What a guard, its keep-alive task and the client's close share.
 #[derive(Debug)]
-struct Held {
+pub(crate) struct Held {
+    /// This guard's entry in the client's list of live guards.
+    id: u64,
     client: Client,
     key: Key,
     token: Token,
@@ -29,9 +32,29 @@ struct Held {
     /// later, so this errs on the safe side).
     lease: Mutex<(Duration, Instant)>,
     lost: watch::Sender<bool>,
+    /// Set by whoever ends the guard's claim: its release, its drop, its
+    /// `into_token`, or the client's close. Only that one acts on the grant.
+    settled: AtomicBool,
 }
 
 impl Held {
+    pub(crate) fn key(&self) -> &Key {
+        &self.key
+    }
+
+    pub(crate) fn token(&self) -> Token {
+        self.token
+    }
+
+    /// Claims the right to end this guard; true for the first caller only.
+    pub(crate) fn settle(&self) -> bool {
+        let first = !self.settled.swap(true, Ordering::AcqRel);
+        if first {
+            self.client.forget_guard(self.id);
+        }
+        first
+    }
+
     fn lease(&self) -> (Duration, Instant) {
         *self.lease.lock().unwrap_or_else(PoisonError::into_inner)
     }
@@ -40,7 +63,7 @@ impl Held {
         *self.lease.lock().unwrap_or_else(PoisonError::into_inner) = (lease, sent + lease);
     }
 
-    fn mark_lost(&self) {
+    pub(crate) fn mark_lost(&self) {
         self.lost.send_replace(true);
     }
 
@@ -66,13 +89,22 @@ impl Held {
     }
 }
 
-/// A granted lock. Dropping it releases the lock in the background (when a
-/// tokio runtime is still running); [`Guard::release`] does it and reports
-/// the outcome.
+/// A granted lock.
+///
+/// End it with [`Guard::release`], which releases the lock and reports the
+/// outcome, or with [`Client::close`], which releases every lock its guards
+/// still hold and waits for the answers.
+///
+/// Dropping a guard only *starts* a release in the background and returns
+/// at once. That release needs the tokio runtime to keep running until the
+/// node answers: when `main` returns (or the runtime is shut down) right
+/// after the drop, it dies with the runtime, and the lock stays held until
+/// its lease runs out. Without a runtime nothing is sent at all. So before a
+/// program exits, release its guards or call [`Client::close`]: `close`
+/// also waits for the background releases of guards dropped earlier.
 pub struct Guard {
     held: Arc<Held>,
     keep_alive: Option<JoinHandle<()>>,
-    armed: bool,
 }
 
 impl Guard {
@@ -84,16 +116,20 @@ impl Guard {
         sent: Instant,
     ) -> Guard {
         let (lost, _) = watch::channel(false);
-        Guard {
-            held: Arc::new(Held {
-                client,
+        let held = client.track_guard(|id| {
+            Arc::new(Held {
+                id,
+                client: client.clone(),
                 key,
                 token,
                 lease: Mutex::new((lease, sent + lease)),
                 lost,
-            }),
+                settled: AtomicBool::new(false),
+            })
+        });
+        Guard {
+            held,
             keep_alive: None,
-            armed: true,
         }
     }
 
@@ -146,9 +182,13 @@ impl Guard {
     }
 
     /// Releases the lock now (retried for 5 s across connections).
-    /// [`Error::NotHeld`] means it had already expired or been released.
+    /// [`Error::NotHeld`] means it had already expired or been released;
+    /// [`Error::Closed`], that [`Client::close`] released it already.
     pub async fn release(mut self) -> Result<()> {
-        self.disarm();
+        self.stop_keep_alive();
+        if !self.held.settle() {
+            return Err(Error::Closed);
+        }
         self.held
             .client
             .release(&self.held.key, self.held.token)
@@ -156,15 +196,16 @@ impl Guard {
     }
 
     /// Gives up the guard without releasing the lock: it stays held until
-    /// someone releases it with the returned token or its lease runs out.
-    /// This is what a command-line `acquire` needs.
+    /// someone releases it with the returned token or its lease runs out,
+    /// and [`Client::close`] leaves it alone. This is what a command-line
+    /// `acquire` needs.
     pub fn into_token(mut self) -> Token {
-        self.disarm();
+        self.stop_keep_alive();
+        self.held.settle();
         self.held.token
     }
 
-    fn disarm(&mut self) {
-        self.armed = false;
+    fn stop_keep_alive(&mut self) {
         if let Some(task) = self.keep_alive.take() {
             task.abort();
         }
@@ -184,21 +225,25 @@ impl fmt::Debug for Guard {
 
 impl Drop for Guard {
     fn drop(&mut self) {
-        let armed = self.armed;
-        self.disarm();
-        if !armed {
-            return;
-        }
+        self.stop_keep_alive();
         // Without a runtime there is nothing to send with; the lease then
         // frees the lock.
-        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
-            let held = Arc::clone(&self.held);
-            runtime.spawn(async move {
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        if !self.held.settle() {
+            return;
+        }
+        let held = Arc::clone(&self.held);
+        // Tracked, so that `Client::close` waits for it.
+        held.client.background().spawn_on(&runtime, {
+            let held = Arc::clone(&held);
+            async move {
                 if let Err(err) = held.client.release(&held.key, held.token).await {
                     tracing::debug!(key = %held.key, %err, "background release failed");
                 }
-            });
-        }
+            }
+        });
     }
 }
 
@@ -216,6 +261,8 @@ async fn keep_alive(held: Arc<Held>) {
             match held.renew(lease, window).await {
                 Ok(()) => break,
                 Err(Error::LeaseLost { .. }) => return,
+                // `close` releases the grant and marks it lost.
+                Err(Error::Closed) => return,
                 Err(err) => {
                     let (_, until) = held.lease();
                     if Instant::now() + RENEW_RETRY >= until {

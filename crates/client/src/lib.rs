@@ -29,9 +29,27 @@
 //!     lost = guard.lost() => return Err(lost),
 //! }
 //! guard.release().await?;
+//!
+//! // Before the program exits: releases whatever the client's guards still
+//! // hold and waits for the answers (at most 5 s).
+//! client.close().await?;
 //! # Ok(())
 //! # }
 //! ```
+//!
+//! # Ending guards, and what drop does
+//!
+//! [`Guard::release`] releases one lock and reports the outcome.
+//! [`Client::close`] releases every lock still held by one of the client's
+//! guards, waits for the answers and for releases started earlier in the
+//! background, then closes the connections; call it before `main` returns.
+//!
+//! Dropping a [`Guard`] only *starts* a release, as a background task, and
+//! returns at once. It does not wait, and it does not survive the runtime:
+//! a guard dropped at the end of `main` (or just before the runtime shuts
+//! down) is never released, and its key stays held for the rest of its
+//! lease. Without a tokio runtime a drop sends nothing at all. Dropping the
+//! [`Client`] releases nothing either. `close` is what makes an exit clean.
 //!
 //! Tokens fence the resource: see [`Fence`] for the check the resource
 //! makes so that a holder whose lease lapsed cannot do harm.
@@ -43,6 +61,7 @@ mod duration;
 mod error;
 mod fence;
 mod guard;
+mod lifecycle;
 mod pool;
 mod slot;
 

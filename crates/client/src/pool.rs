@@ -7,13 +7,18 @@ use std::time::Duration;
 use tokio::sync::watch;
 use tokio::time::Instant;
 
-use crate::slot::{Slot, RECONNECT_INTERVAL};
+use crate::lifecycle::Background;
+use crate::slot::{Shared, Slot, RECONNECT_INTERVAL};
 
 #[derive(Debug)]
 pub(crate) struct Pool {
     slots: RwLock<Vec<Arc<Slot>>>,
     next: AtomicUsize,
     changed: Arc<watch::Sender<u64>>,
+    /// Set once, by `close`: every connection shuts down.
+    shutdown: watch::Sender<bool>,
+    /// Releases running in the background, which `close` waits for.
+    pub(crate) background: Arc<Background>,
     pub(crate) connect_timeout: Duration,
     pub(crate) request_timeout: Duration,
 }
@@ -28,21 +33,27 @@ impl Pool {
     ) -> Pool {
         let (changed, _) = watch::channel(0);
         let changed = Arc::new(changed);
+        let (shutdown, _) = watch::channel(false);
+        let background = Arc::new(Background::default());
+        let shared = Shared {
+            connect_timeout,
+            changed: Arc::clone(&changed),
+            shutdown: shutdown.subscribe(),
+            background: Arc::clone(&background),
+        };
         let mut slots = Vec::new();
         let copies = if addrs.len() == 1 { 2 } else { 1 };
         for addr in addrs {
             for _ in 0..copies {
-                slots.push(Slot::spawn(
-                    addr.clone(),
-                    connect_timeout,
-                    Arc::clone(&changed),
-                ));
+                slots.push(Slot::spawn(addr.clone(), shared.clone()));
             }
         }
         Pool {
             slots: RwLock::new(slots),
             next: AtomicUsize::new(0),
             changed,
+            shutdown,
+            background,
             connect_timeout,
             request_timeout,
         }
@@ -121,13 +132,27 @@ impl Pool {
             return Arc::clone(slot);
         }
         tracing::info!(%addr, "redirected to a new address; connecting to it");
-        let slot = Slot::spawn(
-            addr.to_owned(),
-            self.connect_timeout,
-            Arc::clone(&self.changed),
-        );
+        let slot = Slot::spawn(addr.to_owned(), self.shared());
         slots.push(Arc::clone(&slot));
         slot
+    }
+
+    fn shared(&self) -> Shared {
+        Shared {
+            connect_timeout: self.connect_timeout,
+            changed: Arc::clone(&self.changed),
+            shutdown: self.shutdown.subscribe(),
+            background: Arc::clone(&self.background),
+        }
+    }
+
+    /// Closes every connection for good (their supervisors end).
+    pub(crate) fn shut_down(&self) {
+        self.shutdown.send_replace(true);
+    }
+
+    pub(crate) fn is_shut_down(&self) -> bool {
+        *self.shutdown.borrow()
     }
 
     /// Waits until every connection made its first attempt, bounded by the

@@ -9,7 +9,8 @@ use baton_proto::{Request, Response};
 use tokio::net::TcpStream;
 use tokio::sync::{mpsc, oneshot, watch};
 
-use crate::connection::{self, Call, End};
+use crate::connection::{self, closed, Call, End};
+use crate::lifecycle::Background;
 
 /// How long a broken connection stays out before the next reconnect attempt.
 pub(crate) const RECONNECT_INTERVAL: Duration = Duration::from_secs(3);
@@ -30,6 +31,16 @@ pub(crate) struct SlotState {
     attempted: AtomicBool,
 }
 
+/// What every connection of one client shares: the signal that the client
+/// was closed, and where background work is tracked.
+#[derive(Debug, Clone)]
+pub(crate) struct Shared {
+    pub(crate) connect_timeout: Duration,
+    pub(crate) changed: Arc<watch::Sender<u64>>,
+    pub(crate) shutdown: watch::Receiver<bool>,
+    pub(crate) background: Arc<Background>,
+}
+
 /// A connection as the pool sees it.
 #[derive(Debug)]
 pub(crate) struct Slot {
@@ -39,23 +50,13 @@ pub(crate) struct Slot {
 }
 
 impl Slot {
-    /// Registers a connection to `addr` and starts its supervisor. `changed`
-    /// is bumped whenever a connection comes up or gives up its first try,
-    /// so callers waiting for a usable connection wake up.
-    pub(crate) fn spawn(
-        addr: String,
-        connect_timeout: Duration,
-        changed: Arc<watch::Sender<u64>>,
-    ) -> Arc<Slot> {
+    /// Registers a connection to `addr` and starts its supervisor.
+    /// `shared.changed` is bumped whenever a connection comes up or gives up
+    /// its first try, so callers waiting for a usable connection wake up.
+    pub(crate) fn spawn(addr: String, shared: Shared) -> Arc<Slot> {
         let (calls, rx) = mpsc::unbounded_channel();
         let state = Arc::new(SlotState::default());
-        tokio::spawn(supervise(
-            addr.clone(),
-            connect_timeout,
-            Arc::clone(&state),
-            changed,
-            rx,
-        ));
+        tokio::spawn(supervise(addr.clone(), shared, Arc::clone(&state), rx));
         Arc::new(Slot { addr, calls, state })
     }
 
@@ -93,16 +94,30 @@ fn publish(changed: &watch::Sender<u64>) {
 }
 
 /// Connects, serves, and after a break reconnects every
-/// [`RECONNECT_INTERVAL`], until the client is dropped.
+/// [`RECONNECT_INTERVAL`], until the client is dropped or closed.
 async fn supervise(
     addr: String,
-    connect_timeout: Duration,
+    shared: Shared,
     state: Arc<SlotState>,
-    changed: Arc<watch::Sender<u64>>,
     mut calls: mpsc::UnboundedReceiver<Call>,
 ) {
+    let Shared {
+        connect_timeout,
+        changed,
+        mut shutdown,
+        background,
+    } = shared;
     loop {
-        let connected = tokio::time::timeout(connect_timeout, TcpStream::connect(&addr)).await;
+        if *shutdown.borrow() {
+            state.attempted.store(true, Ordering::Release);
+            publish(&changed);
+            return;
+        }
+        let connect = tokio::time::timeout(connect_timeout, TcpStream::connect(&addr));
+        let connected = tokio::select! {
+            connected = connect => connected,
+            () = closed(&mut shutdown) => continue,
+        };
         match connected {
             Ok(Ok(stream)) => {
                 // Requests are small and latency-bound; Nagle would only delay them.
@@ -111,7 +126,7 @@ async fn supervise(
                 state.attempted.store(true, Ordering::Release);
                 publish(&changed);
                 tracing::debug!(%addr, "connected");
-                let end = connection::serve(stream, &mut calls).await;
+                let end = connection::serve(stream, &mut calls, &mut shutdown, &background).await;
                 state.usable.store(false, Ordering::Release);
                 if end == End::ClientGone {
                     return;
@@ -132,6 +147,7 @@ async fn supervise(
         loop {
             tokio::select! {
                 () = &mut pause => break,
+                () = closed(&mut shutdown) => break,
                 call = calls.recv() => if call.is_none() { return },
             }
         }
