@@ -292,7 +292,7 @@ fn follow_role(
     observe::follow_role(raft, step_down_after, tick, move |role, metrics| {
         let progress = observe::replication(metrics);
         locks.with(|node, now, events| {
-            node.set_replication(progress);
+            node.set_progress(metrics.current_term, progress);
             node.drive(events, |engine, ev| engine.set_role(role, now, ev))
         });
     })
