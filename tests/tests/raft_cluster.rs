@@ -511,9 +511,15 @@ async fn a_wiped_follower_is_repaired_and_the_leader_shows_its_lag() {
     let _serial = SERIAL.lock().await;
     // Snapshots every 10 entries, so the repair needs a snapshot install.
     let mut cluster = RaftCluster::start_with(3, &["--snapshot-every", "10"]);
-    let (leader, _) = cluster.wait_leader(SETTLE).await;
-    // A follower other than node 0, which would set up a fresh cluster.
-    let follower = (1..3).find(|i| *i != leader).unwrap_or(1);
+    let (mut leader, _) = cluster.wait_leader(SETTLE).await;
+    // Node 0 is the follower to wipe: with an empty directory it also sets
+    // the cluster up afresh, the hardest case to repair.
+    if leader == 0 {
+        cluster.nodes[0].terminate();
+        cluster.nodes[0].restart();
+        leader = cluster.wait_leader(SETTLE).await.0;
+    }
+    let follower = 0;
     let mut client = cluster.client(leader);
     for i in 0..10 {
         grant(&mut client, &format!("before-{i}")).await;
@@ -579,7 +585,10 @@ async fn a_wiped_follower_is_repaired_and_the_leader_shows_its_lag() {
         "{caught_up:?}"
     );
     // And it counts for a majority again: with the other follower gone,
-    // the leader still commits.
+    // the leader still commits. (Before the fix the wiped follower even
+    // showed the right token, but the leader never replicated to it
+    // again, and this grant hung: "one more node down and the cluster
+    // hung".)
     let other = (0..3).find(|i| *i != leader && *i != follower).unwrap_or(0);
     cluster.nodes[other].kill();
     let after = grant(&mut client, "after-repair").await;
