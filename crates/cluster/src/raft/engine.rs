@@ -66,10 +66,11 @@ pub enum EngineEvent<H> {
 }
 
 /// How long requests of an ended leadership wait for their entry to be
-/// applied under the next leader before they are redirected: a few
-/// election timeouts, and short enough that a leader cut off from its
-/// majority answers them within the protocol's 3 s (it steps down one
-/// election timeout after its last majority, then waits this long).
+/// applied under the next leader before they are redirected, at most: a
+/// few default election timeouts, and short enough that a leader cut off
+/// from its majority answers them within the protocol's 3 s (it steps
+/// down one election timeout after its last majority, then waits this
+/// long). See [`RaftEngine::set_orphan_wait`].
 pub const ORPHAN_WAIT_MS: Millis = 1_500;
 
 /// The node is not serving; redirect to this address (`None`: unknown).
@@ -102,6 +103,7 @@ pub struct RaftEngine<H> {
     /// the deadline, those with a tag below the bound wait for their entry
     /// (the next leader may well commit it); then they are redirected.
     orphans: Option<(Millis, u64)>,
+    orphan_wait_ms: Millis,
     /// Keys with a grant proposed and not yet applied.
     granting: HashSet<Key>,
     /// Expiries proposed and not yet applied.
@@ -123,10 +125,19 @@ impl<H> RaftEngine<H> {
             next_tag: 1,
             pending: HashMap::new(),
             orphans: None,
+            orphan_wait_ms: ORPHAN_WAIT_MS,
             granting: HashSet::new(),
             expiring: HashSet::new(),
             outbox: Vec::new(),
         }
+    }
+
+    /// How long requests in the log of an ended leadership wait for their
+    /// entry before they are redirected ([`ORPHAN_WAIT_MS`] unless set):
+    /// shorter with longer election timeouts, to keep within the
+    /// answer-time rule.
+    pub fn set_orphan_wait(&mut self, ms: Millis) {
+        self.orphan_wait_ms = ms;
     }
 
     pub fn table(&self) -> &LockTable {
@@ -460,7 +471,7 @@ impl<H> RaftEngine<H> {
                 }
             }
             if !self.pending.is_empty() {
-                self.orphans = Some((now.saturating_add(ORPHAN_WAIT_MS), self.next_tag));
+                self.orphans = Some((now.saturating_add(self.orphan_wait_ms), self.next_tag));
             }
             self.granting.clear();
             self.expiring.clear();

@@ -17,6 +17,8 @@ pub struct RaftLockNode {
     scratch: Vec<EngineEvent<Mailbox>>,
     /// The followers' replication, while this node leads (for `S`).
     replication: Vec<PeerProgress>,
+    /// openraft's current term (for `S`): an election shows as a change.
+    term: u64,
 }
 
 impl RaftLockNode {
@@ -25,6 +27,7 @@ impl RaftLockNode {
             engine,
             scratch: Vec::new(),
             replication: Vec::new(),
+            term: 0,
         }
     }
 
@@ -32,8 +35,10 @@ impl RaftLockNode {
         &self.engine
     }
 
-    /// The followers' replication as openraft last reported it.
-    pub fn set_replication(&mut self, progress: Vec<PeerProgress>) {
+    /// The term and the followers' replication as openraft last reported
+    /// them.
+    pub fn set_progress(&mut self, term: u64, progress: Vec<PeerProgress>) {
+        self.term = term;
         self.replication = progress;
     }
 
@@ -177,7 +182,7 @@ impl LockNode for RaftLockNode {
             waiters: engine.waiter_count() as u64,
             // Only a leader knows its followers' progress; a stepped-down
             // one still shows it, which is what an operator wants to see.
-            extra: observe::status_fields(&self.replication),
+            extra: observe::status_fields(self.term, &self.replication),
         }
     }
 

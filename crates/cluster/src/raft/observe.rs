@@ -167,18 +167,19 @@ pub fn replication(metrics: &Metrics) -> Vec<PeerProgress> {
         .collect()
 }
 
-/// The `S` fields of a leader's followers: `peer.<i>=matched:<index>,lag:<n>`
-/// (`matched:-` while nothing is known to be there).
-pub fn status_fields(progress: &[PeerProgress]) -> Vec<(String, String)> {
-    progress
-        .iter()
-        .map(|p| {
+/// The extra `S` fields of a Raft node: `term=<n>`, and on a leader one
+/// per follower, `peer.<i>=matched:<index>,lag:<n>` (`matched:-` while
+/// nothing is known to be there).
+pub fn status_fields(term: u64, progress: &[PeerProgress]) -> Vec<(String, String)> {
+    let term = ("term".to_string(), term.to_string());
+    std::iter::once(term)
+        .chain(progress.iter().map(|p| {
             let matched = p.matched.map_or_else(|| "-".to_string(), |m| m.to_string());
             (
                 format!("peer.{}", p.node),
                 format!("matched:{matched},lag:{}", p.lag),
             )
-        })
+        }))
         .collect()
 }
 
@@ -227,21 +228,25 @@ mod tests {
 
     #[test]
     fn status_shows_each_followers_lag() {
-        let fields = status_fields(&[
-            PeerProgress {
-                node: 1,
-                matched: Some(41),
-                lag: 1,
-            },
-            PeerProgress {
-                node: 2,
-                matched: None,
-                lag: 42,
-            },
-        ]);
+        let fields = status_fields(
+            7,
+            &[
+                PeerProgress {
+                    node: 1,
+                    matched: Some(41),
+                    lag: 1,
+                },
+                PeerProgress {
+                    node: 2,
+                    matched: None,
+                    lag: 42,
+                },
+            ],
+        );
         assert_eq!(
             fields,
             vec![
+                ("term".to_string(), "7".to_string()),
                 ("peer.1".to_string(), "matched:41,lag:1".to_string()),
                 ("peer.2".to_string(), "matched:-,lag:42".to_string()),
             ]

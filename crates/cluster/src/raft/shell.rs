@@ -35,6 +35,10 @@ pub type Raft = RaftOf<SharedLocks<RaftLockNode>>;
 
 type Shared = Arc<SharedLocks<RaftLockNode>>;
 
+/// Of the protocol's 3 s to answer, what the step-down and the wait for
+/// entries in the log may take together; the rest is margin.
+const ANSWER_BUDGET_MS: u64 = 2_500;
+
 /// A graceful stop waits this long for the new leader to take over.
 const HANDOFF_WAIT: Duration = Duration::from_secs(2);
 
@@ -72,6 +76,16 @@ impl RaftSettings {
     /// serving (see [`super::observe`]).
     pub fn step_down_after(&self) -> Duration {
         Duration::from_millis(self.election_timeout_ms)
+    }
+
+    /// How long requests in the log of an ended leadership wait for their
+    /// entry: what is left of the protocol's 3 s once the step-down took an
+    /// election timeout (with a margin for the checks and the delivery),
+    /// at most [`super::engine::ORPHAN_WAIT_MS`], at least 0.3 s.
+    pub fn orphan_wait_ms(&self) -> u64 {
+        ANSWER_BUDGET_MS
+            .saturating_sub(self.election_timeout_ms)
+            .clamp(300, super::engine::ORPHAN_WAIT_MS)
     }
 
     /// How often a leader re-checks that a majority still answers.
@@ -261,7 +275,8 @@ pub async fn start(
     server_config: ServerConfig,
     settings: RaftSettings,
 ) -> Result<RaftCluster, StartError> {
-    let engine = RaftEngine::new(settings.me, settings.peers.clone(), fresh_origin());
+    let mut engine = RaftEngine::new(settings.me, settings.peers.clone(), fresh_origin());
+    engine.set_orphan_wait(settings.orphan_wait_ms());
     let locks: Shared = Arc::new(SharedLocks::new(RaftLockNode::new(engine), Clock::new()));
     let raft = build_raft(&settings, locks.clone(), Arc::new(TcpDialer)).await?;
     let acceptor = Arc::new(Inbound {
@@ -292,7 +307,7 @@ fn follow_role(
     observe::follow_role(raft, step_down_after, tick, move |role, metrics| {
         let progress = observe::replication(metrics);
         locks.with(|node, now, events| {
-            node.set_replication(progress);
+            node.set_progress(metrics.current_term, progress);
             node.drive(events, |engine, ev| engine.set_role(role, now, ev))
         });
     })
@@ -381,5 +396,22 @@ impl PeerAcceptor for Inbound {
                 tracing::debug!(%error, "raft peer link closed");
             }
         });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_cut_off_leader_answers_within_the_rule_at_any_election_timeout() {
+        for election_timeout_ms in [150, 300, 1_000, 2_000] {
+            let mut settings = RaftSettings::new(0, vec!["a:1".into()], PathBuf::new());
+            settings.election_timeout_ms = election_timeout_ms;
+            let worst = settings.step_down_after().as_millis() as u64
+                + settings.quorum_check_every().as_millis() as u64
+                + settings.orphan_wait_ms();
+            assert!(worst < 3_000, "{election_timeout_ms} ms: {worst} ms");
+        }
     }
 }

@@ -258,11 +258,12 @@ impl World {
 /// The software of host `me`: runs until the host crashes.
 pub async fn run(world: World, me: u64, incarnation: u64) -> turmoil::Result {
     let origin = world.seed ^ (me << 48) ^ (incarnation << 32);
-    let node = Arc::new(SimNode::new(me, world.peers.clone(), origin));
-    locked(&world.nodes).insert(me, node.clone());
     let mut settings = RaftSettings::new(me, world.peers.clone(), world.dirs[me as usize].clone());
     settings.snapshot_every = 40;
     settings.segment_bytes = 16 * 1024;
+    let node = Arc::new(SimNode::new(me, world.peers.clone(), origin));
+    locked(&node.engine).set_orphan_wait(settings.orphan_wait_ms());
+    locked(&world.nodes).insert(me, node.clone());
     let raft: RaftOf<SimNode> = build_raft(&settings, node.clone(), Arc::new(SimDialer)).await?;
     let listener = turmoil::net::TcpListener::bind(("0.0.0.0", PORT)).await?;
     {
