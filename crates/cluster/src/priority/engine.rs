@@ -453,11 +453,11 @@ impl<H> PriorityNode<H> {
 
     fn promote(&mut self, now: Millis) {
         let known = self.service.table().last_token().max(self.seen_token);
-        let wanted = known
-            .saturating_add(TOKEN_MARGIN)
-            .max(wall_floor(self.wall(now)));
         // In this node's own blocks: a token nobody else can grant.
-        let floor = self.blocks.floor_at_or_above(wanted);
+        let floor = self
+            .blocks
+            .floor_at_or_above(known.saturating_add(TOKEN_MARGIN))
+            .max(self.own_wall_floor(now));
         self.service.raise_token_floor(floor);
         self.version += 1;
         // Standbys get the floor with the snapshot they will ask for.
@@ -494,6 +494,11 @@ impl<H> PriorityNode<H> {
     }
 
     // ---- token floors -----------------------------------------------------
+
+    /// The wall-clock floor, in this node's own blocks.
+    fn own_wall_floor(&self, now: Millis) -> Token {
+        self.blocks.wall_floor(wall_floor(self.wall(now)))
+    }
 
     /// Raises the floor to `wanted` or the first token above it that this
     /// node may grant.
@@ -643,10 +648,10 @@ impl<H> PriorityNode<H> {
                     } else {
                         // It steps down when it hears us; until then it may
                         // grant: stay above anything it can have issued.
-                        let floor = heartbeat
-                            .last_token
-                            .saturating_add(TOKEN_MARGIN)
-                            .max(wall_floor(self.wall(now)));
+                        let floor = self
+                            .blocks
+                            .floor_at_or_above(heartbeat.last_token.saturating_add(TOKEN_MARGIN))
+                            .max(self.own_wall_floor(now));
                         self.raise_floor(floor);
                         let beat = self.heartbeat();
                         self.outbox.push((from, PriorityMessage::Heartbeat(beat)));

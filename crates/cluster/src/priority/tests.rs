@@ -737,9 +737,8 @@ fn the_winner_learns_the_losers_tokens_even_when_the_loser_steps_down_first() {
 /// take the same floor: the same token is then granted twice, and after
 /// the heal a holder of one grant can release the other. Found by the
 /// simulation (`PRIORITY_SIM_SEED=2159 ... two_nodes` with
-/// `PRIORITY_SIM_RUNS=2000`). Suggested fix: floors that differ by node,
-/// e.g. `known + TOKEN_MARGIN * (1 + me)`, with docs/cluster.md's argument
-/// updated.
+/// `PRIORITY_SIM_RUNS=2000`). Each node grants only from its own token
+/// blocks (`token_floor.rs`), so equal knowledge gives different tokens.
 #[test]
 fn two_sides_of_a_split_never_grant_the_same_token() {
     let mut c = elected(2);
