@@ -19,6 +19,9 @@ struct Control {
     /// Accept numbers of connections cut one by one.
     cut_ones: watch::Sender<Vec<usize>>,
     refuse: AtomicBool,
+    /// Connections accepted before this number are frozen for good (a
+    /// partition caught them).
+    frozen_below: watch::Sender<usize>,
     open: AtomicUsize,
     accepted: AtomicUsize,
 }
@@ -46,6 +49,7 @@ impl FaultProxy {
             cuts: watch::channel(0).0,
             cut_ones: watch::channel(Vec::new()).0,
             refuse: AtomicBool::new(false),
+            frozen_below: watch::channel(0).0,
             open: AtomicUsize::new(0),
             accepted: AtomicUsize::new(0),
         });
@@ -83,6 +87,19 @@ impl FaultProxy {
     /// While on, new connections are accepted and closed at once.
     pub fn refuse(&self, on: bool) {
         self.control.refuse.store(on, Ordering::SeqCst);
+    }
+
+    /// A network partition, as the connections through this proxy see it.
+    /// While on, new connections are refused and every open one goes
+    /// silent. The silent ones stay silent after the partition ends, as a
+    /// real link does while its retransmissions back off (seconds), until a
+    /// side closes them; connections made after the heal flow at once.
+    pub fn partition(&self, on: bool) {
+        if on {
+            let accepted = self.control.accepted.load(Ordering::SeqCst);
+            self.control.frozen_below.send_replace(accepted);
+        }
+        self.refuse(on);
     }
 
     /// Connections currently forwarded.
@@ -134,22 +151,50 @@ async fn forward(n: usize, client: TcpStream, upstream: SocketAddr, control: Arc
         biased;
         _ = cuts.changed() => {}
         _ = cut_ones.wait_for(|cut| cut.contains(&n)) => {}
-        () = pump(client_read, server_write, control.stalled.subscribe()) => {}
-        () = pump(server_read, client_write, control.stalled.subscribe()) => {}
+        () = pump(client_read, server_write, gate(n, &control)) => {}
+        () = pump(server_read, client_write, gate(n, &control)) => {}
     }
     control.open.fetch_sub(1, Ordering::SeqCst);
 }
 
+/// What holds bytes back on connection `n`: a stall, or a partition that
+/// froze it.
+struct Gate {
+    n: usize,
+    stalled: watch::Receiver<bool>,
+    frozen_below: watch::Receiver<usize>,
+}
+
+fn gate(n: usize, control: &Control) -> Gate {
+    Gate {
+        n,
+        stalled: control.stalled.subscribe(),
+        frozen_below: control.frozen_below.subscribe(),
+    }
+}
+
+impl Gate {
+    /// Waits until bytes may move; false if the proxy is going away.
+    async fn open(&mut self) -> bool {
+        let n = self.n;
+        self.frozen_below
+            .wait_for(|&below| n >= below)
+            .await
+            .is_ok()
+            && self.stalled.wait_for(|stalled| !*stalled).await.is_ok()
+    }
+}
+
 /// Copies one direction until either side closes; each chunk read waits
-/// for the stall to lift before it is written on.
-async fn pump(mut from: OwnedReadHalf, mut to: OwnedWriteHalf, mut stalled: watch::Receiver<bool>) {
+/// for the gate to open before it is written on.
+async fn pump(mut from: OwnedReadHalf, mut to: OwnedWriteHalf, mut gate: Gate) {
     let mut buf = vec![0u8; 16 * 1024];
     loop {
         let n = match from.read(&mut buf).await {
             Ok(0) | Err(_) => return,
             Ok(n) => n,
         };
-        if stalled.wait_for(|stalled| !*stalled).await.is_err() {
+        if !gate.open().await {
             return;
         }
         if to.write_all(&buf[..n]).await.is_err() {
@@ -232,6 +277,26 @@ mod tests {
             .await
             .is_some());
         assert_eq!(proxy.accepted(), 2);
+    }
+
+    #[tokio::test]
+    async fn a_partition_freezes_open_connections_for_good() {
+        let proxy = FaultProxy::start(echo().await).await;
+        let mut old = TcpStream::connect(proxy.addr()).await.unwrap();
+        let within = Duration::from_secs(5);
+        assert!(roundtrip(&mut old, b"1", within).await.is_some());
+        proxy.partition(true);
+        let mut during = TcpStream::connect(proxy.addr()).await.unwrap();
+        let mut buf = [0u8; 1];
+        let n = tokio::time::timeout(within, during.read(&mut buf))
+            .await
+            .unwrap();
+        assert!(matches!(n, Ok(0) | Err(_)), "refused during the partition");
+        proxy.partition(false);
+        let short = Duration::from_millis(200);
+        assert!(roundtrip(&mut old, b"2", short).await.is_none());
+        let mut new = TcpStream::connect(proxy.addr()).await.unwrap();
+        assert!(roundtrip(&mut new, b"3", within).await.is_some());
     }
 
     #[tokio::test]

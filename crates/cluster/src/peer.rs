@@ -3,7 +3,9 @@
 //! A peer connection opens with [`PEER_HELLO`], a line no client request
 //! can start with (client ops are single letters followed by a space or the
 //! end of line), then carries length-delimited postcard frames, each one
-//! message from the dialling node to the node it dialled.
+//! message from the dialling node to the node it dialled. The priority
+//! mode's dialled node writes back single zero bytes, a sign of life the
+//! dialling node watches for.
 
 use bytes::{Bytes, BytesMut};
 use serde::{de::DeserializeOwned, Serialize};

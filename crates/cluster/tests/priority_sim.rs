@@ -80,6 +80,7 @@ fn assert_exercised(total: &Summary, runs: usize) {
 fn three_nodes() {
     let (total, runs) = run_seeds("three_nodes", 3, 0..800);
     assert_exercised(&total, runs);
+    println!("three_nodes: {total:?}");
 }
 
 #[test]

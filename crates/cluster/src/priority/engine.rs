@@ -11,8 +11,9 @@
 //!   full copy, then applies its commands in order;
 //! - with no live active, the best live node promotes itself: the one whose
 //!   state is of the newest term, the highest priority among those;
-//! - an active that hears a higher-priority active steps down and adopts
-//!   its state; one that hears a higher-priority standby holding its state
+//! - an active that hears a higher-priority active steps down, sends it its
+//!   table (the winner keeps the grants of keys it does not hold) and
+//!   adopts its state; one that hears a higher-priority standby holding its state
 //!   hands the role over (final table, then "you are active");
 //! - an active that finds it did not run for a failure timeout (a paused
 //!   process) steps down before serving anything: a peer may have promoted;
@@ -23,6 +24,7 @@
 //!   so no two nodes ever grant the same token, whatever they believe.
 
 mod handoff;
+mod output;
 
 use baton_core::{
     AcquireOutcome, Event, Key, LockService, LockTable, Millis, Outcome, TableSnapshot, Token,
@@ -133,6 +135,8 @@ pub struct PriorityNode<H> {
     next_heartbeat: Millis,
     next_sync_request: Millis,
     handoff_started: Millis,
+    /// (Handing off) the successor has not answered for two heartbeats.
+    handoff_unanswered: bool,
     handed_off_to: Option<NodeIndex>,
     outbox: Vec<(NodeIndex, PriorityMessage)>,
     scratch: Vec<Event<H>>,
@@ -164,6 +168,7 @@ impl<H> PriorityNode<H> {
             next_heartbeat: now,
             next_sync_request: now,
             handoff_started: now,
+            handoff_unanswered: false,
             handed_off_to: None,
             outbox: Vec::new(),
             scratch: Vec::new(),
@@ -211,7 +216,9 @@ impl<H> PriorityNode<H> {
                         PeerRole::Standby => false,
                     })
             }),
-            NodeRole::HandingOff { to } => Some(to),
+            // A successor that did not answer within two heartbeats may
+            // never have got the handoff, and may send clients back here.
+            NodeRole::HandingOff { to } => (!self.handoff_unanswered).then_some(to),
         }
     }
 
@@ -263,8 +270,7 @@ impl<H> PriorityNode<H> {
                 self.make_room();
                 Ok(())
             }
-            NodeRole::Standby => Err(self.following),
-            NodeRole::HandingOff { to } => Err(Some(to)),
+            NodeRole::Standby | NodeRole::HandingOff { .. } => Err(self.redirect_target()),
         }
     }
 
@@ -331,7 +337,9 @@ impl<H> PriorityNode<H> {
             }
             NodeRole::Standby => self.standby_tick(now),
             NodeRole::HandingOff { to } => {
-                if now.saturating_sub(self.handoff_started) > self.config.failure_timeout_ms {
+                let waited = now.saturating_sub(self.handoff_started);
+                self.handoff_unanswered = waited > 2 * self.config.heartbeat_ms;
+                if waited > self.config.failure_timeout_ms {
                     tracing::warn!(successor = to, "handoff not taken up; standing by");
                     self.role = NodeRole::Standby;
                     self.following = None;
@@ -453,11 +461,11 @@ impl<H> PriorityNode<H> {
 
     fn promote(&mut self, now: Millis) {
         let known = self.service.table().last_token().max(self.seen_token);
-        let wanted = known
-            .saturating_add(TOKEN_MARGIN)
-            .max(wall_floor(self.wall(now)));
         // In this node's own blocks: a token nobody else can grant.
-        let floor = self.blocks.floor_at_or_above(wanted);
+        let floor = self
+            .blocks
+            .floor_at_or_above(known.saturating_add(TOKEN_MARGIN))
+            .max(self.own_wall_floor(now));
         self.service.raise_token_floor(floor);
         self.version += 1;
         // Standbys get the floor with the snapshot they will ask for.
@@ -494,6 +502,11 @@ impl<H> PriorityNode<H> {
     }
 
     // ---- token floors -----------------------------------------------------
+
+    /// The wall-clock floor, in this node's own blocks.
+    fn own_wall_floor(&self, now: Millis) -> Token {
+        self.blocks.wall_floor(wall_floor(self.wall(now)))
+    }
 
     /// Raises the floor to `wanted` or the first token above it that this
     /// node may grant.
@@ -633,20 +646,35 @@ impl<H> PriorityNode<H> {
                 } else if self.following == Some(from) && heartbeat.role == PeerRole::Standby {
                     tracing::info!(active = from, "active stepped down");
                     self.following = None;
+                } else if heartbeat.role == PeerRole::HandingOff
+                    && heartbeat.following == Some(me)
+                    && self.refused_from != Some(from)
+                {
+                    // It hands the role to us, but its handoff, which comes
+                    // before this heartbeat on the link, never arrived (a
+                    // broken link dropped it): tell it we did not take it.
+                    tracing::warn!(from, "handoff announced but not received");
+                    self.refused_from = Some(from);
+                    self.outbox.push((from, PriorityMessage::HandoffRefused));
                 }
             }
             NodeRole::Active => {
                 if heartbeat.role == PeerRole::Active {
                     if from < me {
                         tracing::warn!(other = from, "a higher-priority active; stepping down");
+                        // Our grants go with us: the winner merges the
+                        // keys it does not hold itself.
+                        self.flush_journal();
+                        let table = self.service.table().snapshot(now);
+                        self.outbox.push((from, PriorityMessage::Handoff { table }));
                         self.step_down(Some(from), now, events);
                     } else {
                         // It steps down when it hears us; until then it may
                         // grant: stay above anything it can have issued.
-                        let floor = heartbeat
-                            .last_token
-                            .saturating_add(TOKEN_MARGIN)
-                            .max(wall_floor(self.wall(now)));
+                        let floor = self
+                            .blocks
+                            .floor_at_or_above(heartbeat.last_token.saturating_add(TOKEN_MARGIN))
+                            .max(self.own_wall_floor(now));
                         self.raise_floor(floor);
                         let beat = self.heartbeat();
                         self.outbox.push((from, PriorityMessage::Heartbeat(beat)));
@@ -701,85 +729,5 @@ impl<H> PriorityNode<H> {
             table: self.service.table().snapshot(now),
         };
         Some((self.version, state))
-    }
-
-    // ---- output --------------------------------------------------------------
-
-    fn heartbeat(&self) -> Heartbeat {
-        Heartbeat {
-            role: match self.role {
-                NodeRole::Active => PeerRole::Active,
-                NodeRole::Standby => PeerRole::Standby,
-                NodeRole::HandingOff { .. } => PeerRole::HandingOff,
-            },
-            term: self.term,
-            seq: self.seq,
-            last_token: self.service.table().last_token().max(self.seen_token),
-            // Just resumed, this node would refuse a handoff: it does not
-            // offer itself as a successor yet.
-            following: self
-                .following
-                .filter(|_| !self.recently_resumed(self.last_tick)),
-        }
-    }
-
-    fn send_heartbeats(&mut self) {
-        self.flush_journal();
-        let beat = self.heartbeat();
-        for p in 0..self.peers.len() {
-            if p != self.config.me {
-                self.outbox
-                    .push((p, PriorityMessage::Heartbeat(beat.clone())));
-            }
-        }
-    }
-
-    fn send_snapshot(&mut self, to: NodeIndex, now: Millis) {
-        self.flush_journal();
-        let table = self.service.table().snapshot(now);
-        self.outbox.push((
-            to,
-            PriorityMessage::Snapshot {
-                term: self.term,
-                seq: self.seq,
-                table,
-            },
-        ));
-        self.peers[to].synced = true;
-    }
-
-    /// Moves the commands applied since the last call into the outbox, one
-    /// batch for every synced standby.
-    fn flush_journal(&mut self) {
-        if !self.service.has_journal() {
-            return;
-        }
-        let commands = self.service.drain_journal();
-        self.version += 1;
-        let first_seq = self.seq;
-        self.seq += commands.len() as u64;
-        if self.role != NodeRole::Active {
-            return;
-        }
-        for p in 0..self.peers.len() {
-            if p != self.config.me && self.peers[p].synced {
-                let batch = PriorityMessage::Commands {
-                    term: self.term,
-                    first_seq,
-                    commands: commands.clone(),
-                };
-                self.outbox.push((p, batch));
-            }
-        }
-    }
-
-    pub fn has_output(&self) -> bool {
-        !self.outbox.is_empty() || self.service.has_journal()
-    }
-
-    /// Everything for the peers, in order.
-    pub fn take_output(&mut self) -> Vec<(NodeIndex, PriorityMessage)> {
-        self.flush_journal();
-        std::mem::take(&mut self.outbox)
     }
 }

@@ -28,7 +28,8 @@ pub struct Heartbeat {
     /// Commands of that term the node has applied.
     pub seq: u64,
     pub last_token: Token,
-    /// The active this node replicates from, if a standby.
+    /// The active this node replicates from, if a standby; the successor,
+    /// if handing off.
     pub following: Option<NodeIndex>,
 }
 

@@ -1,8 +1,12 @@
 //! The async shell of a priority node: peer links over the client port,
 //! the outbox pump, and the graceful handoff at shutdown.
 //!
-//! Each node dials every other node and only writes on the link it dialled;
-//! it reads its peers' messages on the links they dialled. Ticks come from
+//! Each node dials every other node and writes its messages on the link it
+//! dialled; it reads its peers' messages on the links they dialled, and
+//! writes back a zero byte now and then as a sign of life. Either end
+//! closes a link that brought nothing for a failure timeout, and the
+//! dialling end dials again: a link a partition froze is replaced instead
+//! of waiting out the kernel's backed-off retransmissions. Ticks come from
 //! the server's single timer, which `LockNode::next_deadline` drives.
 
 use std::path::PathBuf;
@@ -18,7 +22,7 @@ use tokio_util::codec::{Framed, FramedParts, FramedWrite};
 
 use baton_server::{Clock, PeerAcceptor, Server, ServerConfig, ServerError, SharedLocks};
 
-use super::engine::{PriorityConfig, PriorityNode};
+use super::engine::{NodeRole, PriorityConfig, PriorityNode};
 use super::lock_node::PriorityLockNode;
 use super::messages::{LinkHello, NodeIndex, PriorityMessage};
 use super::state_file::{self, PriorityPersister, StateFileError};
@@ -43,29 +47,63 @@ pub struct PriorityCluster {
 pub struct PriorityHandle {
     locks: Shared,
     persister: Option<Arc<PriorityPersister>>,
+    failure_timeout: Duration,
+}
+
+/// Where a graceful stop's handoff stands.
+enum HandoffStep {
+    Done(NodeIndex),
+    /// Not active (any more): nothing of ours to hand over.
+    NothingToHand,
+    Waiting,
+    NoSuccessor,
 }
 
 impl PriorityHandle {
-    /// Graceful stop, first part: hand the active role to the best live
-    /// standby and wait (bounded) until it has taken over. The server keeps
-    /// answering meanwhile, redirecting clients to the successor.
+    /// Graceful stop, first part: hand the active role to a live peer and
+    /// wait (bounded) until it confirms. The server keeps answering
+    /// meanwhile, redirecting clients to the successor. A successor that
+    /// refuses leaves this node serving: the role goes to the next one. With
+    /// no live peer yet, it waits a few failure timeouts for one (a link
+    /// being redialled after a heal) before giving up.
     pub async fn hand_off(&self) {
-        let started = self.locks.with(|node, now, events| {
-            node.drive(events, |engine, ev| engine.begin_handoff(now, ev))
-        });
-        if !started {
-            return;
-        }
         let begun = tokio::time::Instant::now();
-        while begun.elapsed() < HANDOFF_WAIT {
-            let taken = self.locks.with(|node, _, _| node.engine().handed_off_to());
-            if let Some(successor) = taken {
-                tracing::info!(successor, "handed over");
+        let look_for = self.failure_timeout * 3;
+        loop {
+            let step = self.locks.with(|node, now, events| {
+                if let Some(successor) = node.engine().handed_off_to() {
+                    return HandoffStep::Done(successor);
+                }
+                match node.engine().role() {
+                    NodeRole::Standby => HandoffStep::NothingToHand,
+                    NodeRole::HandingOff { .. } => HandoffStep::Waiting,
+                    NodeRole::Active => {
+                        if node.drive(events, |engine, ev| engine.begin_handoff(now, ev)) {
+                            HandoffStep::Waiting
+                        } else {
+                            HandoffStep::NoSuccessor
+                        }
+                    }
+                }
+            });
+            match step {
+                HandoffStep::Done(successor) => {
+                    tracing::info!(successor, "handed over");
+                    return;
+                }
+                HandoffStep::NothingToHand => return,
+                HandoffStep::NoSuccessor if begun.elapsed() >= look_for => {
+                    tracing::warn!("no live peer to hand the active role to");
+                    return;
+                }
+                HandoffStep::NoSuccessor | HandoffStep::Waiting => {}
+            }
+            if begun.elapsed() >= HANDOFF_WAIT {
+                tracing::warn!("successor did not confirm the handoff in time");
                 return;
             }
             tokio::time::sleep(Duration::from_millis(2)).await;
         }
-        tracing::warn!("successor did not confirm the handoff in time");
     }
 
     /// Graceful stop, last part: the state goes to the data directory, if
@@ -151,11 +189,16 @@ pub async fn start(
         None => None,
     };
     let locks: Shared = Arc::new(SharedLocks::new(PriorityLockNode::new(engine), clock));
+    // A link that has heard nothing for a failure timeout is stale: its
+    // bytes may sit behind a backed-off retransmission long after the
+    // network healed. It is closed and dialled again.
+    let link_timeout = Duration::from_millis(failure_timeout_ms.max(1));
     let inbound = Arc::new(Inbound {
         locks: locks.clone(),
         peers: peers.clone(),
         me,
-        idle_limit: Duration::from_millis((failure_timeout_ms * 20).max(5_000)),
+        link_timeout,
+        ack_every: Duration::from_millis(heartbeat_ms / 2),
     });
     let server = Server::bind_shared(server_config, locks.clone(), Some(inbound)).await?;
 
@@ -170,7 +213,14 @@ pub async fn start(
             from: me,
             peers: peers.clone(),
         };
-        tokio::spawn(dial(index, addr.clone(), hello, rx, locks.clone()));
+        tokio::spawn(dial(
+            index,
+            addr.clone(),
+            hello,
+            rx,
+            locks.clone(),
+            link_timeout,
+        ));
         links.push(Some(tx));
     }
     tokio::spawn(pump(locks.clone(), links));
@@ -180,7 +230,11 @@ pub async fn start(
     }
     Ok(PriorityCluster {
         server,
-        handle: PriorityHandle { locks, persister },
+        handle: PriorityHandle {
+            locks,
+            persister,
+            failure_timeout: link_timeout,
+        },
     })
 }
 
@@ -208,11 +262,12 @@ async fn dial(
     hello: LinkHello,
     mut outbox: mpsc::UnboundedReceiver<PriorityMessage>,
     locks: Shared,
+    link_timeout: Duration,
 ) {
     let mut batch = Vec::with_capacity(64);
     loop {
-        let connected =
-            tokio::time::timeout(Duration::from_secs(1), TcpStream::connect(&addr)).await;
+        // Short, so that the first attempt after a heal comes soon.
+        let connected = tokio::time::timeout(link_timeout, TcpStream::connect(&addr)).await;
         let mut stream = match connected {
             Ok(Ok(stream)) => stream,
             _ => {
@@ -222,7 +277,10 @@ async fn dial(
             }
         };
         let _ = stream.set_nodelay(true);
-        if let Err(error) = send_link(&mut stream, &hello, &mut outbox, &mut batch).await {
+        // What queued while there was no link is stale.
+        while outbox.try_recv().is_ok() {}
+        let sent = send_link(&mut stream, &hello, &mut outbox, &mut batch, link_timeout).await;
+        if let Err(error) = sent {
             tracing::debug!(peer = index, %error, "peer link down");
         }
         locks.with(|node, _, _| node.engine_mut().on_link_down(index));
@@ -231,34 +289,65 @@ async fn dial(
     }
 }
 
+/// Why a peer link was closed on purpose.
+#[derive(Debug, thiserror::Error)]
+enum LinkClosed {
+    #[error(transparent)]
+    Peer(#[from] peer::PeerError),
+    #[error("nothing heard for a failure timeout")]
+    Silent,
+    #[error("a write did not finish within a failure timeout")]
+    WriteStalled,
+}
+
 async fn send_link(
     stream: &mut TcpStream,
     hello: &LinkHello,
     outbox: &mut mpsc::UnboundedReceiver<PriorityMessage>,
     batch: &mut Vec<PriorityMessage>,
-) -> Result<(), peer::PeerError> {
-    stream.write_all(PEER_HELLO).await?;
+    link_timeout: Duration,
+) -> Result<(), LinkClosed> {
     let (mut reader, writer) = stream.split();
     let mut frames = FramedWrite::new(writer, peer::frame_codec());
-    frames.send(peer::encode(hello)?).await?;
+    let opening = async {
+        frames.get_mut().write_all(PEER_HELLO).await?;
+        frames.send(peer::encode(hello)?).await?;
+        Ok::<_, peer::PeerError>(())
+    };
+    match tokio::time::timeout(link_timeout, opening).await {
+        Ok(result) => result?,
+        Err(_) => return Err(LinkClosed::WriteStalled),
+    }
+    // The peer writes a byte back now and then for what it reads: a link
+    // that brings none for a failure timeout is stale.
     let mut sink = [0u8; 64];
+    let mut heard = tokio::time::Instant::now();
     loop {
         tokio::select! {
             n = outbox.recv_many(batch, 64) => {
                 if n == 0 {
                     return Ok(());
                 }
-                for message in batch.drain(..) {
-                    frames.feed(peer::encode(&message)?).await?;
+                let write = async {
+                    for message in batch.drain(..) {
+                        frames.feed(peer::encode(&message)?).await?;
+                    }
+                    SinkExt::<bytes::Bytes>::flush(&mut frames).await?;
+                    Ok::<_, peer::PeerError>(())
+                };
+                match tokio::time::timeout(link_timeout, write).await {
+                    Ok(result) => result?,
+                    Err(_) => return Err(LinkClosed::WriteStalled),
                 }
-                SinkExt::<bytes::Bytes>::flush(&mut frames).await?;
             }
-            // The peer never writes on this link: a read only ends it.
             read = tokio::io::AsyncReadExt::read(&mut reader, &mut sink) => {
                 match read {
                     Ok(0) | Err(_) => return Ok(()),
-                    Ok(_) => {}
+                    Ok(_) => heard = tokio::time::Instant::now(),
                 }
+            }
+            () = tokio::time::sleep_until(heard + link_timeout) => {
+                return Err(LinkClosed::Silent);
             }
         }
     }
@@ -269,7 +358,11 @@ struct Inbound {
     locks: Shared,
     peers: Vec<String>,
     me: NodeIndex,
-    idle_limit: Duration,
+    /// A link that brings nothing for this long is closed (the peer
+    /// heartbeats much more often, and dials again).
+    link_timeout: Duration,
+    /// How often at most the node writes a byte back on a link it reads.
+    ack_every: Duration,
 }
 
 impl PeerAcceptor for Inbound {
@@ -282,10 +375,9 @@ impl PeerAcceptor for Inbound {
         let locks = self.locks.clone();
         let peers = self.peers.clone();
         let me = self.me;
-        let idle_limit = self.idle_limit;
+        let limits = (self.link_timeout, self.ack_every);
         tokio::spawn(async move {
-            if let Err(error) =
-                receive_link(stream, already_read, locks, &peers, me, idle_limit).await
+            if let Err(error) = receive_link(stream, already_read, locks, &peers, me, limits).await
             {
                 tracing::debug!(%error, "inbound peer link closed");
             }
@@ -299,8 +391,9 @@ async fn receive_link(
     locks: Shared,
     peers: &[String],
     me: NodeIndex,
-    idle_limit: Duration,
+    (idle_limit, ack_every): (Duration, Duration),
 ) -> Result<(), peer::PeerError> {
+    let _ = stream.set_nodelay(true);
     let mut parts = FramedParts::new::<bytes::Bytes>(stream, peer::hello_frame_codec());
     parts.read_buf = already_read;
     let mut frames = Framed::from_parts(parts);
@@ -318,6 +411,7 @@ async fn receive_link(
         return Ok(());
     }
     frames.codec_mut().set_max_frame_length(peer::MAX_FRAME);
+    let mut acked: Option<tokio::time::Instant> = None;
     loop {
         let frame = match tokio::time::timeout(idle_limit, frames.next()).await {
             Ok(Some(frame)) => frame?,
@@ -327,6 +421,13 @@ async fn receive_link(
                 return Ok(());
             }
         };
+        // Tells the dialling side the link still carries: never waits (a
+        // full buffer means the link is stalled, and the dialler will
+        // notice the silence).
+        if acked.is_none_or(|at| at.elapsed() >= ack_every) {
+            let _ = frames.get_ref().try_write(&[0]);
+            acked = Some(tokio::time::Instant::now());
+        }
         let message: PriorityMessage = peer::decode(&frame)?;
         locks.with(|node, now, events| {
             node.drive(events, |engine, ev| {

@@ -15,11 +15,11 @@ use baton_core::Token;
 
 use super::messages::NodeIndex;
 
-/// Tokens in one block. Small against [`super::engine::TOKEN_MARGIN`], so
-/// that rounding a floor up to the node's next block costs little of the
-/// wall-clock argument; large against the grants one call can make (at most
-/// one per queued waiter, plus one, see [`MAX_WAITERS`]).
-pub const BLOCK: Token = 1 << 30;
+/// Tokens in one block: 16 ms of the wall-clock floor, so that rounding a
+/// floor up to the node's next block costs little of the wall-clock
+/// argument; large against the grants one call can make (at most one per
+/// queued waiter, plus one, see [`MAX_WAITERS`]).
+pub const BLOCK: Token = 1 << 24;
 
 /// An active queues at most this many acquires: one call (a tick, a
 /// release) grants at most one token per waiter plus one, so a fresh block
@@ -68,6 +68,29 @@ impl TokenBlocks {
         after
             .checked_add(ahead)
             .and_then(|k| k.checked_mul(BLOCK))
+            .unwrap_or(Token::MAX)
+    }
+
+    /// The wall-clock floor `wall` (`ms << 20`) moved into our blocks
+    /// without losing its resolution: our own tokens, in order, are our
+    /// "positions"; this is the token at position `wall / n + BLOCK`. It is
+    /// at least `wall`, and a millisecond later it is at least `2^20 / n`
+    /// positions higher, so a node that knows nothing still starts above
+    /// what it granted a moment before (docs/cluster.md, part 3).
+    pub fn wall_floor(&self, wall: Token) -> Token {
+        let position = (wall / self.nodes).saturating_add(BLOCK);
+        self.token_at(position)
+    }
+
+    /// Our token at `position` (0-based) among our own, in order, less one:
+    /// a floor from which the next grant is that token.
+    fn token_at(&self, position: u64) -> Token {
+        let (block, offset) = (position / BLOCK, position % BLOCK);
+        block
+            .checked_mul(self.nodes)
+            .and_then(|k| k.checked_add(self.me))
+            .and_then(|k| k.checked_mul(BLOCK))
+            .and_then(|start| start.checked_add(offset))
             .unwrap_or(Token::MAX)
     }
 
@@ -144,6 +167,28 @@ mod tests {
                     assert!(b.owns(start + 1) && b.owns(start + BLOCK));
                     assert_eq!(b.floor_at_or_above(start), start);
                 }
+            }
+        }
+    }
+
+    #[test]
+    fn the_wall_floor_is_above_the_clock_ours_and_rises_every_millisecond() {
+        for nodes in 1..=5 {
+            for me in 0..nodes {
+                let b = TokenBlocks::new(me, nodes);
+                let mut before = 0;
+                for ms in [1_700_000_000_000u64, 1_700_000_000_001, 1_700_000_000_017] {
+                    for wall in [ms << 20, (ms << 20) + 12_345] {
+                        let floor = b.wall_floor(wall);
+                        assert!(floor >= wall, "{floor} below {wall}");
+                        assert!(floor > before);
+                        assert!(b.room(floor) >= 1 && b.owns(floor + 1));
+                        before = floor;
+                    }
+                }
+                let a = b.wall_floor(1_700_000_000_000 << 20);
+                let later = b.wall_floor(1_700_000_000_001 << 20);
+                assert!(later - a >= (1 << 20) / nodes as u64);
             }
         }
     }

@@ -23,6 +23,10 @@ const WALL_ZERO: u64 = 1_700_000_000_000;
 const KEYS: [&str; 3] = ["orders/1", "jobs:nightly", "x"];
 const CLIENTS: usize = 6;
 const TRACE_LINES: usize = 60;
+/// Two nodes may send clients to each other only while a handoff is on its
+/// way to its successor, or lost on a broken link until a heartbeat of the
+/// sender reaches the successor: a few heartbeats at most.
+const LOOP_GRACE: Millis = 3 * HEARTBEAT + 5;
 
 /// Which faults a run injects besides delay, loss, crashes and graceful
 /// stops, which every run has.
@@ -57,6 +61,8 @@ pub struct Summary {
     pub grants: u64,
     pub promotions: u64,
     pub handoffs: u64,
+    /// Handoffs an active took by merging the table (after a heal).
+    pub merges: u64,
     pub crashes: u64,
     pub pauses: u64,
     pub partitions: u64,
@@ -68,6 +74,7 @@ impl Summary {
         self.grants += other.grants;
         self.promotions += other.promotions;
         self.handoffs += other.handoffs;
+        self.merges += other.merges;
         self.crashes += other.crashes;
         self.pauses += other.pauses;
         self.partitions += other.partitions;
@@ -184,6 +191,9 @@ pub struct World {
     /// no two grants may ever share one, whatever the faults.
     granted: BTreeMap<Token, (Millis, NodeIndex, Key)>,
     summary: Summary,
+    /// Since when each pair of nodes (lower index first) has redirected
+    /// clients to each other.
+    loops_since: BTreeMap<(NodeIndex, NodeIndex), Millis>,
     trace: VecDeque<String>,
     failure: Option<String>,
 }
@@ -257,6 +267,7 @@ impl World {
             max_token_by: (0, 0),
             granted: BTreeMap::new(),
             summary: Summary::default(),
+            loops_since: BTreeMap::new(),
             trace: VecDeque::new(),
             failure: None,
         }
@@ -321,7 +332,10 @@ impl World {
         let term_before = std::mem::replace(&mut self.nodes[i].term, term);
         // An active that takes a handoff merges the table and starts a new
         // term: an activation of its own, as if it had promoted.
-        let merged = handoff_from.is_some() && role == NodeRole::Active && term != term_before;
+        let merged = handoff_from.is_some()
+            && before == NodeRole::Active
+            && role == NodeRole::Active
+            && term != term_before;
         if role == before && !merged {
             return;
         }
@@ -341,6 +355,7 @@ impl World {
             self.summary.promotions += 1;
             if handoff_from.is_some() {
                 self.summary.handoffs += 1;
+                self.summary.merges += u64::from(merged);
             } else {
                 self.check_promotion(i);
             }
@@ -715,22 +730,35 @@ impl World {
                 }
             }
             1 => {
-                let active = (0..n).find(|&i| {
-                    self.nodes[i].running()
-                        && self.nodes[i].role == NodeRole::Active
-                        && self.nodes[i].stopping_until.is_none()
+                let actives: Vec<NodeIndex> = (0..n)
+                    .filter(|&i| {
+                        self.nodes[i].running()
+                            && self.nodes[i].role == NodeRole::Active
+                            && self.nodes[i].stopping_until.is_none()
+                    })
+                    .collect();
+                if actives.is_empty() {
+                    return;
+                }
+                let i = actives[self.rng.below(actives.len())];
+                // In a partition a graceful stop hands its table to a node
+                // it reaches (which then knows its tokens); with none, the
+                // stop is not tried (it would be a crash inside a split).
+                let split = self.net.partitioned();
+                if !split && !self.others_carry_on(i) || split && !self.may_restart(i) {
+                    return;
+                }
+                self.log(format!("node {i} stops gracefully"));
+                self.last_disturbance = self.now;
+                let begun = self.call(i, None, |engine, now, events| {
+                    engine.begin_handoff(now, events)
                 });
-                if let Some(i) = active.filter(|&i| self.others_carry_on(i)) {
-                    self.log(format!("node {i} stops gracefully"));
-                    self.last_disturbance = self.now;
-                    let begun = self.call(i, None, |engine, now, events| {
-                        engine.begin_handoff(now, events)
-                    });
-                    if begun == Some(true) {
-                        self.nodes[i].stopping_until = Some(self.now + 200);
-                    } else {
-                        self.crash(i);
-                    }
+                if begun == Some(true) {
+                    self.nodes[i].stopping_until = Some(self.now + 200);
+                } else if split {
+                    self.log(format!("node {i} finds no successor; stays"));
+                } else {
+                    self.crash(i);
                 }
             }
             2 if self.profile.pauses => {
@@ -897,11 +925,40 @@ impl World {
             self.net_quiet_since = self.now;
         }
         self.check_custody();
+        self.check_redirects();
         if !self.profile.pauses && !self.profile.partitions {
             self.check_exclusion();
         }
         if self.now >= self.last_disturbance + SETTLE {
             self.check_settled();
+        }
+    }
+
+    /// No two nodes that answer clients send them to each other, beyond
+    /// the moment a handoff message takes to arrive.
+    fn check_redirects(&mut self) {
+        let target = |n: &Node| {
+            n.engine
+                .as_ref()
+                .filter(|_| n.running())
+                .and_then(|e| e.redirect_target())
+        };
+        let n = self.nodes.len();
+        for i in 0..n {
+            for j in i + 1..n {
+                let looping =
+                    target(&self.nodes[i]) == Some(j) && target(&self.nodes[j]) == Some(i);
+                if !looping {
+                    self.loops_since.remove(&(i, j));
+                    continue;
+                }
+                let since = *self.loops_since.entry((i, j)).or_insert(self.now);
+                if self.now > since + LOOP_GRACE {
+                    self.fail(format!(
+                        "nodes {i} and {j} have redirected clients to each other since t={since}"
+                    ));
+                }
+            }
         }
     }
 

@@ -8,10 +8,11 @@
 //! successor that was already active heartbeats "active" before and after
 //! the handoff, so its heartbeats prove nothing.
 
-use baton_core::{LockTable, Millis, TableSnapshot};
+use baton_core::{LockTable, Millis, TableSnapshot, Token};
 
 use super::super::messages::{NodeIndex, PeerRole, PriorityMessage};
-use super::{ClusterEvent, NodeRole, PriorityNode};
+use super::super::token_floor::BLOCK;
+use super::{wall_floor, ClusterEvent, NodeRole, PriorityNode, TOKEN_MARGIN};
 
 impl<H> PriorityNode<H> {
     /// An active hands over to a higher-priority standby that holds its
@@ -70,6 +71,10 @@ impl<H> PriorityNode<H> {
 
     fn hand_over(&mut self, to: NodeIndex, now: Millis, events: &mut Vec<ClusterEvent<H>>) {
         self.flush_journal();
+        // The successor may take the role, grant and die before anyone
+        // hears its floor; if this node serves again it must start above
+        // whatever floor the successor can have taken from this table.
+        self.seen_token = self.seen_token.max(self.successor_floor_bound(now));
         let table = self.service.table().snapshot(now);
         self.outbox.push((to, PriorityMessage::Handoff { table }));
         for waiter in self.service.drain_waiters() {
@@ -82,6 +87,24 @@ impl<H> PriorityNode<H> {
         }
         self.role = NodeRole::HandingOff { to };
         self.handoff_started = now;
+        self.handoff_unanswered = false;
+        // Right behind the handoff, on the same links: the peers stop
+        // sending clients here, and a successor that lost the handoff (a
+        // broken link) says so at once.
+        self.beat(now);
+    }
+
+    /// Above any floor a successor can take from this node's table until
+    /// the handoff times out: its margin over what it knows, or its wall
+    /// floor, rounded into its blocks.
+    fn successor_floor_bound(&self, now: Millis) -> Token {
+        let known = self.service.table().last_token().max(self.seen_token);
+        let later = now.saturating_add(self.config.failure_timeout_ms);
+        let nodes = self.peers.len() as u64 + 1;
+        known
+            .saturating_add(TOKEN_MARGIN)
+            .max(wall_floor(self.wall(later)))
+            .saturating_add(nodes.saturating_mul(BLOCK))
     }
 
     pub(super) fn on_handoff(&mut self, from: NodeIndex, table: &TableSnapshot, now: Millis) {
