@@ -325,8 +325,8 @@ fn follow_role(
 /// entries although it lags (see [`observe::StuckWatch`]): the next leader
 /// builds every replication stream afresh, which repairs it. Costs one
 /// hand-over (tens of milliseconds for clients); happens only then.
-fn unstick_replication(
-    raft: Raft,
+pub fn unstick_replication<H: TableHost>(
+    raft: RaftOf<H>,
     settings: &RaftSettings,
 ) -> impl std::future::Future<Output = ()> + Send + 'static {
     let stuck_after = settings.stuck_after();
