@@ -413,15 +413,25 @@ impl<H> RaftEngine<H> {
             (Command::Grant { key, .. }, Some(Pending::Grant(waiter))) => {
                 self.granting.remove(key);
                 match outcome {
-                    Outcome::Granted { token } => events.push(EngineEvent::Granted {
-                        id: waiter.id,
-                        handle: waiter.handle,
-                        key: waiter.key,
-                        token,
-                    }),
+                    // Only the serving leader hands a grant out: its lease
+                    // counts from this apply, as the leader's expiry will.
+                    // A node that applies its own old grant after losing
+                    // the lead may do so long after the leader that
+                    // committed it started the lease (and granted newer
+                    // tokens): its client would hold the key past the
+                    // leader's expiry. It is sent away instead; the grant
+                    // lapses with its lease (found by the simulation).
+                    Outcome::Granted { token } if self.serving() => {
+                        events.push(EngineEvent::Granted {
+                            id: waiter.id,
+                            handle: waiter.handle,
+                            key: waiter.key,
+                            token,
+                        })
+                    }
                     // Unreachable while grants are proposed only for free
                     // keys; the waiter goes back to wait its turn again.
-                    _ => {
+                    Outcome::GrantRejected if self.serving() => {
                         self.queues.push(
                             waiter.key,
                             waiter.lease_ms,
@@ -429,6 +439,12 @@ impl<H> RaftEngine<H> {
                             waiter.handle,
                         );
                     }
+                    _ => events.push(EngineEvent::Moved {
+                        id: waiter.id,
+                        handle: waiter.handle,
+                        key: waiter.key,
+                        to: self.redirect_target(),
+                    }),
                 }
             }
             (Command::Grant { key, .. }, None) => {
@@ -469,7 +485,15 @@ impl<H> RaftEngine<H> {
                 events.push(EngineEvent::Reply { handle, response });
             }
             (Command::Renew { .. }, Some(Pending::Renew { key, reply })) => {
-                let response = if outcome == Outcome::Renewed {
+                let response = if outcome == Outcome::Renewed && !self.serving() {
+                    // As for a grant: the new lease counts from the
+                    // leader's apply, which may be long past.
+                    Response::Moved {
+                        op: Op::Renew,
+                        key,
+                        addr: self.redirect_target(),
+                    }
+                } else if outcome == Outcome::Renewed {
                     Response::Renewed { key }
                 } else {
                     Response::NotHeld { op: Op::Renew, key }
