@@ -20,6 +20,10 @@ use openraft::EntryPayload;
 
 use super::types::{Entry, NodeId, Proposal, Tagged};
 
+mod leadership;
+
+pub use leadership::ORPHAN_WAIT_MS;
+
 /// Most commands one log entry carries; more wait for the next entry.
 pub const MAX_BATCH: usize = 1024;
 
@@ -64,14 +68,6 @@ pub enum EngineEvent<H> {
         response: Response,
     },
 }
-
-/// How long requests of an ended leadership wait for their entry to be
-/// applied under the next leader before they are redirected, at most: a
-/// few default election timeouts, and short enough that a leader cut off
-/// from its majority answers them within the protocol's 3 s (it steps
-/// down one election timeout after its last majority, then waits this
-/// long). See [`RaftEngine::set_orphan_wait`].
-pub const ORPHAN_WAIT_MS: Millis = 1_500;
 
 /// The node is not serving; redirect to this address (`None`: unknown).
 pub type NotServing = Option<String>;
@@ -130,14 +126,6 @@ impl<H> RaftEngine<H> {
             expiring: HashSet::new(),
             outbox: Vec::new(),
         }
-    }
-
-    /// How long requests in the log of an ended leadership wait for their
-    /// entry before they are redirected ([`ORPHAN_WAIT_MS`] unless set):
-    /// shorter with longer election timeouts, to keep within the
-    /// answer-time rule.
-    pub fn set_orphan_wait(&mut self, ms: Millis) {
-        self.orphan_wait_ms = ms;
     }
 
     pub fn table(&self) -> &LockTable {
@@ -388,120 +376,6 @@ impl<H> RaftEngine<H> {
         ))
     }
 
-    /// A proposal did not make it into the log (this node no longer leads):
-    /// its requests are sent to the leader.
-    pub fn proposal_failed(
-        &mut self,
-        tags: &[u64],
-        leader: Option<NodeId>,
-        events: &mut Vec<EngineEvent<H>>,
-    ) {
-        let to = self.addr(leader);
-        for tag in tags {
-            if let Some(pending) = self.pending.remove(tag) {
-                self.abandon(pending, to.clone(), events);
-            }
-        }
-    }
-
-    /// Answers a request whose command will not be applied for it.
-    fn abandon(
-        &mut self,
-        pending: Pending<H>,
-        to: Option<String>,
-        events: &mut Vec<EngineEvent<H>>,
-    ) {
-        match pending {
-            Pending::Grant(waiter) => {
-                self.granting.remove(&waiter.key);
-                events.push(EngineEvent::Moved {
-                    id: waiter.id,
-                    handle: waiter.handle,
-                    key: waiter.key,
-                    to,
-                });
-            }
-            Pending::Release { key, reply } => {
-                if let Some(handle) = reply {
-                    events.push(moved_reply(handle, Op::Release, key, to));
-                }
-            }
-            Pending::Renew { key, reply } => {
-                events.push(moved_reply(reply, Op::Renew, key, to));
-            }
-            Pending::Expire { key, token } => {
-                self.expiring.remove(&(key, token));
-            }
-        }
-    }
-
-    /// The node's place in the group changed. A leader that stops leading
-    /// (or starts a new term) sends every waiter to whoever leads now, and
-    /// every request that never reached the log. Requests already in the
-    /// log wait for their entry: if the next leader commits it, this node
-    /// applies it too and answers with the real outcome, instead of sending
-    /// the client to retry a change that was made (a release answered
-    /// `N R`, a grant held by nobody until its lease ends).
-    pub fn set_role(&mut self, role: RaftRole, now: Millis, events: &mut Vec<EngineEvent<H>>) {
-        if role == self.role {
-            return;
-        }
-        let was_leading = matches!(self.role, RaftRole::Leader { .. });
-        self.role = role;
-        if was_leading {
-            let to = self.redirect_target();
-            for waiter in self.queues.drain_all() {
-                events.push(EngineEvent::Moved {
-                    id: waiter.id,
-                    handle: waiter.handle,
-                    key: waiter.key,
-                    to: to.clone(),
-                });
-            }
-            let unproposed: Vec<u64> = self.outbox.drain(..).map(|c| c.tag).collect();
-            let expiries: Vec<u64> = self
-                .pending
-                .iter()
-                .filter(|(_, p)| matches!(p, Pending::Expire { .. }))
-                .map(|(tag, _)| *tag)
-                .collect();
-            for tag in unproposed.into_iter().chain(expiries) {
-                if let Some(pending) = self.pending.remove(&tag) {
-                    self.abandon(pending, to.clone(), events);
-                }
-            }
-            if !self.pending.is_empty() {
-                self.orphans = Some((now.saturating_add(self.orphan_wait_ms), self.next_tag));
-            }
-            self.granting.clear();
-            self.expiring.clear();
-        }
-    }
-
-    /// Redirects the requests of an ended leadership whose entries were
-    /// not applied in time: they were lost with that leader's log tail.
-    fn settle_orphans(&mut self, now: Millis, events: &mut Vec<EngineEvent<H>>) {
-        let Some((deadline, bound)) = self.orphans else {
-            return;
-        };
-        if now < deadline {
-            return;
-        }
-        self.orphans = None;
-        let to = self.redirect_target();
-        let lost: Vec<u64> = self
-            .pending
-            .keys()
-            .filter(|t| **t < bound)
-            .copied()
-            .collect();
-        for tag in lost {
-            if let Some(pending) = self.pending.remove(&tag) {
-                self.abandon(pending, to.clone(), events);
-            }
-        }
-    }
-
     /// Applies one committed entry at `now`.
     pub fn apply_entry(&mut self, entry: &Entry, now: Millis, events: &mut Vec<EngineEvent<H>>) {
         match &entry.payload {
@@ -539,15 +413,25 @@ impl<H> RaftEngine<H> {
             (Command::Grant { key, .. }, Some(Pending::Grant(waiter))) => {
                 self.granting.remove(key);
                 match outcome {
-                    Outcome::Granted { token } => events.push(EngineEvent::Granted {
-                        id: waiter.id,
-                        handle: waiter.handle,
-                        key: waiter.key,
-                        token,
-                    }),
+                    // Only the serving leader hands a grant out: its lease
+                    // counts from this apply, as the leader's expiry will.
+                    // A node that applies its own old grant after losing
+                    // the lead may do so long after the leader that
+                    // committed it started the lease (and granted newer
+                    // tokens): its client would hold the key past the
+                    // leader's expiry. It is sent away instead; the grant
+                    // lapses with its lease (found by the simulation).
+                    Outcome::Granted { token } if self.serving() => {
+                        events.push(EngineEvent::Granted {
+                            id: waiter.id,
+                            handle: waiter.handle,
+                            key: waiter.key,
+                            token,
+                        })
+                    }
                     // Unreachable while grants are proposed only for free
                     // keys; the waiter goes back to wait its turn again.
-                    _ => {
+                    Outcome::GrantRejected if self.serving() => {
                         self.queues.push(
                             waiter.key,
                             waiter.lease_ms,
@@ -555,6 +439,12 @@ impl<H> RaftEngine<H> {
                             waiter.handle,
                         );
                     }
+                    _ => events.push(EngineEvent::Moved {
+                        id: waiter.id,
+                        handle: waiter.handle,
+                        key: waiter.key,
+                        to: self.redirect_target(),
+                    }),
                 }
             }
             (Command::Grant { key, .. }, None) => {
@@ -595,7 +485,15 @@ impl<H> RaftEngine<H> {
                 events.push(EngineEvent::Reply { handle, response });
             }
             (Command::Renew { .. }, Some(Pending::Renew { key, reply })) => {
-                let response = if outcome == Outcome::Renewed {
+                let response = if outcome == Outcome::Renewed && !self.serving() {
+                    // As for a grant: the new lease counts from the
+                    // leader's apply, which may be long past.
+                    Response::Moved {
+                        op: Op::Renew,
+                        key,
+                        addr: self.redirect_target(),
+                    }
+                } else if outcome == Outcome::Renewed {
                     Response::Renewed { key }
                 } else {
                     Response::NotHeld { op: Op::Renew, key }
@@ -636,12 +534,5 @@ impl<H> RaftEngine<H> {
         self.table = LockTable::restore(snapshot, now);
         self.granting.clear();
         self.expiring.clear();
-    }
-}
-
-fn moved_reply<H>(handle: H, op: Op, key: Key, to: Option<String>) -> EngineEvent<H> {
-    EngineEvent::Reply {
-        handle,
-        response: Response::Moved { op, key, addr: to },
     }
 }

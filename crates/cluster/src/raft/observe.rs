@@ -1,7 +1,7 @@
 //! What the shell reads from openraft's metrics: the role this node serves
 //! in (a leader that has not heard from a majority for an election timeout
-//! steps down), each follower's replication for `S`, and a consensus core
-//! that died.
+//! steps down), each follower's replication for `S`, a follower whose
+//! replication is stuck, and a consensus core that died.
 //!
 //! openraft keeps such a leader in its `Leader` state and only refuses new
 //! proposals once its lease (the longest election timeout) has run out; the
@@ -132,6 +132,58 @@ pub async fn core_died<H: TableHost>(raft: RaftOf<H>) -> String {
     }
 }
 
+/// Finds a follower that answers heartbeats but whose replication has not
+/// moved for a while although it lags. openraft 0.10.0-alpha.37 can leave
+/// a replication stream in that state when a follower comes back with an
+/// empty log (its data directory wiped) while the leader still streams to
+/// its old position: the leader then believes entries are in flight that
+/// never are, and nothing but a new leadership rebuilds the stream.
+#[derive(Debug)]
+pub struct StuckWatch {
+    stuck_after: Duration,
+    /// Per follower: its matched index, and since when it has not moved.
+    seen: std::collections::BTreeMap<NodeId, (Option<u64>, TokioInstant)>,
+}
+
+impl StuckWatch {
+    pub fn new(stuck_after: Duration) -> StuckWatch {
+        StuckWatch {
+            stuck_after,
+            seen: std::collections::BTreeMap::new(),
+        }
+    }
+
+    /// A follower stuck at `now`, if any; each is reported once per
+    /// `stuck_after` at most.
+    pub fn stuck(&mut self, metrics: &Metrics, now: TokioInstant) -> Option<PeerProgress> {
+        if metrics.state != ServerState::Leader {
+            self.seen.clear();
+            return None;
+        }
+        let mut found = None;
+        for progress in replication(metrics) {
+            let entry = self
+                .seen
+                .entry(progress.node)
+                .or_insert((progress.matched, now));
+            if entry.0 != progress.matched || progress.lag == 0 {
+                *entry = (progress.matched, now);
+                continue;
+            }
+            let alive = metrics
+                .heartbeat
+                .as_ref()
+                .and_then(|h| h.get(&progress.node).copied().flatten())
+                .is_some_and(|acked| now.saturating_duration_since(*acked) < self.stuck_after);
+            if alive && now.saturating_duration_since(entry.1) > self.stuck_after {
+                entry.1 = now;
+                found = Some(progress);
+            }
+        }
+        found
+    }
+}
+
 /// One follower's replication as the leader sees it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PeerProgress {
@@ -214,6 +266,50 @@ mod tests {
             roles.role(&m, later + Duration::from_millis(400)),
             RaftRole::Candidate
         );
+    }
+
+    #[test]
+    fn a_follower_that_answers_but_does_not_move_is_stuck() {
+        let after = Duration::from_millis(1_000);
+        let mut watch = StuckWatch::new(after);
+        let t0 = TokioInstant::now();
+        let mut m = metrics(ServerState::Leader, 3);
+        m.last_log_index = Some(42);
+        let at = |index: u64| {
+            Some(openraft::LogId::new(
+                openraft::impls::leader_id_adv::LeaderId {
+                    term: 3,
+                    node_id: 0,
+                },
+                index,
+            ))
+        };
+        m.replication = Some(
+            [(0, at(42)), (1, at(42)), (2, at(39))]
+                .into_iter()
+                .collect(),
+        );
+        m.heartbeat = Some(
+            [(1, Some(t0.into())), (2, Some(t0.into()))]
+                .into_iter()
+                .collect(),
+        );
+        assert_eq!(watch.stuck(&m, t0), None);
+        let later = t0 + Duration::from_millis(1_100);
+        // Down (no heartbeat acknowledged lately): not stuck, just gone.
+        assert_eq!(watch.stuck(&m, later), None);
+        m.heartbeat = Some(
+            [(1, Some(later.into())), (2, Some(later.into()))]
+                .into_iter()
+                .collect(),
+        );
+        let stuck = watch.stuck(&m, later).map(|p| p.node);
+        assert_eq!(stuck, Some(2));
+        // Reported once per period.
+        assert_eq!(watch.stuck(&m, later + Duration::from_millis(10)), None);
+        // Moving again: fine.
+        m.replication = Some([(1, at(42)), (2, at(40))].into_iter().collect());
+        assert_eq!(watch.stuck(&m, later + Duration::from_millis(2_000)), None);
     }
 
     #[test]

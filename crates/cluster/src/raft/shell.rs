@@ -22,6 +22,7 @@ use super::link::{Dialer, TcpDialer};
 use super::lock_node::RaftLockNode;
 use super::log_store::{LogStore, DEFAULT_SEGMENT_BYTES};
 use super::network::Network;
+use super::observe::StuckWatch;
 use super::rpc::RAFT_HELLO;
 use super::snapshot_store::SnapshotStore;
 use super::state_machine::{LockStateMachine, TableHost};
@@ -86,6 +87,12 @@ impl RaftSettings {
         ANSWER_BUDGET_MS
             .saturating_sub(self.election_timeout_ms)
             .clamp(300, super::engine::ORPHAN_WAIT_MS)
+    }
+
+    /// A live follower whose replication has not moved for this long while
+    /// it lags is stuck (see [`observe::StuckWatch`]).
+    pub fn stuck_after(&self) -> Duration {
+        Duration::from_millis((self.election_timeout_ms * 4).max(1_000))
     }
 
     /// How often a leader re-checks that a majority still answers.
@@ -286,6 +293,7 @@ pub async fn start(
     let server = Server::bind_shared(server_config, locks.clone(), Some(acceptor)).await?;
     tokio::spawn(follow_role(raft.clone(), locks.clone(), &settings));
     tokio::spawn(pump(raft.clone(), locks));
+    tokio::spawn(unstick_replication(raft.clone(), &settings));
     Ok(RaftCluster {
         server,
         handle: RaftHandle {
@@ -311,6 +319,54 @@ fn follow_role(
             node.drive(events, |engine, ev| engine.set_role(role, now, ev))
         });
     })
+}
+
+/// Hands the lead over when a follower that answers heartbeats gets no
+/// entries although it lags (see [`observe::StuckWatch`]): the next leader
+/// builds every replication stream afresh, which repairs it. Costs one
+/// hand-over (tens of milliseconds for clients); happens only then.
+pub fn unstick_replication<H: TableHost>(
+    raft: RaftOf<H>,
+    settings: &RaftSettings,
+) -> impl std::future::Future<Output = ()> + Send + 'static {
+    let stuck_after = settings.stuck_after();
+    let me = settings.me;
+    async move {
+        let mut watch = StuckWatch::new(stuck_after);
+        let metrics = raft.metrics();
+        loop {
+            tokio::time::sleep(stuck_after / 4).await;
+            if metrics.borrow_watched().running_state.is_err() {
+                return;
+            }
+            let (stuck, to) = {
+                let m = metrics.borrow_watched();
+                let stuck = watch.stuck(&m, openraft::Instant::now());
+                // The most up-to-date other follower takes over.
+                let to = stuck.as_ref().and_then(|stuck| {
+                    observe::replication(&m)
+                        .into_iter()
+                        .filter(|p| p.node != stuck.node && p.node != me)
+                        .min_by_key(|p| p.lag)
+                        .map(|p| p.node)
+                });
+                (stuck, to)
+            };
+            let (Some(stuck), Some(to)) = (stuck, to) else {
+                continue;
+            };
+            tracing::warn!(
+                follower = stuck.node,
+                matched = ?stuck.matched,
+                lag = stuck.lag,
+                to,
+                "replication to a live follower is stuck; handing the lead over to rebuild it"
+            );
+            if let Err(error) = raft.trigger().transfer_leader(to).await {
+                tracing::warn!(%error, "could not hand over the lead");
+            }
+        }
+    }
 }
 
 /// Where the pump takes the engine's commands from, and tells of the

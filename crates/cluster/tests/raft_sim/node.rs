@@ -1,4 +1,5 @@
-//! One simulated Raft node: the real engine, storage, network code and
+//! One simulated Raft node: the real engine, storage, network code, the
+//! shell's pump, role and stuck-replication watchers, and
 //! openraft, on a turmoil host, with a few clients of its own that acquire
 //! and release while it leads.
 
@@ -285,6 +286,7 @@ pub async fn run(world: World, me: u64, incarnation: u64) -> turmoil::Result {
     }
     tokio::spawn(follow_role(raft.clone(), node.clone(), settings.clone()));
     tokio::spawn(shell::pump(raft.clone(), node.clone()));
+    tokio::spawn(shell::unstick_replication(raft.clone(), &settings));
     {
         let node = node.clone();
         tokio::spawn(async move {
