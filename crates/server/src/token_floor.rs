@@ -7,10 +7,14 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use baton_core::Token;
 
-/// Added to the last token a data directory recorded: more grants than a
-/// node can make between two writes of its state (a write is due every
-/// 100 ms; 2^32 grants would take weeks).
-pub const TOKEN_MARGIN: Token = 1 << 32;
+/// Added to the last token a node knows of when it starts serving: more
+/// grants than a node can make unrecorded (between two writes of its data
+/// directory, or between its last replicated command and its death in a
+/// priority cluster). 2^26 is 67 million grants, a minute of a node
+/// granting flat out; it is also only 64 ms of the wall-clock floor, so
+/// floors stacked by quick failovers or restarts stay close to the clock
+/// and a node that knows nothing soon starts above them again.
+pub const TOKEN_MARGIN: Token = 1 << 26;
 
 /// Tokens start above `wall_ms << 20`: that rises by about a million a
 /// millisecond, faster than any node grants, so a node that remembers

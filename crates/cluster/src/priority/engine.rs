@@ -34,17 +34,9 @@ use baton_core::{
 use super::messages::{Heartbeat, NodeIndex, PeerRole, PriorityMessage, Term};
 use super::token_floor::{TokenBlocks, MAX_WAITERS};
 
-/// Added to the highest token a promoting node has seen: more grants than
-/// an active can make between its last replicated command and its death.
-pub const TOKEN_MARGIN: Token = 1 << 32;
-
-/// Tokens a promoting node starts above, from the wall clock: `ms << 20`
-/// rises by about a million a millisecond, faster than any node grants, so
-/// a node that knows nothing of the past (a full restart) still starts
-/// above every token issued before, as long as wall clocks do not go back.
-pub fn wall_floor(wall_ms: u64) -> Token {
-    wall_ms.saturating_mul(1 << 20)
-}
+/// The margin above known tokens and the wall-clock floor: one definition
+/// for every mode (baton-server's `token_floor`).
+pub use baton_server::token_floor::{wall_floor, TOKEN_MARGIN};
 
 /// What a priority node keeps in `--data-dir` to survive a restart of
 /// the whole cluster.
