@@ -3,7 +3,7 @@
 //! and its held locks kept across a restart.
 //!
 //! Why tokens keep rising (docs/cluster.md has the cluster's version of
-//! the argument): a node starts at `max(wall_ms << 20, saved + 2^32)`.
+//! the argument): a node starts at `max(wall_ms << 20, saved + 2^26)`.
 //! `ms << 20` grows by about a million tokens a millisecond, faster than a
 //! node grants, so whatever a node issued before it stopped is below the
 //! clock floor of the next start. The saved token plus a margin covers
