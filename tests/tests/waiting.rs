@@ -39,17 +39,27 @@ async fn wait_runs_out_with_t_on_time() {
     assert_eq!(status_u64(&holder.status().await, "locks"), 0);
 }
 
+/// PROTOCOL.md: `wait 0` waits "as long as the node allows (its maximum
+/// wait), then `T`": a hand-over still reaches it, and `--max-wait` bounds it.
 #[tokio::test]
-async fn wait_zero_waits_without_limit() {
-    let node = Batond::start(&[]);
+async fn wait_zero_waits_up_to_the_nodes_maximum_wait() {
+    let node = Batond::start(&["--max-wait", "1.5"]);
     let mut holder = node.connect().await;
     let mut waiter = node.connect().await;
     let t = grant_token(&holder.request("A k 0 30").await, "k");
     waiter.send("A k 0 10").await;
-    waiter.expect_silence(Duration::from_millis(1500)).await;
+    waiter.expect_silence(Duration::from_millis(500)).await;
     assert_eq!(holder.request(&format!("R k {t}")).await, "R k");
     let t2 = grant_token(&waiter.recv().await, "k");
     assert!(t2 > t);
+    // Held again: a second `wait 0` runs out at the maximum wait.
+    let sent = Instant::now();
+    assert_eq!(holder.request("A k 0 10").await, "T k");
+    let took = sent.elapsed();
+    assert!(
+        took >= Duration::from_millis(1500) && took < Duration::from_millis(3000),
+        "wait 0 with --max-wait 1.5 ran out after {took:?}"
+    );
 }
 
 #[tokio::test]

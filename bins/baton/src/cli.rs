@@ -11,7 +11,7 @@ use crate::seconds::parse_seconds;
 /// Command-line client for Baton lock servers.
 ///
 /// Durations are seconds with at most 3 decimals (`30`, `0.5`); a wait of 0
-/// waits without limit.
+/// waits as long as the node allows (its maximum wait).
 #[derive(Debug, Parser)]
 #[command(name = "baton", version, after_help = exit::HELP)]
 pub struct Cli {
@@ -35,7 +35,7 @@ pub enum Command {
     /// baton exits, until released or until the lease runs out.
     Acquire {
         key: OsString,
-        /// How long to wait for the lock (0: no limit).
+        /// How long to wait for the lock (0: as long as the node allows).
         #[arg(long, default_value = "0", value_parser = parse_seconds)]
         wait: Duration,
         /// How long the grant lasts unless renewed.
@@ -59,7 +59,7 @@ pub enum Command {
     /// is lost, the command is terminated and baton exits 7.
     Run {
         key: OsString,
-        /// How long to wait for the lock (0: no limit).
+        /// How long to wait for the lock (0: as long as the node allows).
         #[arg(long, default_value = "0", value_parser = parse_seconds)]
         wait: Duration,
         /// Lease, renewed every third of it while the command runs.

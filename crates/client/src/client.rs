@@ -140,7 +140,8 @@ impl Client {
 
     /// Waits up to `wait` for the lock on `key` and holds it for `lease`.
     ///
-    /// `wait` follows the protocol: [`Duration::ZERO`] waits without limit.
+    /// `wait` follows the protocol: [`Duration::ZERO`] waits as long as the node allows (its
+    /// maximum wait), then times out.
     /// Both are rounded up to the millisecond. If a connection breaks while
     /// the acquire is pending, it is sent again on the next usable
     /// connection with what is left of the wait; [`Error::NoServer`] comes

@@ -5,7 +5,7 @@ use std::time::Duration;
 use crate::error::Error;
 
 /// Milliseconds, rounded up so that a non-zero duration never becomes 0
-/// (which would mean "no limit" for a wait and be refused for a lease).
+/// (which would mean "the node's maximum" for a wait and be refused for a lease).
 pub(crate) fn ceil_ms(d: Duration) -> u64 {
     let ms = u64::try_from(d.as_millis()).unwrap_or(u64::MAX);
     if d.subsec_nanos().is_multiple_of(1_000_000) {

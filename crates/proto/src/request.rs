@@ -10,7 +10,8 @@ use crate::op::Op;
 /// One request line.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Request {
-    /// `A <key> <wait> <lease>`. `wait_ms` 0 waits without limit; `lease_ms`
+    /// `A <key> <wait> <lease>`. `wait_ms` 0 waits as long as the node
+    /// allows (the server turns it into its maximum wait); `lease_ms`
     /// is greater than 0 in any request a node accepts.
     Acquire {
         key: Key,

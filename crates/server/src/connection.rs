@@ -227,6 +227,13 @@ impl<N: LockNode> Connection<N> {
                     self.answer(&Response::Error(reply));
                     return;
                 }
+                // PROTOCOL.md: `wait 0` waits as long as the node allows,
+                // its maximum wait, then `T`; never without limit.
+                let wait_ms = if wait_ms == 0 {
+                    self.node.config.limits.max_wait_ms
+                } else {
+                    wait_ms
+                };
                 let mut events = std::mem::take(&mut self.events);
                 let served = self.locks.acquire(
                     key.clone(),
