@@ -73,13 +73,15 @@ where
             let mut pause = PERSIST_EVERY;
             loop {
                 tokio::time::sleep(pause).await;
-                let began = tokio::time::Instant::now();
-                if persister.write_if_changed().await.is_err() {
+                let Ok(copying) = persister.write_once().await else {
                     return;
-                }
-                // A big table takes long to copy and write: keep the
-                // writer to a tenth of the node's time.
-                pause = PERSIST_EVERY.max(began.elapsed() * 10);
+                };
+                // A big table takes long to copy, and the node waits for
+                // the copy: keep that to a tenth of the node's time. The
+                // write and its fsync do not hold the node up, so a slow
+                // disk does not stretch the pause (nor the window of
+                // grants a crash can lose).
+                pause = PERSIST_EVERY.max(copying * 10);
             }
         });
     }
@@ -87,14 +89,23 @@ where
     /// Writes the state if it changed since the last write. After one
     /// failure every call fails with it: the node is stopping.
     pub async fn write_if_changed(&self) -> Result<(), Arc<StateFileError>> {
+        self.write_once().await.map(|_copying| ())
+    }
+
+    /// [`Self::write_if_changed`], returning how long the node was held
+    /// for the copy of its state.
+    async fn write_once(&self) -> Result<Duration, Arc<StateFileError>> {
         if let Some(error) = self.failure.borrow().clone() {
             return Err(error);
         }
         let mut written = self.written.lock().await;
         let known = *written;
         let take = self.take;
-        let Some((version, state)) = self.locks.with(|node, now, _| take(node, known, now)) else {
-            return Ok(());
+        let began = tokio::time::Instant::now();
+        let taken = self.locks.with(|node, now, _| take(node, known, now));
+        let copying = began.elapsed();
+        let Some((version, state)) = taken else {
+            return Ok(copying);
         };
         let file = self.file.clone();
         let stored = match tokio::task::spawn_blocking(move || file.store(&state)).await {
@@ -107,7 +118,7 @@ where
         match stored {
             Ok(()) => {
                 *written = version;
-                Ok(())
+                Ok(copying)
             }
             Err(error) => {
                 tracing::error!(%error, "cannot save the node's state; stopping");
