@@ -103,3 +103,18 @@ fn a_seed_replays_the_same_run() {
         assert_eq!(format!("{first:?}"), format!("{again:?}"));
     }
 }
+
+/// Seeds that once failed, kept so that the default run holds them: 11007,
+/// a graceful stop whose successor's `HandoffTaken` was lost, so that the
+/// stopping node served on beside it from its old floor (the same key
+/// granted twice, tokens back); 9371, an active that granted on its side
+/// of a split and died before the heal, its tokens above the survivor's
+/// for good.
+#[test]
+fn seeds_that_once_failed() {
+    for (seed, nodes) in [(11_007, 3), (9_371, 2)] {
+        if let Err(failure) = run(seed, nodes, DURATION_MS) {
+            panic!("{}", failure.report("seeds_that_once_failed"));
+        }
+    }
+}

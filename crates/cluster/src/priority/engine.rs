@@ -32,7 +32,7 @@ use baton_core::{
 };
 
 use super::messages::{Heartbeat, NodeIndex, PeerRole, PriorityMessage, Term};
-use super::token_floor::{TokenBlocks, MAX_WAITERS};
+use super::token_floor::{TokenBlocks, BLOCK, MAX_WAITERS};
 
 /// The margin above known tokens and the wall-clock floor: one definition
 /// for every mode (baton-server's `token_floor`).
@@ -124,6 +124,11 @@ pub struct PriorityNode<H> {
     resumed_at: Option<Millis>,
     /// The node whose handoff this one refused last, until it serves again.
     refused_from: Option<NodeIndex>,
+    /// The node whose handoff this one took, until it says it no longer
+    /// hands off: if our `HandoffTaken` was lost, its next heartbeat still
+    /// announces the handoff, and it must hear "taken" again, never
+    /// "refused" (it would serve on beside the node that took its table).
+    took_handoff_from: Option<NodeIndex>,
     next_heartbeat: Millis,
     next_sync_request: Millis,
     handoff_started: Millis,
@@ -157,6 +162,7 @@ impl<H> PriorityNode<H> {
             last_beat: now,
             resumed_at: None,
             refused_from: None,
+            took_handoff_from: None,
             next_heartbeat: now,
             next_sync_request: now,
             handoff_started: now,
@@ -259,7 +265,7 @@ impl<H> PriorityNode<H> {
         }
         match self.role {
             NodeRole::Active => {
-                self.make_room();
+                self.make_room(now);
                 Ok(())
             }
             NodeRole::Standby | NodeRole::HandingOff { .. } => Err(self.redirect_target()),
@@ -322,7 +328,7 @@ impl<H> PriorityNode<H> {
         self.last_tick = now;
         match self.role {
             NodeRole::Active => {
-                self.make_room();
+                self.make_room(now);
                 self.service.tick(now, &mut self.scratch);
                 self.drain_scratch(events);
                 self.maybe_yield(now, events);
@@ -510,10 +516,20 @@ impl<H> PriorityNode<H> {
         }
     }
 
-    /// Before a call that can grant: what is left of this node's block must
-    /// cover every grant the call can make (one per waiter, plus one), or
-    /// the floor moves to this node's next block.
-    fn make_room(&mut self) {
+    /// Before a call that can grant: tokens keep up with the wall clock
+    /// (within a block), and what is left of this node's block must cover
+    /// every grant the call can make (one per waiter, plus one), or the
+    /// floor moves to this node's next block.
+    ///
+    /// Keeping up with the clock bounds how long tokens granted elsewhere
+    /// can stay above ours when we never hear of them (the other side of a
+    /// split that died before the heal): at most the margins that side
+    /// stacked above its clock floor, a few hundred ms of clock.
+    fn make_room(&mut self, now: Millis) {
+        let clock = self.own_wall_floor(now);
+        if clock > self.service.table().last_token().saturating_add(BLOCK) {
+            self.raise_floor(clock);
+        }
         let grants = self.service.waiter_count() as u64 + 1;
         if let Some(floor) = self
             .blocks
@@ -640,6 +656,14 @@ impl<H> PriorityNode<H> {
                     self.following = None;
                 } else if heartbeat.role == PeerRole::HandingOff
                     && heartbeat.following == Some(me)
+                    && self.took_handoff_from == Some(from)
+                {
+                    // We took it (and may have handed the role on since):
+                    // our answer was lost. Say it again.
+                    tracing::warn!(from, "handoff taken earlier; saying so again");
+                    self.outbox.push((from, PriorityMessage::HandoffTaken));
+                } else if heartbeat.role == PeerRole::HandingOff
+                    && heartbeat.following == Some(me)
                     && self.refused_from != Some(from)
                 {
                     // It hands the role to us, but its handoff, which comes
@@ -680,8 +704,13 @@ impl<H> PriorityNode<H> {
             // Only the successor's `HandoffTaken` ends a handoff.
             NodeRole::HandingOff { .. } => {}
         }
-        if self.refused_from == Some(from) && heartbeat.role != PeerRole::HandingOff {
-            self.refused_from = None;
+        if heartbeat.role != PeerRole::HandingOff {
+            if self.refused_from == Some(from) {
+                self.refused_from = None;
+            }
+            if self.took_handoff_from == Some(from) {
+                self.took_handoff_from = None;
+            }
         }
         self.peers[from].heartbeat = Some(heartbeat);
         if self.role == NodeRole::Active {

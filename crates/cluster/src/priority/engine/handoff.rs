@@ -146,6 +146,7 @@ impl<H> PriorityNode<H> {
         }
         // A new term either way: the standbys resync with the whole table.
         self.promote(now);
+        self.took_handoff_from = Some(from);
         self.outbox.push((from, PriorityMessage::HandoffTaken));
     }
 
@@ -170,6 +171,11 @@ impl<H> PriorityNode<H> {
             tracing::info!(successor = to, "handoff refused; serving on");
             self.peers[to].refused_handoff_until =
                 now.saturating_add(self.config.failure_timeout_ms);
+            // The successor may still have taken the table and granted
+            // (its "taken" lost, then the role handed on): serve above any
+            // floor it can have used, never from the old last token.
+            self.raise_floor(self.seen_token);
+            self.version += 1;
             self.role = NodeRole::Active;
             self.beat(now);
         }
