@@ -198,12 +198,9 @@ async fn graceful_stop(signal: &str, stop: impl FnOnce(&mut Cluster) -> std::pro
         churn_summary(&log)
     );
     assert!(gap < GAP_BOUND, "handoff gap {gap:?} after {signal}");
-    // Handing over first, then redirecting: the old active knows its
-    // successor by the time it turns clients away.
-    assert_eq!(
-        log.unknown_active, 0,
-        "`M ... -` answers during a graceful handoff"
-    );
+    // Until the successor confirms (one round trip), nobody serves: the old
+    // active answers `M ... -` rather than a redirect the successor could
+    // send back; the gap bound above covers those answers.
     assert_tokens_rise(&log.grants, 0, "churn across the handoff");
     assert!(
         log.lost_releases.is_empty(),

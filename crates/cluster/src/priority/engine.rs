@@ -132,8 +132,6 @@ pub struct PriorityNode<H> {
     next_heartbeat: Millis,
     next_sync_request: Millis,
     handoff_started: Millis,
-    /// (Handing off) the successor has not answered for two heartbeats.
-    handoff_unanswered: bool,
     handed_off_to: Option<NodeIndex>,
     outbox: Vec<(NodeIndex, PriorityMessage)>,
     scratch: Vec<Event<H>>,
@@ -166,7 +164,6 @@ impl<H> PriorityNode<H> {
             next_heartbeat: now,
             next_sync_request: now,
             handoff_started: now,
-            handoff_unanswered: false,
             handed_off_to: None,
             outbox: Vec::new(),
             scratch: Vec::new(),
@@ -198,9 +195,10 @@ impl<H> PriorityNode<H> {
     }
 
     /// Where a client of this node should go instead, if anywhere. Never
-    /// to a node known to send the client back: a standby does not send
-    /// clients to a node whose handoff it just refused (that node sends
-    /// them here), nor to one that no longer says it serves.
+    /// to a node that may send the client back: a node handing off sends
+    /// clients nowhere (`-`: no active until the successor takes over); a
+    /// standby sends them only to the node it follows, while that node says
+    /// it serves or hands off, and not after refusing its handoff.
     pub fn redirect_target(&self) -> Option<NodeIndex> {
         match self.role {
             NodeRole::Active => None,
@@ -214,9 +212,9 @@ impl<H> PriorityNode<H> {
                         PeerRole::Standby => false,
                     })
             }),
-            // A successor that did not answer within two heartbeats may
-            // never have got the handoff, and may send clients back here.
-            NodeRole::HandingOff { to } => (!self.handoff_unanswered).then_some(to),
+            // Nobody serves until the successor has the handoff, and until
+            // then the successor sends clients here: no redirect either way.
+            NodeRole::HandingOff { .. } => None,
         }
     }
 
@@ -335,9 +333,7 @@ impl<H> PriorityNode<H> {
             }
             NodeRole::Standby => self.standby_tick(now),
             NodeRole::HandingOff { to } => {
-                let waited = now.saturating_sub(self.handoff_started);
-                self.handoff_unanswered = waited > 2 * self.config.heartbeat_ms;
-                if waited > self.config.failure_timeout_ms {
+                if now.saturating_sub(self.handoff_started) > self.config.failure_timeout_ms {
                     tracing::warn!(successor = to, "handoff not taken up; standing by");
                     self.role = NodeRole::Standby;
                     self.following = None;

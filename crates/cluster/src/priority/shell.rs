@@ -62,8 +62,8 @@ enum HandoffStep {
 impl PriorityHandle {
     /// Graceful stop, first part: hand the active role to a live peer and
     /// wait (bounded) until it confirms. The server keeps answering
-    /// meanwhile, redirecting clients to the successor. A successor that
-    /// refuses leaves this node serving: the role goes to the next one. With
+    /// meanwhile. A successor that refuses leaves this node serving: the
+    /// role is offered again, to it or another, until `HANDOFF_WAIT`. With
     /// no live peer yet, it waits a few failure timeouts for one (a link
     /// being redialled after a heal) before giving up.
     pub async fn hand_off(&self) {
@@ -79,6 +79,9 @@ impl PriorityHandle {
                     NodeRole::HandingOff { .. } => HandoffStep::Waiting,
                     NodeRole::Active => {
                         if node.drive(events, |engine, ev| engine.begin_handoff(now, ev)) {
+                            HandoffStep::Waiting
+                        } else if node.engine().has_live_peer(now) {
+                            // A live peer refused a moment ago: offer again.
                             HandoffStep::Waiting
                         } else {
                             HandoffStep::NoSuccessor

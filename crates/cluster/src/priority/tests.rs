@@ -427,13 +427,16 @@ fn a_handoff_moves_every_lock_and_the_waiters_to_the_successor() {
         "waiter not moved to the successor: {events:?}"
     );
     assert_eq!(c.node(0).role(), NodeRole::HandingOff { to: 1 });
-    assert_eq!(c.node(0).redirect_target(), Some(1));
+    // Until the successor takes over, nobody serves: `-`, not a redirect
+    // the successor (still following node 0) would send back.
+    assert_eq!(c.node(0).redirect_target(), None);
     let mut refused = Vec::new();
     let answer = c
         .node_mut(0)
         .acquire(key("z"), 0, 100, now, 8, &mut refused);
-    assert_eq!(answer, Err(Some(1)), "a node handing off served");
+    assert_eq!(answer, Err(None), "a node handing off served");
     c.deliver();
+    assert_eq!(c.node(0).redirect_target(), Some(1));
     assert_eq!(c.actives(), vec![1]);
     assert_eq!(c.locks(1), before);
     assert_eq!(c.node(0).role(), NodeRole::Standby);

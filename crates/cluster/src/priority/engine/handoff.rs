@@ -69,6 +69,12 @@ impl<H> PriorityNode<H> {
         }
     }
 
+    /// Whether any peer has been heard within a failure timeout: a stop
+    /// that found no successor yet may find one soon.
+    pub fn has_live_peer(&self, now: Millis) -> bool {
+        self.others().any(|p| self.is_live(p, now))
+    }
+
     fn hand_over(&mut self, to: NodeIndex, now: Millis, events: &mut Vec<ClusterEvent<H>>) {
         self.flush_journal();
         // The successor may take the role, grant and die before anyone
@@ -87,7 +93,6 @@ impl<H> PriorityNode<H> {
         }
         self.role = NodeRole::HandingOff { to };
         self.handoff_started = now;
-        self.handoff_unanswered = false;
         // Right behind the handoff, on the same links: the peers stop
         // sending clients here, and a successor that lost the handoff (a
         // broken link) says so at once.

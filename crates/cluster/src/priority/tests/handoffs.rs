@@ -128,3 +128,36 @@ fn a_refused_handoff_leaves_the_sender_serving() {
     let now = c.now;
     assert!(!c.node_mut(0).begin_handoff(now, &mut events));
 }
+
+/// A broken link dropped the handoff but not the heartbeat behind it: the
+/// successor says it did not take the role, and the sender serves on at
+/// once instead of waiting out the handoff timeout with nobody serving.
+#[test]
+fn a_handoff_dropped_on_the_way_leaves_the_sender_serving() {
+    let mut c = elected(2);
+    let a = c.grant(0, "a", 10_000);
+    let now = c.now;
+    assert!(c.node_mut(0).begin_handoff(now, &mut Vec::new()));
+    let output = c.node_mut(0).take_output();
+    assert!(output
+        .iter()
+        .any(|(to, m)| *to == 1 && matches!(m, PriorityMessage::Handoff { .. })));
+    let mut events = Vec::new();
+    for (to, message) in output {
+        if to == 1 && !matches!(message, PriorityMessage::Handoff { .. }) {
+            c.node_mut(1).on_message(0, message, now, &mut events);
+        }
+    }
+    assert_eq!(c.node(1).role(), NodeRole::Standby);
+    assert_eq!(
+        c.node(1).redirect_target(),
+        None,
+        "node 1 sends clients back"
+    );
+    c.deliver();
+    assert_eq!(c.actives(), vec![0], "the sender did not serve on");
+    assert_no_redirect_loop(&c);
+    assert!(c.grant(0, "b", 100) > a);
+    c.run(2 * HEARTBEAT);
+    assert_eq!(c.node(1).redirect_target(), Some(0));
+}
