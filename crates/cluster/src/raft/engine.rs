@@ -104,6 +104,9 @@ pub struct RaftEngine<H> {
     granting: HashSet<Key>,
     /// Expiries proposed and not yet applied.
     expiring: HashSet<(Key, Token)>,
+    /// Keys with renewals proposed and not yet applied, and how many: an
+    /// expiry of such a key waits for them (see `tick`).
+    renewing: HashMap<Key, u32>,
     outbox: Vec<Tagged>,
 }
 
@@ -124,6 +127,7 @@ impl<H> RaftEngine<H> {
             orphan_wait_ms: ORPHAN_WAIT_MS,
             granting: HashSet::new(),
             expiring: HashSet::new(),
+            renewing: HashMap::new(),
             outbox: Vec::new(),
         }
     }
@@ -183,7 +187,26 @@ impl<H> RaftEngine<H> {
         let tag = self.next_tag;
         self.next_tag += 1;
         self.outbox.push(Tagged { tag, command });
+        if let Pending::Renew { key, .. } = &pending {
+            *self.renewing.entry(key.clone()).or_default() += 1;
+        }
         self.pending.insert(tag, pending);
+    }
+
+    /// The pending request of `tag`, no longer pending.
+    fn take_pending(&mut self, tag: u64) -> Option<Pending<H>> {
+        let pending = self.pending.remove(&tag)?;
+        if let Pending::Renew { key, .. } = &pending {
+            if let Some(count) = self.renewing.get_mut(key) {
+                *count -= 1;
+                if *count == 0 {
+                    self.renewing.remove(key);
+                }
+            } else {
+                debug_assert!(false, "a renewal of {key:?} pending but not counted");
+            }
+        }
+        Some(pending)
     }
 
     /// Queues an acquire; the grant, if any, comes once the log applies it.
@@ -283,6 +306,11 @@ impl<H> RaftEngine<H> {
         if self.table.holder(key).is_none_or(|h| h.token != token) {
             return Ok(Some(Outcome::NotFound));
         }
+        if self.expiring.contains(&(key.clone(), token)) {
+            // Its lease ran out and its expiry is on its way to the log: a
+            // renewal applied before it would be undone by it.
+            return Ok(Some(Outcome::NotFound));
+        }
         let command = Command::Renew {
             key: key.clone(),
             token,
@@ -324,6 +352,13 @@ impl<H> RaftEngine<H> {
             .map(|(key, token)| (key.clone(), token))
             .collect();
         for (key, token) in due {
+            // A renewal already in the log (sent before the lease ran out,
+            // held up by a stall) goes first: an expiry behind it would
+            // remove the lock it renewed. Once it applies the lease is
+            // new, or, if it never commits, the expiry comes next tick.
+            if self.renewal_pending(&key) {
+                continue;
+            }
             self.expiring.insert((key.clone(), token));
             let command = Command::Expire {
                 key: key.clone(),
@@ -331,6 +366,11 @@ impl<H> RaftEngine<H> {
             };
             self.propose(command, Pending::Expire { key, token });
         }
+    }
+
+    /// Whether a renewal of `key` is proposed and not yet applied.
+    fn renewal_pending(&self, key: &Key) -> bool {
+        self.renewing.contains_key(key)
     }
 
     /// When [`RaftEngine::tick`] next has something to do.
@@ -346,7 +386,9 @@ impl<H> RaftEngine<H> {
         let lease = self
             .table
             .due_expiries(Millis::MAX)
-            .find(|(key, token)| !self.expiring.contains(&((*key).clone(), *token)))
+            .find(|(key, token)| {
+                !self.expiring.contains(&((*key).clone(), *token)) && !self.renewal_pending(key)
+            })
             .and_then(|(key, _)| self.table.holder(key))
             .map(|holder| holder.expires_at);
         match (waiters, lease) {
@@ -383,7 +425,7 @@ impl<H> RaftEngine<H> {
                 let mine = proposal.origin == self.origin;
                 for tagged in &proposal.commands {
                     let pending = if mine {
-                        self.pending.remove(&tagged.tag)
+                        self.take_pending(tagged.tag)
                     } else {
                         None
                     };

@@ -465,3 +465,42 @@ fn a_leader_without_a_majority_answers_everything_then_serves_again_when_it_retu
     assert!(p.leader.serving());
     assert_eq!(p.leader.table().holder(&key("a")).map(|h| h.token), Some(1));
 }
+
+/// A renewal sent before its lease ran out but committed after (a stalled
+/// leader, a slow majority) must not be undone by an expiry proposed behind
+/// it: the client was told `K`. Found by the chaos test (seed
+/// 1796126129214926573): the renewal answered `K`, then the release `N R`.
+#[test]
+fn an_expiry_waits_for_a_renewal_already_in_the_log() {
+    let mut p = Pair::new();
+    let _ = p.leader.acquire(key("a"), 0, 100, 0, "c1", &mut p.events);
+    p.commit_proposals(0);
+    assert_eq!(p.granted(), vec![("c1", 1)]);
+    assert!(matches!(p.leader.renew(&key("a"), 1, 100, "c1"), Ok(None)));
+    let (renewal, _) = p
+        .leader
+        .take_proposal()
+        .unwrap_or_else(|| panic!("no renewal"));
+    // The lease runs out while the renewal waits for its commit.
+    p.leader.tick(120, &mut p.events);
+    assert!(
+        !p.leader.has_output(),
+        "an expiry proposed behind a renewal"
+    );
+    assert!(p.leader.next_deadline().is_none_or(|d| d > 120));
+    p.commit(EntryPayload::Normal(renewal), 130);
+    p.leader.tick(200, &mut p.events);
+    assert!(!p.leader.has_output());
+    assert_eq!(
+        p.follower.table().holder(&key("a")).map(|h| h.token),
+        Some(1)
+    );
+    // Once the renewed lease runs out, its expiry is on its way: a renewal
+    // then is refused at once, never applied before it.
+    p.leader.tick(230, &mut p.events);
+    assert!(p.leader.has_output());
+    assert!(matches!(
+        p.leader.renew(&key("a"), 1, 100, "c1"),
+        Ok(Some(Outcome::NotFound))
+    ));
+}

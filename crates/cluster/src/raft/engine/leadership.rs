@@ -37,7 +37,7 @@ impl<H> RaftEngine<H> {
     ) {
         let to = self.addr(leader);
         for tag in tags {
-            if let Some(pending) = self.pending.remove(tag) {
+            if let Some(pending) = self.take_pending(*tag) {
                 self.abandon(pending, to.clone(), events);
             }
         }
@@ -105,7 +105,7 @@ impl<H> RaftEngine<H> {
                 .map(|(tag, _)| *tag)
                 .collect();
             for tag in unproposed.into_iter().chain(expiries) {
-                if let Some(pending) = self.pending.remove(&tag) {
+                if let Some(pending) = self.take_pending(tag) {
                     self.abandon(pending, to.clone(), events);
                 }
             }
@@ -135,7 +135,7 @@ impl<H> RaftEngine<H> {
             .copied()
             .collect();
         for tag in lost {
-            if let Some(pending) = self.pending.remove(&tag) {
+            if let Some(pending) = self.take_pending(tag) {
                 self.abandon(pending, to.clone(), events);
             }
         }
