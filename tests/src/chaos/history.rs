@@ -496,9 +496,14 @@ fn holds(history: &History, rules: &Rules, grants: &[&Attempt], found: &mut Vec<
             }
         }
     }
+    // A later grant a kill may have undone is no evidence either: when it
+    // is lost, the table it was granted from comes back, with the earlier
+    // holder in it (the documented window of an unsaved change).
     let all: Vec<(u64, &Attempt)> = grants
         .iter()
-        .filter_map(|g| g.granted().map(|(_, t)| (t, *g)))
+        .filter_map(|g| g.granted().map(|(at, t)| (at, t, *g)))
+        .filter(|(at, _, g)| !unsaved(history, rules, g.node, *at))
+        .map(|(_, t, g)| (t, g))
         .collect();
     for (key, mut mine) in by_key {
         mine.sort_by_key(|(token, _)| *token);
