@@ -306,11 +306,6 @@ impl<H> RaftEngine<H> {
         if self.table.holder(key).is_none_or(|h| h.token != token) {
             return Ok(Some(Outcome::NotFound));
         }
-        if self.expiring.contains(&(key.clone(), token)) {
-            // Its lease ran out and its expiry is on its way to the log: a
-            // renewal applied before it would be undone by it.
-            return Ok(Some(Outcome::NotFound));
-        }
         let command = Command::Renew {
             key: key.clone(),
             token,
