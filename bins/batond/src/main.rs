@@ -60,6 +60,13 @@ struct Flags {
     /// tokens rise anyway).
     #[arg(long, value_name = "DIR")]
     data_dir: Option<PathBuf>,
+    /// Cluster: the file holding the cluster key (make one with `baton
+    /// keygen`; every node of the cluster uses the same). Peers prove to
+    /// each other that they hold it, and their traffic is encrypted. Give
+    /// it twice while rotating keys: the node dials with the first and
+    /// accepts either.
+    #[arg(long, value_name = "PATH", action = clap::ArgAction::Append)]
+    cluster_key_file: Vec<PathBuf>,
     /// Raft cluster: log entries applied between two snapshots (each
     /// snapshot lets the log be purged).
     #[arg(long, value_name = "N", default_value_t = 10_000)]
@@ -106,6 +113,9 @@ impl Flags {
                 if !self.peers.is_empty() {
                     return Err("--peers needs --mode priority or --mode raft".into());
                 }
+                if !self.cluster_key_file.is_empty() {
+                    return Err("--cluster-key-file needs --mode priority or --mode raft".into());
+                }
                 Ok(Plan::Single {
                     config,
                     data_dir: self.data_dir,
@@ -125,6 +135,7 @@ impl Flags {
                 if self.heartbeat_interval == 0 || self.failure_timeout <= self.heartbeat_interval {
                     return Err("--failure-timeout must be longer than --heartbeat-interval, which must be above 0".into());
                 }
+                let keys = cluster_keys(self.mode, &self.cluster_key_file)?;
                 let mut seen = std::collections::HashSet::new();
                 if let Some(dup) = self.peers.iter().find(|p| !seen.insert(*p)) {
                     return Err(format!("--peers lists {dup} twice"));
@@ -136,6 +147,7 @@ impl Flags {
                         heartbeat_ms: self.heartbeat_interval,
                         failure_timeout_ms: self.failure_timeout,
                         data_dir: self.data_dir,
+                        keys,
                     };
                     return Ok(Plan::Priority { config, settings });
                 }
@@ -145,7 +157,7 @@ impl Flags {
                 if self.snapshot_every == 0 {
                     return Err("--snapshot-every must be above 0".into());
                 }
-                let mut settings = raft::RaftSettings::new(me as u64, self.peers, data_dir);
+                let mut settings = raft::RaftSettings::new(me as u64, self.peers, data_dir, keys);
                 settings.heartbeat_ms = self.heartbeat_interval;
                 settings.election_timeout_ms = self.failure_timeout;
                 settings.snapshot_every = self.snapshot_every;
@@ -153,6 +165,21 @@ impl Flags {
             }
         }
     }
+}
+
+/// The cluster's keys, which a cluster node cannot run without.
+fn cluster_keys(mode: Mode, paths: &[PathBuf]) -> Result<baton_cluster::peer::ClusterKeys, String> {
+    if paths.is_empty() {
+        let mode = if mode == Mode::Raft {
+            "raft"
+        } else {
+            "priority"
+        };
+        return Err(format!(
+            "--mode {mode} needs --cluster-key-file PATH: make a key once with `baton keygen > cluster.key && chmod 600 cluster.key` and give every node of the cluster that same file"
+        ));
+    }
+    baton_cluster::peer::ClusterKeys::load(paths).map_err(|error| error.to_string())
 }
 
 impl Plan {

@@ -26,7 +26,7 @@ use super::engine::{NodeRole, PriorityConfig, PriorityNode};
 use super::lock_node::PriorityLockNode;
 use super::messages::{LinkHello, NodeIndex, PriorityMessage};
 use super::state_file::{self, PriorityPersister, StateFileError};
-use crate::peer::{self, PEER_HELLO};
+use crate::peer::{self, ClusterKeys, PEER_HELLO};
 
 type Shared = Arc<SharedLocks<PriorityLockNode>>;
 
@@ -139,6 +139,8 @@ pub struct PrioritySettings {
     pub failure_timeout_ms: u64,
     /// Where the node keeps its state across restarts, if anywhere.
     pub data_dir: Option<PathBuf>,
+    /// The cluster key(s): peers prove they hold one (see `crate::peer`).
+    pub keys: ClusterKeys,
 }
 
 /// Why a priority node did not start.
@@ -161,6 +163,7 @@ pub async fn start(
         heartbeat_ms,
         failure_timeout_ms,
         data_dir,
+        keys: _keys,
     } = settings;
     let clock = Clock::new();
     let now = clock.now();

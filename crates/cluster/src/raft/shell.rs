@@ -28,6 +28,7 @@ use super::snapshot_store::SnapshotStore;
 use super::state_machine::{LockStateMachine, TableHost};
 use super::types::{NodeId, Proposal, TypeConfig};
 use super::{engine::EngineEvent, inbound, observe};
+use crate::peer::ClusterKeys;
 
 /// The openraft node over a lock table held by `H`.
 pub type RaftOf<H> = openraft::Raft<TypeConfig, LockStateMachine<H>>;
@@ -58,11 +59,19 @@ pub struct RaftSettings {
     /// Entries applied between two snapshots (each snapshot purges the log).
     pub snapshot_every: u64,
     pub segment_bytes: u64,
+    /// The cluster key(s): peers prove they hold one (see `crate::peer`).
+    pub keys: ClusterKeys,
 }
 
 impl RaftSettings {
-    pub fn new(me: NodeId, peers: Vec<String>, data_dir: PathBuf) -> RaftSettings {
+    pub fn new(
+        me: NodeId,
+        peers: Vec<String>,
+        data_dir: PathBuf,
+        keys: ClusterKeys,
+    ) -> RaftSettings {
         RaftSettings {
+            keys,
             me,
             peers,
             data_dir,
@@ -462,7 +471,12 @@ mod tests {
     #[test]
     fn a_cut_off_leader_answers_within_the_rule_at_any_election_timeout() {
         for election_timeout_ms in [150, 300, 1_000, 2_000] {
-            let mut settings = RaftSettings::new(0, vec!["a:1".into()], PathBuf::new());
+            let mut settings = RaftSettings::new(
+                0,
+                vec!["a:1".into()],
+                PathBuf::new(),
+                ClusterKeys::from_text(&"k".repeat(32)).expect("key"),
+            );
             settings.election_timeout_ms = election_timeout_ms;
             let worst = settings.step_down_after().as_millis() as u64
                 + settings.quorum_check_every().as_millis() as u64

@@ -218,6 +218,9 @@ impl ProposalSource for SimNode {
 }
 
 /// Dials turmoil's simulated TCP.
+/// The cluster key of every simulated node.
+const SIM_CLUSTER_KEY: &str = "simulated cluster key, the same on every node";
+
 struct SimDialer;
 
 impl Dialer for SimDialer {
@@ -259,7 +262,12 @@ impl World {
 /// The software of host `me`: runs until the host crashes.
 pub async fn run(world: World, me: u64, incarnation: u64) -> turmoil::Result {
     let origin = world.seed ^ (me << 48) ^ (incarnation << 32);
-    let mut settings = RaftSettings::new(me, world.peers.clone(), world.dirs[me as usize].clone());
+    let mut settings = RaftSettings::new(
+        me,
+        world.peers.clone(),
+        world.dirs[me as usize].clone(),
+        baton_cluster::peer::ClusterKeys::from_text(SIM_CLUSTER_KEY).expect("key"),
+    );
     settings.snapshot_every = 40;
     settings.segment_bytes = 16 * 1024;
     let node = Arc::new(SimNode::new(me, world.peers.clone(), origin));

@@ -1,0 +1,136 @@
+//! Logs refused peer connections once per source address per interval,
+//! with how many were refused quietly since: a flood of forged handshakes
+//! must not become a flood of log lines.
+
+use std::collections::HashMap;
+use std::net::IpAddr;
+use std::sync::{Mutex, PoisonError};
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+/// One log line per source address per this.
+pub const REFUSAL_LOG_INTERVAL: Duration = Duration::from_secs(60);
+/// Source addresses remembered at once; past it, the addresses beyond
+/// share one line per interval.
+const MAX_SOURCES: usize = 1024;
+
+#[derive(Debug)]
+struct Source {
+    logged_at: Instant,
+    quiet: u64,
+}
+
+#[derive(Debug, Default)]
+struct Sources {
+    by_addr: HashMap<IpAddr, Source>,
+    /// Refusals from addresses that found the table full.
+    overflow: Option<Source>,
+}
+
+/// The refusal log of one node.
+#[derive(Debug, Default)]
+pub struct RefusalLog {
+    sources: Mutex<Sources>,
+}
+
+impl RefusalLog {
+    /// Notes a refused peer connection from `from`; logs it unless that
+    /// address was logged within the interval. Returns whether it logged.
+    pub fn refused(&self, from: IpAddr, reason: &dyn std::fmt::Display) -> bool {
+        let now = Instant::now();
+        let mut sources = self.sources.lock().unwrap_or_else(PoisonError::into_inner);
+        if !sources.by_addr.contains_key(&from) && sources.by_addr.len() >= MAX_SOURCES {
+            sources
+                .by_addr
+                .retain(|_, s| now.duration_since(s.logged_at) < REFUSAL_LOG_INTERVAL);
+        }
+        if !sources.by_addr.contains_key(&from) && sources.by_addr.len() >= MAX_SOURCES {
+            let overflow = sources.overflow.get_or_insert(Source {
+                logged_at: now - REFUSAL_LOG_INTERVAL,
+                quiet: 0,
+            });
+            return note(overflow, now, |quiet| {
+                tracing::warn!(
+                    %reason,
+                    refused_quietly = quiet,
+                    "refused peer connections from many addresses"
+                );
+            });
+        }
+        match sources.by_addr.get_mut(&from) {
+            Some(source) => note(source, now, |quiet| log_refusal(from, reason, quiet)),
+            None => {
+                sources.by_addr.insert(
+                    from,
+                    Source {
+                        logged_at: now,
+                        quiet: 0,
+                    },
+                );
+                log_refusal(from, reason, 0);
+                true
+            }
+        }
+    }
+}
+
+fn note(source: &mut Source, now: Instant, log: impl FnOnce(u64)) -> bool {
+    if now.duration_since(source.logged_at) < REFUSAL_LOG_INTERVAL {
+        source.quiet = source.quiet.saturating_add(1);
+        return false;
+    }
+    log(source.quiet);
+    source.logged_at = now;
+    source.quiet = 0;
+    true
+}
+
+fn log_refusal(from: IpAddr, reason: &dyn std::fmt::Display, quiet: u64) {
+    tracing::warn!(
+        %from,
+        %reason,
+        refused_quietly = quiet,
+        "refused a peer connection (is its --cluster-key-file this cluster's key?)"
+    );
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ip(last: u8) -> IpAddr {
+        IpAddr::from([127, 0, 0, last])
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn one_line_per_address_per_interval() {
+        let log = RefusalLog::default();
+        assert!(log.refused(ip(1), &"wrong key"));
+        for _ in 0..100 {
+            assert!(!log.refused(ip(1), &"wrong key"));
+        }
+        assert!(log.refused(ip(2), &"wrong key"), "another address logs");
+        tokio::time::advance(REFUSAL_LOG_INTERVAL).await;
+        assert!(
+            log.refused(ip(1), &"wrong key"),
+            "logs again after the interval"
+        );
+        assert!(!log.refused(ip(1), &"wrong key"));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn many_addresses_share_a_line_and_memory_stays_bounded() {
+        let log = RefusalLog::default();
+        let mut logged = 0;
+        for i in 0..(MAX_SOURCES as u32 + 500) {
+            let addr = IpAddr::from(std::net::Ipv4Addr::from(0x0a00_0000 + i));
+            if log.refused(addr, &"wrong key") {
+                logged += 1;
+            }
+        }
+        assert_eq!(logged, MAX_SOURCES + 1);
+        let sources = log.sources.lock().expect("lock");
+        assert_eq!(sources.by_addr.len(), MAX_SOURCES);
+    }
+}
