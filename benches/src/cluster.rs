@@ -1,10 +1,12 @@
 //! A Baton cluster on loopback: three `batond` nodes that list each other
 //! as peers, all pinned to the server CPU, and the one that serves clients
 //! (the priority active or the Raft leader) found from their `S` lines.
+//! They share a cluster key made for the run, when this batond has
+//! `--cluster-key-file`.
 
 use std::ffi::OsString;
 use std::net::SocketAddr;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use tokio::time::{sleep, Instant};
@@ -17,6 +19,9 @@ use crate::target::ClusterMode;
 
 /// How long a fresh cluster may take to agree on who serves.
 const ELECTION: Duration = Duration::from_secs(20);
+
+/// The flag batond reads the cluster key from.
+const KEY_FLAG: &str = "--cluster-key-file";
 
 /// Starts `count` nodes in `mode` and waits until one of them serves.
 pub async fn start(
@@ -34,10 +39,23 @@ pub async fn start(
         .map(SocketAddr::to_string)
         .collect::<Vec<_>>()
         .join(",");
-    let dir = match mode {
-        ClusterMode::Raft => Some(settings.fresh_dir("raft")?),
-        ClusterMode::Priority => None,
+    // The nodes' data (Raft) and the cluster key live here, removed with
+    // the server.
+    let dir = settings.fresh_dir(mode.flag())?;
+    let key = if batond_has_flag(batond, KEY_FLAG) {
+        match write_key_file(&dir) {
+            Ok(key) => Some(key),
+            Err(error) => {
+                let _ = std::fs::remove_dir_all(&dir);
+                return Err(error);
+            }
+        }
+    } else {
+        // A batond from before cluster keys (a "before" run): it has no
+        // such flag and needs none.
+        None
     };
+    let dir = Some(dir);
     let mut nodes = Vec::with_capacity(count);
     for (i, addr) in addrs.iter().enumerate() {
         let mut args: Vec<OsString> = vec![
@@ -48,9 +66,13 @@ pub async fn start(
             "--mode".into(),
             mode.flag().into(),
         ];
-        if let Some(dir) = &dir {
+        if let (ClusterMode::Raft, Some(dir)) = (mode, &dir) {
             args.push("--data-dir".into());
             args.push(dir.join(format!("node{i}")).into());
+        }
+        if let Some(key) = &key {
+            args.push(KEY_FLAG.into());
+            args.push(key.into());
         }
         let spawned = match spawn(batond, &args, settings, None).await {
             Ok(spawned) => spawned,
@@ -93,9 +115,40 @@ pub async fn serving_node(addrs: &[SocketAddr], mode: ClusterMode) -> Result<usi
 
 /// Whether this `batond` knows `--mode raft` (it lists it in `--help`).
 pub fn batond_has_mode(batond: &Path, mode: ClusterMode) -> bool {
+    batond_has_flag(batond, mode.flag())
+}
+
+/// Whether `batond --help` mentions `flag`.
+fn batond_has_flag(batond: &Path, flag: &str) -> bool {
     std::process::Command::new(batond)
         .arg("--help")
         .output()
-        .map(|out| String::from_utf8_lossy(&out.stdout).contains(mode.flag()))
+        .map(|out| String::from_utf8_lossy(&out.stdout).contains(flag))
         .unwrap_or(false)
+}
+
+/// Writes a fresh random cluster key, 64 hex digits as `baton keygen`
+/// prints, to a file in `dir` only its owner can read.
+fn write_key_file(dir: &Path) -> Result<PathBuf, BenchError> {
+    use std::io::Write as _;
+    let path = dir.join("cluster.key");
+    let setup = |source| BenchError::Setup {
+        what: format!("write the cluster key {}", path.display()),
+        source,
+    };
+    let mut bytes = [0u8; 32];
+    getrandom::fill(&mut bytes).map_err(|e| setup(std::io::Error::other(e.to_string())))?;
+    let text: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
+    let mut options = std::fs::OpenOptions::new();
+    options.write(true).create_new(true);
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::OpenOptionsExt;
+        options.mode(0o600);
+    }
+    options
+        .open(&path)
+        .and_then(|mut file| writeln!(file, "{text}"))
+        .map_err(setup)?;
+    Ok(path)
 }

@@ -1,5 +1,7 @@
 //! `Batond`: one real `batond` process under test, with its stderr kept in a
-//! log file that is printed when a test panics while the node is alive.
+//! log file that is printed when a test panics while the node is alive. A
+//! cluster node started without `--cluster-key-file` gets the test
+//! process's key (see [`crate::key`]).
 
 use std::fs::{File, OpenOptions};
 use std::io::{BufRead, BufReader, Read};
@@ -29,7 +31,8 @@ pub struct Batond {
     child: Child,
     exit: Option<ExitStatus>,
     addr: SocketAddr,
-    /// Caller's arguments without `--listen`, reused by [`Batond::restart`].
+    /// Caller's arguments without `--listen` (with the cluster key the
+    /// harness added, if it did), reused by [`Batond::restart`].
     args: Vec<String>,
     dir: TempDir,
     log: PathBuf,
@@ -50,12 +53,15 @@ impl Batond {
         Self::launch(&addr.to_string(), args)
     }
 
-    fn launch(listen: &str, args: Vec<String>) -> Batond {
+    fn launch(listen: &str, mut args: Vec<String>) -> Batond {
         let dir = match tempfile::Builder::new().prefix("batond-test-").tempdir() {
             Ok(d) => d,
             Err(e) => panic!("cannot create a temp dir for batond: {e}"),
         };
         let log = dir.path().join("batond.log");
+        // A cluster node needs the cluster's key; kept in its own
+        // directory, so a restart finds it again.
+        crate::key::add_cluster_key(&mut args, dir.path());
         let (child, addr) = spawn_retrying(listen, &args, &log, Instant::now() + START_TIMEOUT);
         Batond {
             child,

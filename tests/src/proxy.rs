@@ -1,9 +1,12 @@
 //! A fault-injecting TCP proxy: put it between a client and a node to cut,
-//! stall or refuse connections at the moment a test chooses.
+//! stall or refuse connections at the moment a test chooses. It can also
+//! record what clients send (the first [`RECORD_LIMIT`] bytes of each
+//! connection), so a test can replay a real node's link.
 
+use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
@@ -24,7 +27,14 @@ struct Control {
     frozen_below: watch::Sender<usize>,
     open: AtomicUsize,
     accepted: AtomicUsize,
+    /// Whether connections accepted now are recorded.
+    record: AtomicBool,
+    /// Per accept number, the first bytes its client sent.
+    recordings: Mutex<BTreeMap<usize, Vec<u8>>>,
 }
+
+/// Bytes kept of what one client sent, at most.
+pub const RECORD_LIMIT: usize = 256 * 1024;
 
 /// A proxy on 127.0.0.1 forwarding every connection to `upstream`.
 /// Dropping it closes the listener and every connection.
@@ -52,6 +62,8 @@ impl FaultProxy {
             frozen_below: watch::channel(0).0,
             open: AtomicUsize::new(0),
             accepted: AtomicUsize::new(0),
+            record: AtomicBool::new(false),
+            recordings: Mutex::new(BTreeMap::new()),
         });
         let accept = tokio::spawn(accept_loop(listener, upstream, Arc::clone(&control)));
         FaultProxy {
@@ -111,6 +123,23 @@ impl FaultProxy {
     pub fn accepted(&self) -> usize {
         self.control.accepted.load(Ordering::SeqCst)
     }
+
+    /// While on, connections accepted keep a copy of the first
+    /// [`RECORD_LIMIT`] bytes their client sends (see
+    /// [`FaultProxy::recordings`]).
+    pub fn record(&self, on: bool) {
+        self.control.record.store(on, Ordering::SeqCst);
+    }
+
+    /// What each recorded connection's client sent so far, by accept
+    /// number.
+    pub fn recordings(&self) -> BTreeMap<usize, Vec<u8>> {
+        self.control
+            .recordings
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
 }
 
 impl Drop for FaultProxy {
@@ -129,6 +158,13 @@ async fn accept_loop(listener: TcpListener, upstream: SocketAddr, control: Arc<C
         if control.refuse.load(Ordering::SeqCst) {
             drop(client);
             continue;
+        }
+        if control.record.load(Ordering::SeqCst) {
+            control
+                .recordings
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .insert(n, Vec::new());
         }
         tokio::spawn(forward(n, client, upstream, Arc::clone(&control)));
     }
@@ -151,8 +187,8 @@ async fn forward(n: usize, client: TcpStream, upstream: SocketAddr, control: Arc
         biased;
         _ = cuts.changed() => {}
         _ = cut_ones.wait_for(|cut| cut.contains(&n)) => {}
-        () = pump(client_read, server_write, gate(n, &control)) => {}
-        () = pump(server_read, client_write, gate(n, &control)) => {}
+        () = pump(client_read, server_write, gate(n, &control), Some(&control)) => {}
+        () = pump(server_read, client_write, gate(n, &control), None) => {}
     }
     control.open.fetch_sub(1, Ordering::SeqCst);
 }
@@ -186,14 +222,30 @@ impl Gate {
 }
 
 /// Copies one direction until either side closes; each chunk read waits
-/// for the gate to open before it is written on.
-async fn pump(mut from: OwnedReadHalf, mut to: OwnedWriteHalf, mut gate: Gate) {
+/// for the gate to open before it is written on. With `recorder`, what
+/// is read is also added to the connection's recording, if it has one.
+async fn pump(
+    mut from: OwnedReadHalf,
+    mut to: OwnedWriteHalf,
+    mut gate: Gate,
+    recorder: Option<&Control>,
+) {
     let mut buf = vec![0u8; 16 * 1024];
     loop {
         let n = match from.read(&mut buf).await {
             Ok(0) | Err(_) => return,
             Ok(n) => n,
         };
+        if let Some(control) = recorder {
+            let mut recordings = control
+                .recordings
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner);
+            if let Some(recording) = recordings.get_mut(&gate.n) {
+                let room = RECORD_LIMIT.saturating_sub(recording.len());
+                recording.extend_from_slice(&buf[..n.min(room)]);
+            }
+        }
         if !gate.open().await {
             return;
         }
@@ -259,6 +311,21 @@ mod tests {
             .await
             .unwrap();
         assert!(matches!(n, Ok(0) | Err(_)), "a cut connection reads EOF");
+    }
+
+    #[tokio::test]
+    async fn records_what_clients_send_while_told_to() {
+        let proxy = FaultProxy::start(echo().await).await;
+        let within = Duration::from_secs(5);
+        let mut unrecorded = TcpStream::connect(proxy.addr()).await.unwrap();
+        assert!(roundtrip(&mut unrecorded, b"a", within).await.is_some());
+        proxy.record(true);
+        let mut recorded = TcpStream::connect(proxy.addr()).await.unwrap();
+        assert!(roundtrip(&mut recorded, b"bc", within).await.is_some());
+        assert!(roundtrip(&mut recorded, b"d", within).await.is_some());
+        let recordings = proxy.recordings();
+        assert_eq!(recordings.len(), 1, "{recordings:?}");
+        assert_eq!(recordings.get(&1).map(Vec::as_slice), Some(&b"bcd"[..]));
     }
 
     #[tokio::test]

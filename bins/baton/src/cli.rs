@@ -69,4 +69,10 @@ pub enum Command {
         #[arg(last = true, required = true, value_name = "CMD")]
         command: Vec<OsString>,
     },
+    /// Print a fresh random cluster key (64 hex digits) for batond.
+    ///
+    /// `baton keygen > cluster.key && chmod 600 cluster.key`, copy that
+    /// file to every node, and start each with `--cluster-key-file
+    /// cluster.key`.
+    Keygen,
 }

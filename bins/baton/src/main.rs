@@ -1,8 +1,10 @@
 //! `baton`: the command-line client. Takes and gives back locks for shell
-//! scripts, shows the cluster's status, and runs commands under a lock.
+//! scripts, shows the cluster's status, runs commands under a lock, and
+//! makes cluster keys.
 
 mod cli;
 mod exit;
+mod keygen;
 mod run;
 mod seconds;
 mod status_table;
@@ -17,6 +19,10 @@ use crate::exit::Exit;
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    // No node and no runtime needed: a key is made here.
+    if let Command::Keygen = cli.command {
+        return keygen::keygen();
+    }
     let runtime = match tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -83,7 +89,7 @@ async fn command(client: &Client, command: Command) -> ExitCode {
             lease,
             command,
         } => return run::run(client, &key, wait, lease, &command).await,
-        Command::Status => Ok(()),
+        Command::Status | Command::Keygen => Ok(()),
     };
     match outcome {
         Ok(()) => Exit::Ok.code(),

@@ -14,10 +14,15 @@ const REFUSAL_BOUND: Duration = Duration::from_secs(10);
 
 /// Runs `batond args` and expects it to exit non-zero without ever
 /// listening; returns its exit status and stderr.
+/// A cluster node gets the harness's key file, as `Batond` gives it: the
+/// refusals tested here are the data directory's, not the key's.
 pub fn start_fails(args: &[&str]) -> (ExitStatus, String) {
     let log = tempfile::NamedTempFile::new().expect("temp file");
+    let key_dir = tempfile::tempdir().expect("temp dir");
+    let mut args: Vec<String> = args.iter().map(|a| (*a).to_owned()).collect();
+    baton_tests::key::add_cluster_key(&mut args, key_dir.path());
     let mut child = Command::new(batond_bin())
-        .args(args)
+        .args(&args)
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(log.reopen().expect("reopen the log"))
