@@ -29,6 +29,9 @@ use crate::node::{LockNode, Served};
 const OUTPUT_HIGH_WATER: usize = 256 * 1024;
 const READ_CHUNK: usize = 16 * 1024;
 const DELIVERY_BATCH: usize = 256;
+/// A connection whose first bytes are part of a peer hello must finish it
+/// within this.
+pub(crate) const HELLO_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
 
 enum Sniffed {
     Peer,
@@ -163,13 +166,15 @@ impl<N: LockNode> Connection<N> {
 
     /// Reads until the first bytes tell a peer's hello from a client's
     /// request. A client's first byte already differs from the hello's, so
-    /// clients wait for nothing.
+    /// clients wait for nothing. A connection that stops partway through
+    /// the hello is closed after [`HELLO_TIMEOUT`]: it is neither.
     async fn sniff_peer(
         &mut self,
         stream: &mut TcpStream,
         hello: &[u8],
         shutdown: &CancellationToken,
     ) -> Sniffed {
+        let mut deadline = None;
         loop {
             let n = self.input.len().min(hello.len());
             if self.input[..n] != hello[..n] {
@@ -178,8 +183,21 @@ impl<N: LockNode> Connection<N> {
             if n == hello.len() {
                 return Sniffed::Peer;
             }
+            if n > 0 && deadline.is_none() {
+                deadline = Some(tokio::time::Instant::now() + HELLO_TIMEOUT);
+            }
+            let expired = async {
+                match deadline {
+                    Some(at) => tokio::time::sleep_until(at).await,
+                    None => std::future::pending().await,
+                }
+            };
             tokio::select! {
                 _ = shutdown.cancelled() => return Sniffed::Gone,
+                () = expired => {
+                    tracing::debug!("closed a connection stuck in a peer hello");
+                    return Sniffed::Gone;
+                }
                 read = stream.read_buf(&mut self.input) => match read {
                     Ok(0) | Err(_) => return Sniffed::Gone,
                     Ok(_) => {}

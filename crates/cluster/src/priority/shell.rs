@@ -3,7 +3,9 @@
 //!
 //! Each node dials every other node and writes its messages on the link it
 //! dialled; it reads its peers' messages on the links they dialled, and
-//! writes back a zero byte now and then as a sign of life. Either end
+//! writes back an empty frame now and then as a sign of life. Every link
+//! runs over the authenticated channel of [`crate::peer`]: a node that
+//! does not hold the cluster key gets no further than the handshake. Either end
 //! closes a link that brought nothing for a failure timeout, and the
 //! dialling end dials again: a link a partition froze is replaced instead
 //! of waiting out the kernel's backed-off retransmissions. Ticks come from
@@ -13,12 +15,12 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+use std::sync::atomic::{AtomicBool, Ordering};
+
 use bytes::BytesMut;
 use futures_util::{SinkExt, StreamExt};
-use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
-use tokio::sync::mpsc;
-use tokio_util::codec::{Framed, FramedParts, FramedWrite};
+use tokio::sync::{mpsc, Notify};
 
 use baton_server::{Clock, PeerAcceptor, Server, ServerConfig, ServerError, SharedLocks};
 
@@ -26,7 +28,8 @@ use super::engine::{NodeRole, PriorityConfig, PriorityNode};
 use super::lock_node::PriorityLockNode;
 use super::messages::{LinkHello, NodeIndex, PriorityMessage};
 use super::state_file::{self, PriorityPersister, StateFileError};
-use crate::peer::{self, ClusterKeys, PEER_HELLO};
+use crate::peer::refusals::REFUSAL_LOG_INTERVAL;
+use crate::peer::{self, ClusterKey, ClusterKeys, GateLimits, PeerGate, PEER_HELLO};
 
 type Shared = Arc<SharedLocks<PriorityLockNode>>;
 
@@ -163,7 +166,7 @@ pub async fn start(
         heartbeat_ms,
         failure_timeout_ms,
         data_dir,
-        keys: _keys,
+        keys,
     } = settings;
     let clock = Clock::new();
     let now = clock.now();
@@ -199,13 +202,15 @@ pub async fn start(
     // bytes may sit behind a backed-off retransmission long after the
     // network healed. It is closed and dialled again.
     let link_timeout = Duration::from_millis(failure_timeout_ms.max(1));
-    let inbound = Arc::new(Inbound {
+    let inbound = Arc::new(Inbound(Arc::new(InboundLinks {
         locks: locks.clone(),
         peers: peers.clone(),
         me,
+        keys: keys.clone(),
+        gate: PeerGate::new(GateLimits::for_cluster(peers.len())),
         link_timeout,
         ack_every: Duration::from_millis(heartbeat_ms / 2),
-    });
+    })));
     let server = Server::bind_shared(server_config, locks.clone(), Some(inbound)).await?;
 
     let mut links = Vec::with_capacity(peers.len());
@@ -214,20 +219,21 @@ pub async fn start(
             links.push(None);
             continue;
         }
-        let (tx, rx) = mpsc::unbounded_channel();
-        let hello = LinkHello {
-            from: me,
-            peers: peers.clone(),
-        };
-        tokio::spawn(dial(
+        let (tx, rx) = mpsc::channel(LINK_QUEUE);
+        let overflowed = Arc::new(AtomicBool::new(false));
+        let link = OutboundLink {
             index,
-            addr.clone(),
-            hello,
-            rx,
-            locks.clone(),
-            link_timeout,
-        ));
-        links.push(Some(tx));
+            addr: addr.clone(),
+            hello: LinkHello {
+                from: me,
+                peers: peers.clone(),
+            },
+            key: keys.primary().clone(),
+            timeout: link_timeout,
+            overflowed: overflowed.clone(),
+        };
+        tokio::spawn(dial(link, rx, locks.clone()));
+        links.push(Some(LinkQueue { tx, overflowed }));
     }
     tokio::spawn(pump(locks.clone(), links));
     let persister = state_file.map(|file| state_file::persister(file, locks.clone()));
@@ -244,15 +250,36 @@ pub async fn start(
     })
 }
 
+/// Messages queued for one peer's link, at most. Past it the link is
+/// behind for good: it is closed, and the standby resyncs once it is back.
+const LINK_QUEUE: usize = 4096;
+/// The largest first frame of an incoming link (its `LinkHello`: a peer
+/// list of addresses).
+const MAX_HELLO_FRAME: usize = 64 * 1024;
+/// The largest frame after the hello, either way. The engine still sends
+/// a whole table in one message.
+const MAX_FRAME: usize = 512 * 1024 * 1024;
+
+/// One peer's outgoing queue, and whether it overflowed.
+struct LinkQueue {
+    tx: mpsc::Sender<PriorityMessage>,
+    overflowed: Arc<AtomicBool>,
+}
+
 /// Moves the engine's outbox onto the links, in order.
-async fn pump(locks: Shared, links: Vec<Option<mpsc::UnboundedSender<PriorityMessage>>>) {
+async fn pump(locks: Shared, links: Vec<Option<LinkQueue>>) {
     loop {
         locks.output_ready().await;
         let output = locks.with(|node, _, _| node.engine_mut().take_output());
         for (to, message) in output {
             if let Some(Some(link)) = links.get(to) {
-                // A link task that ended means the runtime is going down.
-                let _ = link.send(message);
+                // Full: the link is far behind (a stalled peer); dropping
+                // one message leaves a gap, so the link is torn down and
+                // the peer starts over from a snapshot. Closed: the
+                // runtime is going down.
+                if let Err(mpsc::error::TrySendError::Full(_)) = link.tx.try_send(message) {
+                    link.overflowed.store(true, Ordering::Release);
+                }
             }
         }
     }
@@ -262,37 +289,45 @@ async fn pump(locks: Shared, links: Vec<Option<mpsc::UnboundedSender<PriorityMes
 /// to it. While the peer is unreachable its messages are dropped: they
 /// would be stale by the time it came back, and heartbeats, sync requests
 /// and snapshots are all repeated as needed.
-async fn dial(
-    index: NodeIndex,
-    addr: String,
-    hello: LinkHello,
-    mut outbox: mpsc::UnboundedReceiver<PriorityMessage>,
-    locks: Shared,
-    link_timeout: Duration,
-) {
+async fn dial(link: OutboundLink, mut outbox: mpsc::Receiver<PriorityMessage>, locks: Shared) {
     let mut batch = Vec::with_capacity(64);
+    let mut warned: Option<tokio::time::Instant> = None;
     loop {
         // Short, so that the first attempt after a heal comes soon.
-        let connected = tokio::time::timeout(link_timeout, TcpStream::connect(&addr)).await;
-        let mut stream = match connected {
-            Ok(Ok(stream)) => stream,
-            _ => {
-                while outbox.try_recv().is_ok() {}
-                tokio::time::sleep(REDIAL_PAUSE).await;
-                continue;
+        let connected = tokio::time::timeout(link.timeout, TcpStream::connect(&link.addr)).await;
+        if let Ok(Ok(stream)) = connected {
+            let _ = stream.set_nodelay(true);
+            // What queued while there was no link is stale.
+            while outbox.try_recv().is_ok() {}
+            link.overflowed.store(false, Ordering::Release);
+            if let Err(error) = send_link(stream, &link, &mut outbox, &mut batch).await {
+                tracing::debug!(peer = link.index, %error, "peer link down");
+                let quiet = warned.is_some_and(|at| at.elapsed() < REFUSAL_LOG_INTERVAL);
+                if matches!(error, LinkClosed::Peer(peer::PeerError::WrongKey)) && !quiet {
+                    warned = Some(tokio::time::Instant::now());
+                    tracing::warn!(
+                        peer = link.index,
+                        addr = %link.addr,
+                        "peer does not hold this cluster's key; every node needs the same --cluster-key-file"
+                    );
+                }
             }
-        };
-        let _ = stream.set_nodelay(true);
-        // What queued while there was no link is stale.
-        while outbox.try_recv().is_ok() {}
-        let sent = send_link(&mut stream, &hello, &mut outbox, &mut batch, link_timeout).await;
-        if let Err(error) = sent {
-            tracing::debug!(peer = index, %error, "peer link down");
+            locks.with(|node, _, _| node.engine_mut().on_link_down(link.index));
         }
-        locks.with(|node, _, _| node.engine_mut().on_link_down(index));
         while outbox.try_recv().is_ok() {}
         tokio::time::sleep(REDIAL_PAUSE).await;
     }
+}
+
+/// What a dialling task knows of its link.
+struct OutboundLink {
+    index: NodeIndex,
+    addr: String,
+    hello: LinkHello,
+    key: ClusterKey,
+    /// Closes a link that hears nothing, or cannot write, for this long.
+    timeout: Duration,
+    overflowed: Arc<AtomicBool>,
 }
 
 /// Why a peer link was closed on purpose.
@@ -304,35 +339,36 @@ enum LinkClosed {
     Silent,
     #[error("a write did not finish within a failure timeout")]
     WriteStalled,
+    #[error("the link fell {LINK_QUEUE} messages behind")]
+    Overflowed,
 }
 
 async fn send_link(
-    stream: &mut TcpStream,
-    hello: &LinkHello,
-    outbox: &mut mpsc::UnboundedReceiver<PriorityMessage>,
+    stream: TcpStream,
+    link: &OutboundLink,
+    outbox: &mut mpsc::Receiver<PriorityMessage>,
     batch: &mut Vec<PriorityMessage>,
-    link_timeout: Duration,
 ) -> Result<(), LinkClosed> {
-    let (mut reader, writer) = stream.split();
-    let mut frames = FramedWrite::new(writer, peer::frame_codec());
     let opening = async {
-        frames.get_mut().write_all(PEER_HELLO).await?;
-        frames.send(peer::encode(hello)?).await?;
-        Ok::<_, peer::PeerError>(())
+        let first = peer::encode(&link.hello)?;
+        peer::connect(stream, PEER_HELLO, &link.key, first, MAX_FRAME).await
     };
-    match tokio::time::timeout(link_timeout, opening).await {
-        Ok(result) => result?,
+    let framed = match tokio::time::timeout(link.timeout, opening).await {
+        Ok(framed) => framed?,
         Err(_) => return Err(LinkClosed::WriteStalled),
-    }
-    // The peer writes a byte back now and then for what it reads: a link
-    // that brings none for a failure timeout is stale.
-    let mut sink = [0u8; 64];
+    };
+    let (mut frames, mut acks) = framed.split();
+    // The peer writes an empty frame back now and then for what it reads:
+    // a link that brings none for a failure timeout is stale.
     let mut heard = tokio::time::Instant::now();
     loop {
         tokio::select! {
             n = outbox.recv_many(batch, 64) => {
                 if n == 0 {
                     return Ok(());
+                }
+                if link.overflowed.load(Ordering::Acquire) {
+                    return Err(LinkClosed::Overflowed);
                 }
                 let write = async {
                     for message in batch.drain(..) {
@@ -341,18 +377,17 @@ async fn send_link(
                     SinkExt::<bytes::Bytes>::flush(&mut frames).await?;
                     Ok::<_, peer::PeerError>(())
                 };
-                match tokio::time::timeout(link_timeout, write).await {
+                match tokio::time::timeout(link.timeout, write).await {
                     Ok(result) => result?,
                     Err(_) => return Err(LinkClosed::WriteStalled),
                 }
             }
-            read = tokio::io::AsyncReadExt::read(&mut reader, &mut sink) => {
-                match read {
-                    Ok(0) | Err(_) => return Ok(()),
-                    Ok(_) => heard = tokio::time::Instant::now(),
-                }
-            }
-            () = tokio::time::sleep_until(heard + link_timeout) => {
+            ack = acks.next() => match ack {
+                Some(Ok(_)) => heard = tokio::time::Instant::now(),
+                Some(Err(error)) => return Err(error.into()),
+                None => return Ok(()),
+            },
+            () = tokio::time::sleep_until(heard + link.timeout) => {
                 return Err(LinkClosed::Silent);
             }
         }
@@ -360,14 +395,20 @@ async fn send_link(
 }
 
 /// Takes the links peers dial to this node.
-struct Inbound {
+struct Inbound(Arc<InboundLinks>);
+
+/// What every inbound link of the node shares.
+struct InboundLinks {
     locks: Shared,
     peers: Vec<String>,
     me: NodeIndex,
+    keys: ClusterKeys,
+    gate: PeerGate,
     /// A link that brings nothing for this long is closed (the peer
     /// heartbeats much more often, and dials again).
     link_timeout: Duration,
-    /// How often at most the node writes a byte back on a link it reads.
+    /// How often at most the node writes an empty frame back on a link it
+    /// reads.
     ack_every: Duration,
 }
 
@@ -376,69 +417,125 @@ impl PeerAcceptor for Inbound {
         PEER_HELLO
     }
 
-    fn accept(&self, stream: TcpStream, mut already_read: BytesMut) {
-        let _ = already_read.split_to(PEER_HELLO.len().min(already_read.len()));
-        let locks = self.locks.clone();
-        let peers = self.peers.clone();
-        let me = self.me;
-        let limits = (self.link_timeout, self.ack_every);
+    fn accept(&self, stream: TcpStream, already_read: BytesMut) {
+        let links = self.0.clone();
+        let Some(permit) = links.gate.begin_handshake() else {
+            // Too many handshakes at once: a flood. Closing is the answer.
+            if let Ok(from) = stream.peer_addr() {
+                links
+                    .gate
+                    .refused(from.ip(), &"too many peer handshakes at once");
+            }
+            return;
+        };
         tokio::spawn(async move {
-            if let Err(error) = receive_link(stream, already_read, locks, &peers, me, limits).await
-            {
-                tracing::debug!(%error, "inbound peer link closed");
+            let from = stream.peer_addr().ok();
+            if let Err(error) = links.receive_link(stream, already_read, permit).await {
+                match (&error, from) {
+                    (LinkRefused::Refused(reason), Some(from)) => {
+                        links.gate.refused(from.ip(), reason);
+                    }
+                    _ => tracing::debug!(%error, "inbound peer link closed"),
+                }
             }
         });
     }
 }
 
-async fn receive_link(
-    stream: TcpStream,
-    already_read: BytesMut,
-    locks: Shared,
-    peers: &[String],
-    me: NodeIndex,
-    (idle_limit, ack_every): (Duration, Duration),
-) -> Result<(), peer::PeerError> {
-    let _ = stream.set_nodelay(true);
-    let mut parts = FramedParts::new::<bytes::Bytes>(stream, peer::hello_frame_codec());
-    parts.read_buf = already_read;
-    let mut frames = Framed::from_parts(parts);
-    let first = match tokio::time::timeout(idle_limit, frames.next()).await {
-        Ok(Some(frame)) => frame?,
-        _ => return Err(peer::PeerError::NoHello),
-    };
-    let hello: LinkHello = peer::decode(&first)?;
-    if hello.peers != peers || hello.from == me || hello.from >= peers.len() {
-        tracing::warn!(
-            from = hello.from,
-            their_peers = ?hello.peers,
-            "refused a peer with another peer list; every node needs the same --peers"
-        );
-        return Ok(());
-    }
-    frames.codec_mut().set_max_frame_length(peer::MAX_FRAME);
-    let mut acked: Option<tokio::time::Instant> = None;
-    loop {
-        let frame = match tokio::time::timeout(idle_limit, frames.next()).await {
-            Ok(Some(frame)) => frame?,
-            Ok(None) => return Ok(()),
-            Err(_) => {
-                tracing::debug!(from = hello.from, "peer link idle; closing");
-                return Ok(());
-            }
-        };
-        // Tells the dialling side the link still carries: never waits (a
-        // full buffer means the link is stalled, and the dialler will
-        // notice the silence).
-        if acked.is_none_or(|at| at.elapsed() >= ack_every) {
-            let _ = frames.get_ref().try_write(&[0]);
-            acked = Some(tokio::time::Instant::now());
+/// How an inbound link ended badly.
+#[derive(Debug, thiserror::Error)]
+enum LinkRefused {
+    /// Before the peer showed it belongs to this cluster.
+    #[error("{0}")]
+    Refused(String),
+    /// After: a broken or misbehaving link of a real peer.
+    #[error(transparent)]
+    Failed(#[from] peer::PeerError),
+}
+
+impl InboundLinks {
+    async fn receive_link(
+        &self,
+        stream: TcpStream,
+        already_read: BytesMut,
+        permit: peer::HandshakePermit,
+    ) -> Result<(), LinkRefused> {
+        let _ = stream.set_nodelay(true);
+        let refused = |error: peer::PeerError| LinkRefused::Refused(error.to_string());
+        let (mut framed, first) = peer::accept(
+            stream,
+            already_read,
+            PEER_HELLO,
+            &self.keys,
+            MAX_HELLO_FRAME,
+        )
+        .await
+        .map_err(refused)?;
+        let hello: LinkHello = peer::decode(&first).map_err(refused)?;
+        if hello.peers != self.peers || hello.from == self.me || hello.from >= self.peers.len() {
+            tracing::warn!(
+                from = hello.from,
+                their_peers = ?hello.peers,
+                "refused a peer with another peer list; every node needs the same --peers"
+            );
+            return Ok(());
         }
-        let message: PriorityMessage = peer::decode(&frame)?;
-        locks.with(|node, now, events| {
-            node.drive(events, |engine, ev| {
-                engine.on_message(hello.from, message, now, ev)
-            })
-        });
+        let link = self.gate.admit_link(permit, hello.from as u64);
+        framed.codec_mut().set_max_frame(MAX_FRAME);
+        let (frames_out, mut frames) = framed.split();
+        let wanted = Arc::new(Notify::new());
+        let acking = tokio::spawn(write_acks(frames_out, wanted.clone(), self.link_timeout));
+        let superseded = link.superseded();
+        tokio::pin!(superseded);
+        let mut acked: Option<tokio::time::Instant> = None;
+        let result = loop {
+            let frame = tokio::select! {
+                next = tokio::time::timeout(self.link_timeout, frames.next()) => match next {
+                    Ok(Some(frame)) => frame,
+                    Ok(None) => break Ok(()),
+                    Err(_) => {
+                        tracing::debug!(from = hello.from, "peer link idle; closing");
+                        break Ok(());
+                    }
+                },
+                () = &mut superseded => {
+                    tracing::debug!(from = hello.from, "peer dialled again; closing its old link");
+                    break Ok(());
+                }
+            };
+            let message = match frame.and_then(|frame| peer::decode::<PriorityMessage>(&frame)) {
+                Ok(message) => message,
+                Err(error) => break Err(error.into()),
+            };
+            // Tells the dialling side the link still carries, by way of
+            // the writer task: reading never waits on the write side (a
+            // stalled one means the dialler will notice the silence).
+            if acked.is_none_or(|at| at.elapsed() >= self.ack_every) {
+                wanted.notify_one();
+                acked = Some(tokio::time::Instant::now());
+            }
+            self.locks.with(|node, now, events| {
+                node.drive(events, |engine, ev| {
+                    engine.on_message(hello.from, message, now, ev)
+                })
+            });
+        };
+        acking.abort();
+        result
+    }
+}
+
+/// Writes an empty frame each time it is asked to, while writes finish
+/// within `timeout`.
+async fn write_acks<S>(mut out: S, wanted: Arc<Notify>, timeout: Duration)
+where
+    S: futures_util::Sink<bytes::Bytes, Error = peer::PeerError> + Unpin,
+{
+    loop {
+        wanted.notified().await;
+        match tokio::time::timeout(timeout, out.send(bytes::Bytes::new())).await {
+            Ok(Ok(())) => {}
+            _ => return,
+        }
     }
 }
