@@ -960,11 +960,27 @@ impl World {
         }
         self.check_custody();
         self.check_redirects();
+        self.check_no_refusals();
         if !self.profile.pauses && !self.profile.partitions {
             self.check_exclusion();
         }
         if self.now >= self.last_disturbance + SETTLE {
             self.check_settled();
+        }
+    }
+
+    /// The sanity bounds never refuse what sound nodes send, however
+    /// quick the failovers.
+    fn check_no_refusals(&mut self) {
+        let n = self.nodes.len();
+        let refused = (0..n).find_map(|i| {
+            let engine = self.nodes[i].engine.as_ref()?;
+            (0..n).find(|&p| engine.refused_from(p) > 0).map(|p| (i, p))
+        });
+        if let Some((i, p)) = refused {
+            self.fail(format!(
+                "node {i} refused a message of node {p} (sanity bound)"
+            ));
         }
     }
 

@@ -5,7 +5,9 @@
 
 use baton_core::{Command, LockTable, Millis};
 
-use super::super::messages::{Heartbeat, NodeIndex, PeerRole, PriorityMessage, TablePart, Term};
+use super::super::messages::{
+    Heartbeat, NodeIndex, PeerRole, PriorityMessage, TablePart, Term, MAX_TABLE_LOCKS,
+};
 use super::reassembly::{assemble, Assembled, TableKind};
 use super::{ClusterEvent, NodeRole, PriorityNode, TOKEN_MARGIN};
 
@@ -102,9 +104,18 @@ impl<H> PriorityNode<H> {
         let table = match assemble(&mut self.peers[from].incoming, kind, part, now) {
             Assembled::Partial => return,
             Assembled::Complete(table) => table,
-            Assembled::Gap | Assembled::TooLarge => {
+            Assembled::Gap => {
+                // A piece lost with a broken link: ask again.
                 tracing::debug!(active = from, "snapshot incomplete; asking again");
                 self.next_sync_request = now;
+                return;
+            }
+            Assembled::TooLarge => {
+                self.warn_peer(
+                    from,
+                    now,
+                    &format_args!("a snapshot grew past {MAX_TABLE_LOCKS} locks; dropped"),
+                );
                 return;
             }
         };
@@ -135,8 +146,14 @@ impl<H> PriorityNode<H> {
             // Nothing is taken of a handoff short of a piece: the sender's
             // next heartbeat still announces it, and this node then says it
             // did not take it (as for a handoff lost whole).
-            Assembled::Gap => tracing::warn!(from, "handoff incomplete; not taken"),
-            Assembled::TooLarge => tracing::warn!(from, "handoff table too large; not taken"),
+            Assembled::Gap => {
+                self.warn_peer(from, now, &"a handoff came short of a piece; not taken")
+            }
+            Assembled::TooLarge => self.warn_peer(
+                from,
+                now,
+                &format_args!("a handoff table grew past {MAX_TABLE_LOCKS} locks; not taken"),
+            ),
         }
     }
 
@@ -179,6 +196,7 @@ impl<H> PriorityNode<H> {
         if self.role != NodeRole::Standby || self.following != Some(from) || !self.synced {
             return;
         }
+        debug_assert!(self.following != Some(self.config.me));
         if term != self.term || first_seq > self.seq {
             // Something was lost in between: start over from a full copy.
             self.synced = false;
