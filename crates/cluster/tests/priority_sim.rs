@@ -73,6 +73,7 @@ fn assert_exercised(total: &Summary, runs: usize) {
         assert!(total.handoffs > runs / 2, "few handoffs: {total:?}");
         assert!(total.pauses > runs / 2, "few pauses: {total:?}");
         assert!(total.partitions > runs / 4, "few partitions: {total:?}");
+        assert!(total.later_pieces > runs, "few tables in pieces: {total:?}");
     }
 }
 

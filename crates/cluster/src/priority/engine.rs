@@ -22,17 +22,32 @@
 //!   keep rising across failovers, lost replication and full restarts;
 //! - every node grants only from its own blocks of tokens (`token_floor`),
 //!   so no two nodes ever grant the same token, whatever they believe.
+//! - even authenticated peers are bounded: a message with a token or term
+//!   beyond what the cluster can have reached, or naming a node that is
+//!   not a peer, is refused whole (`sanity`); tables and command batches
+//!   travel in pieces within `MAX_MESSAGE_BYTES` (`pieces`, `reassembly`),
+//!   a handoff taken only whole; an active answers one peer's full-sync
+//!   requests at most at the snapshot rate (`inbound`).
 
 mod handoff;
+mod inbound;
 mod output;
+mod pieces;
+mod reassembly;
+mod sanity;
 
 use baton_core::{
     AcquireOutcome, Event, Key, LockService, LockTable, Millis, Outcome, TableSnapshot, Token,
     WaiterId,
 };
 
-use super::messages::{Heartbeat, NodeIndex, PeerRole, PriorityMessage, Term};
+use super::messages::{
+    Heartbeat, NodeIndex, PeerRole, PriorityMessage, Term, MAX_MESSAGE_BYTES, MAX_TABLE_LOCKS,
+};
 use super::token_floor::{TokenBlocks, BLOCK, MAX_WAITERS};
+use reassembly::Incoming;
+
+pub use sanity::{Implausible, CLOCK_ALLOWANCE_MS, REFUSAL_LOG_EVERY_MS};
 
 /// The margin above known tokens and the wall-clock floor: one definition
 /// for every mode (baton-server's `token_floor`).
@@ -91,6 +106,18 @@ struct PeerView {
     synced: bool,
     /// No handoff is offered to it before this: it refused one.
     refused_handoff_until: Millis,
+    /// (Active's view) when its snapshot allowance is back to empty: each
+    /// snapshot sent moves this a snapshot interval on (see
+    /// `on_sync_request`).
+    snapshot_allowance_at: Millis,
+    /// A table it is sending in pieces, not complete yet.
+    incoming: Option<Incoming>,
+    /// Its messages refused since the last log line about them, and in all.
+    refused: u64,
+    refused_total: u64,
+    refusal_logged_at: Option<Millis>,
+    /// Log lines about its refused messages (the tests count them).
+    refusal_lines: u64,
 }
 
 #[derive(Debug)]
@@ -134,6 +161,11 @@ pub struct PriorityNode<H> {
     handoff_started: Millis,
     handed_off_to: Option<NodeIndex>,
     outbox: Vec<(NodeIndex, PriorityMessage)>,
+    /// The largest message this node sends ([`MAX_MESSAGE_BYTES`] unless a
+    /// test sets less).
+    message_limit: usize,
+    /// The number of the next table this node sends in pieces.
+    next_table: u64,
     scratch: Vec<Event<H>>,
 }
 
@@ -143,6 +175,12 @@ impl<H> PriorityNode<H> {
         service.enable_journal();
         let peers = vec![PeerView::default(); config.peers.len()];
         let quiet_until = now.saturating_add(config.failure_timeout_ms);
+        // Table numbers of one process never meet those of an earlier one
+        // (the clock has moved on by then, and numbers rise by one a table).
+        let next_table = config
+            .wall_at_zero
+            .saturating_add(now)
+            .saturating_mul(1 << 20);
         PriorityNode {
             blocks: TokenBlocks::new(config.me, config.peers.len()),
             config,
@@ -166,8 +204,18 @@ impl<H> PriorityNode<H> {
             handoff_started: now,
             handed_off_to: None,
             outbox: Vec::new(),
+            message_limit: MAX_MESSAGE_BYTES,
+            next_table,
             scratch: Vec::new(),
         }
+    }
+
+    /// Makes every message this node sends at most `bytes` long (at most
+    /// [`MAX_MESSAGE_BYTES`]), so that tests and simulations can send
+    /// tables and command batches in many pieces. A piece always carries
+    /// one item, even one larger than this.
+    pub fn set_message_limit(&mut self, bytes: usize) {
+        self.message_limit = bytes.min(MAX_MESSAGE_BYTES);
     }
 
     pub fn config(&self) -> &PriorityConfig {
@@ -286,6 +334,12 @@ impl<H> PriorityNode<H> {
             // millions of waiters: no node has the memory anyway.
             return Err(None);
         }
+        if self.service.table().len() >= MAX_TABLE_LOCKS
+            && self.service.table().holder(&key).is_none()
+        {
+            // A table no standby could take in (reassembly stops there).
+            return Err(None);
+        }
         Ok(self.service.acquire(key, wait_ms, lease_ms, now, handle))
     }
 
@@ -324,6 +378,7 @@ impl<H> PriorityNode<H> {
     pub fn tick(&mut self, now: Millis, events: &mut Vec<ClusterEvent<H>>) {
         self.check_pause(now, events);
         self.last_tick = now;
+        self.drop_stale_tables(now);
         match self.role {
             NodeRole::Active => {
                 self.make_room(now);
@@ -460,6 +515,14 @@ impl<H> PriorityNode<H> {
             .blocks
             .floor_at_or_above(known.saturating_add(TOKEN_MARGIN))
             .max(self.own_wall_floor(now));
+        debug_assert!(
+            floor >= known.min(Token::MAX - TOKEN_MARGIN),
+            "floor {floor} below {known}"
+        );
+        debug_assert!(
+            floor == Token::MAX || self.blocks.owns(floor + 1),
+            "floor {floor} is not in this node's blocks"
+        );
         self.service.raise_token_floor(floor);
         self.version += 1;
         // Standbys get the floor with the snapshot they will ask for.
@@ -535,198 +598,20 @@ impl<H> PriorityNode<H> {
         }
     }
 
-    // ---- peers -------------------------------------------------------------
-
-    pub fn on_message(
-        &mut self,
-        from: NodeIndex,
-        message: PriorityMessage,
-        now: Millis,
-        events: &mut Vec<ClusterEvent<H>>,
-    ) {
-        if from >= self.peers.len() || from == self.config.me {
-            return;
-        }
-        // Messages that waited out a pause come before the first tick.
-        self.check_pause(now, events);
-        self.peers[from].last_heard = Some(now);
-        match message {
-            PriorityMessage::Heartbeat(heartbeat) => {
-                self.on_heartbeat(from, heartbeat, now, events)
-            }
-            PriorityMessage::SyncRequest => {
-                if self.role == NodeRole::Active {
-                    self.send_snapshot(from, now);
-                }
-            }
-            PriorityMessage::Snapshot { term, seq, table } => {
-                if self.role == NodeRole::Standby && self.following == Some(from) {
-                    // Tokens this node issued or heard of stay known (and
-                    // in its heartbeats) after it adopts another's table.
-                    self.seen_token = self.seen_token.max(self.service.table().last_token());
-                    self.service.replace_table(LockTable::restore(&table, now));
-                    self.term = term;
-                    self.seq = seq;
-                    self.synced = true;
-                    self.version += 1;
-                }
-            }
-            PriorityMessage::Commands {
-                term,
-                first_seq,
-                commands,
-            } => self.on_commands(from, term, first_seq, &commands, now),
-            PriorityMessage::Handoff { table } => self.on_handoff(from, &table, now),
-            PriorityMessage::HandoffTaken => self.on_handoff_answer(from, true, now),
-            PriorityMessage::HandoffRefused => self.on_handoff_answer(from, false, now),
-        }
-    }
-
-    fn on_commands(
-        &mut self,
-        from: NodeIndex,
-        term: Term,
-        first_seq: u64,
-        commands: &[baton_core::Command],
-        now: Millis,
-    ) {
-        if self.role != NodeRole::Standby || self.following != Some(from) || !self.synced {
-            return;
-        }
-        if term != self.term || first_seq > self.seq {
-            // Something was lost in between: start over from a full copy.
-            self.synced = false;
-            self.next_sync_request = now;
-            return;
-        }
-        let already = (self.seq - first_seq) as usize;
-        for command in commands.iter().skip(already) {
-            self.service.apply_replicated(command, now);
-            self.version += 1;
-            self.seq += 1;
-        }
-    }
-
-    fn on_heartbeat(
-        &mut self,
-        from: NodeIndex,
-        heartbeat: Heartbeat,
-        now: Millis,
-        events: &mut Vec<ClusterEvent<H>>,
-    ) {
-        let me = self.config.me;
-        self.seen_token = self.seen_token.max(heartbeat.last_token);
-        match self.role {
-            NodeRole::Standby => {
-                if heartbeat.role == PeerRole::Active {
-                    let better = match self.following {
-                        None => true,
-                        // A followed node that is handing off, or no longer
-                        // says it is active, yields to one that is.
-                        Some(current) => {
-                            from < current
-                                || !self.is_live(current, now)
-                                || self.peers[current]
-                                    .heartbeat
-                                    .as_ref()
-                                    .is_some_and(|hb| hb.role != PeerRole::Active)
-                        }
-                    };
-                    if self.following != Some(from) && better {
-                        tracing::info!(active = from, "following");
-                        self.following = Some(from);
-                        self.synced = false;
-                        self.next_sync_request = now;
-                    }
-                    // Commands travel on the same link before the heartbeat
-                    // that counts them: a gap means some were lost.
-                    if self.following == Some(from)
-                        && self.synced
-                        && (heartbeat.term != self.term || heartbeat.seq > self.seq)
-                    {
-                        self.synced = false;
-                        self.next_sync_request = now;
-                    }
-                } else if self.following == Some(from) && heartbeat.role == PeerRole::Standby {
-                    tracing::info!(active = from, "active stepped down");
-                    self.following = None;
-                } else if heartbeat.role == PeerRole::HandingOff
-                    && heartbeat.following == Some(me)
-                    && self.took_handoff_from == Some(from)
-                {
-                    // We took it (and may have handed the role on since):
-                    // our answer was lost. Say it again.
-                    tracing::warn!(from, "handoff taken earlier; saying so again");
-                    self.outbox.push((from, PriorityMessage::HandoffTaken));
-                } else if heartbeat.role == PeerRole::HandingOff
-                    && heartbeat.following == Some(me)
-                    && self.refused_from != Some(from)
-                {
-                    // It hands the role to us, but its handoff, which comes
-                    // before this heartbeat on the link, never arrived (a
-                    // broken link dropped it): tell it we did not take it.
-                    tracing::warn!(from, "handoff announced but not received");
-                    self.refused_from = Some(from);
-                    self.outbox.push((from, PriorityMessage::HandoffRefused));
-                }
-            }
-            NodeRole::Active => {
-                if heartbeat.role == PeerRole::Active {
-                    if from < me {
-                        tracing::warn!(other = from, "a higher-priority active; stepping down");
-                        // Our grants go with us: the winner merges the
-                        // keys it does not hold itself.
-                        self.flush_journal();
-                        let table = self.service.table().snapshot(now);
-                        self.outbox.push((from, PriorityMessage::Handoff { table }));
-                        self.step_down(Some(from), now, events);
-                    } else {
-                        // It steps down when it hears us; until then it may
-                        // grant: stay above anything it can have issued.
-                        let floor = self
-                            .blocks
-                            .floor_at_or_above(heartbeat.last_token.saturating_add(TOKEN_MARGIN))
-                            .max(self.own_wall_floor(now));
-                        self.raise_floor(floor);
-                        let beat = self.heartbeat();
-                        self.outbox.push((from, PriorityMessage::Heartbeat(beat)));
-                    }
-                } else {
-                    // A standby may report the tokens of another active (a
-                    // split healing): grant above them, in our own block.
-                    self.raise_floor(heartbeat.last_token);
-                }
-            }
-            // Only the successor's `HandoffTaken` ends a handoff.
-            NodeRole::HandingOff { .. } => {}
-        }
-        if heartbeat.role != PeerRole::HandingOff {
-            if self.refused_from == Some(from) {
-                self.refused_from = None;
-            }
-            if self.took_handoff_from == Some(from) {
-                self.took_handoff_from = None;
-            }
-        }
-        self.peers[from].heartbeat = Some(heartbeat);
-        if self.role == NodeRole::Active {
-            self.maybe_yield(now, events);
-        }
-    }
-
-    /// A link to `peer` broke: what was sent on it may be lost.
-    pub fn on_link_down(&mut self, peer: NodeIndex) {
-        if let Some(view) = self.peers.get_mut(peer) {
-            view.synced = false;
-        }
-    }
-
     // ---- persistence -----------------------------------------------------
 
     /// Starts from a state written before a restart (`--data-dir`): its
     /// locks, with leases counted again from `now`, and its term, so that
     /// the election prefers it over nodes that know nothing.
+    ///
+    /// A state beyond the sanity bounds ([`Self::check_recovered`]) is not
+    /// taken: a start-up should refuse it first (`state_file::load_checked`
+    /// names the file); this keeps a caller that did not from spreading it.
     pub fn recover(&mut self, state: &PersistedState, now: Millis) {
+        if let Err(why) = self.check_recovered(state, now) {
+            tracing::error!("the recovered state is not taken: {why}");
+            return;
+        }
         self.service
             .replace_table(LockTable::restore(&state.table, now));
         self.term = state.term;

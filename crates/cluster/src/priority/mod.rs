@@ -11,11 +11,14 @@ mod tests;
 mod token_floor;
 
 pub use engine::{
-    wall_floor, ClusterEvent, NodeRole, NotServing, PersistedState, PriorityConfig, PriorityNode,
-    TOKEN_MARGIN,
+    wall_floor, ClusterEvent, Implausible, NodeRole, NotServing, PersistedState, PriorityConfig,
+    PriorityNode, CLOCK_ALLOWANCE_MS, REFUSAL_LOG_EVERY_MS, TOKEN_MARGIN,
 };
 pub use lock_node::PriorityLockNode;
-pub use messages::{Heartbeat, LinkHello, NodeIndex, PeerRole, PriorityMessage, Term};
+pub use messages::{
+    encoded_len, Heartbeat, LinkHello, NodeIndex, PeerRole, PriorityMessage, TablePart, Term,
+    MAX_MESSAGE_BYTES, MAX_TABLE_LOCKS,
+};
 pub use shell::{start, PriorityCluster, PriorityHandle, PrioritySettings, PriorityStartError};
-pub use state_file::{StateFile, StateFileError};
+pub use state_file::{load_checked, StateFile, StateFileError};
 pub use token_floor::{TokenBlocks, BLOCK};

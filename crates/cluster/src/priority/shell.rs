@@ -26,7 +26,7 @@ use baton_server::{Clock, PeerAcceptor, Server, ServerConfig, ServerError, Share
 
 use super::engine::{NodeRole, PriorityConfig, PriorityNode};
 use super::lock_node::PriorityLockNode;
-use super::messages::{LinkHello, NodeIndex, PriorityMessage};
+use super::messages::{LinkHello, NodeIndex, PriorityMessage, MAX_MESSAGE_BYTES};
 use super::state_file::{self, PriorityPersister, StateFileError};
 use crate::peer::refusals::REFUSAL_LOG_INTERVAL;
 use crate::peer::{self, ClusterKey, ClusterKeys, GateLimits, PeerGate, PEER_HELLO};
@@ -185,7 +185,7 @@ pub async fn start(
     let state_file = match &data_dir {
         Some(dir) => {
             let file = state_file::open(dir)?;
-            if let Some(state) = file.load()? {
+            if let Some(state) = state_file::load_checked(&file, &engine, now)? {
                 tracing::info!(
                     locks = state.table.locks.len(),
                     term = state.term,
@@ -252,13 +252,16 @@ pub async fn start(
 
 /// Messages queued for one peer's link, at most. Past it the link is
 /// behind for good: it is closed, and the standby resyncs once it is back.
-const LINK_QUEUE: usize = 4096;
+/// Room for a whole table of `MAX_TABLE_LOCKS` in pieces, which the engine
+/// queues at once; the queue drains or the link is torn down within a
+/// failure timeout, which bounds what it holds in time as well.
+const LINK_QUEUE: usize = 1 << 16;
 /// The largest first frame of an incoming link (its `LinkHello`: a peer
 /// list of addresses).
 const MAX_HELLO_FRAME: usize = 64 * 1024;
-/// The largest frame after the hello, either way. The engine still sends
-/// a whole table in one message.
-const MAX_FRAME: usize = 512 * 1024 * 1024;
+/// The largest frame after the hello, either way: the engine cuts tables
+/// and command batches into messages of at most this.
+const MAX_FRAME: usize = MAX_MESSAGE_BYTES;
 
 /// One peer's outgoing queue, and whether it overflowed.
 struct LinkQueue {

@@ -9,9 +9,13 @@
 use baton_core::{AcquireOutcome, Event, Key, Millis, Outcome, Token};
 
 use super::engine::{ClusterEvent, NodeRole, PriorityConfig, PriorityNode, TOKEN_MARGIN};
-use super::messages::{Heartbeat, NodeIndex, PeerRole, PriorityMessage};
+use super::messages::{
+    encoded_len, Heartbeat, NodeIndex, PeerRole, PriorityMessage, TablePart, MAX_MESSAGE_BYTES,
+};
 
 mod handoffs;
+mod limits;
+mod pieces;
 
 const HEARTBEAT: u64 = 10;
 const TIMEOUT: u64 = 50;
@@ -32,6 +36,17 @@ fn config(me: NodeIndex, n: usize) -> PriorityConfig {
     }
 }
 
+/// The message limit of the hand-driven nodes: small, so that every table
+/// of more than a lock or two and most command batches cross in pieces.
+const SMALL_MESSAGES: usize = 40;
+
+/// A node of the hand-driven cluster, starting at `now`.
+fn engine(me: NodeIndex, n: usize, now: Millis) -> PriorityNode<u64> {
+    let mut node = PriorityNode::new(config(me, n), now);
+    node.set_message_limit(SMALL_MESSAGES);
+    node
+}
+
 /// A hand-driven cluster: instant delivery, links that can be cut, nodes
 /// that can be crashed (gone) or frozen (neither tick nor receive).
 struct Cluster {
@@ -41,19 +56,34 @@ struct Cluster {
     cut: Vec<(NodeIndex, NodeIndex)>,
     /// Nodes that get heartbeats but no snapshot or commands.
     starved: Vec<NodeIndex>,
+    traffic: Traffic,
     now: Millis,
+}
+
+/// What crossed between the hand-driven nodes (every message is checked
+/// against the cap on its way).
+#[derive(Debug, Default)]
+struct Traffic {
+    largest: usize,
+    /// Snapshots begun (first pieces), by addressee.
+    snapshots: Vec<usize>,
+    snapshot_pieces: usize,
+    handoff_pieces: usize,
+    command_batches: usize,
 }
 
 impl Cluster {
     fn new(n: usize) -> Cluster {
         Cluster {
-            nodes: (0..n)
-                .map(|i| Some(PriorityNode::new(config(i, n), 0)))
-                .collect(),
+            nodes: (0..n).map(|i| Some(engine(i, n, 0))).collect(),
             events: (0..n).map(|_| Vec::new()).collect(),
             frozen: vec![false; n],
             cut: Vec::new(),
             starved: Vec::new(),
+            traffic: Traffic {
+                snapshots: vec![0; n],
+                ..Traffic::default()
+            },
             now: 0,
         }
     }
@@ -89,9 +119,10 @@ impl Cluster {
                 }
                 for (to, message) in self.node_mut(from).take_output() {
                     moved = true;
+                    self.traffic.note(to, &message);
                     let replication = matches!(
                         message,
-                        PriorityMessage::Snapshot { .. } | PriorityMessage::Commands { .. }
+                        PriorityMessage::SnapshotPart { .. } | PriorityMessage::Commands { .. }
                     );
                     if replication && self.starved.contains(&to) {
                         continue;
@@ -174,6 +205,25 @@ impl Cluster {
                 ClusterEvent::Lock(_) => None,
             })
             .collect()
+    }
+}
+
+impl Traffic {
+    fn note(&mut self, to: NodeIndex, message: &PriorityMessage) {
+        let len = encoded_len(message);
+        assert!(len <= MAX_MESSAGE_BYTES, "a message of {len} bytes");
+        self.largest = self.largest.max(len);
+        match message {
+            PriorityMessage::SnapshotPart { part, .. } => {
+                self.snapshot_pieces += 1;
+                if part.piece == 0 {
+                    self.snapshots[to] += 1;
+                }
+            }
+            PriorityMessage::HandoffPart { .. } => self.handoff_pieces += 1,
+            PriorityMessage::Commands { .. } => self.command_batches += 1,
+            _ => {}
+        }
     }
 }
 
@@ -493,7 +543,7 @@ fn a_returning_node_0_follows_syncs_then_takes_over_with_every_lock() {
     assert_eq!(c.actives(), vec![1]);
     let b = c.grant(1, "b", 10_000);
     let n = c.nodes.len();
-    c.nodes[0] = Some(PriorityNode::new(config(0, n), c.now));
+    c.nodes[0] = Some(engine(0, n, c.now));
     let mut saw_following = false;
     for _ in 0..TIMEOUT + 4 * HEARTBEAT {
         c.step();
@@ -576,7 +626,7 @@ fn messages_from_unknown_or_own_indexes_are_ignored() {
         );
         node.on_message(
             from,
-            PriorityMessage::Handoff { table: big_table() },
+            PriorityMessage::HandoffPart { part: big_table() },
             now,
             &mut events,
         );
@@ -599,8 +649,11 @@ fn messages_from_unknown_or_own_indexes_are_ignored() {
     assert!(c.node(0).term() < 1 << 40);
 }
 
-fn big_table() -> baton_core::TableSnapshot {
-    baton_core::TableSnapshot {
+fn big_table() -> TablePart {
+    TablePart {
+        table: 1,
+        piece: 0,
+        last: true,
         last_token: 1 << 42,
         locks: Vec::new(),
     }
@@ -661,13 +714,14 @@ fn a_handoff_that_waited_out_a_pause_is_not_taken() {
     let mut c = elected(2);
     let now = c.now;
     assert!(c.node_mut(0).begin_handoff(now, &mut Vec::new()));
-    let handoff = c
+    let handoff: Vec<_> = c
         .node_mut(0)
         .take_output()
         .into_iter()
-        .find(|(to, m)| *to == 1 && matches!(m, PriorityMessage::Handoff { .. }))
+        .filter(|(to, m)| *to == 1 && matches!(m, PriorityMessage::HandoffPart { .. }))
         .map(|(_, m)| m)
-        .unwrap();
+        .collect();
+    assert!(!handoff.is_empty());
     c.frozen[1] = true;
     c.run(3 * TIMEOUT);
     assert_eq!(c.actives(), vec![0], "the sender did not serve again");
@@ -677,7 +731,9 @@ fn a_handoff_that_waited_out_a_pause_is_not_taken() {
     c.now = now;
     let node = c.node_mut(1);
     node.tick(now, &mut Vec::new());
-    node.on_message(0, handoff, now, &mut Vec::new());
+    for part in handoff {
+        node.on_message(0, part, now, &mut Vec::new());
+    }
     assert_eq!(c.node(1).role(), NodeRole::Standby, "took a stale handoff");
     c.deliver();
     c.run(TIMEOUT + 4 * HEARTBEAT);
@@ -722,10 +778,17 @@ fn the_winner_learns_the_losers_tokens_even_when_the_loser_steps_down_first() {
         .on_message(0, beat.unwrap(), now, &mut Vec::new());
     assert_eq!(c.node(1).role(), NodeRole::Standby);
     c.node_mut(1).take_output();
-    let snapshot = PriorityMessage::Snapshot {
+    let table = c.node(0).table().snapshot(now);
+    let snapshot = PriorityMessage::SnapshotPart {
         term: c.node(0).term(),
         seq: 0,
-        table: c.node(0).table().snapshot(now),
+        part: TablePart {
+            table: 1,
+            piece: 0,
+            last: true,
+            last_token: table.last_token,
+            locks: table.locks,
+        },
     };
     c.node_mut(1).on_message(0, snapshot, now, &mut Vec::new());
     assert!(

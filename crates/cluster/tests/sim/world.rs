@@ -5,7 +5,8 @@
 use std::collections::{BTreeMap, VecDeque};
 
 use baton_cluster::priority::{
-    ClusterEvent, NodeIndex, NodeRole, PriorityConfig, PriorityMessage, PriorityNode,
+    encoded_len, ClusterEvent, NodeIndex, NodeRole, PriorityConfig, PriorityMessage, PriorityNode,
+    MAX_MESSAGE_BYTES,
 };
 use baton_core::{AcquireOutcome, Event, Key, Millis, Outcome, Token};
 
@@ -23,6 +24,10 @@ const WALL_ZERO: u64 = 1_700_000_000_000;
 const KEYS: [&str; 3] = ["orders/1", "jobs:nightly", "x"];
 const CLIENTS: usize = 6;
 const TRACE_LINES: usize = 60;
+/// The message limit of the nodes in every other run (by seed): below one
+/// lock or command, so every table and batch of more than one crosses in
+/// pieces, each of which the faults can delay, lose or cut off.
+const TINY_MESSAGES: usize = 24;
 
 /// Which faults a run injects besides delay, loss, crashes and graceful
 /// stops, which every run has.
@@ -30,22 +35,28 @@ const TRACE_LINES: usize = 60;
 pub struct Profile {
     pub pauses: bool,
     pub partitions: bool,
+    /// The nodes send tables and command batches in pieces of one item.
+    pub pieces: bool,
 }
 
 impl Profile {
     pub fn for_seed(seed: u64) -> Profile {
+        let pieces = (seed / 3) % 2 == 1;
         match seed % 3 {
             0 => Profile {
                 pauses: false,
                 partitions: false,
+                pieces,
             },
             1 => Profile {
                 pauses: true,
                 partitions: false,
+                pieces,
             },
             _ => Profile {
                 pauses: true,
                 partitions: true,
+                pieces,
             },
         }
     }
@@ -63,6 +74,8 @@ pub struct Summary {
     pub pauses: u64,
     pub partitions: u64,
     pub settled_steps: u64,
+    /// Pieces of tables after the first, sent.
+    pub later_pieces: u64,
 }
 
 impl Summary {
@@ -75,6 +88,7 @@ impl Summary {
         self.pauses += other.pauses;
         self.partitions += other.partitions;
         self.settled_steps += other.settled_steps;
+        self.later_pieces += other.later_pieces;
     }
 }
 
@@ -148,6 +162,22 @@ fn config(me: NodeIndex, nodes: usize, offset: Millis) -> PriorityConfig {
     }
 }
 
+/// A node's engine, started at its clock's `now`, with the run's message
+/// limit.
+fn engine(
+    me: NodeIndex,
+    nodes: usize,
+    offset: Millis,
+    now: Millis,
+    profile: Profile,
+) -> PriorityNode<u64> {
+    let mut engine = PriorityNode::new(config(me, nodes, offset), now);
+    if profile.pieces {
+        engine.set_message_limit(TINY_MESSAGES);
+    }
+    engine
+}
+
 /// Whether (node, activation) still answers for a grant: the node runs in
 /// that activation and has not stood down since.
 fn custodian_valid(nodes: &[Node], (node, activation): (NodeIndex, u64)) -> bool {
@@ -213,11 +243,12 @@ pub fn run(seed: u64, nodes: usize, duration: Millis) -> Result<Summary, Failure
 impl World {
     fn new(seed: u64, n: usize, duration: Millis) -> World {
         let mut rng = Rng::new(seed);
+        let profile = Profile::for_seed(seed);
         let nodes = (0..n)
             .map(|i| {
                 let offset = rng.range(0, 1_000_000);
                 Node {
-                    engine: Some(PriorityNode::new(config(i, n, offset), offset)),
+                    engine: Some(engine(i, n, offset, offset, profile)),
                     offset,
                     up_since: 0,
                     paused_until: None,
@@ -243,7 +274,7 @@ impl World {
             .collect();
         let first_fault = rng.range(200, 600);
         World {
-            profile: Profile::for_seed(seed),
+            profile,
             duration,
             rng,
             now: 0,
@@ -512,7 +543,9 @@ impl World {
 
     fn receive(&mut self, envelope: Envelope) {
         let Envelope { from, to, message } = envelope;
-        let handoff = matches!(message, PriorityMessage::Handoff { .. }).then_some(from);
+        // A handoff is taken with its last piece; the earlier ones change
+        // no role.
+        let handoff = matches!(message, PriorityMessage::HandoffPart { .. }).then_some(from);
         self.call(to, handoff, |engine, now, events| {
             engine.on_message(from, message, now, events)
         });
@@ -528,6 +561,15 @@ impl World {
                 None => continue,
             };
             for (to, message) in output {
+                let len = encoded_len(&message);
+                if len > MAX_MESSAGE_BYTES {
+                    self.fail(format!("node {i} sent a message of {len} bytes"));
+                }
+                if let PriorityMessage::SnapshotPart { part, .. }
+                | PriorityMessage::HandoffPart { part } = &message
+                {
+                    self.summary.later_pieces += u64::from(part.piece > 0);
+                }
                 if to >= self.nodes.len() || self.nodes[to].engine.is_none() {
                     // The shell drops what it cannot deliver to a peer
                     // that is down.
@@ -865,7 +907,7 @@ impl World {
         let offset = self.rng.range(0, 1_000_000);
         let node = &mut self.nodes[i];
         node.offset = offset;
-        node.engine = Some(PriorityNode::new(config(i, n, offset), self.now + offset));
+        node.engine = Some(engine(i, n, offset, self.now + offset, self.profile));
         node.up_since = self.now;
         node.steady_since = self.now;
         node.restart_at = None;
@@ -918,11 +960,27 @@ impl World {
         }
         self.check_custody();
         self.check_redirects();
+        self.check_no_refusals();
         if !self.profile.pauses && !self.profile.partitions {
             self.check_exclusion();
         }
         if self.now >= self.last_disturbance + SETTLE {
             self.check_settled();
+        }
+    }
+
+    /// The sanity bounds never refuse what sound nodes send, however
+    /// quick the failovers.
+    fn check_no_refusals(&mut self) {
+        let n = self.nodes.len();
+        let refused = (0..n).find_map(|i| {
+            let engine = self.nodes[i].engine.as_ref()?;
+            (0..n).find(|&p| engine.refused_from(p) > 0).map(|p| (i, p))
+        });
+        if let Some((i, p)) = refused {
+            self.fail(format!(
+                "node {i} refused a message of node {p} (sanity bound)"
+            ));
         }
     }
 

@@ -81,8 +81,7 @@ impl<H> PriorityNode<H> {
         // hears its floor; if this node serves again it must start above
         // whatever floor the successor can have taken from this table.
         self.seen_token = self.seen_token.max(self.successor_floor_bound(now));
-        let table = self.service.table().snapshot(now);
-        self.outbox.push((to, PriorityMessage::Handoff { table }));
+        self.send_handoff(to, now);
         for waiter in self.service.drain_waiters() {
             events.push(ClusterEvent::Moved {
                 id: waiter.id,

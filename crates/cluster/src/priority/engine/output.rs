@@ -1,9 +1,11 @@
 //! What a priority node sends its peers: heartbeats, snapshots, the
-//! commands it applied, all through one outbox the shell drains in order.
+//! commands it applied, all through one outbox the shell drains in order,
+//! every message within the message limit (tables and batches in pieces).
 
 use baton_core::Millis;
 
-use super::super::messages::{Heartbeat, NodeIndex, PeerRole, PriorityMessage};
+use super::super::messages::{Heartbeat, NodeIndex, PeerRole, PriorityMessage, TablePart};
+use super::pieces::{command_batches, table_parts};
 use super::{NodeRole, PriorityNode};
 
 impl<H> PriorityNode<H> {
@@ -40,22 +42,46 @@ impl<H> PriorityNode<H> {
         }
     }
 
+    /// The table, in pieces, to a standby that asked for it; commands of
+    /// this term follow it.
     pub(super) fn send_snapshot(&mut self, to: NodeIndex, now: Millis) {
         self.flush_journal();
-        let table = self.service.table().snapshot(now);
-        self.outbox.push((
-            to,
-            PriorityMessage::Snapshot {
-                term: self.term,
-                seq: self.seq,
-                table,
-            },
-        ));
+        let (term, seq) = (self.term, self.seq);
+        self.send_table(to, now, |part| PriorityMessage::SnapshotPart {
+            term,
+            seq,
+            part,
+        });
         self.peers[to].synced = true;
     }
 
-    /// Moves the commands applied since the last call into the outbox, one
-    /// batch for every synced standby.
+    /// The final table, in pieces, to the node that takes the role (or,
+    /// for an active that steps down, merges it).
+    pub(super) fn send_handoff(&mut self, to: NodeIndex, now: Millis) {
+        self.flush_journal();
+        self.send_table(to, now, |part| PriorityMessage::HandoffPart { part });
+    }
+
+    fn send_table(
+        &mut self,
+        to: NodeIndex,
+        now: Millis,
+        wrap: impl Fn(TablePart) -> PriorityMessage,
+    ) {
+        debug_assert!(
+            to != self.config.me && to < self.peers.len(),
+            "table to {to}"
+        );
+        let table = self.service.table().snapshot(now);
+        let id = self.next_table;
+        self.next_table = self.next_table.wrapping_add(1);
+        for part in table_parts(table, id, self.message_limit, wrap) {
+            self.outbox.push((to, part));
+        }
+    }
+
+    /// Moves the commands applied since the last call into the outbox, in
+    /// batches within the message limit, for every synced standby.
     pub(super) fn flush_journal(&mut self) {
         if !self.service.has_journal() {
             return;
@@ -67,14 +93,16 @@ impl<H> PriorityNode<H> {
         if self.role != NodeRole::Active {
             return;
         }
-        for p in 0..self.peers.len() {
-            if p != self.config.me && self.peers[p].synced {
-                let batch = PriorityMessage::Commands {
-                    term: self.term,
-                    first_seq,
-                    commands: commands.clone(),
-                };
-                self.outbox.push((p, batch));
+        let synced: Vec<NodeIndex> = (0..self.peers.len())
+            .filter(|&p| p != self.config.me && self.peers[p].synced)
+            .collect();
+        if synced.is_empty() {
+            return;
+        }
+        let batches = command_batches(self.term, first_seq, commands, self.message_limit);
+        for p in synced {
+            for batch in &batches {
+                self.outbox.push((p, batch.clone()));
             }
         }
     }

@@ -141,10 +141,10 @@ fn a_handoff_dropped_on_the_way_leaves_the_sender_serving() {
     let output = c.node_mut(0).take_output();
     assert!(output
         .iter()
-        .any(|(to, m)| *to == 1 && matches!(m, PriorityMessage::Handoff { .. })));
+        .any(|(to, m)| *to == 1 && matches!(m, PriorityMessage::HandoffPart { .. })));
     let mut events = Vec::new();
     for (to, message) in output {
-        if to == 1 && !matches!(message, PriorityMessage::Handoff { .. }) {
+        if to == 1 && !matches!(message, PriorityMessage::HandoffPart { .. }) {
             c.node_mut(1).on_message(0, message, now, &mut events);
         }
     }
