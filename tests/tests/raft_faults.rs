@@ -9,7 +9,10 @@
 //! a follower whose data directory was wiped is repaired by the sitting
 //! leader, whose `S` shows each follower's lag; a leader whose storage
 //! fails (data directory made immutable, which needs root) exits non-zero
-//! with one line and the others take over.
+//! with one line and the others take over; forged peer traffic from
+//! outside the cluster (the issue 10 vote of term 2^64 - 2 as a version 1
+//! node took it, and a version 2 hello with a made-up handshake), sent all
+//! through an election, changes no node's term and kills no node.
 //!
 //! Timing-sensitive, so the tests run one at a time and print what they
 //! measured.
@@ -423,4 +426,115 @@ async fn a_returning_follower_does_not_depose_the_leader() {
             "service stalled {gap:?} at a return"
         );
     }
+}
+
+/// `n` as a postcard varint.
+fn varint(mut n: u64) -> Vec<u8> {
+    let mut out = Vec::new();
+    loop {
+        let byte = (n & 0x7f) as u8;
+        n >>= 7;
+        if n == 0 {
+            out.push(byte);
+            return out;
+        }
+        out.push(byte | 0x80);
+    }
+}
+
+/// The issue's forged peer frames, as a version 1 node took them: the
+/// plain hello line, a `LinkHello` from node 1 with the real peer list,
+/// and a vote request of term 2^64 - 2 with a log to win it, each frame
+/// postcard behind a 4-byte length.
+fn forged_v1_vote(peers: &[SocketAddr]) -> Vec<u8> {
+    let frame = |body: Vec<u8>| {
+        let mut out = (body.len() as u32).to_be_bytes().to_vec();
+        out.extend(body);
+        out
+    };
+    let mut hello = varint(1);
+    hello.extend(varint(peers.len() as u64));
+    for peer in peers {
+        let addr = peer.to_string();
+        hello.extend(varint(addr.len() as u64));
+        hello.extend(addr.as_bytes());
+    }
+    let term = u64::MAX - 1;
+    let mut vote = varint(7); // request id
+    vote.extend(varint(1)); // RequestBody::Vote
+    vote.extend(varint(term)); // vote.leader_id.term
+    vote.extend(varint(1)); // vote.leader_id.node_id
+    vote.push(0); // vote.committed
+    vote.push(1); // last_log_id: Some
+    vote.extend(varint(term));
+    vote.extend(varint(1));
+    vote.extend(varint(1_000_000)); // index
+    vote.push(0); // leadership_transfer
+    let mut out = b"BATON-RAFT/1\n".to_vec();
+    out.extend(frame(hello));
+    out.extend(frame(vote));
+    out
+}
+
+/// Writes `bytes` to `addr` and reads whatever comes back until the node
+/// closes or a moment passes.
+async fn send_raw(addr: SocketAddr, bytes: &[u8]) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let Ok(mut stream) = tokio::net::TcpStream::connect(addr).await else {
+        return;
+    };
+    let _ = stream.write_all(bytes).await;
+    let mut sink = vec![0u8; 4096];
+    let deadline = Instant::now() + Duration::from_millis(100);
+    while let Ok(Ok(n)) = tokio::time::timeout_at(deadline, stream.read(&mut sink)).await {
+        if n == 0 {
+            break;
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn forged_raft_peer_traffic_without_the_key_changes_nothing() {
+    let _serial = SERIAL.lock().await;
+    let mut cluster = RaftCluster::start(3);
+    let (leader, _) = cluster.wait_leader(SETTLE).await;
+    let mut client = cluster.client(leader);
+    let before = grant(&mut client, "kept").await;
+    let forged = forged_v1_vote(&cluster.peers);
+    // The version 2 hello with a made-up handshake message and frames.
+    let mut made_up = b"BATON-RAFT/2\n".to_vec();
+    made_up.extend([0, 48]);
+    made_up.extend([0x5a; 48]);
+    made_up.extend([0, 40]);
+    made_up.extend([0xa5; 40]);
+    // A node grants such a vote once its leader's lease has run out, so
+    // the forger sends it all through the election after a leader's
+    // death. A version 1 node took it, and its core panicked at a later
+    // election: the cluster was gone for good.
+    cluster.nodes[leader].kill();
+    let forging = Instant::now();
+    while forging.elapsed() < Duration::from_secs(3) {
+        for (i, &peer) in cluster.peers.iter().enumerate() {
+            if i != leader {
+                send_raw(peer, &forged).await;
+                send_raw(peer, &made_up).await;
+            }
+        }
+    }
+    let (next, took) = cluster.wait_leader(SETTLE).await;
+    println!("raft: elected {next} {took:?} after 3 s of forged peer traffic");
+    for i in 0..cluster.nodes.len() {
+        if i == leader {
+            continue;
+        }
+        assert!(cluster.nodes[i].is_running(), "node {i} died");
+        let status = probe(cluster.peers[i]).await;
+        let term = status_u64(&status, "term");
+        assert!(term < 1_000, "node {i} took the forged term: {term}");
+    }
+    let mut client = cluster.client(next);
+    let reply = client.request("A kept 0.2 60", REQUEST).await;
+    assert_eq!(reply.line, "T kept", "the grant made before");
+    let after = grant(&mut client, "after").await;
+    assert!(after > before);
 }

@@ -1,121 +1,343 @@
-//! The serving side of Raft peer connections: reads RPCs, hands each to
-//! the local Raft node in its own task, and writes the replies back in
-//! whatever order they finish.
+//! The serving side of Raft peer connections: takes them through the
+//! node's [`PeerGate`] and the authenticated handshake, checks the
+//! dialler's hello, then reads RPCs, hands each to the local Raft node in
+//! its own task, and writes the replies back in whatever order they finish.
+//!
+//! What one link may take is bounded: frames by [`FrameCaps`], RPCs in
+//! handling by [`MAX_IN_FLIGHT`] and [`MAX_BYTES_IN_FLIGHT`] (past them
+//! the link stops reading, which holds the peer back), replies queued by
+//! [`REPLY_QUEUE`] (a reply that finds it full is dropped; its caller
+//! times out). Every request passes [`super::bounds`] first; snapshot
+//! parts are assembled here, in order, on the link they came on.
 
+use std::net::IpAddr;
+use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
+use futures_util::stream::SplitSink;
 use futures_util::{SinkExt, StreamExt};
-use tokio::io::AsyncReadExt;
-use tokio::sync::mpsc;
-use tokio_util::codec::{FramedRead, FramedWrite};
-
+use openraft::async_runtime::WatchReceiver;
 use openraft::Snapshot;
+use tokio::sync::{mpsc, OwnedSemaphorePermit, Semaphore};
+use tokio::time::Instant;
 
+use super::bounds::{self, Bounds, Complaints, Implausible};
+use super::limits::{FrameCaps, MAX_BYTES_IN_FLIGHT, MAX_IN_FLIGHT, REPLY_QUEUE};
 use super::link::PeerStream;
 use super::rpc::{LinkHello, ReplyBody, RequestBody, RpcReply, RpcRequest, RAFT_HELLO};
 use super::shell::RaftOf;
+use super::snapshot_store;
+use super::snapshot_transfer::{Assembly, AssemblyBudget, SnapshotHead};
 use super::state_machine::TableHost;
-use crate::peer::{self, PeerError};
+use super::types::NodeId;
+use crate::peer::{
+    self, ClusterKeys, GateLimits, HandshakePermit, LinkPermit, PeerError, PeerGate,
+};
 
 /// A peer that says nothing for this long is dropped; openraft's
 /// heartbeats keep a live link far busier.
 const IDLE_LIMIT: Duration = Duration::from_secs(30);
 
-/// Serves one peer connection until it closes. `already_read` holds what
-/// was read while telling peers from clients, hello line included.
-pub async fn serve<S: PeerStream, H: TableHost>(
-    stream: S,
-    mut already_read: BytesMut,
+/// How a link ended badly.
+#[derive(Debug, thiserror::Error)]
+enum LinkEnd {
+    /// Refused before it became a link: logged as a refusal.
+    #[error("{0}")]
+    Refused(String),
+    #[error(transparent)]
+    Broke(#[from] PeerError),
+}
+
+fn refused(error: impl std::fmt::Display) -> LinkEnd {
+    LinkEnd::Refused(error.to_string())
+}
+
+/// Takes a node's Raft peer connections.
+pub struct RaftAcceptor<H: TableHost> {
     raft: RaftOf<H>,
+    me: NodeId,
     peers: Vec<String>,
-) -> Result<(), PeerError> {
-    let _ = already_read.split_to(RAFT_HELLO.len().min(already_read.len()));
-    let (reader, writer) = tokio::io::split(stream);
-    let reader = std::io::Cursor::new(already_read).chain(reader);
-    let mut frames = FramedRead::new(reader, peer::hello_frame_codec());
-    let first = match tokio::time::timeout(IDLE_LIMIT, frames.next()).await {
-        Ok(Some(frame)) => frame?,
-        _ => return Err(PeerError::NoHello),
-    };
-    let hello: LinkHello = peer::decode(&first)?;
-    if hello.peers != peers || hello.from as usize >= peers.len() {
-        tracing::warn!(
-            from = hello.from,
-            their_peers = ?hello.peers,
-            "refused a raft peer with another peer list; every node needs the same --peers"
-        );
-        return Ok(());
+    keys: ClusterKeys,
+    caps: FrameCaps,
+    gate: PeerGate,
+    budget: AssemblyBudget,
+    complaints: Complaints,
+}
+
+impl<H: TableHost> std::fmt::Debug for RaftAcceptor<H> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RaftAcceptor")
+            .field("me", &self.me)
+            .field("caps", &self.caps)
+            .finish_non_exhaustive()
     }
-    frames.decoder_mut().set_max_frame_length(peer::MAX_FRAME);
-    let (tx, mut rx) = mpsc::unbounded_channel::<Bytes>();
-    let writing = tokio::spawn(async move {
-        let mut out = FramedWrite::new(writer, peer::frame_codec());
-        let mut batch = Vec::with_capacity(64);
-        while rx.recv_many(&mut batch, 64).await > 0 {
-            for frame in batch.drain(..) {
-                out.feed(frame).await?;
-            }
-            SinkExt::<Bytes>::flush(&mut out).await?;
-        }
-        Ok::<(), std::io::Error>(())
-    });
-    let result = loop {
-        let frame = match tokio::time::timeout(IDLE_LIMIT, frames.next()).await {
-            Ok(Some(Ok(frame))) => frame,
-            Ok(Some(Err(error))) => break Err(PeerError::Io(error)),
-            Ok(None) | Err(_) => break Ok(()),
+}
+
+impl<H: TableHost> RaftAcceptor<H> {
+    /// The acceptor of node `me` of `peers`, taking peers that hold one
+    /// of `keys`.
+    pub fn new(raft: RaftOf<H>, me: NodeId, peers: Vec<String>, keys: ClusterKeys) -> Arc<Self> {
+        Arc::new(RaftAcceptor {
+            raft,
+            me,
+            caps: FrameCaps::for_peers(&peers),
+            gate: PeerGate::new(GateLimits::for_cluster(peers.len())),
+            peers,
+            keys,
+            budget: AssemblyBudget::default(),
+            complaints: Complaints::default(),
+        })
+    }
+
+    pub fn gate(&self) -> &PeerGate {
+        &self.gate
+    }
+
+    /// Takes a connection from `from` whose first bytes, `already_read`,
+    /// start with [`RAFT_HELLO`]. Closed at once if too many handshakes
+    /// are in progress.
+    pub fn take<S: PeerStream>(self: &Arc<Self>, stream: S, already_read: BytesMut, from: IpAddr) {
+        let Some(permit) = self.gate.begin_handshake() else {
+            self.gate
+                .refused(from, &"too many raft peer handshakes at once");
+            return;
         };
-        let request: RpcRequest = match peer::decode(&frame) {
-            Ok(request) => request,
-            Err(error) => break Err(error),
-        };
-        let raft = raft.clone();
-        let tx = tx.clone();
+        let this = self.clone();
         tokio::spawn(async move {
-            let body = handle(&raft, request.body).await;
-            if let Ok(frame) = peer::encode(&RpcReply {
-                id: request.id,
-                body,
-            }) {
-                // A closed writer means the link is gone; the caller times out.
-                let _ = tx.send(frame);
+            match this.serve(stream, already_read, permit).await {
+                Ok(()) => {}
+                Err(LinkEnd::Refused(reason)) => this.gate.refused(from, &reason),
+                Err(LinkEnd::Broke(error)) => tracing::debug!(%error, "raft peer link closed"),
             }
         });
+    }
+
+    async fn serve<S: PeerStream>(
+        &self,
+        stream: S,
+        already_read: BytesMut,
+        permit: HandshakePermit,
+    ) -> Result<(), LinkEnd> {
+        let (mut framed, first) = peer::accept(
+            stream,
+            already_read,
+            RAFT_HELLO,
+            &self.keys,
+            self.caps.hello,
+        )
+        .await
+        .map_err(refused)?;
+        let hello: LinkHello = peer::decode(&first).map_err(refused)?;
+        if hello.peers != self.peers {
+            return Err(refused(format_args!(
+                "a raft peer with another peer list ({:?}); every node needs the same --peers",
+                hello.peers
+            )));
+        }
+        if hello.from == self.me || hello.from as usize >= self.peers.len() {
+            return Err(refused(format_args!(
+                "a raft peer that says it is node {}",
+                hello.from
+            )));
+        }
+        let link = self.gate.admit_link(permit, hello.from);
+        framed.codec_mut().set_max_frame(self.caps.request);
+        self.run(framed, hello.from, &link).await
+    }
+
+    /// Serves an admitted link until it closes, idles out or is superseded.
+    async fn run<S: PeerStream>(
+        &self,
+        framed: peer::SecureFramed<S>,
+        from: NodeId,
+        link: &LinkPermit,
+    ) -> Result<(), LinkEnd> {
+        let (sink, mut frames) = framed.split();
+        let (tx, rx) = mpsc::channel::<Bytes>(REPLY_QUEUE);
+        let writer = tokio::spawn(write_replies(sink, rx));
+        let in_flight = Arc::new(Semaphore::new(MAX_IN_FLIGHT));
+        let bytes_in_flight = Arc::new(Semaphore::new(MAX_BYTES_IN_FLIGHT));
+        let mut assembly = Assembly::new(self.budget.clone());
+        let superseded = link.superseded();
+        tokio::pin!(superseded);
+        let result = loop {
+            // Backpressure: no slot, no reading.
+            let slot = tokio::select! {
+                () = &mut superseded => break Ok(()),
+                slot = in_flight.clone().acquire_owned() => match slot {
+                    Ok(slot) => slot,
+                    Err(_) => break Ok(()),
+                },
+            };
+            let stalls_at = assembly.stalls_at();
+            let frame = tokio::select! {
+                () = &mut superseded => break Ok(()),
+                () = tokio::time::sleep_until(stalls_at.unwrap_or_else(Instant::now)),
+                    if stalls_at.is_some() =>
+                {
+                    tracing::debug!(from, "gave up a stalled snapshot transfer");
+                    assembly.give_up();
+                    continue;
+                }
+                next = tokio::time::timeout(IDLE_LIMIT, frames.next()) => match next {
+                    Ok(Some(Ok(frame))) => frame,
+                    Ok(Some(Err(error))) => break Err(LinkEnd::Broke(error)),
+                    Ok(None) | Err(_) => break Ok(()),
+                },
+            };
+            let weight = u32::try_from(frame.len().clamp(1, MAX_BYTES_IN_FLIGHT)).unwrap_or(1);
+            let Ok(held) = bytes_in_flight.clone().acquire_many_owned(weight).await else {
+                break Ok(());
+            };
+            let request: RpcRequest = match peer::decode(&frame) {
+                Ok(request) => request,
+                Err(error) => break Err(LinkEnd::Broke(error)),
+            };
+            drop(frame);
+            let slots = (slot, held);
+            self.dispatch(request, from, &mut assembly, &tx, slots);
+        };
+        drop(tx);
+        writer.abort();
+        result
+    }
+
+    /// Checks one request and starts its handling.
+    fn dispatch(
+        &self,
+        request: RpcRequest,
+        from: NodeId,
+        assembly: &mut Assembly,
+        tx: &mpsc::Sender<Bytes>,
+        slots: (OwnedSemaphorePermit, OwnedSemaphorePermit),
+    ) {
+        let term = self.raft.metrics().borrow_watched().current_term;
+        let bounds = Bounds {
+            term,
+            peers: &self.peers,
+        };
+        let id = request.id;
+        let refuse = |what: &str, why: Implausible| {
+            self.complaints.refused(from, what, &why);
+            reply(tx, id, ReplyBody::failed(&why));
+        };
+        let body = match request.body {
+            RequestBody::SnapshotPart(part) => {
+                if let Some(head) = &part.head {
+                    if let Err(why) = bounds.check_snapshot_head(&head.vote, &head.meta) {
+                        assembly.give_up();
+                        return refuse("snapshot", why);
+                    }
+                }
+                match assembly.receive(part, Instant::now()) {
+                    Ok(None) => return reply(tx, id, ReplyBody::PartReceived),
+                    Ok(Some((head, data))) => {
+                        let raft = self.raft.clone();
+                        let tx = tx.clone();
+                        tokio::spawn(async move {
+                            let body = install(&raft, head, data).await;
+                            reply(&tx, id, body);
+                            drop(slots);
+                        });
+                        return;
+                    }
+                    Err(error) => return reply(tx, id, ReplyBody::failed(&error)),
+                }
+            }
+            body => body,
+        };
+        let checked = match &body {
+            RequestBody::Append(rpc) => bounds.check_append(rpc).map_err(|w| ("append", w)),
+            RequestBody::Vote(rpc) => bounds.check_vote(rpc).map_err(|w| ("vote", w)),
+            RequestBody::PreVote(rpc) => bounds.check_vote(rpc).map_err(|w| ("pre-vote", w)),
+            RequestBody::TransferLeader(rpc) => {
+                bounds.check_transfer(rpc).map_err(|w| ("transfer", w))
+            }
+            RequestBody::SnapshotPart(_) => Ok(()),
+        };
+        if let Err((what, why)) = checked {
+            return refuse(what, why);
+        }
+        let raft = self.raft.clone();
+        let tx = tx.clone();
+        tokio::spawn(async move {
+            let body = handle(&raft, body).await;
+            reply(&tx, id, body);
+            drop(slots);
+        });
+    }
+}
+
+/// Queues a reply; a full queue or a closed link drops it (the caller
+/// times out).
+fn reply(tx: &mpsc::Sender<Bytes>, id: u64, body: ReplyBody) {
+    match peer::encode(&RpcReply { id, body }) {
+        Ok(frame) => {
+            if tx.try_send(frame).is_err() {
+                tracing::debug!(id, "raft reply dropped: the link's queue is full or closed");
+            }
+        }
+        Err(error) => tracing::debug!(%error, "raft reply does not encode"),
+    }
+}
+
+async fn write_replies<S: PeerStream>(
+    mut sink: SplitSink<peer::SecureFramed<S>, Bytes>,
+    mut rx: mpsc::Receiver<Bytes>,
+) -> Result<(), PeerError> {
+    let mut batch = Vec::with_capacity(REPLY_QUEUE);
+    while rx.recv_many(&mut batch, REPLY_QUEUE).await > 0 {
+        for frame in batch.drain(..) {
+            sink.feed(frame).await?;
+        }
+        sink.flush().await?;
+    }
+    Ok(())
+}
+
+/// Installs an assembled snapshot once its table passes the bounds.
+async fn install<H: TableHost>(raft: &RaftOf<H>, head: SnapshotHead, data: Vec<u8>) -> ReplyBody {
+    let checked = snapshot_store::decode_table(&data)
+        .map_err(|e| Implausible::SnapshotData(e.to_string()))
+        .and_then(|table| bounds::check_table(&head.meta, &table));
+    if let Err(why) = checked {
+        tracing::warn!(reason = %why, "refused a snapshot from the leader");
+        return ReplyBody::failed(&why);
+    }
+    let snapshot = Snapshot {
+        meta: head.meta,
+        snapshot: data,
     };
-    drop(tx);
-    writing.abort();
-    result
+    match raft.install_full_snapshot(head.vote, snapshot).await {
+        Ok(response) => ReplyBody::Snapshot(response),
+        Err(e) => ReplyBody::failed(&e),
+    }
 }
 
 async fn handle<H: TableHost>(raft: &RaftOf<H>, body: RequestBody) -> ReplyBody {
-    let failed = |e: &dyn std::fmt::Display| ReplyBody::Failed(e.to_string());
     match body {
         RequestBody::Append(rpc) => match raft.append_entries(rpc).await {
             Ok(response) => ReplyBody::Append(response),
-            Err(e) => failed(&e),
+            Err(e) => ReplyBody::failed(&e),
         },
         RequestBody::Vote(rpc) => match raft.vote(rpc).await {
             Ok(response) => ReplyBody::Vote(response),
-            Err(e) => failed(&e),
+            Err(e) => ReplyBody::failed(&e),
         },
         RequestBody::PreVote(rpc) => match raft.pre_vote(rpc).await {
             Ok(response) => ReplyBody::Vote(response),
-            Err(e) => failed(&e),
+            Err(e) => ReplyBody::failed(&e),
         },
-        RequestBody::Snapshot { vote, meta, data } => {
-            let snapshot = Snapshot {
-                meta,
-                snapshot: data,
-            };
-            match raft.install_full_snapshot(vote, snapshot).await {
-                Ok(response) => ReplyBody::Snapshot(response),
-                Err(e) => failed(&e),
-            }
-        }
         RequestBody::TransferLeader(rpc) => match raft.handle_transfer_leader(rpc).await {
             Ok(response) => ReplyBody::TransferLeader(response),
-            Err(e) => failed(&e),
+            Err(e) => ReplyBody::failed(&e),
         },
+        // Assembled on the link, never handled alone.
+        RequestBody::SnapshotPart(_) => ReplyBody::failed(&"a snapshot part out of place"),
     }
 }
+
+#[cfg(test)]
+#[path = "inbound_tests.rs"]
+mod tests;

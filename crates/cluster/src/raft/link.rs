@@ -1,7 +1,10 @@
 //! One multiplexed connection to a peer: RPCs go out tagged with an id,
 //! replies come back in any order and wake their caller. The connection is
-//! dialled on first use and again after it fails; every call is bounded by
-//! its timeout, dialling included.
+//! dialled on first use and again after it fails, over the authenticated
+//! channel (the handshake proves both ends hold the cluster key); every
+//! call is bounded by its timeout, dialling and handshake included. The
+//! writer's queue and the calls awaiting replies are bounded: a call past
+//! either fails at once rather than letting them grow.
 
 use std::collections::HashMap;
 use std::future::Future;
@@ -13,12 +16,12 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use futures_util::{SinkExt, StreamExt};
-use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
+use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::sync::{mpsc, oneshot};
-use tokio_util::codec::{FramedRead, FramedWrite};
 
+use super::limits::{FrameCaps, MAX_CALLS_IN_FLIGHT, REQUEST_QUEUE};
 use super::rpc::{LinkHello, ReplyBody, RequestBody, RpcReply, RpcRequest, RAFT_HELLO};
-use crate::peer;
+use crate::peer::{self, ClusterKey};
 
 /// A byte stream to a peer: TCP in a node, a simulated one in tests.
 pub trait PeerStream: AsyncRead + AsyncWrite + Send + Unpin + 'static {}
@@ -59,6 +62,8 @@ pub enum CallError {
     Broken,
     #[error("peer refused the request: {0}")]
     Refused(String),
+    #[error("too many calls queued to the peer")]
+    Overloaded,
 }
 
 type Waiters = Arc<Mutex<HashMap<u64, oneshot::Sender<ReplyBody>>>>;
@@ -67,7 +72,7 @@ type Waiters = Arc<Mutex<HashMap<u64, oneshot::Sender<ReplyBody>>>>;
 /// replies. Dropped (and redialled) once either half fails.
 #[derive(Debug)]
 struct Conn {
-    tx: mpsc::UnboundedSender<Bytes>,
+    tx: mpsc::Sender<Bytes>,
     waiters: Waiters,
 }
 
@@ -75,6 +80,8 @@ struct Conn {
 pub struct Link {
     addr: String,
     hello: LinkHello,
+    key: ClusterKey,
+    caps: FrameCaps,
     dialer: Arc<dyn Dialer>,
     conn: tokio::sync::Mutex<Option<Arc<Conn>>>,
     next_id: AtomicU64,
@@ -95,10 +102,15 @@ fn waiters_of(
 }
 
 impl Link {
-    pub fn new(addr: String, hello: LinkHello, dialer: Arc<dyn Dialer>) -> Link {
+    /// The link to the peer at `addr`, greeting it with `hello` and
+    /// proving to hold `key`.
+    pub fn new(addr: String, hello: LinkHello, key: ClusterKey, dialer: Arc<dyn Dialer>) -> Link {
+        let caps = FrameCaps::for_peers(&hello.peers);
         Link {
             addr,
             hello,
+            key,
+            caps,
             dialer,
             conn: tokio::sync::Mutex::new(None),
             next_id: AtomicU64::new(1),
@@ -128,15 +140,25 @@ impl Link {
         let frame = peer::encode(&RpcRequest { id, body })
             .map_err(|e| CallError::Refused(e.to_string()))?;
         let (tx, rx) = oneshot::channel();
-        waiters_of(&conn.waiters).insert(id, tx);
+        {
+            let mut waiters = waiters_of(&conn.waiters);
+            if waiters.len() >= MAX_CALLS_IN_FLIGHT {
+                return Err(CallError::Overloaded);
+            }
+            waiters.insert(id, tx);
+        }
         // The guard takes the waiter out again if the caller gives up.
         let _forget = Forget {
             waiters: conn.waiters.clone(),
             id,
         };
-        if conn.tx.send(frame).is_err() {
-            self.drop_conn(conn).await;
-            return Err(CallError::Broken);
+        match conn.tx.try_send(frame) {
+            Ok(()) => {}
+            Err(mpsc::error::TrySendError::Full(_)) => return Err(CallError::Overloaded),
+            Err(mpsc::error::TrySendError::Closed(_)) => {
+                self.drop_conn(conn).await;
+                return Err(CallError::Broken);
+            }
         }
         match rx.await {
             Ok(ReplyBody::Failed(reason)) => Err(CallError::Refused(reason)),
@@ -168,7 +190,7 @@ impl Link {
             .await
             .map_err(|e| CallError::Unreachable(e.to_string()))?;
         let conn = Arc::new(
-            start(stream, &self.hello)
+            start(stream, &self.hello, &self.key, self.caps)
                 .await
                 .map_err(|e| CallError::Unreachable(e.to_string()))?,
         );
@@ -189,30 +211,35 @@ impl Drop for Forget {
     }
 }
 
-/// Greets the peer and starts the connection's writer and reader tasks.
-async fn start(mut stream: BoxedStream, hello: &LinkHello) -> Result<Conn, peer::PeerError> {
-    stream.write_all(RAFT_HELLO).await?;
-    let (reader, writer) = tokio::io::split(stream);
-    let mut frames = FramedWrite::new(writer, peer::frame_codec());
-    frames.send(peer::encode(hello)?).await?;
-    let (tx, mut rx) = mpsc::unbounded_channel::<Bytes>();
+/// Runs the handshake, greets the peer and starts the connection's
+/// writer and reader tasks.
+async fn start(
+    stream: BoxedStream,
+    hello: &LinkHello,
+    key: &ClusterKey,
+    caps: FrameCaps,
+) -> Result<Conn, peer::PeerError> {
+    let first = peer::encode(hello)?;
+    let framed = peer::connect(stream, RAFT_HELLO, key, first, caps.reply).await?;
+    let (mut sink, mut frames) = framed.split();
+    let (tx, mut rx) = mpsc::channel::<Bytes>(REQUEST_QUEUE);
     let waiters: Waiters = Arc::new(Mutex::new(HashMap::new()));
     let reading = waiters.clone();
     let (stop_tx, mut stop_rx) = oneshot::channel::<()>();
     tokio::spawn(async move {
-        let mut batch = Vec::with_capacity(64);
+        let mut batch = Vec::with_capacity(REQUEST_QUEUE);
         loop {
             tokio::select! {
-                n = rx.recv_many(&mut batch, 64) => {
+                n = rx.recv_many(&mut batch, REQUEST_QUEUE) => {
                     if n == 0 {
                         return;
                     }
                     for frame in batch.drain(..) {
-                        if frames.feed(frame).await.is_err() {
+                        if sink.feed(frame).await.is_err() {
                             return;
                         }
                     }
-                    if SinkExt::<Bytes>::flush(&mut frames).await.is_err() {
+                    if sink.flush().await.is_err() {
                         return;
                     }
                 }
@@ -221,7 +248,6 @@ async fn start(mut stream: BoxedStream, hello: &LinkHello) -> Result<Conn, peer:
         }
     });
     tokio::spawn(async move {
-        let mut frames = FramedRead::new(reader, peer::frame_codec());
         while let Some(Ok(frame)) = frames.next().await {
             let Ok(reply) = peer::decode::<RpcReply>(&frame) else {
                 break;

@@ -7,15 +7,19 @@
 //!   snapshots in `--data-dir`.
 //! - [`state_machine`]: openraft's state machine, forwarding to the engine.
 //! - [`rpc`], [`link`], [`network`], [`inbound`]: Raft RPCs between nodes on
-//!   the client port.
+//!   the client port, over the authenticated peer channel; [`limits`] caps
+//!   their frames and queues, [`snapshot_transfer`] sends snapshots in
+//!   parts, [`bounds`] refuses what no sound peer can report.
 //! - [`observe`]: the role to serve in (a leader without a majority steps
 //!   down), followers' replication, a dead core, from openraft's metrics.
 //! - [`shell`]: wires it all to the server.
 
+pub mod bounds;
 pub mod engine;
 #[cfg(test)]
 mod engine_tests;
 pub mod inbound;
+pub mod limits;
 pub mod link;
 pub mod lock_node;
 pub mod log_store;
@@ -27,7 +31,10 @@ pub mod rpc;
 mod segment;
 pub mod shell;
 pub mod snapshot_store;
+pub mod snapshot_transfer;
 pub mod state_machine;
+#[cfg(test)]
+mod test_host;
 pub mod types;
 
 pub use engine::{EngineEvent, RaftEngine, RaftRole};

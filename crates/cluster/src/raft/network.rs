@@ -1,9 +1,13 @@
 //! openraft's view of the network: one [`Link`] per peer, shared by the
 //! replication, heartbeat and snapshot clients openraft makes for it.
+//! Snapshots go out in parts ([`super::snapshot_transfer`]); replies
+//! whose terms are implausible are refused ([`super::bounds`]).
 
 use std::collections::HashMap;
 use std::future::Future;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
+use std::time::Duration;
 
 use openraft::errors::{
     NetworkError, RPCError, ReplicationClosed, StreamingError, Timeout, Unreachable,
@@ -15,23 +19,36 @@ use openraft::raft::{
 };
 use openraft::{BasicNode, OptionalSend};
 
+use super::bounds::{self, Complaints, Implausible};
 use super::link::{CallError, Dialer, Link};
 use super::rpc::{LinkHello, ReplyBody, RequestBody};
+use super::snapshot_transfer::{self, SnapshotHead, MAX_SNAPSHOT_BYTES};
 use super::types::{NodeId, Snapshot, SnapshotData, TypeConfig, Vote};
+use crate::peer::ClusterKey;
 
 /// The shortest time an RPC is given. openraft asks replication to time
 /// out after 3/4 of a heartbeat (37.5 ms by default), which a busy follower
 /// fsyncing a batch on a shared core overshoots: every such timeout
 /// restarted replication and stalled commits under load. A dead peer is
 /// still found by its refused connection or by elections.
-const MIN_RPC_TIMEOUT: std::time::Duration = std::time::Duration::from_millis(250);
+const MIN_RPC_TIMEOUT: Duration = Duration::from_millis(250);
+
+/// The shortest time one snapshot part is given: a megabyte to send, and
+/// with the last part the follower's install and fsync.
+const MIN_PART_TIMEOUT: Duration = Duration::from_secs(1);
+
+/// Names snapshot transfers; a transfer id need only differ from the
+/// previous one on the same link.
+static NEXT_TRANSFER: AtomicU64 = AtomicU64::new(1);
 
 /// Makes (and keeps) the links to peers.
 pub struct Network {
     me: NodeId,
     peers: Vec<String>,
+    key: ClusterKey,
     dialer: Arc<dyn Dialer>,
     links: HashMap<NodeId, Arc<Link>>,
+    complaints: Arc<Complaints>,
 }
 
 impl std::fmt::Debug for Network {
@@ -43,12 +60,20 @@ impl std::fmt::Debug for Network {
 }
 
 impl Network {
-    pub fn new(me: NodeId, peers: Vec<String>, dialer: Arc<dyn Dialer>) -> Network {
+    /// Dials `peers` as node `me`, proving to hold `key`.
+    pub fn new(
+        me: NodeId,
+        peers: Vec<String>,
+        key: ClusterKey,
+        dialer: Arc<dyn Dialer>,
+    ) -> Network {
         Network {
             me,
             peers,
+            key,
             dialer,
             links: HashMap::new(),
+            complaints: Arc::new(Complaints::default()),
         }
     }
 }
@@ -65,10 +90,19 @@ impl RaftNetworkFactory<TypeConfig> for Network {
                     from: self.me,
                     peers: self.peers.clone(),
                 };
-                Arc::new(Link::new(node.addr.clone(), hello, self.dialer.clone()))
+                Arc::new(Link::new(
+                    node.addr.clone(),
+                    hello,
+                    self.key.clone(),
+                    self.dialer.clone(),
+                ))
             })
             .clone();
-        PeerClient { target, link }
+        PeerClient {
+            target,
+            link,
+            complaints: self.complaints.clone(),
+        }
     }
 }
 
@@ -77,6 +111,7 @@ impl RaftNetworkFactory<TypeConfig> for Network {
 pub struct PeerClient {
     target: NodeId,
     link: Arc<Link>,
+    complaints: Arc<Complaints>,
 }
 
 impl PeerClient {
@@ -85,7 +120,15 @@ impl PeerClient {
         body: RequestBody,
         option: &RPCOption,
     ) -> Result<ReplyBody, RPCError<TypeConfig>> {
-        let ttl = option.soft_ttl().max(MIN_RPC_TIMEOUT);
+        self.call_within(body, option.soft_ttl().max(MIN_RPC_TIMEOUT))
+            .await
+    }
+
+    async fn call_within(
+        &self,
+        body: RequestBody,
+        ttl: Duration,
+    ) -> Result<ReplyBody, RPCError<TypeConfig>> {
         self.link
             .call(body, ttl)
             .await
@@ -97,10 +140,64 @@ impl PeerClient {
                     timeout: ttl,
                 }),
                 CallError::Broken => RPCError::Network(NetworkError::new(&error)),
-                CallError::Unreachable(_) | CallError::Refused(_) => {
+                CallError::Unreachable(_) | CallError::Refused(_) | CallError::Overloaded => {
                     RPCError::Unreachable(Unreachable::new(&error))
                 }
             })
+    }
+
+    /// Refuses an implausible reply: logged (rate limited), and to
+    /// openraft the peer is unreachable.
+    fn implausible(&self, what: &str, why: Implausible) -> RPCError<TypeConfig> {
+        self.complaints.refused(self.target, what, &why);
+        RPCError::Unreachable(Unreachable::new(&why))
+    }
+
+    /// Sends a snapshot part by part, each acknowledged before the next.
+    async fn send_snapshot(
+        &self,
+        vote: Vote,
+        snapshot: Snapshot,
+        option: &RPCOption,
+    ) -> Result<SnapshotResponse<TypeConfig>, RPCError<TypeConfig>> {
+        let data = snapshot.snapshot;
+        if data.len() > MAX_SNAPSHOT_BYTES {
+            let why = format!(
+                "a snapshot of {} bytes is over the limit of {MAX_SNAPSHOT_BYTES}; the follower cannot be restored",
+                data.len()
+            );
+            tracing::error!(follower = self.target, "{why}");
+            return Err(RPCError::Unreachable(Unreachable::from_string(why)));
+        }
+        let sent = vote.leader_id.term;
+        let head = SnapshotHead {
+            vote,
+            meta: snapshot.meta,
+        };
+        let transfer = NEXT_TRANSFER.fetch_add(1, Ordering::Relaxed);
+        let ttl = option.soft_ttl().max(MIN_PART_TIMEOUT);
+        let parts = snapshot_transfer::parts(transfer, head, &data);
+        drop(data);
+        let count = parts.len();
+        for (i, part) in parts.into_iter().enumerate() {
+            let last = i + 1 == count;
+            match self
+                .call_within(RequestBody::SnapshotPart(part), ttl)
+                .await?
+            {
+                ReplyBody::PartReceived if !last => {}
+                ReplyBody::Snapshot(response) if last => {
+                    bounds::check_reply_term(sent, response.vote.leader_id.term)
+                        .map_err(|why| self.implausible("snapshot reply", why))?;
+                    return Ok(response);
+                }
+                other => return Err(unexpected(&other)),
+            }
+        }
+        // `parts` always yields a last part, answered above.
+        Err(RPCError::Network(NetworkError::from_string(
+            "snapshot sent without a last part".to_string(),
+        )))
     }
 }
 
@@ -118,8 +215,18 @@ impl RaftNetworkV2<TypeConfig> for PeerClient {
         rpc: AppendEntriesRequest<TypeConfig>,
         option: RPCOption,
     ) -> Result<AppendEntriesResponse<TypeConfig>, RPCError<TypeConfig>> {
+        let sent = rpc.vote.leader_id.term;
+        let sent_last = rpc
+            .entries
+            .last()
+            .map(|e| e.log_id.index)
+            .or(rpc.prev_log_id.as_ref().map(|l| l.index));
         match self.call(RequestBody::Append(rpc), &option).await? {
-            ReplyBody::Append(response) => Ok(response),
+            ReplyBody::Append(response) => {
+                bounds::check_append_reply(sent, sent_last, &response)
+                    .map_err(|why| self.implausible("append reply", why))?;
+                Ok(response)
+            }
             other => Err(unexpected(&other)),
         }
     }
@@ -129,8 +236,13 @@ impl RaftNetworkV2<TypeConfig> for PeerClient {
         rpc: VoteRequest<TypeConfig>,
         option: RPCOption,
     ) -> Result<VoteResponse<TypeConfig>, RPCError<TypeConfig>> {
+        let sent = rpc.vote.leader_id.term;
         match self.call(RequestBody::Vote(rpc), &option).await? {
-            ReplyBody::Vote(response) => Ok(response),
+            ReplyBody::Vote(response) => {
+                bounds::check_vote_reply(sent, &response)
+                    .map_err(|why| self.implausible("vote reply", why))?;
+                Ok(response)
+            }
             other => Err(unexpected(&other)),
         }
     }
@@ -140,8 +252,13 @@ impl RaftNetworkV2<TypeConfig> for PeerClient {
         rpc: VoteRequest<TypeConfig>,
         option: RPCOption,
     ) -> Result<VoteResponse<TypeConfig>, RPCError<TypeConfig>> {
+        let sent = rpc.vote.leader_id.term;
         match self.call(RequestBody::PreVote(rpc), &option).await? {
-            ReplyBody::Vote(response) => Ok(response),
+            ReplyBody::Vote(response) => {
+                bounds::check_vote_reply(sent, &response)
+                    .map_err(|why| self.implausible("pre-vote reply", why))?;
+                Ok(response)
+            }
             other => Err(unexpected(&other)),
         }
     }
@@ -153,17 +270,9 @@ impl RaftNetworkV2<TypeConfig> for PeerClient {
         cancel: impl Future<Output = ReplicationClosed> + OptionalSend + 'static,
         option: RPCOption,
     ) -> Result<SnapshotResponse<TypeConfig>, StreamingError<TypeConfig>> {
-        let body = RequestBody::Snapshot {
-            vote,
-            meta: snapshot.meta,
-            data: snapshot.snapshot,
-        };
         tokio::select! {
             closed = cancel => Err(StreamingError::Closed(closed)),
-            reply = self.call(body, &option) => match reply? {
-                ReplyBody::Snapshot(response) => Ok(response),
-                other => Err(unexpected(&other).into()),
-            },
+            reply = self.send_snapshot(vote, snapshot, &option) => Ok(reply?),
         }
     }
 
@@ -172,8 +281,13 @@ impl RaftNetworkV2<TypeConfig> for PeerClient {
         req: TransferLeaderRequest<TypeConfig>,
         option: RPCOption,
     ) -> Result<TransferLeaderResponse<TypeConfig>, RPCError<TypeConfig>> {
+        let sent = req.from_leader().leader_id.term;
         match self.call(RequestBody::TransferLeader(req), &option).await? {
-            ReplyBody::TransferLeader(response) => Ok(response),
+            ReplyBody::TransferLeader(response) => {
+                bounds::check_transfer_reply(sent, &response)
+                    .map_err(|why| self.implausible("transfer reply", why))?;
+                Ok(response)
+            }
             other => Err(unexpected(&other)),
         }
     }

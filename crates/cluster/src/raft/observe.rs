@@ -127,7 +127,7 @@ pub async fn core_died<H: TableHost>(raft: RaftOf<H>) -> String {
             Err(fatal) => return fatal.to_string(),
         }
         if watch.changed().await.is_err() {
-            return "the Raft core task ended".to_string();
+            return "the Raft core task ended unexpectedly (a panic: see the message before this one)".to_string();
         }
     }
 }
@@ -347,5 +347,40 @@ mod tests {
                 ("peer.2".to_string(), "matched:-,lag:42".to_string()),
             ]
         );
+    }
+
+    /// The attack, straight at openraft (no link, no bounds): a
+    /// granted vote of term 2^64 - 1, then an election, whose next term
+    /// overflows. The core panics (debug builds check the overflow); what
+    /// matters here is that the death is seen, so that batond exits
+    /// (`core_died` is what its main loop waits on).
+    #[tokio::test]
+    async fn a_panic_of_the_consensus_core_is_seen() {
+        use crate::raft::test_host;
+        let dir = tempfile::tempdir().expect("dir");
+        let peers = vec!["n0:1".to_string(), "n1:1".to_string()];
+        let settings = test_host::settings(0, &peers, dir.path());
+        let (raft, _host) = test_host::node(&settings).await;
+        let vote = openraft::impls::Vote {
+            leader_id: openraft::impls::leader_id_adv::LeaderId {
+                term: u64::MAX,
+                node_id: 1,
+            },
+            committed: false,
+        };
+        let request = openraft::raft::VoteRequest {
+            vote,
+            last_log_id: Some(openraft::LogId::new(vote.leader_id, 1_000)),
+            leadership_transfer: false,
+        };
+        let granted = raft.vote(request).await.expect("answered");
+        assert!(granted.vote_granted, "{granted:?}");
+        let died = core_died(raft.clone());
+        let _ = raft.trigger().elect(false).await;
+        let reason = tokio::time::timeout(Duration::from_secs(10), died)
+            .await
+            .expect("the dead core is seen");
+        assert!(!reason.is_empty());
+        println!("core died: {reason}");
     }
 }

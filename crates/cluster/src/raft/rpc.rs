@@ -1,9 +1,12 @@
 //! The wire format of Raft RPCs between nodes, on the client port.
 //!
-//! A Raft peer connection opens with [`RAFT_HELLO`], then carries
-//! length-delimited postcard frames: first a [`LinkHello`] from the dialler,
-//! then [`RpcRequest`]s one way and [`RpcReply`]s the other, matched by id,
-//! so many RPCs share one connection and answers may come in any order.
+//! A Raft peer connection opens with [`RAFT_HELLO`] and the authenticated
+//! handshake of [`crate::peer::secure`], then carries encrypted postcard
+//! frames: first a [`LinkHello`] from the dialler, then [`RpcRequest`]s one
+//! way and [`RpcReply`]s the other, matched by id, so many RPCs share one
+//! connection and answers may come in any order. Snapshots travel in
+//! [`SnapshotPart`]s (see [`super::snapshot_transfer`]), so no frame is
+//! larger than [`super::limits::FrameCaps`] allows.
 
 use serde::{Deserialize, Serialize};
 
@@ -12,11 +15,14 @@ use openraft::raft::{
     TransferLeaderResponse, VoteRequest, VoteResponse,
 };
 
-use super::types::{NodeId, SnapshotData, SnapshotMeta, TypeConfig, Vote};
+use super::snapshot_transfer::SnapshotPart;
+use super::types::{NodeId, TypeConfig};
 
 /// The first line of every Raft peer connection. No client request starts
-/// with it, and it differs from the priority mode's hello.
-pub const RAFT_HELLO: &[u8] = b"BATON-RAFT/1\n";
+/// with it, and it differs from the priority mode's hello. Version 2 is the
+/// authenticated channel; a version 1 node's hello is an unknown client
+/// request to this node.
+pub const RAFT_HELLO: &[u8] = b"BATON-RAFT/2\n";
 
 /// Who dials, and the cluster it believes in: a node refuses a peer with
 /// another peer list.
@@ -37,11 +43,9 @@ pub enum RequestBody {
     Append(AppendEntriesRequest<TypeConfig>),
     Vote(VoteRequest<TypeConfig>),
     PreVote(VoteRequest<TypeConfig>),
-    Snapshot {
-        vote: Vote,
-        meta: SnapshotMeta,
-        data: SnapshotData,
-    },
+    /// One piece of a snapshot; the last one is answered with
+    /// [`ReplyBody::Snapshot`], the others with [`ReplyBody::PartReceived`].
+    SnapshotPart(SnapshotPart),
     TransferLeader(TransferLeaderRequest<TypeConfig>),
 }
 
@@ -57,7 +61,28 @@ pub enum ReplyBody {
     Vote(VoteResponse<TypeConfig>),
     Snapshot(SnapshotResponse<TypeConfig>),
     TransferLeader(TransferLeaderResponse<TypeConfig>),
+    /// A snapshot part other than the last was stored.
+    PartReceived,
     /// The receiving node could not handle the request (it is shutting
-    /// down, say); the caller treats it as unreachable.
+    /// down, say, or refused it as implausible); the caller treats it as
+    /// unreachable. At most [`MAX_FAILED_REASON`] bytes.
     Failed(String),
+}
+
+/// The longest reason a [`ReplyBody::Failed`] carries.
+pub const MAX_FAILED_REASON: usize = 512;
+
+impl ReplyBody {
+    /// A failure reply, its reason cut to [`MAX_FAILED_REASON`] bytes.
+    pub fn failed(reason: &dyn std::fmt::Display) -> ReplyBody {
+        let mut text = reason.to_string();
+        if text.len() > MAX_FAILED_REASON {
+            let mut end = MAX_FAILED_REASON;
+            while !text.is_char_boundary(end) {
+                end -= 1;
+            }
+            text.truncate(end);
+        }
+        ReplyBody::Failed(text)
+    }
 }

@@ -18,6 +18,8 @@ use tokio::net::TcpStream;
 use baton_server::{Clock, PeerAcceptor, Server, ServerConfig, SharedLocks};
 
 use super::engine::RaftEngine;
+use super::inbound::RaftAcceptor;
+use super::limits::MAX_PAYLOAD_ENTRIES;
 use super::link::{Dialer, TcpDialer};
 use super::lock_node::RaftLockNode;
 use super::log_store::{LogStore, DEFAULT_SEGMENT_BYTES};
@@ -27,7 +29,7 @@ use super::rpc::RAFT_HELLO;
 use super::snapshot_store::SnapshotStore;
 use super::state_machine::{LockStateMachine, TableHost};
 use super::types::{NodeId, Proposal, TypeConfig};
-use super::{engine::EngineEvent, inbound, observe};
+use super::{engine::EngineEvent, observe};
 use crate::peer::ClusterKeys;
 
 /// The openraft node over a lock table held by `H`.
@@ -136,6 +138,8 @@ impl RaftSettings {
             // table is not fsynced at apply either, which openraft names
             // as unsafe with this on.
             enable_leader_restore: Some(false),
+            // Followers cap request frames from this (see `limits`).
+            max_payload_entries: MAX_PAYLOAD_ENTRIES,
             ..Config::default()
         };
         config
@@ -184,7 +188,12 @@ pub async fn build_raft<H: TableHost>(
     let log = LogStore::open(&settings.data_dir.join("log"), settings.segment_bytes)?;
     let snapshots = SnapshotStore::new(&settings.data_dir.join("snapshot"))?;
     let state_machine = LockStateMachine::open(host, snapshots)?;
-    let network = Network::new(settings.me, settings.peers.clone(), dialer);
+    let network = Network::new(
+        settings.me,
+        settings.peers.clone(),
+        settings.keys.primary().clone(),
+        dialer,
+    );
     let config = Arc::new(settings.openraft_config()?);
     let raft = openraft::Raft::new(settings.me, config, network, log, state_machine)
         .await
@@ -295,10 +304,12 @@ pub async fn start(
     engine.set_orphan_wait(settings.orphan_wait_ms());
     let locks: Shared = Arc::new(SharedLocks::new(RaftLockNode::new(engine), Clock::new()));
     let raft = build_raft(&settings, locks.clone(), Arc::new(TcpDialer)).await?;
-    let acceptor = Arc::new(Inbound {
-        raft: raft.clone(),
-        peers: settings.peers.clone(),
-    });
+    let acceptor = Arc::new(Inbound(RaftAcceptor::new(
+        raft.clone(),
+        settings.me,
+        settings.peers.clone(),
+        settings.keys.clone(),
+    )));
     let server = Server::bind_shared(server_config, locks.clone(), Some(acceptor)).await?;
     tokio::spawn(follow_role(raft.clone(), locks.clone(), &settings));
     tokio::spawn(pump(raft.clone(), locks));
@@ -442,10 +453,7 @@ pub async fn pump<H: TableHost, S: ProposalSource>(raft: RaftOf<H>, source: Arc<
 }
 
 /// Takes the Raft peer connections that arrive on the client port.
-struct Inbound {
-    raft: Raft,
-    peers: Vec<String>,
-}
+struct Inbound(Arc<RaftAcceptor<SharedLocks<RaftLockNode>>>);
 
 impl PeerAcceptor for Inbound {
     fn hello(&self) -> &'static [u8] {
@@ -453,14 +461,13 @@ impl PeerAcceptor for Inbound {
     }
 
     fn accept(&self, stream: TcpStream, already_read: BytesMut) {
+        // Without its address a peer cannot be told apart in the refusal
+        // log; such a socket is already gone.
+        let Ok(from) = stream.peer_addr() else {
+            return;
+        };
         let _ = stream.set_nodelay(true);
-        let raft = self.raft.clone();
-        let peers = self.peers.clone();
-        tokio::spawn(async move {
-            if let Err(error) = inbound::serve(stream, already_read, raft, peers).await {
-                tracing::debug!(%error, "raft peer link closed");
-            }
-        });
+        self.0.take(stream, already_read, from.ip());
     }
 }
 
@@ -483,5 +490,17 @@ mod tests {
                 + settings.orphan_wait_ms();
             assert!(worst < 3_000, "{election_timeout_ms} ms: {worst} ms");
         }
+    }
+
+    #[test]
+    fn openraft_sends_no_more_entries_than_followers_accept() {
+        let settings = RaftSettings::new(
+            0,
+            vec!["a:1".into()],
+            PathBuf::new(),
+            ClusterKeys::from_text(&"k".repeat(32)).expect("key"),
+        );
+        let config = settings.openraft_config().expect("valid");
+        assert_eq!(config.max_payload_entries, MAX_PAYLOAD_ENTRIES);
     }
 }

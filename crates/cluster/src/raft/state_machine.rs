@@ -29,6 +29,11 @@ pub trait TableHost: Send + Sync + 'static {
     fn snapshot(&self) -> TableSnapshot;
     /// Replaces the table with a snapshot's.
     fn restore(&self, snapshot: &TableSnapshot);
+    /// The table's last token (a copy of the table by default; installs
+    /// are rare).
+    fn last_token(&self) -> baton_core::Token {
+        self.snapshot().last_token
+    }
 }
 
 type Current = Arc<Mutex<Option<StoredSnapshot>>>;
@@ -131,7 +136,22 @@ impl<H: TableHost> RaftStateMachine<TypeConfig> for LockStateMachine<H> {
         meta: &SnapshotMeta,
         snapshot: SnapshotData,
     ) -> Result<(), io::Error> {
-        let table = snapshot_store::decode_table(&snapshot)?;
+        let mut table = snapshot_store::decode_table(&snapshot)?;
+        let mut snapshot = snapshot;
+        // A snapshot never lowers the token counter: a token handed out
+        // once must never be handed out again, whatever a peer (or a bug)
+        // sends. In a sound cluster the table being replaced is a prefix
+        // of the snapshot's log, so this changes nothing.
+        let current = self.host.last_token();
+        if table.last_token < current {
+            tracing::warn!(
+                snapshot = table.last_token,
+                current,
+                "a snapshot would lower the token counter; keeping the higher one"
+            );
+            table.last_token = current;
+            snapshot = snapshot_store::encode_table(&table)?;
+        }
         let stored = StoredSnapshot {
             meta: meta.clone(),
             data: snapshot,

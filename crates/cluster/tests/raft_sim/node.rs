@@ -10,6 +10,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use baton_cluster::raft::engine::{EngineEvent, NotServing, RaftEngine};
+use baton_cluster::raft::inbound::RaftAcceptor;
 use baton_cluster::raft::link::{BoxedStream, DialFuture, Dialer};
 use baton_cluster::raft::observe;
 use baton_cluster::raft::rpc::RAFT_HELLO;
@@ -17,7 +18,7 @@ use baton_cluster::raft::shell::{self, ProposalSource, RaftOf};
 use baton_cluster::raft::state_machine::TableHost;
 use baton_cluster::raft::types::Entry;
 use baton_cluster::raft::types::{NodeId, Proposal};
-use baton_cluster::raft::{build_raft, inbound, RaftSettings};
+use baton_cluster::raft::{build_raft, RaftSettings};
 use baton_core::{Key, TableSnapshot};
 use bytes::BytesMut;
 use tokio::io::AsyncReadExt;
@@ -217,10 +218,11 @@ impl ProposalSource for SimNode {
     }
 }
 
-/// Dials turmoil's simulated TCP.
-/// The cluster key of every simulated node.
+/// The cluster key of every simulated node: links run the real handshake
+/// and encrypted frames.
 const SIM_CLUSTER_KEY: &str = "simulated cluster key, the same on every node";
 
+/// Dials turmoil's simulated TCP.
 struct SimDialer;
 
 impl Dialer for SimDialer {
@@ -276,18 +278,20 @@ pub async fn run(world: World, me: u64, incarnation: u64) -> turmoil::Result {
     let raft: RaftOf<SimNode> = build_raft(&settings, node.clone(), Arc::new(SimDialer)).await?;
     let listener = turmoil::net::TcpListener::bind(("0.0.0.0", PORT)).await?;
     {
-        let raft = raft.clone();
-        let peers = world.peers.clone();
+        // The node's own acceptor, gate and handshake included; the hello
+        // line is read first, as the server does to tell peers from
+        // clients.
+        let acceptor =
+            RaftAcceptor::new(raft.clone(), me, world.peers.clone(), settings.keys.clone());
         tokio::spawn(async move {
-            while let Ok((mut stream, _)) = listener.accept().await {
-                let raft = raft.clone();
-                let peers = peers.clone();
+            while let Ok((mut stream, addr)) = listener.accept().await {
+                let acceptor = acceptor.clone();
                 tokio::spawn(async move {
                     let mut hello = vec![0; RAFT_HELLO.len()];
                     if stream.read_exact(&mut hello).await.is_err() || hello != RAFT_HELLO {
                         return;
                     }
-                    let _ = inbound::serve(stream, BytesMut::from(&hello[..]), raft, peers).await;
+                    acceptor.take(stream, BytesMut::from(&hello[..]), addr.ip());
                 });
             }
         });

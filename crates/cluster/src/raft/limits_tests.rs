@@ -1,0 +1,256 @@
+//! The frame caps against the largest frames really built: worst-case
+//! commands, entries, appends, snapshot parts and replies, encoded.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use baton_core::{Command, Key, MAX_KEY_LEN};
+use openraft::impls::leader_id_adv::LeaderId;
+use openraft::raft::{AppendEntriesRequest, VoteResponse};
+use openraft::{BasicNode, EntryPayload, LogId, Membership};
+
+use super::*;
+use crate::raft::engine::{RaftEngine, RaftRole};
+use crate::raft::rpc::{ReplyBody, RequestBody, RpcReply, RpcRequest};
+use crate::raft::snapshot_transfer::{SnapshotHead, SnapshotPart};
+use crate::raft::types::{Entry, Proposal, SnapshotMeta, StoredMembership, Tagged, Vote};
+
+fn peers(n: usize) -> Vec<String> {
+    (0..n)
+        .map(|i| format!("node-{i}.example.com:7411"))
+        .collect()
+}
+
+fn widest_log_id() -> crate::raft::types::LogId {
+    LogId {
+        leader_id: LeaderId {
+            term: u64::MAX,
+            node_id: u64::MAX,
+        },
+        index: u64::MAX,
+    }
+}
+
+fn widest_vote() -> Vote {
+    Vote {
+        leader_id: LeaderId {
+            term: u64::MAX,
+            node_id: u64::MAX,
+        },
+        committed: true,
+    }
+}
+
+fn longest_key() -> Key {
+    Key::new(&[b'k'; MAX_KEY_LEN]).expect("key")
+}
+
+fn widest_commands() -> Vec<Command> {
+    let key = longest_key();
+    vec![
+        Command::Grant {
+            key: key.clone(),
+            lease_ms: u64::MAX,
+        },
+        Command::Release {
+            key: key.clone(),
+            token: u64::MAX,
+        },
+        Command::Renew {
+            key: key.clone(),
+            token: u64::MAX,
+            lease_ms: u64::MAX,
+        },
+        Command::Expire {
+            key,
+            token: u64::MAX,
+        },
+        Command::RaiseTokenFloor { floor: u64::MAX },
+    ]
+}
+
+fn len<T: serde::Serialize>(value: &T) -> usize {
+    postcard::to_allocvec(value).expect("encodes").len()
+}
+
+fn widest_proposal_entry() -> Entry {
+    let renew = widest_commands().swap_remove(2);
+    Entry {
+        log_id: widest_log_id(),
+        payload: EntryPayload::Normal(Proposal {
+            origin: u64::MAX,
+            commands: vec![
+                Tagged {
+                    tag: u64::MAX,
+                    command: renew,
+                };
+                MAX_BATCH
+            ],
+        }),
+    }
+}
+
+fn membership(peers: &[String]) -> Membership<u64, BasicNode> {
+    let ids: BTreeSet<u64> = (0..peers.len() as u64).collect();
+    let nodes: BTreeMap<u64, BasicNode> = peers
+        .iter()
+        .enumerate()
+        .map(|(i, addr)| (i as u64, BasicNode { addr: addr.clone() }))
+        .collect();
+    Membership::new(vec![ids], nodes).expect("membership")
+}
+
+#[test]
+fn every_command_fits_its_bound() {
+    for command in widest_commands() {
+        let tagged = Tagged {
+            tag: u64::MAX,
+            command,
+        };
+        assert!(len(&tagged) <= MAX_TAGGED_BYTES, "{tagged:?}");
+    }
+}
+
+#[test]
+fn the_largest_append_a_leader_sends_fits_the_request_cap_with_little_to_spare() {
+    let caps = FrameCaps::for_peers(&peers(5));
+    let entry = widest_proposal_entry();
+    assert!(len(&entry) <= MAX_PROPOSAL_ENTRY_BYTES);
+    let request = RpcRequest {
+        id: u64::MAX,
+        body: RequestBody::Append(AppendEntriesRequest {
+            vote: widest_vote(),
+            prev_log_id: Some(widest_log_id()),
+            entries: vec![entry; MAX_PAYLOAD_ENTRIES as usize],
+            leader_commit: Some(widest_log_id()),
+        }),
+    };
+    let frame = len(&request);
+    assert!(frame <= caps.request, "{frame} > {}", caps.request);
+    // Near the real need: the slack is in the heads, not in the sizing.
+    assert!(
+        frame * 100 / caps.request >= 95,
+        "{frame} of {}",
+        caps.request
+    );
+    assert!(caps.request < 5 * 1024 * 1024, "{}", caps.request);
+}
+
+#[test]
+fn a_membership_entry_and_a_snapshot_part_fit_even_for_a_long_peer_list() {
+    for n in [1, 3, 7, 300] {
+        let peers = peers(n);
+        let caps = FrameCaps::for_peers(&peers);
+        let entry = Entry {
+            log_id: widest_log_id(),
+            payload: EntryPayload::Membership(membership(&peers)),
+        };
+        let append = RpcRequest {
+            id: u64::MAX,
+            body: RequestBody::Append(AppendEntriesRequest {
+                vote: widest_vote(),
+                prev_log_id: Some(widest_log_id()),
+                entries: vec![entry; MAX_PAYLOAD_ENTRIES as usize],
+                leader_commit: Some(widest_log_id()),
+            }),
+        };
+        assert!(len(&append) <= caps.request, "{n} peers");
+        let part = RpcRequest {
+            id: u64::MAX,
+            body: RequestBody::SnapshotPart(SnapshotPart {
+                transfer: u64::MAX,
+                offset: u64::MAX,
+                total: u64::MAX,
+                data: vec![0xff; SNAPSHOT_PART_BYTES],
+                head: Some(SnapshotHead {
+                    vote: widest_vote(),
+                    meta: SnapshotMeta {
+                        last_log_id: Some(widest_log_id()),
+                        last_membership: StoredMembership::new(
+                            Some(widest_log_id()),
+                            membership(&peers),
+                        ),
+                    },
+                }),
+            }),
+        };
+        assert!(len(&part) <= caps.request, "{n} peers");
+    }
+}
+
+#[test]
+fn the_hello_cap_is_exactly_the_widest_valid_hello() {
+    let peers = peers(3);
+    let caps = FrameCaps::for_peers(&peers);
+    let widest = LinkHello {
+        from: u64::MAX,
+        peers: peers.clone(),
+    };
+    assert_eq!(len(&widest), caps.hello);
+    assert!(caps.hello < 256, "a few hundred bytes for three peers");
+    let mut longer = peers;
+    longer.push("node-3.example.com:7411".into());
+    let other = LinkHello {
+        from: 0,
+        peers: longer,
+    };
+    assert!(len(&other) > caps.hello, "another peer list does not fit");
+}
+
+#[test]
+fn replies_fit_the_reply_cap() {
+    let vote = RpcReply {
+        id: u64::MAX,
+        body: ReplyBody::Vote(VoteResponse {
+            vote: widest_vote(),
+            vote_granted: true,
+            last_log_id: Some(widest_log_id()),
+        }),
+    };
+    assert!(len(&vote) <= MAX_REPLY_FRAME);
+    let failed = RpcReply {
+        id: u64::MAX,
+        body: ReplyBody::failed(&"é".repeat(10 * MAX_FAILED_REASON)),
+    };
+    assert!(len(&failed) <= MAX_REPLY_FRAME);
+    let ReplyBody::Failed(reason) = failed.body else {
+        panic!("a failure")
+    };
+    assert!(reason.len() <= MAX_FAILED_REASON && reason.len() >= MAX_FAILED_REASON - 1);
+}
+
+#[test]
+fn a_leader_never_puts_more_than_the_bound_in_one_entry() {
+    let mut engine: RaftEngine<u32> = RaftEngine::new(0, peers(3), 7);
+    let mut events = Vec::new();
+    engine.set_role(RaftRole::Leader { term: 1 }, 0, &mut events);
+    let blank = Entry {
+        log_id: LogId {
+            leader_id: LeaderId {
+                term: 1,
+                node_id: 0,
+            },
+            index: 1,
+        },
+        payload: EntryPayload::Blank,
+    };
+    engine.apply_entry(&blank, 0, &mut events);
+    assert!(engine.serving());
+    for i in 0..(3 * MAX_BATCH + 5) {
+        let name = format!("{i:0>width$}", width = MAX_KEY_LEN);
+        let key = Key::new(name.as_bytes()).expect("key");
+        engine
+            .acquire(key, 1_000, u64::MAX / 4, 0, 0, &mut events)
+            .expect("serving");
+    }
+    let mut proposals = 0;
+    while let Some((proposal, _)) = engine.take_proposal() {
+        assert!(proposal.commands.len() <= MAX_BATCH);
+        let entry = Entry {
+            log_id: widest_log_id(),
+            payload: EntryPayload::Normal(proposal),
+        };
+        assert!(len(&entry) <= MAX_PROPOSAL_ENTRY_BYTES);
+        proposals += 1;
+    }
+    assert_eq!(proposals, 4);
+}
