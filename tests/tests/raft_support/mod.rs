@@ -5,8 +5,6 @@
 #![allow(dead_code)] // each test file uses its own subset
 
 use std::net::SocketAddr;
-use std::path::PathBuf;
-use std::sync::OnceLock;
 use std::time::Duration;
 
 use baton_tests::cluster::{field, probe_status, ClusterClient};
@@ -24,28 +22,6 @@ pub const SETTLE: Duration = Duration::from_secs(10);
 /// (0.3-0.6 s before a follower stands), with room for a loaded machine.
 pub const ELECTION_BOUND: Duration = Duration::from_millis(2_500);
 pub const REQUEST: Duration = Duration::from_secs(10);
-
-/// The cluster key file every node of every test cluster is given,
-/// written once per test process.
-pub fn cluster_key_file() -> &'static PathBuf {
-    static FILE: OnceLock<(TempDir, PathBuf)> = OnceLock::new();
-    &FILE
-        .get_or_init(|| {
-            let dir = tempfile::Builder::new()
-                .prefix("baton-raft-key-")
-                .tempdir()
-                .unwrap_or_else(|e| panic!("temp dir: {e}"));
-            let path = dir.path().join("cluster.key");
-            std::fs::write(&path, "raft test cluster key, the same on every node\n")
-                .unwrap_or_else(|e| panic!("key file: {e}"));
-            // As the docs ask; batond warns about a key others can read.
-            use std::os::unix::fs::PermissionsExt;
-            std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600))
-                .unwrap_or_else(|e| panic!("key file mode: {e}"));
-            (dir, path)
-        })
-        .1
-}
 
 /// Three (or n) Raft nodes, each with its own data directory.
 pub struct RaftCluster {
@@ -87,17 +63,7 @@ impl RaftCluster {
             .zip(&dirs)
             .map(|(addr, dir)| {
                 let data = dir.path().to_string_lossy().into_owned();
-                let key = cluster_key_file().to_string_lossy().into_owned();
-                let mut args = vec![
-                    "--peers",
-                    &list,
-                    "--mode",
-                    "raft",
-                    "--data-dir",
-                    &data,
-                    "--cluster-key-file",
-                    &key,
-                ];
+                let mut args = vec!["--peers", &list, "--mode", "raft", "--data-dir", &data];
                 args.extend_from_slice(extra);
                 Batond::start_at(*addr, &args)
             })

@@ -43,18 +43,3 @@ pub fn encode<M: Serialize>(message: &M) -> Result<Bytes, PeerError> {
 pub fn decode<M: DeserializeOwned>(frame: &BytesMut) -> Result<M, PeerError> {
     postcard::from_bytes(frame).map_err(PeerError::Decode)
 }
-
-// The plain framing of version 1 links, until every link runs over
-// `secure`; removed with the last user.
-pub const MAX_FRAME: usize = 512 * 1024 * 1024;
-pub const MAX_HELLO_FRAME: usize = 64 * 1024;
-pub fn frame_codec() -> tokio_util::codec::LengthDelimitedCodec {
-    tokio_util::codec::LengthDelimitedCodec::builder()
-        .max_frame_length(MAX_FRAME)
-        .new_codec()
-}
-pub fn hello_frame_codec() -> tokio_util::codec::LengthDelimitedCodec {
-    tokio_util::codec::LengthDelimitedCodec::builder()
-        .max_frame_length(MAX_HELLO_FRAME)
-        .new_codec()
-}

@@ -14,10 +14,7 @@ pub mod keys;
 pub mod refusals;
 pub mod secure;
 
-pub use frames::{
-    decode, encode, frame_codec, hello_frame_codec, PeerError, MAX_FRAME, MAX_HELLO_FRAME,
-    PEER_HELLO,
-};
+pub use frames::{decode, encode, PeerError, PEER_HELLO};
 pub use gate::{GateLimits, HandshakePermit, LinkPermit, PeerGate};
 pub use keys::{generate_key_text, ClusterKey, ClusterKeys, KeyError};
 pub use secure::{accept, connect, SecureCodec, SecureFramed, HANDSHAKE_TIMEOUT};
