@@ -54,7 +54,11 @@ impl RoleWatch {
                     }
                 };
                 let acked = metrics.last_quorum_acked.map_or(since, |a| *a);
-                if now.saturating_duration_since(acked) > self.step_down_after {
+                // A node that is the only voter is its own majority: it
+                // hears no acknowledgement because it needs none.
+                let mut voters = metrics.membership_config.membership().voter_ids();
+                let alone = voters.next() == Some(metrics.id) && voters.next().is_none();
+                if !alone && now.saturating_duration_since(acked) > self.step_down_after {
                     RaftRole::Candidate
                 } else {
                     RaftRole::Leader { term }
@@ -245,6 +249,21 @@ mod tests {
         m.current_term = term;
         m.current_leader = Some(0);
         m
+    }
+
+    #[test]
+    fn the_only_voter_leads_without_acknowledgements() {
+        let mut m = metrics(ServerState::Leader, 2);
+        let alone: std::collections::BTreeSet<NodeId> = [0].into();
+        m.membership_config = std::sync::Arc::new(openraft::StoredMembership::new(
+            None,
+            openraft::Membership::new_with_defaults(vec![alone], []),
+        ));
+        let mut roles = RoleWatch::new(Duration::from_millis(300));
+        let t0 = TokioInstant::now();
+        assert_eq!(roles.role(&m, t0), RaftRole::Leader { term: 2 });
+        let later = t0 + Duration::from_secs(10);
+        assert_eq!(roles.role(&m, later), RaftRole::Leader { term: 2 });
     }
 
     #[test]
