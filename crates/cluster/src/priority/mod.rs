@@ -2,6 +2,7 @@
 //! asynchronously, the peer list's order decides who serves. No quorum.
 
 mod engine;
+mod link_frames;
 mod lock_node;
 mod messages;
 mod shell;

@@ -25,8 +25,9 @@ use tokio::sync::{mpsc, Notify};
 use baton_server::{Clock, PeerAcceptor, Server, ServerConfig, ServerError, SharedLocks};
 
 use super::engine::{NodeRole, PriorityConfig, PriorityNode};
+use super::link_frames::{self, MAX_FRAME};
 use super::lock_node::PriorityLockNode;
-use super::messages::{LinkHello, NodeIndex, PriorityMessage, MAX_MESSAGE_BYTES};
+use super::messages::{LinkHello, NodeIndex, PriorityMessage};
 use super::state_file::{self, PriorityPersister, StateFileError};
 use crate::peer::refusals::REFUSAL_LOG_INTERVAL;
 use crate::peer::{self, ClusterKey, ClusterKeys, GateLimits, PeerGate, PEER_HELLO};
@@ -259,9 +260,6 @@ const LINK_QUEUE: usize = 1 << 16;
 /// The largest first frame of an incoming link (its `LinkHello`: a peer
 /// list of addresses).
 const MAX_HELLO_FRAME: usize = 64 * 1024;
-/// The largest frame after the hello, either way: the engine cuts tables
-/// and command batches into messages of at most this.
-const MAX_FRAME: usize = MAX_MESSAGE_BYTES;
 
 /// One peer's outgoing queue, and whether it overflowed.
 struct LinkQueue {
@@ -374,8 +372,8 @@ async fn send_link(
                     return Err(LinkClosed::Overflowed);
                 }
                 let write = async {
-                    for message in batch.drain(..) {
-                        frames.feed(peer::encode(&message)?).await?;
+                    for frame in link_frames::pack(batch)? {
+                        frames.feed(frame).await?;
                     }
                     SinkExt::<bytes::Bytes>::flush(&mut frames).await?;
                     Ok::<_, peer::PeerError>(())
@@ -506,8 +504,8 @@ impl InboundLinks {
                     break Ok(());
                 }
             };
-            let message = match frame.and_then(|frame| peer::decode::<PriorityMessage>(&frame)) {
-                Ok(message) => message,
+            let messages = match frame.and_then(|frame| link_frames::unpack(&frame)) {
+                Ok(messages) => messages,
                 Err(error) => break Err(error.into()),
             };
             // Tells the dialling side the link still carries, by way of
@@ -518,9 +516,11 @@ impl InboundLinks {
                 acked = Some(tokio::time::Instant::now());
             }
             self.locks.with(|node, now, events| {
-                node.drive(events, |engine, ev| {
-                    engine.on_message(hello.from, message, now, ev)
-                })
+                for message in messages {
+                    node.drive(events, |engine, ev| {
+                        engine.on_message(hello.from, message, now, ev)
+                    });
+                }
             });
         };
         acking.abort();
