@@ -29,6 +29,11 @@ pub enum KeyError {
 }
 
 impl Key {
+    /// The longest key there is ([`MAX_KEY_LEN`] bytes), for size bounds.
+    pub fn widest() -> Key {
+        Key(Arc::from(&[b'k'; MAX_KEY_LEN][..]))
+    }
+
     /// Checks `bytes` against the protocol's key rules and copies them.
     pub fn new(bytes: &[u8]) -> Result<Key, KeyError> {
         validate(bytes)?;

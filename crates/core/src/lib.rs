@@ -20,7 +20,9 @@ mod waiters;
 
 pub use key::{validate as validate_key, Key, KeyError, MAX_KEY_LEN};
 pub use service::{AcquireOutcome, Event, LockService};
-pub use table::{Command, Holder, LockTable, Outcome, SnapshotLock, TableSnapshot};
+pub use table::{
+    Command, Holder, LockTable, Outcome, SnapshotLock, TableSnapshot, MAX_ENCODED_COMMAND,
+};
 pub use waiters::{WaitQueues, Waiter, WaiterId};
 
 /// A fencing token: every grant gets one, greater than every token before.

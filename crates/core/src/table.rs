@@ -34,6 +34,40 @@ pub enum Command {
     RaiseTokenFloor { floor: Token },
 }
 
+/// The longest postcard encoding of one [`Command`]: its variant, the
+/// key (a 2-byte length and the bytes) and two u64 varints of at most 10
+/// bytes (`Renew`'s token and lease, the widest command). The cluster
+/// engines size their messages and frames from it.
+pub const MAX_ENCODED_COMMAND: usize = 1 + (2 + crate::key::MAX_KEY_LEN) + 2 * 10;
+
+impl Command {
+    /// One command of each kind, each as wide as it can encode: what the
+    /// size bounds built on [`MAX_ENCODED_COMMAND`] are tested against.
+    pub fn widest() -> Vec<Command> {
+        let key = Key::widest();
+        vec![
+            Command::Grant {
+                key: key.clone(),
+                lease_ms: u64::MAX,
+            },
+            Command::Release {
+                key: key.clone(),
+                token: u64::MAX,
+            },
+            Command::Renew {
+                key: key.clone(),
+                token: u64::MAX,
+                lease_ms: u64::MAX,
+            },
+            Command::Expire {
+                key,
+                token: u64::MAX,
+            },
+            Command::RaiseTokenFloor { floor: u64::MAX },
+        ]
+    }
+}
+
 /// What applying a [`Command`] did.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Outcome {

@@ -14,8 +14,6 @@
 //! small and fixed in shape. The first frame, the [`LinkHello`], has
 //! exactly one valid content per sender: this node's peer list.
 
-use baton_core::MAX_KEY_LEN;
-
 use super::engine::MAX_BATCH;
 use super::rpc::{LinkHello, MAX_FAILED_REASON};
 use super::snapshot_transfer::SNAPSHOT_PART_BYTES;
@@ -30,10 +28,8 @@ pub const MAX_PAYLOAD_ENTRIES: u64 = 16;
 /// A u64 as a postcard varint, at most.
 const MAX_VARINT: usize = 10;
 
-/// One tagged command encoded, at most: the tag, the command's variant,
-/// the key (a 2-byte length and the bytes) and two u64s (`Renew`'s token
-/// and lease, the widest command).
-pub const MAX_TAGGED_BYTES: usize = MAX_VARINT + 1 + (2 + MAX_KEY_LEN) + 2 * MAX_VARINT;
+/// One tagged command encoded, at most: the tag and the command.
+pub const MAX_TAGGED_BYTES: usize = MAX_VARINT + baton_core::MAX_ENCODED_COMMAND;
 
 /// An entry around its commands: log id (term, node, index), payload
 /// variant, the proposal's origin and command count, with room to spare.

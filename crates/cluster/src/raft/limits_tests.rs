@@ -40,32 +40,8 @@ fn widest_vote() -> Vote {
     }
 }
 
-fn longest_key() -> Key {
-    Key::new(&[b'k'; MAX_KEY_LEN]).expect("key")
-}
-
 fn widest_commands() -> Vec<Command> {
-    let key = longest_key();
-    vec![
-        Command::Grant {
-            key: key.clone(),
-            lease_ms: u64::MAX,
-        },
-        Command::Release {
-            key: key.clone(),
-            token: u64::MAX,
-        },
-        Command::Renew {
-            key: key.clone(),
-            token: u64::MAX,
-            lease_ms: u64::MAX,
-        },
-        Command::Expire {
-            key,
-            token: u64::MAX,
-        },
-        Command::RaiseTokenFloor { floor: u64::MAX },
-    ]
+    Command::widest()
 }
 
 fn len<T: serde::Serialize>(value: &T) -> usize {

@@ -8,7 +8,7 @@
 //! sizes fit. A piece always carries at least one item, so a limit below
 //! one item (only a test sets one) still makes progress.
 
-use baton_core::{Command, TableSnapshot, Token};
+use baton_core::{Command, TableSnapshot, Token, MAX_ENCODED_COMMAND};
 use serde::Serialize;
 
 use super::super::messages::{encoded_len, PriorityMessage, TablePart, Term, MAX_MESSAGE_BYTES};
@@ -16,9 +16,6 @@ use super::super::messages::{encoded_len, PriorityMessage, TablePart, Term, MAX_
 /// What the list length adds beyond the one byte an empty list takes: a
 /// varint of a `usize` is at most 10 bytes.
 const LIST_LEN_SLACK: usize = 9;
-/// The longest encoding of one command: the variant, the key's length and
-/// bytes, and two u64 varints of 10 bytes at most.
-const MAX_ENCODED_COMMAND: usize = 1 + 2 + baton_core::MAX_KEY_LEN + 2 * 10;
 
 /// `table` cut into pieces numbered from 0, each wrapped by `wrap` into a
 /// message of at most `limit` bytes. An empty table is one (last) piece.
@@ -145,33 +142,11 @@ pub(super) fn highest_token(part: &TablePart) -> Token {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use baton_core::Key;
 
     #[test]
     fn no_command_encodes_longer_than_the_bound() {
-        let key = Key::new(&[b'k'; baton_core::MAX_KEY_LEN]).expect("key");
-        let longest = [
-            Command::Grant {
-                key: key.clone(),
-                lease_ms: u64::MAX,
-            },
-            Command::Release {
-                key: key.clone(),
-                token: u64::MAX,
-            },
-            Command::Renew {
-                key: key.clone(),
-                token: u64::MAX,
-                lease_ms: u64::MAX,
-            },
-            Command::Expire {
-                key,
-                token: u64::MAX,
-            },
-            Command::RaiseTokenFloor { floor: u64::MAX },
-        ];
-        for command in &longest {
-            assert!(encoded_len(command) <= MAX_ENCODED_COMMAND, "{command:?}");
+        for command in Command::widest() {
+            assert!(encoded_len(&command) <= MAX_ENCODED_COMMAND, "{command:?}");
         }
     }
 }
