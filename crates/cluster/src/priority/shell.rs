@@ -18,9 +18,9 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use bytes::BytesMut;
-use futures_util::{SinkExt, StreamExt};
+use futures_util::{FutureExt, SinkExt, StreamExt};
 use tokio::net::TcpStream;
-use tokio::sync::{mpsc, Notify};
+use tokio::sync::mpsc;
 
 use baton_server::{Clock, PeerAcceptor, Server, ServerConfig, ServerError, SharedLocks};
 
@@ -257,6 +257,9 @@ pub async fn start(
 /// queues at once; the queue drains or the link is torn down within a
 /// failure timeout, which bounds what it holds in time as well.
 const LINK_QUEUE: usize = 1 << 16;
+/// Bytes of acks an inbound link may have waiting to be written; past it
+/// the dialler is not reading, and the link is closed.
+const MAX_UNSENT_ACKS: usize = 4096;
 /// The largest first frame of an incoming link (its `LinkHello`: a peer
 /// list of addresses).
 const MAX_HELLO_FRAME: usize = 64 * 1024;
@@ -354,11 +357,10 @@ async fn send_link(
         let first = peer::encode(&link.hello)?;
         peer::connect(stream, PEER_HELLO, &link.key, first, MAX_FRAME).await
     };
-    let framed = match tokio::time::timeout(link.timeout, opening).await {
+    let mut frames = match tokio::time::timeout(link.timeout, opening).await {
         Ok(framed) => framed?,
         Err(_) => return Err(LinkClosed::WriteStalled),
     };
-    let (mut frames, mut acks) = framed.split();
     // The peer writes an empty frame back now and then for what it reads:
     // a link that brings none for a failure timeout is stale.
     let mut heard = tokio::time::Instant::now();
@@ -383,7 +385,7 @@ async fn send_link(
                     Err(_) => return Err(LinkClosed::WriteStalled),
                 }
             }
-            ack = acks.next() => match ack {
+            ack = frames.next() => match ack {
                 Some(Ok(_)) => heard = tokio::time::Instant::now(),
                 Some(Err(error)) => return Err(error.into()),
                 None => return Ok(()),
@@ -483,15 +485,12 @@ impl InboundLinks {
         }
         let link = self.gate.admit_link(permit, hello.from as u64);
         framed.codec_mut().set_max_frame(MAX_FRAME);
-        let (frames_out, mut frames) = framed.split();
-        let wanted = Arc::new(Notify::new());
-        let acking = tokio::spawn(write_acks(frames_out, wanted.clone(), self.link_timeout));
         let superseded = link.superseded();
         tokio::pin!(superseded);
         let mut acked: Option<tokio::time::Instant> = None;
         let result = loop {
             let frame = tokio::select! {
-                next = tokio::time::timeout(self.link_timeout, frames.next()) => match next {
+                next = tokio::time::timeout(self.link_timeout, framed.next()) => match next {
                     Ok(Some(frame)) => frame,
                     Ok(None) => break Ok(()),
                     Err(_) => {
@@ -508,11 +507,16 @@ impl InboundLinks {
                 Ok(messages) => messages,
                 Err(error) => break Err(error.into()),
             };
-            // Tells the dialling side the link still carries, by way of
-            // the writer task: reading never waits on the write side (a
-            // stalled one means the dialler will notice the silence).
+            // Tells the dialling side the link still carries. Never waits:
+            // an ack that cannot leave now stays buffered for the next
+            // one, and a link whose acks pile up is stalled, which the
+            // dialler notices by the silence.
             if acked.is_none_or(|at| at.elapsed() >= self.ack_every) {
-                wanted.notify_one();
+                if framed.write_buffer().len() > MAX_UNSENT_ACKS {
+                    break Ok(());
+                }
+                let _ = framed.feed(bytes::Bytes::new()).now_or_never();
+                let _ = SinkExt::<bytes::Bytes>::flush(&mut framed).now_or_never();
                 acked = Some(tokio::time::Instant::now());
             }
             self.locks.with(|node, now, events| {
@@ -523,22 +527,6 @@ impl InboundLinks {
                 }
             });
         };
-        acking.abort();
         result
-    }
-}
-
-/// Writes an empty frame each time it is asked to, while writes finish
-/// within `timeout`.
-async fn write_acks<S>(mut out: S, wanted: Arc<Notify>, timeout: Duration)
-where
-    S: futures_util::Sink<bytes::Bytes, Error = peer::PeerError> + Unpin,
-{
-    loop {
-        wanted.notified().await;
-        match tokio::time::timeout(timeout, out.send(bytes::Bytes::new())).await {
-            Ok(Ok(())) => {}
-            _ => return,
-        }
     }
 }
