@@ -1,12 +1,11 @@
 //! The sanity bounds, one by one, and the rate limit on their log lines.
 
-use std::collections::{BTreeMap, BTreeSet};
-
 use baton_core::{Key, SnapshotLock};
 use openraft::impls::leader_id_adv::LeaderId;
-use openraft::{BasicNode, Membership};
+use openraft::BasicNode;
 
 use super::*;
+use crate::raft::test_host::membership;
 use crate::raft::types::{Entry, Proposal, Tagged};
 
 type Payload = EntryPayload<Proposal, u64, BasicNode>;
@@ -61,16 +60,6 @@ fn append(entries: Vec<Entry>) -> AppendEntriesRequest<TypeConfig> {
         entries,
         leader_commit: Some(log_id(4, 9)),
     }
-}
-
-fn membership(peers: &[String]) -> Membership<u64, BasicNode> {
-    let ids: BTreeSet<u64> = (0..peers.len() as u64).collect();
-    let nodes: BTreeMap<u64, BasicNode> = peers
-        .iter()
-        .enumerate()
-        .map(|(i, addr)| (i as u64, BasicNode { addr: addr.clone() }))
-        .collect();
-    Membership::new(vec![ids], nodes).expect("membership")
 }
 
 #[test]

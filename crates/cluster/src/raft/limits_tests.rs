@@ -1,17 +1,16 @@
 //! The frame caps against the largest frames really built: worst-case
 //! commands, entries, appends, snapshot parts and replies, encoded.
 
-use std::collections::{BTreeMap, BTreeSet};
-
 use baton_core::{Command, Key, MAX_KEY_LEN};
 use openraft::impls::leader_id_adv::LeaderId;
 use openraft::raft::{AppendEntriesRequest, VoteResponse};
-use openraft::{BasicNode, EntryPayload, LogId, Membership};
+use openraft::{EntryPayload, LogId};
 
 use super::*;
 use crate::raft::engine::{RaftEngine, RaftRole};
 use crate::raft::rpc::{ReplyBody, RequestBody, RpcReply, RpcRequest};
 use crate::raft::snapshot_transfer::{SnapshotHead, SnapshotPart};
+use crate::raft::test_host::membership;
 use crate::raft::types::{Entry, Proposal, SnapshotMeta, StoredMembership, Tagged, Vote};
 
 fn peers(n: usize) -> Vec<String> {
@@ -63,16 +62,6 @@ fn widest_proposal_entry() -> Entry {
             ],
         }),
     }
-}
-
-fn membership(peers: &[String]) -> Membership<u64, BasicNode> {
-    let ids: BTreeSet<u64> = (0..peers.len() as u64).collect();
-    let nodes: BTreeMap<u64, BasicNode> = peers
-        .iter()
-        .enumerate()
-        .map(|(i, addr)| (i as u64, BasicNode { addr: addr.clone() }))
-        .collect();
-    Membership::new(vec![ids], nodes).expect("membership")
 }
 
 #[test]

@@ -3,7 +3,6 @@
 //! takes peer connections on the client port, and hands leadership over
 //! at a graceful stop.
 
-use std::collections::BTreeMap;
 use std::hash::{BuildHasher, Hasher};
 use std::io;
 use std::path::PathBuf;
@@ -12,7 +11,7 @@ use std::time::Duration;
 
 use bytes::BytesMut;
 use openraft::async_runtime::WatchReceiver;
-use openraft::{BasicNode, Config, ServerState, SnapshotPolicy};
+use openraft::{Config, ServerState, SnapshotPolicy};
 use tokio::net::TcpStream;
 
 use baton_server::{Clock, PeerAcceptor, Server, ServerConfig, SharedLocks};
@@ -28,7 +27,7 @@ use super::observe::StuckWatch;
 use super::rpc::RAFT_HELLO;
 use super::snapshot_store::SnapshotStore;
 use super::state_machine::{LockStateMachine, TableHost};
-use super::types::{NodeId, Proposal, TypeConfig};
+use super::types::{members_of, NodeId, Proposal, TypeConfig};
 use super::{engine::EngineEvent, observe};
 use crate::peer::ClusterKeys;
 
@@ -207,12 +206,7 @@ pub async fn build_raft<H: TableHost>(
     // different first entry and the first leaders would not last. The
     // others join once its log reaches them.
     if !initialized && settings.me == 0 {
-        let members: BTreeMap<NodeId, BasicNode> = settings
-            .peers
-            .iter()
-            .enumerate()
-            .map(|(i, addr)| (i as NodeId, BasicNode { addr: addr.clone() }))
-            .collect();
+        let members = members_of(&settings.peers);
         if let Err(error) = raft.initialize(members).await {
             tracing::debug!(%error, "cluster already initialized");
         }

@@ -11,8 +11,14 @@ use super::engine::RaftEngine;
 use super::link::{DialFuture, Dialer};
 use super::shell::{build_raft, RaftOf, RaftSettings};
 use super::state_machine::TableHost;
-use super::types::{Entry, NodeId};
+use super::types::{members_of, Entry, NodeId};
 use crate::peer::ClusterKeys;
+
+/// The membership of a cluster of `peers`, every node a voter.
+pub fn membership(peers: &[String]) -> openraft::Membership<NodeId, openraft::BasicNode> {
+    let voters: std::collections::BTreeSet<NodeId> = (0..peers.len() as NodeId).collect();
+    openraft::Membership::new(vec![voters], members_of(peers)).expect("membership")
+}
 
 pub const TEST_KEY: &str = "a test cluster key of at least thirty-two bytes";
 

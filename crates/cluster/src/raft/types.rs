@@ -58,3 +58,12 @@ pub type SnapshotMeta = openraft::type_config::alias::SnapshotMetaOf<TypeConfig>
 pub type Snapshot = openraft::type_config::alias::SnapshotOf<TypeConfig, SnapshotData>;
 /// A snapshot travels and rests as one buffer: the lock table is small.
 pub type SnapshotData = Vec<u8>;
+
+/// The members a peer list describes: node `i` at the list's `i`th address.
+pub fn members_of(peers: &[String]) -> std::collections::BTreeMap<NodeId, openraft::BasicNode> {
+    peers
+        .iter()
+        .enumerate()
+        .map(|(i, addr)| (i as NodeId, openraft::BasicNode { addr: addr.clone() }))
+        .collect()
+}
