@@ -14,6 +14,7 @@ pub mod key;
 pub mod line_client;
 pub mod port;
 pub mod proxy;
+pub mod refused;
 pub mod status;
 
 pub use binary::{baton_bin, batond_bin};

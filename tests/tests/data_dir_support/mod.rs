@@ -4,49 +4,18 @@
 #![allow(dead_code)] // each test file uses its own subset
 
 use std::path::Path;
-use std::process::{Command, ExitStatus, Stdio};
-use std::time::{Duration, Instant};
-
-use baton_tests::batond_bin;
-
-/// How long a start that must fail may run before it counts as started.
-const REFUSAL_BOUND: Duration = Duration::from_secs(10);
+use std::process::ExitStatus;
+use std::time::Duration;
 
 /// Runs `batond args` and expects it to exit non-zero without ever
 /// listening; returns its exit status and stderr.
 /// A cluster node gets the harness's key file, as `Batond` gives it: the
 /// refusals tested here are the data directory's, not the key's.
 pub fn start_fails(args: &[&str]) -> (ExitStatus, String) {
-    let log = tempfile::NamedTempFile::new().expect("temp file");
     let key_dir = tempfile::tempdir().expect("temp dir");
     let mut args: Vec<String> = args.iter().map(|a| (*a).to_owned()).collect();
     baton_tests::key::add_cluster_key(&mut args, key_dir.path());
-    let mut child = Command::new(batond_bin())
-        .args(&args)
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(log.reopen().expect("reopen the log"))
-        .spawn()
-        .expect("spawn batond");
-    let deadline = Instant::now() + REFUSAL_BOUND;
-    let status = loop {
-        if let Some(status) = child.try_wait().expect("poll batond") {
-            break status;
-        }
-        if Instant::now() >= deadline {
-            let _ = child.kill();
-            let _ = child.wait();
-            let stderr = std::fs::read_to_string(log.path()).unwrap_or_default();
-            panic!("batond {args:?} was expected to refuse to start, but ran for {REFUSAL_BOUND:?}:\n{stderr}");
-        }
-        std::thread::sleep(Duration::from_millis(10));
-    };
-    let stderr = std::fs::read_to_string(log.path()).unwrap_or_default();
-    assert!(
-        !status.success(),
-        "batond {args:?} exited 0, expected a refusal:\n{stderr}"
-    );
-    (status, stderr)
+    baton_tests::refused::start_refused(&args)
 }
 
 /// Waits (bounded) until the file at `path` holds `needle`: the node's

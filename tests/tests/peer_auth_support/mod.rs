@@ -9,7 +9,7 @@ pub mod attacks;
 
 use std::net::SocketAddr;
 use std::path::Path;
-use std::process::{Command, ExitStatus, Stdio};
+use std::process::ExitStatus;
 use std::time::{Duration, Instant};
 
 use baton_tests::cluster::field;
@@ -443,33 +443,8 @@ pub async fn wait_refusal_logged(node: &Batond, from: &str, attack: &str) {
 /// Runs `batond args` (no key added) and expects it to exit non-zero
 /// without listening; returns its exit status and stderr.
 pub fn start_refused(args: &[&str]) -> (ExitStatus, String) {
-    let log = tempfile::NamedTempFile::new().expect("temp file");
-    let mut child = Command::new(baton_tests::batond_bin())
-        .args(args)
-        .env("NO_COLOR", "1")
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(log.reopen().expect("reopen the log"))
-        .spawn()
-        .expect("spawn batond");
-    let deadline = Instant::now() + Duration::from_secs(10);
-    let status = loop {
-        if let Some(status) = child.try_wait().expect("poll batond") {
-            break status;
-        }
-        if Instant::now() >= deadline {
-            let _ = child.kill();
-            let _ = child.wait();
-            panic!("batond {args:?} should refuse to start, but it runs");
-        }
-        std::thread::sleep(Duration::from_millis(10));
-    };
-    let stderr = std::fs::read_to_string(log.path()).unwrap_or_default();
-    assert!(
-        !status.success(),
-        "batond {args:?} exited 0, expected a refusal:\n{stderr}"
-    );
-    (status, stderr)
+    let args: Vec<String> = args.iter().map(|a| (*a).to_owned()).collect();
+    baton_tests::refused::start_refused(&args)
 }
 
 /// The arguments of a one-node cluster of `mode` on a fresh address,
