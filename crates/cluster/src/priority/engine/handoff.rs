@@ -33,8 +33,11 @@ impl<H> PriorityNode<H> {
         }
     }
 
-    /// Graceful stop: hands the active role to a live peer. Best a standby
-    /// that follows this node (it holds the table already), then an active
+    /// Graceful stop: hands the active role to a live peer. Best the first
+    /// standby in priority order that follows this node or nobody yet (the
+    /// handoff carries the whole table, and a standby that joined a moment
+    /// ago may not have said whom it follows: passing it over would make
+    /// the successor hand the role straight back to it), then an active
     /// one (after a heal two may serve: it merges the table, so no lock is
     /// lost), then any live standby. False if this node is not active or
     /// no peer can take the role (none live, or each refused just now).
@@ -52,7 +55,9 @@ impl<H> PriorityNode<H> {
                         .as_ref()
                         .is_some_and(|hb| want(hb.role, hb.following))
             };
-        let following_me = |role, following| role == PeerRole::Standby && following == Some(me);
+        let following_me = |role, following: Option<NodeIndex>| {
+            role == PeerRole::Standby && following.is_none_or(|f| f == me)
+        };
         let active = |role, _| role == PeerRole::Active;
         let standby = |role, _| role == PeerRole::Standby;
         let successor = self

@@ -161,3 +161,35 @@ fn a_handoff_dropped_on_the_way_leaves_the_sender_serving() {
     c.run(2 * HEARTBEAT);
     assert_eq!(c.node(1).redirect_target(), Some(0));
 }
+
+/// A standby that has not yet said whom it follows (it joined a moment
+/// ago) still comes first in priority order: passing it over for node 2
+/// would only have node 2 hand the role straight back to it.
+#[test]
+fn a_graceful_stop_hands_over_in_priority_order_to_a_standby_still_joining() {
+    let mut c = elected(3);
+    let a = c.grant(0, "a", 10_000);
+    let now = c.now;
+    let joining = Heartbeat {
+        role: PeerRole::Standby,
+        term: 0,
+        seq: 0,
+        last_token: 0,
+        following: None,
+    };
+    let mut events = Vec::new();
+    c.node_mut(0)
+        .on_message(1, PriorityMessage::Heartbeat(joining), now, &mut events);
+    assert!(c.node_mut(0).begin_handoff(now, &mut events));
+    assert_eq!(c.node(0).role(), NodeRole::HandingOff { to: 1 });
+    c.deliver();
+    assert_eq!(c.node(0).handed_off_to(), Some(1));
+    c.nodes[0] = None;
+    c.run(TIMEOUT + 4 * HEARTBEAT);
+    assert_eq!(c.actives(), vec![1]);
+    assert_eq!(
+        c.holder(1, "a"),
+        Some(a),
+        "the stopping active's lock was lost"
+    );
+}
