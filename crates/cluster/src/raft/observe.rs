@@ -170,16 +170,20 @@ impl StuckWatch {
                 .seen
                 .entry(progress.node)
                 .or_insert((progress.matched, now));
-            if entry.0 != progress.matched || progress.lag == 0 {
-                *entry = (progress.matched, now);
-                continue;
-            }
             let alive = metrics
                 .heartbeat
                 .as_ref()
                 .and_then(|h| h.get(&progress.node).copied().flatten())
                 .is_some_and(|acked| now.saturating_duration_since(*acked) < self.stuck_after);
-            if alive && now.saturating_duration_since(entry.1) > self.stuck_after {
+            // The clock runs only while the follower answers: one that
+            // comes back from a pause or a partition lags by everything it
+            // missed, and gets a whole period to catch up before it counts
+            // as stuck (else its return cost a leadership).
+            if entry.0 != progress.matched || progress.lag == 0 || !alive {
+                *entry = (progress.matched, now);
+                continue;
+            }
+            if now.saturating_duration_since(entry.1) > self.stuck_after {
                 entry.1 = now;
                 found = Some(progress);
             }
@@ -317,18 +321,32 @@ mod tests {
         let later = t0 + Duration::from_millis(1_100);
         // Down (no heartbeat acknowledged lately): not stuck, just gone.
         assert_eq!(watch.stuck(&m, later), None);
-        m.heartbeat = Some(
-            [(1, Some(later.into())), (2, Some(later.into()))]
-                .into_iter()
-                .collect(),
-        );
-        let stuck = watch.stuck(&m, later).map(|p| p.node);
+        let acked_at = |t: TokioInstant| {
+            Some(
+                [(1, Some(t.into())), (2, Some(t.into()))]
+                    .into_iter()
+                    .collect(),
+            )
+        };
+        // Back (a pause or a partition ended): it lags by all it missed and
+        // gets a whole period to catch up, whatever the time it was away.
+        m.heartbeat = acked_at(later);
+        assert_eq!(watch.stuck(&m, later), None);
+        let much_later = later + Duration::from_millis(900);
+        m.heartbeat = acked_at(much_later);
+        assert_eq!(watch.stuck(&m, much_later), None);
+        // Answering for a period without moving: stuck.
+        let stuck_at = later + Duration::from_millis(1_100);
+        m.heartbeat = acked_at(stuck_at);
+        let stuck = watch.stuck(&m, stuck_at).map(|p| p.node);
         assert_eq!(stuck, Some(2));
         // Reported once per period.
-        assert_eq!(watch.stuck(&m, later + Duration::from_millis(10)), None);
+        assert_eq!(watch.stuck(&m, stuck_at + Duration::from_millis(10)), None);
         // Moving again: fine.
         m.replication = Some([(1, at(42)), (2, at(40))].into_iter().collect());
-        assert_eq!(watch.stuck(&m, later + Duration::from_millis(2_000)), None);
+        let moving_at = stuck_at + Duration::from_millis(2_000);
+        m.heartbeat = acked_at(moving_at);
+        assert_eq!(watch.stuck(&m, moving_at), None);
     }
 
     #[test]
