@@ -13,13 +13,15 @@
 //!   served, handing a freed key at once to the oldest waiter still in time,
 //!   and journaling the table's commands for replication.
 
+mod event;
 mod key;
 mod service;
 mod table;
 mod waiters;
 
+pub use event::{Change, Event, NodeIndex, NotServing};
 pub use key::{validate as validate_key, Key, KeyError, MAX_KEY_LEN};
-pub use service::{AcquireOutcome, Event, LockService};
+pub use service::{AcquireOutcome, LockService};
 pub use table::{
     Command, Holder, LockTable, Outcome, SnapshotLock, TableSnapshot, MAX_ENCODED_COMMAND,
 };

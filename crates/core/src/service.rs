@@ -6,6 +6,7 @@
 //! Invariant kept by every method: a key that is free has no live waiters,
 //! because whatever frees a key hands it on in the same call.
 
+use crate::event::Event;
 use crate::table::{Command, LockTable, Outcome};
 use crate::waiters::{WaitQueues, Waiter, WaiterId};
 use crate::{Key, Millis, Token};
@@ -20,21 +21,6 @@ pub enum AcquireOutcome {
     Queued {
         id: WaiterId,
     },
-}
-
-/// How a queued acquire ended. `handle` is the one given to
-/// [`LockService::acquire`].
-#[derive(Debug)]
-pub enum Event<H> {
-    /// A queued waiter got the key (on release, expiry, or a timed-out/cancelled holder chain).
-    Granted {
-        id: WaiterId,
-        handle: H,
-        key: Key,
-        token: Token,
-    },
-    /// A queued waiter's wait ran out; it left the queue and was granted nothing.
-    TimedOut { id: WaiterId, handle: H, key: Key },
 }
 
 /// Table and queues of the serving node. `H` is an opaque handle the caller
@@ -316,6 +302,7 @@ mod tests {
                     token,
                 } => (*id, *handle, key.to_string(), Some(*token)),
                 Event::TimedOut { id, handle, key } => (*id, *handle, key.to_string(), None),
+                other => panic!("the service moved or answered late: {other:?}"),
             })
             .collect()
     }

@@ -278,6 +278,11 @@ impl Harness {
                     token,
                 } => (id, handle, key, Some(token)),
                 Event::TimedOut { id, handle, key } => (id, handle, key, None),
+                other => {
+                    return Err(TestCaseError::fail(format!(
+                        "the service moved or answered late: {other:?}"
+                    )))
+                }
             };
             let k = self.keys.iter().position(|x| *x == key).unwrap() as K;
             let &(_, queued_on, queued_handle) =

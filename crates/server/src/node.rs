@@ -5,8 +5,10 @@
 //! crate implements [`LockNode`] over its engines. The server calls these
 //! methods under one mutex and never awaits while holding it.
 
-use baton_core::{AcquireOutcome, Event, Key, Millis, Outcome, Token, WaiterId};
-use baton_proto::{Mode, Role};
+use baton_core::{
+    AcquireOutcome, Change, Event, Key, Millis, NodeIndex, NotServing, Outcome, Token, WaiterId,
+};
+use baton_proto::{Mode, Op, Response, Role};
 
 use crate::delivery::Mailbox;
 
@@ -47,12 +49,18 @@ pub enum NodeEvent {
     /// The answer to a request that was answered [`Served::Later`].
     Reply {
         mailbox: Mailbox,
-        response: baton_proto::Response,
+        response: Response,
     },
 }
 
-impl From<Event<Mailbox>> for NodeEvent {
-    fn from(event: Event<Mailbox>) -> NodeEvent {
+impl NodeEvent {
+    /// The server's form of an engine's event: `addr` names a node of the
+    /// cluster by its index in the peer list (a single node has none).
+    pub fn from_event(
+        event: Event<Mailbox>,
+        addr: impl Fn(NodeIndex) -> Option<String>,
+    ) -> NodeEvent {
+        let redirect = |to: NotServing| to.serving.and_then(&addr);
         match event {
             Event::Granted {
                 id,
@@ -70,7 +78,48 @@ impl From<Event<Mailbox>> for NodeEvent {
                 mailbox: handle,
                 key,
             },
+            Event::Moved {
+                id,
+                handle,
+                key,
+                to,
+            } => NodeEvent::Moved {
+                id,
+                mailbox: handle,
+                key,
+                to: redirect(to),
+            },
+            Event::Answered {
+                handle,
+                key,
+                change,
+                answer,
+            } => NodeEvent::Reply {
+                mailbox: handle,
+                response: late_response(key, change, answer.map_err(redirect)),
+            },
         }
+    }
+}
+
+impl From<Event<Mailbox>> for NodeEvent {
+    /// A single node's event: it names no other node.
+    fn from(event: Event<Mailbox>) -> NodeEvent {
+        NodeEvent::from_event(event, |_| None)
+    }
+}
+
+/// The wire answer to a release or renewal answered late.
+fn late_response(key: Key, change: Change, answer: Result<Outcome, Option<String>>) -> Response {
+    let op = match change {
+        Change::Release => Op::Release,
+        Change::Renew => Op::Renew,
+    };
+    match answer {
+        Ok(Outcome::Released) if change == Change::Release => Response::Released { key },
+        Ok(Outcome::Renewed) if change == Change::Renew => Response::Renewed { key },
+        Ok(_) => Response::NotHeld { op, key },
+        Err(addr) => Response::Moved { op, key, addr },
     }
 }
 

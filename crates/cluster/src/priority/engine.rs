@@ -37,8 +37,8 @@ mod reassembly;
 mod sanity;
 
 use baton_core::{
-    AcquireOutcome, Event, Key, LockService, LockTable, Millis, Outcome, TableSnapshot, Token,
-    WaiterId,
+    AcquireOutcome, Event, Key, LockService, LockTable, Millis, NotServing, Outcome, TableSnapshot,
+    Token, WaiterId,
 };
 
 use super::messages::{
@@ -81,22 +81,6 @@ pub enum NodeRole {
     Standby,
     HandingOff { to: NodeIndex },
 }
-
-/// What the engine tells the waiters of its clients.
-#[derive(Debug)]
-pub enum ClusterEvent<H> {
-    Lock(Event<H>),
-    /// The node stopped serving while the acquire waited.
-    Moved {
-        id: WaiterId,
-        handle: H,
-        key: Key,
-        to: Option<NodeIndex>,
-    },
-}
-
-/// Not the serving node: the client should go to this node, if known.
-pub type NotServing = Option<NodeIndex>;
 
 #[derive(Debug, Clone, Default)]
 struct PeerView {
@@ -291,17 +275,13 @@ impl<H> PriorityNode<H> {
         (0..self.peers.len()).filter(move |&p| p != self.config.me)
     }
 
-    fn drain_scratch(&mut self, events: &mut Vec<ClusterEvent<H>>) {
-        events.extend(self.scratch.drain(..).map(ClusterEvent::Lock));
+    fn drain_scratch(&mut self, events: &mut Vec<Event<H>>) {
+        events.append(&mut self.scratch);
     }
 
     // ---- client requests -------------------------------------------------
 
-    fn serving(
-        &mut self,
-        now: Millis,
-        events: &mut Vec<ClusterEvent<H>>,
-    ) -> Result<(), NotServing> {
+    fn serving(&mut self, now: Millis, events: &mut Vec<Event<H>>) -> Result<(), NotServing> {
         self.check_pause(now, events);
         if self.role == NodeRole::Active && now >= self.next_heartbeat {
             // The timer runs late on a node busy with clients; its requests
@@ -314,7 +294,9 @@ impl<H> PriorityNode<H> {
                 self.make_room(now);
                 Ok(())
             }
-            NodeRole::Standby | NodeRole::HandingOff { .. } => Err(self.redirect_target()),
+            NodeRole::Standby | NodeRole::HandingOff { .. } => {
+                Err(NotServing::redirect(self.redirect_target()))
+            }
         }
     }
 
@@ -325,20 +307,20 @@ impl<H> PriorityNode<H> {
         lease_ms: u64,
         now: Millis,
         handle: H,
-        events: &mut Vec<ClusterEvent<H>>,
+        events: &mut Vec<Event<H>>,
     ) -> Result<AcquireOutcome, NotServing> {
         self.serving(now, events)?;
         if self.service.waiter_count() >= MAX_WAITERS {
             // One call grants at most one token per waiter, plus one: the
             // bound keeps every call inside one token block. Hundreds of
             // millions of waiters: no node has the memory anyway.
-            return Err(None);
+            return Err(NotServing::redirect(None));
         }
         if self.service.table().len() >= MAX_TABLE_LOCKS
             && self.service.table().holder(&key).is_none()
         {
             // A table no standby could take in (reassembly stops there).
-            return Err(None);
+            return Err(NotServing::redirect(None));
         }
         Ok(self.service.acquire(key, wait_ms, lease_ms, now, handle))
     }
@@ -348,7 +330,7 @@ impl<H> PriorityNode<H> {
         key: &Key,
         token: Token,
         now: Millis,
-        events: &mut Vec<ClusterEvent<H>>,
+        events: &mut Vec<Event<H>>,
     ) -> Result<Outcome, NotServing> {
         self.serving(now, events)?;
         let outcome = self.service.release(key, token, now, &mut self.scratch);
@@ -362,7 +344,7 @@ impl<H> PriorityNode<H> {
         token: Token,
         lease_ms: u64,
         now: Millis,
-        events: &mut Vec<ClusterEvent<H>>,
+        events: &mut Vec<Event<H>>,
     ) -> Result<Outcome, NotServing> {
         self.serving(now, events)?;
         Ok(self.service.renew(key, token, lease_ms, now))
@@ -375,7 +357,7 @@ impl<H> PriorityNode<H> {
     // ---- time ------------------------------------------------------------
 
     /// Heartbeats, failure detection, promotion, lease expiry and waits.
-    pub fn tick(&mut self, now: Millis, events: &mut Vec<ClusterEvent<H>>) {
+    pub fn tick(&mut self, now: Millis, events: &mut Vec<Event<H>>) {
         self.check_pause(now, events);
         self.last_tick = now;
         self.drop_stale_tables(now);
@@ -431,7 +413,7 @@ impl<H> PriorityNode<H> {
 
     /// A process that did not run for a failure timeout may have been
     /// replaced: step down before granting anything more.
-    fn check_pause(&mut self, now: Millis, events: &mut Vec<ClusterEvent<H>>) {
+    fn check_pause(&mut self, now: Millis, events: &mut Vec<Event<H>>) {
         // An active that sent no heartbeat for a failure timeout may have
         // been replaced. A node that is not active ticks at least every
         // heartbeat: a longer gap already leaves it with a stale view of
@@ -540,13 +522,13 @@ impl<H> PriorityNode<H> {
         self.beat(now);
     }
 
-    fn step_down(&mut self, to: Option<NodeIndex>, now: Millis, events: &mut Vec<ClusterEvent<H>>) {
+    fn step_down(&mut self, to: Option<NodeIndex>, now: Millis, events: &mut Vec<Event<H>>) {
         for waiter in self.service.drain_waiters() {
-            events.push(ClusterEvent::Moved {
+            events.push(Event::Moved {
                 id: waiter.id,
                 handle: waiter.handle,
                 key: waiter.key,
-                to,
+                to: NotServing::redirect(to),
             });
         }
         self.service.drain_journal();

@@ -1,16 +1,16 @@
 //! The priority engine seen by the server: answers in client terms
 //! (addresses, not node indexes) and waiter events for connections.
 
-use baton_core::{AcquireOutcome, Key, Millis, Outcome, Token, WaiterId};
+use baton_core::{AcquireOutcome, Event, Key, Millis, NotServing, Outcome, Token, WaiterId};
 use baton_proto::{Mode, Role};
 use baton_server::{LockNode, Mailbox, NodeEvent, NodeStatus, Served};
 
-use super::engine::{ClusterEvent, NodeRole, NotServing, PriorityNode};
+use super::engine::{NodeRole, PriorityNode};
 
 #[derive(Debug)]
 pub struct PriorityLockNode {
     engine: PriorityNode<Mailbox>,
-    scratch: Vec<ClusterEvent<Mailbox>>,
+    scratch: Vec<Event<Mailbox>>,
 }
 
 impl PriorityLockNode {
@@ -34,33 +34,25 @@ impl PriorityLockNode {
     pub fn drive<R>(
         &mut self,
         events: &mut Vec<NodeEvent>,
-        f: impl FnOnce(&mut PriorityNode<Mailbox>, &mut Vec<ClusterEvent<Mailbox>>) -> R,
+        f: impl FnOnce(&mut PriorityNode<Mailbox>, &mut Vec<Event<Mailbox>>) -> R,
     ) -> R {
         let result = f(&mut self.engine, &mut self.scratch);
         let peers = &self.engine.config().peers;
-        events.extend(self.scratch.drain(..).map(|event| match event {
-            ClusterEvent::Lock(event) => NodeEvent::from(event),
-            ClusterEvent::Moved {
-                id,
-                handle,
-                key,
-                to,
-            } => NodeEvent::Moved {
-                id,
-                mailbox: handle,
-                key,
-                to: to.and_then(|i| peers.get(i).cloned()),
-            },
-        }));
+        events.extend(
+            self.scratch
+                .drain(..)
+                .map(|event| NodeEvent::from_event(event, |i| peers.get(i).cloned())),
+        );
         result
     }
 
     fn served<T>(&self, result: Result<T, NotServing>) -> Served<T> {
         match result {
             Ok(value) => Served::Done(value),
-            Err(to) => {
-                Served::Redirect(to.and_then(|i| self.engine.config().peers.get(i).cloned()))
-            }
+            Err(to) => Served::Redirect(
+                to.serving
+                    .and_then(|i| self.engine.config().peers.get(i).cloned()),
+            ),
         }
     }
 }

@@ -12,8 +12,8 @@ mod tests;
 mod token_floor;
 
 pub use engine::{
-    wall_floor, ClusterEvent, Implausible, NodeRole, NotServing, PersistedState, PriorityConfig,
-    PriorityNode, CLOCK_ALLOWANCE_MS, REFUSAL_LOG_EVERY_MS, TOKEN_MARGIN,
+    wall_floor, Implausible, NodeRole, PersistedState, PriorityConfig, PriorityNode,
+    CLOCK_ALLOWANCE_MS, REFUSAL_LOG_EVERY_MS, TOKEN_MARGIN,
 };
 pub use lock_node::PriorityLockNode;
 pub use messages::{

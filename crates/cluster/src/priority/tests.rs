@@ -6,9 +6,9 @@
 
 #![allow(clippy::unwrap_used)] // a failed unwrap in a test is a failed test
 
-use baton_core::{AcquireOutcome, Event, Key, Millis, Outcome, Token};
+use baton_core::{AcquireOutcome, Event, Key, Millis, NotServing, Outcome, Token};
 
-use super::engine::{ClusterEvent, NodeRole, PriorityConfig, PriorityNode, TOKEN_MARGIN};
+use super::engine::{NodeRole, PriorityConfig, PriorityNode, TOKEN_MARGIN};
 use super::messages::{
     encoded_len, Heartbeat, NodeIndex, PeerRole, PriorityMessage, TablePart, MAX_MESSAGE_BYTES,
 };
@@ -51,7 +51,7 @@ fn engine(me: NodeIndex, n: usize, now: Millis) -> PriorityNode<u64> {
 /// that can be crashed (gone) or frozen (neither tick nor receive).
 struct Cluster {
     nodes: Vec<Option<PriorityNode<u64>>>,
-    events: Vec<Vec<ClusterEvent<u64>>>,
+    events: Vec<Vec<Event<u64>>>,
     frozen: Vec<bool>,
     cut: Vec<(NodeIndex, NodeIndex)>,
     /// Nodes that get heartbeats but no snapshot or commands.
@@ -201,8 +201,8 @@ impl Cluster {
         self.events[i]
             .drain(..)
             .filter_map(|e| match e {
-                ClusterEvent::Moved { handle, to, .. } => Some((handle, to)),
-                ClusterEvent::Lock(_) => None,
+                Event::Moved { handle, to, .. } => Some((handle, to.serving)),
+                _ => None,
             })
             .collect()
     }
@@ -264,11 +264,11 @@ fn a_standby_answers_not_serving_with_the_active() {
     let now = c.now;
     let mut events = Vec::new();
     let refused = c.node_mut(1).acquire(key("a"), 0, 100, now, 9, &mut events);
-    assert_eq!(refused, Err(Some(0)));
+    assert_eq!(refused, Err(NotServing::redirect(Some(0))));
     let refused = c.node_mut(2).release(&key("a"), 5, now, &mut events);
-    assert_eq!(refused, Err(Some(0)));
+    assert_eq!(refused, Err(NotServing::redirect(Some(0))));
     let refused = c.node_mut(2).renew(&key("a"), 5, 100, now, &mut events);
-    assert_eq!(refused, Err(Some(0)));
+    assert_eq!(refused, Err(NotServing::redirect(Some(0))));
     assert!(events.is_empty());
 }
 
@@ -376,10 +376,14 @@ fn a_paused_active_steps_down_before_granting() {
     let answer = c
         .node_mut(0)
         .acquire(key("c"), 0, 1_000, now, 5, &mut events);
-    assert_eq!(answer, Err(None), "a paused active served");
+    assert_eq!(
+        answer,
+        Err(NotServing::redirect(None)),
+        "a paused active served"
+    );
     assert_eq!(c.node(0).role(), NodeRole::Standby);
     assert!(
-        matches!(&events[..], [ClusterEvent::Moved { handle: 77, .. }]),
+        matches!(&events[..], [Event::Moved { handle: 77, .. }]),
         "the waiter was not moved: {events:?}"
     );
     assert_eq!(c.holder(0, "c"), None);
@@ -468,9 +472,9 @@ fn a_handoff_moves_every_lock_and_the_waiters_to_the_successor() {
     assert!(
         matches!(
             &events[..],
-            [ClusterEvent::Moved {
+            [Event::Moved {
                 handle: 7,
-                to: Some(1),
+                to: NotServing { serving: Some(1) },
                 ..
             }]
         ),
@@ -484,7 +488,11 @@ fn a_handoff_moves_every_lock_and_the_waiters_to_the_successor() {
     let answer = c
         .node_mut(0)
         .acquire(key("z"), 0, 100, now, 8, &mut refused);
-    assert_eq!(answer, Err(None), "a node handing off served");
+    assert_eq!(
+        answer,
+        Err(NotServing::redirect(None)),
+        "a node handing off served"
+    );
     c.deliver();
     assert_eq!(c.node(0).redirect_target(), Some(1));
     assert_eq!(c.actives(), vec![1]);
@@ -672,9 +680,9 @@ fn waiters_on_the_active_are_served_and_their_grants_replicated() {
     let released = c.node_mut(0).release(&key("a"), a, now, &mut events);
     assert_eq!(released, Ok(Outcome::Released));
     let token = match &events[..] {
-        [ClusterEvent::Lock(Event::Granted {
+        [Event::Granted {
             handle: 3, token, ..
-        })] => *token,
+        }] => *token,
         other => panic!("waiter not granted: {other:?}"),
     };
     assert!(token > a);

@@ -5,7 +5,7 @@
 use std::collections::{BTreeMap, VecDeque};
 
 use baton_cluster::priority::{
-    encoded_len, ClusterEvent, NodeIndex, NodeRole, PriorityConfig, PriorityMessage, PriorityNode,
+    encoded_len, NodeIndex, NodeRole, PriorityConfig, PriorityMessage, PriorityNode,
     MAX_MESSAGE_BYTES,
 };
 use baton_core::{AcquireOutcome, Event, Key, Millis, Outcome, Token};
@@ -335,7 +335,7 @@ impl World {
         &mut self,
         i: NodeIndex,
         handoff_from: Option<NodeIndex>,
-        f: impl FnOnce(&mut PriorityNode<u64>, Millis, &mut Vec<ClusterEvent<u64>>) -> R,
+        f: impl FnOnce(&mut PriorityNode<u64>, Millis, &mut Vec<Event<u64>>) -> R,
     ) -> Option<R> {
         let local = self.local(i);
         let mut events = Vec::new();
@@ -454,14 +454,14 @@ impl World {
         }
     }
 
-    fn route_events(&mut self, i: NodeIndex, events: Vec<ClusterEvent<u64>>) {
+    fn route_events(&mut self, i: NodeIndex, events: Vec<Event<u64>>) {
         let mut queue: VecDeque<_> = events.into();
         while let Some(event) = queue.pop_front() {
             let now = self.now;
             match event {
-                ClusterEvent::Lock(Event::Granted {
+                Event::Granted {
                     handle, key, token, ..
-                }) => {
+                } => {
                     self.record_grant(i, &key, token);
                     let (c, serial) = split_handle(handle);
                     if self.clients[c].waited_grant(i, serial, token, now, &mut self.rng) {
@@ -480,13 +480,16 @@ impl World {
                         queue.extend(more);
                     }
                 }
-                ClusterEvent::Lock(Event::TimedOut { handle, .. }) => {
+                Event::TimedOut { handle, .. } => {
                     let (c, serial) = split_handle(handle);
                     self.clients[c].wait_ended(i, serial, None, now, &mut self.rng);
                 }
-                ClusterEvent::Moved { handle, to, .. } => {
+                Event::Moved { handle, to, .. } => {
                     let (c, serial) = split_handle(handle);
-                    self.clients[c].wait_ended(i, serial, Some(to), now, &mut self.rng);
+                    self.clients[c].wait_ended(i, serial, Some(to.serving), now, &mut self.rng);
+                }
+                Event::Answered { .. } => {
+                    unreachable!("the priority engine answers every request at once")
                 }
             }
         }
@@ -650,7 +653,7 @@ impl World {
                 });
                 match result {
                     None => Answer::Gone,
-                    Some(Err(to)) => Answer::Redirect(to),
+                    Some(Err(to)) => Answer::Redirect(to.serving),
                     Some(Ok(AcquireOutcome::Queued { id })) => Answer::Queued(id),
                     Some(Ok(AcquireOutcome::Granted { token })) => {
                         self.record_grant(i, &key, token);
@@ -669,7 +672,7 @@ impl World {
                 });
                 match result {
                     None => Answer::Gone,
-                    Some(Err(to)) => Answer::Redirect(to),
+                    Some(Err(to)) => Answer::Redirect(to.serving),
                     Some(Ok(Outcome::Released)) => Answer::Released,
                     Some(Ok(_)) => Answer::NotFound,
                 }
@@ -680,7 +683,7 @@ impl World {
                 });
                 match result {
                     None => Answer::Gone,
-                    Some(Err(to)) => Answer::Redirect(to),
+                    Some(Err(to)) => Answer::Redirect(to.serving),
                     Some(Ok(Outcome::Renewed)) => {
                         self.answer(c, i, Answer::Renewed);
                         self.take_custody(c, i);

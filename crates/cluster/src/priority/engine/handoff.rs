@@ -8,16 +8,16 @@
 //! successor that was already active heartbeats "active" before and after
 //! the handoff, so its heartbeats prove nothing.
 
-use baton_core::{LockTable, Millis, TableSnapshot, Token};
+use baton_core::{Event, LockTable, Millis, NotServing, TableSnapshot, Token};
 
 use super::super::messages::{NodeIndex, PeerRole, PriorityMessage};
 use super::super::token_floor::BLOCK;
-use super::{wall_floor, ClusterEvent, NodeRole, PriorityNode, TOKEN_MARGIN};
+use super::{wall_floor, NodeRole, PriorityNode, TOKEN_MARGIN};
 
 impl<H> PriorityNode<H> {
     /// An active hands over to a higher-priority standby that holds its
     /// state (a node that came back).
-    pub(super) fn maybe_yield(&mut self, now: Millis, events: &mut Vec<ClusterEvent<H>>) {
+    pub(super) fn maybe_yield(&mut self, now: Millis, events: &mut Vec<Event<H>>) {
         let me = self.config.me;
         let successor = (0..me).find(|&p| {
             self.is_live(p, now)
@@ -41,7 +41,7 @@ impl<H> PriorityNode<H> {
     /// one (after a heal two may serve: it merges the table, so no lock is
     /// lost), then any live standby. False if this node is not active or
     /// no peer can take the role (none live, or each refused just now).
-    pub fn begin_handoff(&mut self, now: Millis, events: &mut Vec<ClusterEvent<H>>) -> bool {
+    pub fn begin_handoff(&mut self, now: Millis, events: &mut Vec<Event<H>>) -> bool {
         if self.role != NodeRole::Active {
             return false;
         }
@@ -80,7 +80,7 @@ impl<H> PriorityNode<H> {
         self.others().any(|p| self.is_live(p, now))
     }
 
-    fn hand_over(&mut self, to: NodeIndex, now: Millis, events: &mut Vec<ClusterEvent<H>>) {
+    fn hand_over(&mut self, to: NodeIndex, now: Millis, events: &mut Vec<Event<H>>) {
         self.flush_journal();
         // The successor may take the role, grant and die before anyone
         // hears its floor; if this node serves again it must start above
@@ -88,11 +88,11 @@ impl<H> PriorityNode<H> {
         self.seen_token = self.seen_token.max(self.successor_floor_bound(now));
         self.send_handoff(to, now);
         for waiter in self.service.drain_waiters() {
-            events.push(ClusterEvent::Moved {
+            events.push(Event::Moved {
                 id: waiter.id,
                 handle: waiter.handle,
                 key: waiter.key,
-                to: Some(to),
+                to: NotServing::redirect(Some(to)),
             });
         }
         self.role = NodeRole::HandingOff { to };

@@ -3,13 +3,13 @@
 //! pieces (`reassembly`), and full-sync requests are answered at most once
 //! per peer per interval.
 
-use baton_core::{Command, LockTable, Millis};
+use baton_core::{Command, Event, LockTable, Millis};
 
 use super::super::messages::{
     Heartbeat, NodeIndex, PeerRole, PriorityMessage, TablePart, Term, MAX_TABLE_LOCKS,
 };
 use super::reassembly::{assemble, Assembled, TableKind};
-use super::{ClusterEvent, NodeRole, PriorityNode, TOKEN_MARGIN};
+use super::{NodeRole, PriorityNode, TOKEN_MARGIN};
 
 /// Snapshots an active sends one peer back to back before the snapshot
 /// interval holds it to one per interval.
@@ -21,7 +21,7 @@ impl<H> PriorityNode<H> {
         from: NodeIndex,
         message: PriorityMessage,
         now: Millis,
-        events: &mut Vec<ClusterEvent<H>>,
+        events: &mut Vec<Event<H>>,
     ) {
         if from >= self.peers.len() || from == self.config.me {
             return;
@@ -218,7 +218,7 @@ impl<H> PriorityNode<H> {
         from: NodeIndex,
         heartbeat: Heartbeat,
         now: Millis,
-        events: &mut Vec<ClusterEvent<H>>,
+        events: &mut Vec<Event<H>>,
     ) {
         let me = self.config.me;
         self.seen_token = self.seen_token.max(heartbeat.last_token);
