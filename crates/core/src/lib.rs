@@ -9,18 +9,28 @@
 //!   replicas applying the same commands agree.
 //! - [`WaitQueues`] are the FIFO queues of acquires waiting for a held key,
 //!   local to the node that serves clients.
-//! - [`LockService`] joins the two on the serving node: first come, first
-//!   served, handing a freed key at once to the oldest waiter still in time,
-//!   and journaling the table's commands for replication.
+//! - [`LockRules`] are the lock rules, once for every engine: first come,
+//!   first served, a freed key handed to the oldest waiter still in time,
+//!   timeouts before expiries, a grant nobody holds given back. It owns the
+//!   queues and answers in commands over a table its user owns.
+//! - [`LockService`] applies the rules' answers at once on the serving node
+//!   (single node, priority cluster) and journals the table's commands for
+//!   replication; the Raft engine proposes them to its log instead.
+//! - [`invariant`]: every state machine's `validate()`, run after each
+//!   change in debug builds.
 
 mod event;
+pub mod invariant;
 mod key;
+mod rules;
 mod service;
 mod table;
 mod waiters;
 
 pub use event::{Change, Event, NodeIndex, NotServing};
+pub use invariant::Broken;
 pub use key::{validate as validate_key, Key, KeyError, MAX_KEY_LEN};
+pub use rules::{Handover, LockRules};
 pub use service::{AcquireOutcome, LockService};
 pub use table::{
     Command, Holder, LockTable, Outcome, SnapshotLock, TableSnapshot, MAX_ENCODED_COMMAND,

@@ -7,8 +7,10 @@
 //! because whatever frees a key hands it on in the same call.
 
 use crate::event::Event;
+use crate::invariant::{debug_check, Broken};
+use crate::rules::LockRules;
 use crate::table::{Command, LockTable, Outcome};
-use crate::waiters::{WaitQueues, Waiter, WaiterId};
+use crate::waiters::{Waiter, WaiterId};
 use crate::{Key, Millis, Token};
 
 /// What became of an acquire.
@@ -28,7 +30,7 @@ pub enum AcquireOutcome {
 #[derive(Debug)]
 pub struct LockService<H> {
     table: LockTable,
-    queues: WaitQueues<H>,
+    rules: LockRules<H>,
     journal: Option<Vec<Command>>,
 }
 
@@ -47,7 +49,7 @@ impl<H> LockService<H> {
     pub fn from_table(table: LockTable) -> Self {
         Self {
             table,
-            queues: WaitQueues::new(),
+            rules: LockRules::new(),
             journal: None,
         }
     }
@@ -84,19 +86,15 @@ impl<H> LockService<H> {
         now: Millis,
         handle: H,
     ) -> AcquireOutcome {
-        if self.table.holder(&key).is_none() && !self.queues.has_waiters(&key) {
-            let grant = Command::Grant {
-                key: key.clone(),
-                lease_ms,
-            };
+        if let Some(grant) = self.rules.grant_at_once(&self.table, &key, lease_ms) {
             if let Outcome::Granted { token } = self.apply(grant, now) {
+                self.debug_validate();
                 return AcquireOutcome::Granted { token };
             }
-            // Only an exhausted token space refuses a free key: the acquire
-            // waits like any other and times out if it has a limit.
+            debug_assert!(false, "a free key refused a grant");
         }
-        let deadline = (wait_ms > 0).then(|| now.saturating_add(wait_ms));
-        let id = self.queues.push(key, lease_ms, deadline, handle);
+        let id = self.rules.queue(key, wait_ms, lease_ms, now, handle);
+        self.debug_validate();
         AcquireOutcome::Queued { id }
     }
 
@@ -120,89 +118,75 @@ impl<H> LockService<H> {
         if outcome == Outcome::Released {
             self.hand_on(key, now, events);
         }
+        self.debug_validate();
         outcome
     }
 
     pub fn renew(&mut self, key: &Key, token: Token, lease_ms: u64, now: Millis) -> Outcome {
-        self.apply(
+        let outcome = self.apply(
             Command::Renew {
                 key: key.clone(),
                 token,
                 lease_ms,
             },
             now,
-        )
+        );
+        self.debug_validate();
+        outcome
     }
 
     /// A waiter leaves (its connection closed). Returns whether it was still
     /// queued. Nothing is handed on: a key with waiters is held.
     pub fn cancel(&mut self, id: WaiterId) -> bool {
-        self.queues.cancel(id).is_some()
+        let queued = self.rules.cancel(id);
+        self.debug_validate();
+        queued
     }
 
     /// Does everything due at `now`: waiters whose deadline <= now time out
     /// (Event::TimedOut) FIRST, then leases with expires_at <= now expire
     /// (Expire command) and pass to the oldest live waiter (Event::Granted).
     pub fn tick(&mut self, now: Millis, events: &mut Vec<Event<H>>) {
-        let mut timed_out = Vec::new();
-        self.queues.take_timed_out(now, &mut timed_out);
-        events.extend(timed_out.into_iter().map(timed_out_event));
+        self.rules.time_out(now, events);
         // One expiry at a time: handing a key on changes the index being read.
         // Each round removes a lease or a waiter, so the loop ends.
-        while let Some((at, key, token)) = self.table.next_expiry() {
-            if at > now {
+        while let Some(expire) = LockRules::<H>::due_expiry(&self.table, now) {
+            let Command::Expire { key, .. } = &expire else {
                 break;
-            }
+            };
             let key = key.clone();
-            self.apply(
-                Command::Expire {
-                    key: key.clone(),
-                    token,
-                },
-                now,
-            );
+            self.apply(expire, now);
             self.hand_on(&key, now, events);
         }
+        self.debug_validate();
     }
 
-    /// Grants the just-freed `key` to its oldest waiter still in time.
+    /// Grants the just-freed `key` to its oldest waiter still in time, at once.
     fn hand_on(&mut self, key: &Key, now: Millis, events: &mut Vec<Event<H>>) {
-        if self.table.last_token() == Token::MAX || self.table.holder(key).is_some() {
-            // No token left to give (or, defensively, the key is not free):
-            // the waiters stay until they time out.
-            return;
-        }
-        let mut timed_out = Vec::new();
-        let next = self.queues.pop_next(key, now, &mut timed_out);
-        events.extend(timed_out.into_iter().map(timed_out_event));
-        let Some(waiter) = next else {
+        let Some(handover) = self.rules.hand_on(&self.table, key, now, events) else {
             return;
         };
-        let grant = Command::Grant {
-            key: key.clone(),
-            lease_ms: waiter.lease_ms,
-        };
-        match self.apply(grant, now) {
-            Outcome::Granted { token } => events.push(Event::Granted {
-                id: waiter.id,
-                handle: waiter.handle,
-                key: waiter.key,
-                token,
-            }),
-            // Ruled out by the checks above; answering the waiter beats
-            // losing it if they ever fall out of step with the table.
-            _ => events.push(timed_out_event(waiter)),
+        let outcome = self.apply(handover.command, now);
+        match self.rules.grant_applied(handover.waiter, outcome) {
+            Ok(granted) => events.push(granted),
+            Err(waiter) => {
+                // The rules decide grants only for free keys, and this one
+                // applied at once: a refusal means they fell out of step
+                // with the table. Answering the waiter beats losing it.
+                debug_assert!(false, "a hand-over of a free key was refused");
+                events.push(Event::TimedOut {
+                    id: waiter.id,
+                    handle: waiter.handle,
+                    key: waiter.key,
+                });
+            }
         }
     }
 
     /// Earliest of the next lease expiry and the next waiter deadline: the one timer to arm.
     pub fn next_deadline(&self) -> Option<Millis> {
         let lease = self.table.next_expiry().map(|(at, _, _)| at);
-        let wait = self.queues.next_deadline();
-        match (lease, wait) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
-        }
+        self.rules.next_deadline(lease)
     }
 
     pub fn table(&self) -> &LockTable {
@@ -211,7 +195,7 @@ impl<H> LockService<H> {
 
     /// Number of queued acquires on all keys.
     pub fn waiter_count(&self) -> usize {
-        self.queues.len()
+        self.rules.waiter_count()
     }
 
     /// Raises the token floor; goes through the journal as RaiseTokenFloor.
@@ -255,15 +239,23 @@ impl<H> LockService<H> {
     /// Takes every queued waiter out, oldest first (a node that stops
     /// serving redirects them all).
     pub fn drain_waiters(&mut self) -> Vec<Waiter<H>> {
-        self.queues.drain_all()
+        self.rules.drain_waiters()
     }
-}
 
-fn timed_out_event<H>(w: Waiter<H>) -> Event<H> {
-    Event::TimedOut {
-        id: w.id,
-        handle: w.handle,
-        key: w.key,
+    /// Checks the table, the queues, and that a free key has no live
+    /// waiters. Holds after every call but [`LockService::apply_replicated`]
+    /// and [`LockService::replace_table`], which change the table under
+    /// the waiters (a standby has none; a successor keeps them).
+    pub fn validate(&self) -> Result<(), Broken> {
+        self.table.validate()?;
+        self.rules.validate(&self.table)?;
+        crate::invariant::ensure(self.rules.granting_count() == 0, || {
+            "a hand-over left undone".to_string()
+        })
+    }
+
+    fn debug_validate(&self) {
+        debug_check(self.rules.small(&self.table), || self.validate());
     }
 }
 

@@ -9,6 +9,7 @@
 
 use std::collections::BTreeMap;
 
+use crate::invariant::{debug_check, ensure, Broken, FULL_CHECK_UP_TO};
 use crate::FastMap;
 
 use serde::{Deserialize, Serialize};
@@ -139,6 +140,12 @@ impl LockTable {
     /// Applies one command at `now`. Deterministic: same commands, same order,
     /// same `now`s => same state and outcomes.
     pub fn apply(&mut self, cmd: &Command, now: Millis) -> Outcome {
+        let outcome = self.apply_unchecked(cmd, now);
+        self.debug_validate();
+        outcome
+    }
+
+    fn apply_unchecked(&mut self, cmd: &Command, now: Millis) -> Outcome {
         match cmd {
             Command::Grant { key, lease_ms } => self.grant(key, *lease_ms, now),
             Command::Release { key, token } => {
@@ -300,18 +307,43 @@ impl LockTable {
             );
             table.expiries.insert(at, lock.key.clone());
         }
+        table.debug_validate();
         table
     }
 
-    /// Checks that the expiry index mirrors the locks exactly.
-    #[cfg(test)]
-    pub(crate) fn index_is_consistent(&self) -> bool {
-        self.expiries.len() == self.locks.len()
-            && self.expiries.iter().all(|(&(at, token), key)| {
-                self.locks
-                    .get(key)
-                    .is_some_and(|h| h.expires_at == at && h.token == token)
-            })
+    /// Checks the table's invariants: the expiry index names exactly the
+    /// grants held, and the token floor covers every token (a fresh grant
+    /// must exceed them all).
+    pub fn validate(&self) -> Result<(), Broken> {
+        ensure(self.expiries.len() == self.locks.len(), || {
+            format!(
+                "{} leases indexed for {} grants",
+                self.expiries.len(),
+                self.locks.len()
+            )
+        })?;
+        for (&(at, token), key) in &self.expiries {
+            let holder = self.locks.get(key);
+            ensure(
+                holder.is_some_and(|h| h.expires_at == at && h.token == token),
+                || format!("lease ({at}, {token}) of {key:?} indexed, held as {holder:?}"),
+            )?;
+        }
+        for (key, holder) in &self.locks {
+            ensure(holder.token <= self.last_token, || {
+                format!(
+                    "{key:?} holds token {} above the floor {}",
+                    holder.token, self.last_token
+                )
+            })?;
+        }
+        Ok(())
+    }
+
+    /// The debug build's check after a change (see [`FULL_CHECK_UP_TO`]).
+    fn debug_validate(&self) {
+        debug_check(self.locks.len() <= FULL_CHECK_UP_TO, || self.validate());
+        debug_assert_eq!(self.expiries.len(), self.locks.len());
     }
 }
 
@@ -358,7 +390,7 @@ mod tests {
             })
         );
         assert_eq!(t.len(), 2);
-        assert!(t.index_is_consistent());
+        assert_eq!(t.validate(), Ok(()));
     }
 
     #[test]
@@ -396,7 +428,7 @@ mod tests {
         assert!(t.is_empty());
         assert_eq!(t.next_expiry(), None);
         assert_eq!(t.apply(&cmd, 5), Outcome::NotFound);
-        assert!(t.index_is_consistent());
+        assert_eq!(t.validate(), Ok(()));
     }
 
     #[test]
@@ -425,7 +457,7 @@ mod tests {
             })
         );
         assert_eq!(t.next_expiry(), Some((350, &key("a"), tok)));
-        assert!(t.index_is_consistent());
+        assert_eq!(t.validate(), Ok(()));
         // Renewing does not issue a token.
         assert_eq!(t.last_token(), tok);
     }
@@ -526,7 +558,7 @@ mod tests {
             ]
         );
         let r = LockTable::restore(&snap, 7);
-        assert!(r.index_is_consistent());
+        assert_eq!(r.validate(), Ok(()));
         assert_eq!(r.last_token(), 40);
         assert_eq!(r.len(), 3);
         assert_eq!(r.holder(&key("a")).map(|h| h.expires_at), Some(57));
@@ -555,11 +587,30 @@ mod tests {
             ],
         };
         let mut r = LockTable::restore(&snap, 0);
-        assert!(r.index_is_consistent());
+        assert_eq!(r.validate(), Ok(()));
         assert_eq!(r.last_token(), 9);
         assert_eq!(r.holder(&key("a")).map(|h| h.token), Some(4));
         assert_eq!(r.holder(&key("b")), None);
         assert_eq!(r.holder(&key("c")).map(|h| h.expires_at), Some(8));
         assert_eq!(grant(&mut r, "d", 1, 0), 10);
+    }
+
+    #[test]
+    fn validate_finds_a_broken_index_and_a_low_floor() {
+        let mut t = LockTable::new();
+        grant(&mut t, "a", 10, 0);
+        grant(&mut t, "b", 10, 0);
+        assert_eq!(t.validate(), Ok(()));
+        let mut unindexed = t.clone();
+        unindexed.expiries.pop_first();
+        assert!(unindexed.validate().is_err());
+        let mut moved = t.clone();
+        if let Some(h) = moved.locks.get_mut(&key("a")) {
+            h.expires_at += 1;
+        }
+        assert!(moved.validate().is_err());
+        let mut low = t.clone();
+        low.last_token = 1;
+        assert!(low.validate().is_err());
     }
 }

@@ -6,6 +6,7 @@
 
 use std::collections::{BTreeSet, VecDeque};
 
+use crate::invariant::{debug_check, ensure, Broken, FULL_CHECK_UP_TO};
 use crate::FastMap;
 
 use crate::{Key, Millis};
@@ -89,6 +90,7 @@ impl<H> WaitQueues<H> {
                 handle,
             },
         );
+        self.debug_validate();
         id
     }
 
@@ -101,6 +103,7 @@ impl<H> WaitQueues<H> {
             self.deadlines.remove(&(at, id));
         }
         self.forget_in_queue(&waiter.key);
+        self.debug_validate();
         Some(waiter)
     }
 
@@ -162,6 +165,7 @@ impl<H> WaitQueues<H> {
         if queue.live == 0 {
             self.queues.remove(key);
         }
+        self.debug_validate();
         found
     }
 
@@ -193,6 +197,7 @@ impl<H> WaitQueues<H> {
                 out.push(waiter);
             }
         }
+        self.debug_validate();
     }
 
     /// Number of live waiters on all keys.
@@ -212,6 +217,52 @@ impl<H> WaitQueues<H> {
         let mut all: Vec<Waiter<H>> = self.waiters.drain().map(|(_, w)| w).collect();
         all.sort_unstable_by_key(|w| w.id);
         all
+    }
+
+    /// The keys that have live waiters, in no particular order.
+    pub fn keys(&self) -> impl Iterator<Item = &Key> + '_ {
+        self.queues.keys()
+    }
+
+    /// Checks the queues' invariants: every live waiter is in its key's
+    /// queue and in the deadline index if it has a deadline, each queue's
+    /// count is its live ids, no queue is empty, and ids are below the next.
+    pub fn validate(&self) -> Result<(), Broken> {
+        let mut live = 0;
+        for (key, queue) in &self.queues {
+            let here = queue
+                .ids
+                .iter()
+                .filter(|id| self.waiters.get(id).is_some_and(|w| w.key == *key))
+                .count();
+            ensure(here == queue.live && here > 0, || {
+                format!("{key:?} counts {} waiters, has {here}", queue.live)
+            })?;
+            live += here;
+        }
+        ensure(live == self.waiters.len(), || {
+            format!("{} waiters, {live} in queues", self.waiters.len())
+        })?;
+        for (id, w) in &self.waiters {
+            ensure(*id == w.id && w.id < self.next_id, || {
+                format!("waiter {} under id {id}, next {}", w.id, self.next_id)
+            })?;
+            if let Some(at) = w.deadline {
+                ensure(self.deadlines.contains(&(at, w.id)), || {
+                    format!("waiter {id} missing from the deadlines")
+                })?;
+            }
+        }
+        let timed = self.waiters.values().filter(|w| w.deadline.is_some());
+        ensure(timed.count() == self.deadlines.len(), || {
+            format!("{} deadlines indexed", self.deadlines.len())
+        })
+    }
+
+    /// The debug build's check after a change (see [`FULL_CHECK_UP_TO`]).
+    fn debug_validate(&self) {
+        debug_check(self.waiters.len() <= FULL_CHECK_UP_TO, || self.validate());
+        debug_assert!(self.deadlines.len() <= self.waiters.len());
     }
 
     /// Ids held in the queue of `key`, stale ones included: lets tests see
@@ -380,5 +431,21 @@ mod tests {
         assert!(!q.has_waiters(&key("a")));
         let d = q.push(key("a"), 1, None, "d");
         assert!(d > c);
+    }
+
+    #[test]
+    fn validate_finds_queues_out_of_step() {
+        let mut q = WaitQueues::new();
+        let a = q.push(key("a"), 1, Some(5), "a");
+        q.push(key("a"), 1, None, "b");
+        assert_eq!(q.validate(), Ok(()));
+        let mut miscounted = WaitQueues::new();
+        miscounted.push(key("a"), 1, None, "a");
+        if let Some(queue) = miscounted.queues.get_mut(&key("a")) {
+            queue.live = 2;
+        }
+        assert!(miscounted.validate().is_err());
+        q.deadlines.remove(&(5, a));
+        assert!(q.validate().is_err());
     }
 }

@@ -4,11 +4,14 @@
 //! service must keep the protocol's promises on its own: one holder per key,
 //! ever-increasing tokens, first come first served, stale commands changing
 //! nothing, a journal that replays into the same table, and no waiter both
-//! granted and timed out.
+//! granted and timed out. The same rules ([`baton_core::LockRules`]) are
+//! run as a user that applies their answers later runs them (the Raft
+//! engine), in `deferred`.
 
 // A failed unwrap in a test is a failed test.
 #![allow(clippy::unwrap_used)]
 
+mod deferred;
 mod model;
 
 use std::collections::HashMap;
@@ -331,6 +334,7 @@ impl Harness {
             .count();
         prop_assert_eq!(self.svc.waiter_count(), waiting);
         prop_assert_eq!(self.svc.next_deadline(), self.model.next_deadline());
+        prop_assert_eq!(self.svc.validate(), Ok(()));
         Ok(())
     }
 
@@ -417,5 +421,34 @@ proptest! {
             }
         }
         prop_assert_eq!(tokens, h.issued);
+    }
+
+    /// Applied later, in random batches, the rules keep their promises.
+    #[test]
+    fn the_rules_keep_their_promises_when_grants_apply_later(
+        ops in proptest::collection::vec(deferred::op(), 1..150)
+    ) {
+        let mut d = deferred::Deferred::new();
+        for op in &ops {
+            d.step(op)?;
+        }
+        d.step(&deferred::Op::Commit(usize::MAX))?;
+        prop_assert_eq!(d.table().validate(), Ok(()));
+    }
+
+    /// Applied at once, the rules as the Raft engine uses them end every
+    /// acquire as `LockService` does, with the same tokens and table.
+    #[test]
+    fn the_rules_applied_at_once_are_the_service(
+        ops in proptest::collection::vec(deferred::op(), 1..150)
+    ) {
+        let mut d = deferred::Deferred::new();
+        for op in &ops {
+            d.step(op)?;
+            d.step(&deferred::Op::Commit(usize::MAX))?;
+        }
+        let (ends, table) = deferred::service_run(&ops);
+        prop_assert_eq!(&d.ends, &ends);
+        prop_assert_eq!(d.table(), &table);
     }
 }
