@@ -147,6 +147,13 @@ impl<H> LockRules<H> {
         outcome: Outcome,
     ) -> Result<Event<H>, Waiter<H>> {
         self.granting.remove(&waiter.key);
+        Self::grant_outcome(waiter, outcome)
+    }
+
+    /// What a grant applied for `waiter` gives it (see
+    /// [`LockRules::grant_applied`]), for a grant these rules did not
+    /// decide (one of an earlier leadership).
+    pub fn grant_outcome(waiter: Waiter<H>, outcome: Outcome) -> Result<Event<H>, Waiter<H>> {
         match outcome {
             Outcome::Granted { token } => Ok(Event::Granted {
                 id: waiter.id,
@@ -156,6 +163,13 @@ impl<H> LockRules<H> {
             }),
             _ => Err(waiter),
         }
+    }
+
+    /// A waiter whose grant the table refused waits again, at the back of
+    /// its key's line (the key is taken, so it is handed on when freed).
+    pub fn requeue(&mut self, waiter: Waiter<H>) -> WaiterId {
+        self.queues
+            .push(waiter.key, waiter.lease_ms, waiter.deadline, waiter.handle)
     }
 
     /// A hand-over's grant will not be applied for its waiter (its
@@ -232,6 +246,11 @@ impl<H> LockRules<H> {
     /// Acquires queued on `key`.
     pub fn waiting_on(&self, key: &Key) -> usize {
         self.queues.waiting_on(key)
+    }
+
+    /// The keys that have live waiters.
+    pub fn waited_on(&self) -> Vec<Key> {
+        self.queues.keys().cloned().collect()
     }
 
     /// Whether a grant of `key` is decided and not yet applied.

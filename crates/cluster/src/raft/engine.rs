@@ -12,22 +12,28 @@
 use std::collections::{HashMap, HashSet};
 
 use baton_core::{
-    AcquireOutcome, Command, Key, LockTable, Millis, Outcome, TableSnapshot, Token, WaitQueues,
-    Waiter, WaiterId,
+    AcquireOutcome, Command, Event, Key, LockRules, LockTable, Millis, NodeIndex, NotServing,
+    Outcome, TableSnapshot, Token, Waiter, WaiterId,
 };
-use baton_proto::{Op, Response};
-use openraft::EntryPayload;
 
-use super::types::{Entry, NodeId, Proposal, Tagged};
+use super::types::{NodeId, Proposal, Tagged};
 
+mod apply;
+mod compat;
 mod leadership;
+mod validate;
 
+pub use apply::Committed;
 pub use leadership::ORPHAN_WAIT_MS;
 
 /// Most commands one log entry carries; more wait for the next entry.
 pub const MAX_BATCH: usize = 1024;
 
-/// What the node is in the Raft group, as far as serving goes.
+/// The engine's event: the core's, shared by every engine (the old name).
+pub type EngineEvent<H> = Event<H>;
+
+/// What the node is in the Raft group, as far as serving goes (what the
+/// shell reads from openraft and tells [`RaftEngine::handle_role`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum RaftRole {
     /// Follows `leader` (or no one known yet: a learner or a fresh node).
@@ -42,36 +48,6 @@ pub enum RaftRole {
     },
 }
 
-/// How a request or waiter ends, for the server to deliver.
-#[derive(Debug)]
-pub enum EngineEvent<H> {
-    Granted {
-        id: WaiterId,
-        handle: H,
-        key: Key,
-        token: Token,
-    },
-    TimedOut {
-        id: WaiterId,
-        handle: H,
-        key: Key,
-    },
-    Moved {
-        id: WaiterId,
-        handle: H,
-        key: Key,
-        to: Option<String>,
-    },
-    /// The late answer to a release or renewal.
-    Reply {
-        handle: H,
-        response: Response,
-    },
-}
-
-/// The node is not serving; redirect to this address (`None`: unknown).
-pub type NotServing = Option<String>;
-
 /// A request whose command is in the log's hands.
 #[derive(Debug)]
 enum Pending<H> {
@@ -81,7 +57,48 @@ enum Pending<H> {
     Expire { key: Key, token: Token },
 }
 
+/// What only a leader has: its waiters and the rules' hand-overs on their
+/// way, the expiries it proposed, and the commands not yet proposed. All
+/// of it ends with the leadership.
+#[derive(Debug)]
+struct Leading<H> {
+    term: u64,
+    /// The first tag of this leadership: requests with lower tags are of
+    /// an earlier one (orphans), whose grants these rules did not decide.
+    first_tag: u64,
+    rules: LockRules<H>,
+    /// Expiries proposed and not yet applied.
+    expiring: HashSet<(Key, Token)>,
+    outbox: Vec<Tagged>,
+}
+
+impl<H> Leading<H> {
+    fn new(term: u64, first_tag: u64) -> Leading<H> {
+        Leading {
+            term,
+            first_tag,
+            rules: LockRules::new(),
+            expiring: HashSet::new(),
+            outbox: Vec::new(),
+        }
+    }
+}
+
+/// The node's role, with what belongs to it.
+#[derive(Debug)]
+enum Standing<H> {
+    Follower {
+        leader: Option<NodeId>,
+    },
+    Candidate,
+    /// Boxed: a follower's standing stays small.
+    Leader(Box<Leading<H>>),
+}
+
 /// One node's lock engine. `H` answers a client (a connection's mailbox).
+///
+/// Inputs are `handle_*` and may push [`Event`]s; the output for the log
+/// is [`RaftEngine::poll_proposal`].
 #[derive(Debug)]
 pub struct RaftEngine<H> {
     me: NodeId,
@@ -89,9 +106,11 @@ pub struct RaftEngine<H> {
     /// This process's name in the tags of the entries it proposes.
     origin: u64,
     table: LockTable,
-    queues: WaitQueues<H>,
-    role: RaftRole,
-    /// The leader term whose first entry this node applied as its leader.
+    standing: Standing<H>,
+    /// The last term whose first entry this node applied as its leader. A
+    /// fact of the log, not of the role: the entry may apply before the
+    /// shell reports the lead, and a leader that steps down and regains
+    /// the lead in the same term has it still.
     own_entry_applied: Option<u64>,
     next_tag: u64,
     pending: HashMap<u64, Pending<H>>,
@@ -100,14 +119,12 @@ pub struct RaftEngine<H> {
     /// (the next leader may well commit it); then they are redirected.
     orphans: Option<(Millis, u64)>,
     orphan_wait_ms: Millis,
-    /// Keys with a grant proposed and not yet applied.
-    granting: HashSet<Key>,
-    /// Expiries proposed and not yet applied.
-    expiring: HashSet<(Key, Token)>,
-    /// Keys with renewals proposed and not yet applied, and how many: an
-    /// expiry of such a key waits for them (see `tick`).
+    /// Keys with renewals pending, and how many: an expiry of such a key
+    /// waits for them (see `handle_tick`).
     renewing: HashMap<Key, u32>,
-    outbox: Vec<Tagged>,
+    /// The latest `now` an input brought (for the callers of the old
+    /// `proposal_failed`, which brings none).
+    latest_now: Millis,
 }
 
 impl<H> RaftEngine<H> {
@@ -118,17 +135,14 @@ impl<H> RaftEngine<H> {
             peers,
             origin,
             table: LockTable::new(),
-            queues: WaitQueues::new(),
-            role: RaftRole::Follower { leader: None },
+            standing: Standing::Follower { leader: None },
             own_entry_applied: None,
             next_tag: 1,
             pending: HashMap::new(),
             orphans: None,
             orphan_wait_ms: ORPHAN_WAIT_MS,
-            granting: HashSet::new(),
-            expiring: HashSet::new(),
             renewing: HashMap::new(),
-            outbox: Vec::new(),
+            latest_now: 0,
         }
     }
 
@@ -137,7 +151,11 @@ impl<H> RaftEngine<H> {
     }
 
     pub fn role(&self) -> RaftRole {
-        self.role
+        match &self.standing {
+            Standing::Follower { leader } => RaftRole::Follower { leader: *leader },
+            Standing::Candidate => RaftRole::Candidate,
+            Standing::Leader(leading) => RaftRole::Leader { term: leading.term },
+        }
     }
 
     pub fn me(&self) -> NodeId {
@@ -148,45 +166,83 @@ impl<H> RaftEngine<H> {
         &self.peers
     }
 
+    /// The address of node `index` in the peer list.
+    pub fn addr_of(&self, index: NodeIndex) -> Option<String> {
+        self.peers.get(index).cloned()
+    }
+
     pub fn waiter_count(&self) -> usize {
-        self.queues.len()
+        self.leading().map_or(0, |l| l.rules.waiter_count())
     }
 
     /// Acquires queued on `key`.
     pub fn waiting_on(&self, key: &Key) -> usize {
-        self.queues.waiting_on(key)
+        self.leading().map_or(0, |l| l.rules.waiting_on(key))
+    }
+
+    fn leading(&self) -> Option<&Leading<H>> {
+        match &self.standing {
+            Standing::Leader(leading) => Some(leading),
+            _ => None,
+        }
+    }
+
+    /// The leadership, if this node serves (leads and has caught up).
+    fn serving_mut(&mut self) -> Option<&mut Leading<H>> {
+        match &mut self.standing {
+            Standing::Leader(l) if self.own_entry_applied == Some(l.term) => Some(l),
+            _ => None,
+        }
     }
 
     /// Whether this node is the leader and has caught up: it serves.
     pub fn serving(&self) -> bool {
-        matches!(self.role, RaftRole::Leader { term } if self.own_entry_applied == Some(term))
+        self.leading()
+            .is_some_and(|l| self.own_entry_applied == Some(l.term))
     }
 
-    fn addr(&self, node: Option<NodeId>) -> Option<String> {
-        node.and_then(|n| usize::try_from(n).ok())
-            .and_then(|i| self.peers.get(i).cloned())
+    /// Where a client should go instead of here: the leader this node
+    /// follows, if known.
+    pub fn not_serving(&self) -> NotServing {
+        let leader = match self.standing {
+            Standing::Follower { leader } => leader,
+            Standing::Candidate | Standing::Leader(_) => None,
+        };
+        NotServing::redirect(leader.and_then(|n| usize::try_from(n).ok()))
     }
 
-    /// Where a client should go instead of here.
+    /// The address [`RaftEngine::not_serving`] names.
     pub fn redirect_target(&self) -> Option<String> {
-        match self.role {
-            RaftRole::Follower { leader } => self.addr(leader),
-            RaftRole::Candidate | RaftRole::Leader { .. } => None,
-        }
+        self.not_serving().serving.and_then(|i| self.addr_of(i))
     }
 
     fn check_serving(&self) -> Result<(), NotServing> {
         if self.serving() {
             Ok(())
         } else {
-            Err(self.redirect_target())
+            Err(self.not_serving())
         }
     }
 
+    /// Notes the time an input brought.
+    fn saw(&mut self, now: Millis) {
+        self.latest_now = self.latest_now.max(now);
+    }
+
+    /// Whether `tag` was proposed by this node's current leadership.
+    fn of_this_leadership(&self, tag: u64) -> bool {
+        self.leading().is_some_and(|l| tag >= l.first_tag)
+    }
+
+    /// Puts `command` in the leader's outbox, its request pending.
     fn propose(&mut self, command: Command, pending: Pending<H>) {
+        let Standing::Leader(leading) = &mut self.standing else {
+            debug_assert!(false, "a proposal while not leading: {command:?}");
+            return;
+        };
         let tag = self.next_tag;
         self.next_tag += 1;
-        self.outbox.push(Tagged { tag, command });
+        leading.outbox.push(Tagged { tag, command });
         if let Pending::Renew { key, .. } = &pending {
             *self.renewing.entry(key.clone()).or_default() += 1;
         }
@@ -197,78 +253,87 @@ impl<H> RaftEngine<H> {
     fn take_pending(&mut self, tag: u64) -> Option<Pending<H>> {
         let pending = self.pending.remove(&tag)?;
         if let Pending::Renew { key, .. } = &pending {
-            if let Some(count) = self.renewing.get_mut(key) {
-                *count -= 1;
-                if *count == 0 {
+            match self.renewing.get_mut(key) {
+                Some(count) if *count > 1 => *count -= 1,
+                Some(_) => {
                     self.renewing.remove(key);
                 }
-            } else {
-                debug_assert!(false, "a renewal of {key:?} pending but not counted");
+                None => debug_assert!(false, "a renewal of {key:?} pending but not counted"),
             }
         }
         Some(pending)
     }
 
+    /// Proposes the grant of `key` to its oldest live waiter, if the rules
+    /// say the key is free (behind the release of `token` if given).
+    fn hand_on(
+        &mut self,
+        key: &Key,
+        behind: Option<Token>,
+        now: Millis,
+        events: &mut Vec<Event<H>>,
+    ) {
+        let serving = self.serving();
+        let (Standing::Leader(leading), true) = (&mut self.standing, serving) else {
+            return;
+        };
+        let rules = &mut leading.rules;
+        let handover = match behind {
+            None => rules.hand_on(&self.table, key, now, events),
+            Some(token) => rules.hand_on_behind_release(&self.table, key, token, now, events),
+        };
+        if let Some(handover) = handover {
+            self.propose(handover.command, Pending::Grant(handover.waiter));
+        }
+    }
+
     /// Queues an acquire; the grant, if any, comes once the log applies it.
-    pub fn acquire(
+    pub fn handle_acquire(
         &mut self,
         key: Key,
         wait_ms: u64,
         lease_ms: u64,
         now: Millis,
         handle: H,
-        events: &mut Vec<EngineEvent<H>>,
+        events: &mut Vec<Event<H>>,
     ) -> Result<AcquireOutcome, NotServing> {
+        self.saw(now);
         self.check_serving()?;
-        let deadline = (wait_ms > 0).then(|| now.saturating_add(wait_ms));
-        let id = self.queues.push(key.clone(), lease_ms, deadline, handle);
-        self.grant_next(&key, now, events);
+        let Some(leading) = self.serving_mut() else {
+            return Err(self.not_serving());
+        };
+        let id = leading
+            .rules
+            .queue(key.clone(), wait_ms, lease_ms, now, handle);
+        self.hand_on(&key, None, now, events);
+        self.debug_validate();
         Ok(AcquireOutcome::Queued { id })
     }
 
-    /// Proposes the grant of `key` to its oldest live waiter, if the key is
-    /// free and no grant of it is already on its way.
-    fn grant_next(&mut self, key: &Key, now: Millis, events: &mut Vec<EngineEvent<H>>) {
-        if self.table.holder(key).is_none() {
-            self.grant_behind_release(key, now, events);
-        }
-    }
-
-    /// Right after a release is proposed: the next waiter's grant goes into
-    /// the same entry, behind the release, so a hand-over costs one commit
-    /// instead of two. Nothing else can grant the key meanwhile (`granting`
-    /// holds it), and whatever applies in between, an expiry or a duplicate
-    /// release of the same grant, only frees the key sooner.
-    pub fn grant_behind_release(
+    /// Proposes a release and, right behind it in the same entry, the
+    /// grant of the key to its next waiter (the rules' hand-over behind a
+    /// release). `Ok(None)`: the answer comes as an [`Event::Answered`];
+    /// `Ok(Some(outcome))`: known at once, because no applied grant
+    /// carries that token.
+    pub fn handle_release(
         &mut self,
         key: &Key,
+        token: Token,
+        reply: Option<H>,
         now: Millis,
-        events: &mut Vec<EngineEvent<H>>,
-    ) {
-        if !self.serving() || self.granting.contains(key) {
-            return;
+        events: &mut Vec<Event<H>>,
+    ) -> Result<Option<Outcome>, NotServing> {
+        self.saw(now);
+        let proposed = self.propose_release(key, token, reply)?;
+        if proposed.is_none() {
+            self.hand_on(key, Some(token), now, events);
         }
-        let mut timed_out = Vec::new();
-        let next = self.queues.pop_next(key, now, &mut timed_out);
-        events.extend(timed_out.into_iter().map(|w| EngineEvent::TimedOut {
-            id: w.id,
-            handle: w.handle,
-            key: w.key,
-        }));
-        if let Some(waiter) = next {
-            self.granting.insert(key.clone());
-            let command = Command::Grant {
-                key: key.clone(),
-                lease_ms: waiter.lease_ms,
-            };
-            self.propose(command, Pending::Grant(waiter));
-        }
+        self.debug_validate();
+        Ok(proposed)
     }
 
-    /// Proposes a release. `Ok(None)`: the answer comes as a
-    /// [`EngineEvent::Reply`]; `Ok(Some(outcome))`: known at once, because no
-    /// applied grant carries that token.
-    pub fn release(
+    /// The release alone (see [`RaftEngine::handle_release`]).
+    fn propose_release(
         &mut self,
         key: &Key,
         token: Token,
@@ -284,18 +349,13 @@ impl<H> RaftEngine<H> {
             key: key.clone(),
             token,
         };
-        self.propose(
-            command,
-            Pending::Release {
-                key: key.clone(),
-                reply,
-            },
-        );
+        let key = key.clone();
+        self.propose(command, Pending::Release { key, reply });
         Ok(None)
     }
 
-    /// Proposes a renewal; answers as [`RaftEngine::release`].
-    pub fn renew(
+    /// Proposes a renewal; answers as [`RaftEngine::handle_release`].
+    pub fn handle_renew(
         &mut self,
         key: &Key,
         token: Token,
@@ -311,253 +371,103 @@ impl<H> RaftEngine<H> {
             token,
             lease_ms,
         };
-        self.propose(
-            command,
-            Pending::Renew {
-                key: key.clone(),
-                reply,
-            },
-        );
+        let key = key.clone();
+        self.propose(command, Pending::Renew { key, reply });
+        self.debug_validate();
         Ok(None)
     }
 
     /// A queued acquire's connection closed.
-    pub fn cancel(&mut self, id: WaiterId) {
-        self.queues.cancel(id);
+    pub fn handle_cancel(&mut self, id: WaiterId) {
+        if let Standing::Leader(leading) = &mut self.standing {
+            leading.rules.cancel(id);
+        }
+        self.debug_validate();
     }
 
-    /// Times out waiters and, on the serving leader, proposes the expiry of
-    /// every lease that has run out.
-    pub fn tick(&mut self, now: Millis, events: &mut Vec<EngineEvent<H>>) {
+    /// Redirects orphans whose time is up, times out waiters and, on the
+    /// serving leader, proposes the expiry of every lease that has run out
+    /// (timeouts first, as the rules say).
+    pub fn handle_tick(&mut self, now: Millis, events: &mut Vec<Event<H>>) {
+        self.saw(now);
         self.settle_orphans(now, events);
-        let mut timed_out = Vec::new();
-        self.queues.take_timed_out(now, &mut timed_out);
-        events.extend(timed_out.into_iter().map(|w| EngineEvent::TimedOut {
-            id: w.id,
-            handle: w.handle,
-            key: w.key,
-        }));
-        if !self.serving() {
-            return;
+        if let Standing::Leader(leading) = &mut self.standing {
+            leading.rules.time_out(now, events);
         }
-        let due: Vec<(Key, Token)> = self
-            .table
-            .due_expiries(now)
-            .filter(|(key, token)| !self.expiring.contains(&((*key).clone(), *token)))
-            .map(|(key, token)| (key.clone(), token))
-            .collect();
-        for (key, token) in due {
-            // A renewal already in the log (sent before the lease ran out,
-            // held up by a stall) goes first: an expiry behind it would
-            // remove the lock it renewed. Once it applies the lease is
-            // new, or, if it never commits, the expiry comes next tick.
-            if self.renewal_pending(&key) {
-                continue;
+        for (key, token) in self.expiries_to_propose(Some(now)) {
+            if let Standing::Leader(leading) = &mut self.standing {
+                leading.expiring.insert((key.clone(), token));
             }
-            self.expiring.insert((key.clone(), token));
             let command = Command::Expire {
                 key: key.clone(),
                 token,
             };
             self.propose(command, Pending::Expire { key, token });
         }
+        self.debug_validate();
     }
 
-    /// Whether a renewal of `key` is proposed and not yet applied.
-    fn renewal_pending(&self, key: &Key) -> bool {
-        self.renewing.contains_key(key)
+    /// The leases due by `now` (all if `None`) that the serving leader
+    /// should expire, soonest first: not already expiring, and no renewal
+    /// of the key pending. A renewal already in the log (sent before the
+    /// lease ran out, held up by a stall) goes first: an expiry behind it
+    /// would remove the lock it renewed. Once it applies the lease is new,
+    /// or, if it never commits, the expiry comes next tick.
+    fn expiries_to_propose(&self, now: Option<Millis>) -> Vec<(Key, Token)> {
+        let Some(leading) = self.leading().filter(|_| self.serving()) else {
+            return Vec::new();
+        };
+        let due = self.table.due_expiries(now.unwrap_or(Millis::MAX));
+        let wanted = due.filter(|(key, token)| {
+            !leading.expiring.contains(&((*key).clone(), *token))
+                && !self.renewing.contains_key(*key)
+        });
+        match now {
+            Some(_) => wanted.map(|(k, t)| (k.clone(), t)).collect(),
+            None => wanted.take(1).map(|(k, t)| (k.clone(), t)).collect(),
+        }
     }
 
-    /// When [`RaftEngine::tick`] next has something to do.
+    /// When [`RaftEngine::handle_tick`] next has something to do.
     pub fn next_deadline(&self) -> Option<Millis> {
         let orphans = self.orphans.map(|(deadline, _)| deadline);
-        let waiters = match (self.queues.next_deadline(), orphans) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
-        };
-        if !self.serving() {
-            return waiters;
-        }
         let lease = self
-            .table
-            .due_expiries(Millis::MAX)
-            .find(|(key, token)| {
-                !self.expiring.contains(&((*key).clone(), *token)) && !self.renewal_pending(key)
-            })
+            .expiries_to_propose(None)
+            .first()
             .and_then(|(key, _)| self.table.holder(key))
             .map(|holder| holder.expires_at);
-        match (waiters, lease) {
+        let ours = match self.leading() {
+            Some(leading) => leading.rules.next_deadline(lease),
+            None => lease,
+        };
+        match (ours, orphans) {
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),
         }
     }
 
     pub fn has_output(&self) -> bool {
-        !self.outbox.is_empty()
+        self.leading().is_some_and(|l| !l.outbox.is_empty())
     }
 
-    /// The next batch of commands to propose as one log entry.
-    pub fn take_proposal(&mut self) -> Option<(Proposal, Vec<u64>)> {
-        if self.outbox.is_empty() {
+    /// The next batch of commands to propose as one log entry, with their tags.
+    pub fn poll_proposal(&mut self) -> Option<(Proposal, Vec<u64>)> {
+        let Standing::Leader(leading) = &mut self.standing else {
+            return None;
+        };
+        if leading.outbox.is_empty() {
             return None;
         }
-        let rest = self.outbox.split_off(self.outbox.len().min(MAX_BATCH));
-        let commands = std::mem::replace(&mut self.outbox, rest);
+        let rest = leading
+            .outbox
+            .split_off(leading.outbox.len().min(MAX_BATCH));
+        let commands = std::mem::replace(&mut leading.outbox, rest);
         let tags = commands.iter().map(|c| c.tag).collect();
-        Some((
-            Proposal {
-                origin: self.origin,
-                commands,
-            },
-            tags,
-        ))
-    }
-
-    /// Applies one committed entry at `now`.
-    pub fn apply_entry(&mut self, entry: &Entry, now: Millis, events: &mut Vec<EngineEvent<H>>) {
-        match &entry.payload {
-            EntryPayload::Normal(proposal) => {
-                let mine = proposal.origin == self.origin;
-                for tagged in &proposal.commands {
-                    let pending = if mine {
-                        self.take_pending(tagged.tag)
-                    } else {
-                        None
-                    };
-                    self.apply_command(&tagged.command, pending, mine, now, events);
-                }
-            }
-            EntryPayload::Blank => {
-                let leader = entry.log_id.leader_id;
-                if leader.node_id == self.me {
-                    self.own_entry_applied = Some(leader.term);
-                }
-            }
-            EntryPayload::Membership(_) => {}
-        }
-    }
-
-    fn apply_command(
-        &mut self,
-        command: &Command,
-        pending: Option<Pending<H>>,
-        mine: bool,
-        now: Millis,
-        events: &mut Vec<EngineEvent<H>>,
-    ) {
-        let outcome = self.table.apply(command, now);
-        match (command, pending) {
-            (Command::Grant { key, .. }, Some(Pending::Grant(waiter))) => {
-                self.granting.remove(key);
-                match outcome {
-                    // Only the serving leader hands a grant out: its lease
-                    // counts from this apply, as the leader's expiry will.
-                    // A node that applies its own old grant after losing
-                    // the lead may do so long after the leader that
-                    // committed it started the lease (and granted newer
-                    // tokens): its client would hold the key past the
-                    // leader's expiry. It is sent away instead; the grant
-                    // lapses with its lease (found by the simulation).
-                    Outcome::Granted { token } if self.serving() => {
-                        events.push(EngineEvent::Granted {
-                            id: waiter.id,
-                            handle: waiter.handle,
-                            key: waiter.key,
-                            token,
-                        })
-                    }
-                    // Unreachable while grants are proposed only for free
-                    // keys; the waiter goes back to wait its turn again.
-                    Outcome::GrantRejected if self.serving() => {
-                        self.queues.push(
-                            waiter.key,
-                            waiter.lease_ms,
-                            waiter.deadline,
-                            waiter.handle,
-                        );
-                    }
-                    _ => events.push(EngineEvent::Moved {
-                        id: waiter.id,
-                        handle: waiter.handle,
-                        key: waiter.key,
-                        to: self.redirect_target(),
-                    }),
-                }
-            }
-            (Command::Grant { key, .. }, None) => {
-                // Our own grant whose request was already answered (this
-                // node lost and regained the lead meanwhile): nobody holds
-                // it, so it is given back at once.
-                if let (true, Outcome::Granted { token }) = (mine, outcome) {
-                    if self.serving() {
-                        let command = Command::Release {
-                            key: key.clone(),
-                            token,
-                        };
-                        self.propose(
-                            command,
-                            Pending::Release {
-                                key: key.clone(),
-                                reply: None,
-                            },
-                        );
-                    }
-                }
-            }
-            (
-                Command::Release { .. },
-                Some(Pending::Release {
-                    key,
-                    reply: Some(handle),
-                }),
-            ) => {
-                let response = if outcome == Outcome::Released {
-                    Response::Released { key }
-                } else {
-                    Response::NotHeld {
-                        op: Op::Release,
-                        key,
-                    }
-                };
-                events.push(EngineEvent::Reply { handle, response });
-            }
-            (Command::Renew { .. }, Some(Pending::Renew { key, reply })) => {
-                let response = if outcome == Outcome::Renewed && !self.serving() {
-                    // As for a grant: the new lease counts from the
-                    // leader's apply, which may be long past.
-                    Response::Moved {
-                        op: Op::Renew,
-                        key,
-                        addr: self.redirect_target(),
-                    }
-                } else if outcome == Outcome::Renewed {
-                    Response::Renewed { key }
-                } else {
-                    Response::NotHeld { op: Op::Renew, key }
-                };
-                events.push(EngineEvent::Reply {
-                    handle: reply,
-                    response,
-                });
-            }
-            (Command::Expire { key, token }, _) => {
-                self.expiring.remove(&(key.clone(), *token));
-            }
-            _ => {}
-        }
-        let freed = matches!(
-            outcome,
-            Outcome::Released | Outcome::Expired { existed: true }
-        );
-        if freed {
-            let key = match command {
-                Command::Release { key, .. } | Command::Expire { key, .. } => Some(key.clone()),
-                _ => None,
-            };
-            if let Some(key) = key {
-                self.grant_next(&key, now, events);
-            }
-        }
+        let proposal = Proposal {
+            origin: self.origin,
+            commands,
+        };
+        Some((proposal, tags))
     }
 
     /// A snapshot of the table at `now`.
@@ -566,10 +476,26 @@ impl<H> RaftEngine<H> {
     }
 
     /// Replaces the table with a snapshot's (a snapshot installed from the
-    /// leader, or the stored one at start).
-    pub fn restore(&mut self, snapshot: &TableSnapshot, now: Millis) {
+    /// leader, or the stored one at start). Grants and expiries on their
+    /// way may be in it already, so they are forgotten; a key the snapshot
+    /// frees goes to its next waiter.
+    pub fn handle_snapshot(
+        &mut self,
+        snapshot: &TableSnapshot,
+        now: Millis,
+        events: &mut Vec<Event<H>>,
+    ) {
+        self.saw(now);
         self.table = LockTable::restore(snapshot, now);
-        self.granting.clear();
-        self.expiring.clear();
+        let mut waited_on = Vec::new();
+        if let Standing::Leader(leading) = &mut self.standing {
+            leading.rules.forget_grants();
+            leading.expiring.clear();
+            waited_on = leading.rules.waited_on();
+        }
+        for key in waited_on {
+            self.hand_on(&key, None, now, events);
+        }
+        self.debug_validate();
     }
 }

@@ -198,7 +198,7 @@ fn a_leader_never_puts_more_than_the_bound_in_one_entry() {
         },
         payload: EntryPayload::Blank,
     };
-    engine.apply_entry(&blank, 0, &mut events);
+    engine.apply_entry((&blank).into(), 0, &mut events);
     assert!(engine.serving());
     for i in 0..(3 * MAX_BATCH + 5) {
         let name = format!("{i:0>width$}", width = MAX_KEY_LEN);

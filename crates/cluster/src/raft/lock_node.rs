@@ -2,11 +2,13 @@
 //! as the server's events, and the committed log applied under the
 //! server's mutex.
 
-use baton_core::{AcquireOutcome, Key, Millis, Outcome, TableSnapshot, Token, WaiterId};
+use baton_core::{
+    AcquireOutcome, Event, Key, Millis, NotServing, Outcome, TableSnapshot, Token, WaiterId,
+};
 use baton_proto::{Mode, Role};
 use baton_server::{LockNode, Mailbox, NodeEvent, NodeStatus, Served, SharedLocks};
 
-use super::engine::{EngineEvent, NotServing, RaftEngine, RaftRole};
+use super::engine::{RaftEngine, RaftRole};
 use super::observe::{self, PeerProgress};
 use super::state_machine::TableHost;
 use super::types::{Entry, Proposal};
@@ -14,7 +16,7 @@ use super::types::{Entry, Proposal};
 #[derive(Debug)]
 pub struct RaftLockNode {
     engine: RaftEngine<Mailbox>,
-    scratch: Vec<EngineEvent<Mailbox>>,
+    scratch: Vec<Event<Mailbox>>,
     /// The followers' replication, while this node leads (for `S`).
     replication: Vec<PeerProgress>,
     /// openraft's current term (for `S`): an election shows as a change.
@@ -44,63 +46,36 @@ impl RaftLockNode {
 
     /// The next batch of commands to propose as one log entry, with their tags.
     pub fn take_proposal(&mut self) -> Option<(Proposal, Vec<u64>)> {
-        self.engine.take_proposal()
+        self.engine.poll_proposal()
     }
 
     /// Runs `f` on the engine and turns the events it made into the
-    /// server's.
+    /// server's (nodes by address, not index).
     pub fn drive<R>(
         &mut self,
         events: &mut Vec<NodeEvent>,
-        f: impl FnOnce(&mut RaftEngine<Mailbox>, &mut Vec<EngineEvent<Mailbox>>) -> R,
+        f: impl FnOnce(&mut RaftEngine<Mailbox>, &mut Vec<Event<Mailbox>>) -> R,
     ) -> R {
         let result = f(&mut self.engine, &mut self.scratch);
-        events.extend(self.scratch.drain(..).map(node_event));
+        let engine = &self.engine;
+        events.extend(
+            self.scratch
+                .drain(..)
+                .map(|event| NodeEvent::from_event(event, |i| engine.addr_of(i))),
+        );
         result
     }
 
-    fn late(result: Result<Option<Outcome>, NotServing>) -> Served<Outcome> {
+    fn redirect(&self, to: NotServing) -> Option<String> {
+        to.serving.and_then(|i| self.engine.addr_of(i))
+    }
+
+    fn late(&self, result: Result<Option<Outcome>, NotServing>) -> Served<Outcome> {
         match result {
             Ok(Some(outcome)) => Served::Done(outcome),
             Ok(None) => Served::Later,
-            Err(to) => Served::Redirect(to),
+            Err(to) => Served::Redirect(self.redirect(to)),
         }
-    }
-}
-
-fn node_event(event: EngineEvent<Mailbox>) -> NodeEvent {
-    match event {
-        EngineEvent::Granted {
-            id,
-            handle,
-            key,
-            token,
-        } => NodeEvent::Granted {
-            id,
-            mailbox: handle,
-            key,
-            token,
-        },
-        EngineEvent::TimedOut { id, handle, key } => NodeEvent::TimedOut {
-            id,
-            mailbox: handle,
-            key,
-        },
-        EngineEvent::Moved {
-            id,
-            handle,
-            key,
-            to,
-        } => NodeEvent::Moved {
-            id,
-            mailbox: handle,
-            key,
-            to,
-        },
-        EngineEvent::Reply { handle, response } => NodeEvent::Reply {
-            mailbox: handle,
-            response,
-        },
     }
 }
 
@@ -115,11 +90,11 @@ impl LockNode for RaftLockNode {
         events: &mut Vec<NodeEvent>,
     ) -> Served<AcquireOutcome> {
         let result = self.drive(events, |engine, ev| {
-            engine.acquire(key, wait_ms, lease_ms, now, mailbox.clone(), ev)
+            engine.handle_acquire(key, wait_ms, lease_ms, now, mailbox.clone(), ev)
         });
         match result {
             Ok(outcome) => Served::Done(outcome),
-            Err(to) => Served::Redirect(to),
+            Err(to) => Served::Redirect(self.redirect(to)),
         }
     }
 
@@ -131,13 +106,12 @@ impl LockNode for RaftLockNode {
         reply_to: Option<&Mailbox>,
         events: &mut Vec<NodeEvent>,
     ) -> Served<Outcome> {
-        let proposed = self.engine.release(key, token, reply_to.cloned());
-        if matches!(proposed, Ok(None)) {
-            self.drive(events, |engine, ev| {
-                engine.grant_behind_release(key, now, ev)
-            });
-        }
-        Self::late(proposed)
+        // The next waiter's grant rides in the release's entry: the
+        // engine's hand-over, the core's rule.
+        let proposed = self.drive(events, |engine, ev| {
+            engine.handle_release(key, token, reply_to.cloned(), now, ev)
+        });
+        self.late(proposed)
     }
 
     fn renew(
@@ -149,15 +123,18 @@ impl LockNode for RaftLockNode {
         reply_to: &Mailbox,
         _events: &mut Vec<NodeEvent>,
     ) -> Served<Outcome> {
-        Self::late(self.engine.renew(key, token, lease_ms, reply_to.clone()))
+        let proposed = self
+            .engine
+            .handle_renew(key, token, lease_ms, reply_to.clone());
+        self.late(proposed)
     }
 
     fn cancel(&mut self, id: WaiterId) {
-        self.engine.cancel(id);
+        self.engine.handle_cancel(id);
     }
 
     fn tick(&mut self, now: Millis, events: &mut Vec<NodeEvent>) {
-        self.drive(events, |engine, ev| engine.tick(now, ev));
+        self.drive(events, |engine, ev| engine.handle_tick(now, ev));
     }
 
     fn next_deadline(&self) -> Option<Millis> {
@@ -196,7 +173,7 @@ impl TableHost for SharedLocks<RaftLockNode> {
         self.with(|node, now, events| {
             node.drive(events, |engine, ev| {
                 for entry in entries {
-                    engine.apply_entry(entry, now, ev);
+                    engine.handle_committed(entry.into(), now, ev);
                 }
             })
         });
@@ -207,6 +184,10 @@ impl TableHost for SharedLocks<RaftLockNode> {
     }
 
     fn restore(&self, snapshot: &TableSnapshot) {
-        self.with(|node, now, _| node.engine.restore(snapshot, now));
+        self.with(|node, now, events| {
+            node.drive(events, |engine, ev| {
+                engine.handle_snapshot(snapshot, now, ev)
+            })
+        });
     }
 }

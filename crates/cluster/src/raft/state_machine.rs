@@ -3,7 +3,7 @@
 //! The table itself lives in the node's engine, behind the server's mutex,
 //! so the leader learns a command's outcome the moment it is applied and
 //! answers the client from there. This adapter forwards committed entries
-//! to the engine through a [`TableHost`], keeps the applied log id and
+//! to the engine through a [`TableHost`] (as [`Committed`] entries), keeps the applied log id and
 //! membership, and takes and installs snapshots.
 
 use std::io;
@@ -13,8 +13,9 @@ use baton_core::TableSnapshot;
 use futures_util::{Stream, TryStreamExt};
 use openraft::entry::RaftEntry;
 use openraft::storage::{EntryResponder, RaftSnapshotBuilder, RaftStateMachine};
-use openraft::OptionalSend;
+use openraft::{EntryPayload, OptionalSend};
 
+use super::engine::Committed;
 use super::snapshot_store::{self, SnapshotStore, StoredSnapshot};
 use super::types::{
     Entry, LogId, Snapshot, SnapshotData, SnapshotMeta, StoredMembership, TypeConfig,
@@ -33,6 +34,20 @@ pub trait TableHost: Send + Sync + 'static {
     /// are rare).
     fn last_token(&self) -> baton_core::Token {
         self.snapshot().last_token
+    }
+}
+
+impl<'a> From<&'a Entry> for Committed<'a> {
+    /// openraft's entry in the engine's terms (the engine knows no openraft type).
+    fn from(entry: &'a Entry) -> Committed<'a> {
+        match &entry.payload {
+            EntryPayload::Normal(proposal) => Committed::Proposal(proposal),
+            EntryPayload::Blank => Committed::LeaderBlank {
+                leader: entry.log_id.leader_id.node_id,
+                term: entry.log_id.leader_id.term,
+            },
+            EntryPayload::Membership(_) => Committed::Membership,
+        }
     }
 }
 

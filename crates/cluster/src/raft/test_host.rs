@@ -49,7 +49,7 @@ impl TableHost for TestHost {
         let mut engine = self.engine();
         let mut events = Vec::new();
         for entry in entries {
-            engine.apply_entry(entry, 0, &mut events);
+            engine.handle_committed(entry.into(), 0, &mut events);
         }
     }
 
@@ -58,7 +58,7 @@ impl TableHost for TestHost {
     }
 
     fn restore(&self, snapshot: &TableSnapshot) {
-        self.engine().restore(snapshot, 0);
+        self.engine().handle_snapshot(snapshot, 0, &mut Vec::new());
     }
 }
 

@@ -9,7 +9,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
-use baton_cluster::raft::engine::{EngineEvent, NotServing, RaftEngine};
+use baton_cluster::raft::engine::{EngineEvent, RaftEngine};
 use baton_cluster::raft::inbound::RaftAcceptor;
 use baton_cluster::raft::link::{BoxedStream, DialFuture, Dialer};
 use baton_cluster::raft::observe;
@@ -19,7 +19,7 @@ use baton_cluster::raft::state_machine::TableHost;
 use baton_cluster::raft::types::Entry;
 use baton_cluster::raft::types::{NodeId, Proposal};
 use baton_cluster::raft::{build_raft, RaftSettings};
-use baton_core::{Key, TableSnapshot};
+use baton_core::{Key, NotServing, TableSnapshot};
 use bytes::BytesMut;
 use tokio::io::AsyncReadExt;
 use tokio::sync::{mpsc, Notify};
@@ -101,7 +101,7 @@ impl SimNode {
                 }
                 EngineEvent::TimedOut { handle, .. }
                 | EngineEvent::Moved { handle, .. }
-                | EngineEvent::Reply { handle, .. } => (handle, Answer::Other),
+                | EngineEvent::Answered { handle, .. } => (handle, Answer::Other),
             };
             // A client whose host crashed is gone; the lease ends its grant.
             let _ = handle.send(answer);
@@ -176,7 +176,7 @@ impl TableHost for SimNode {
         self.with(|engine, now, ev| {
             for entry in entries {
                 let before = engine.table().last_token();
-                engine.apply_entry(entry, now, ev);
+                engine.apply_entry(entry.into(), now, ev);
                 // Each grant takes the next token; find the key holding it.
                 for token in before + 1..=engine.table().last_token() {
                     let key = engine

@@ -1,13 +1,13 @@
-//! What happens to a leader's requests when its leadership ends (lost,
-//! or stepped down for want of a majority) or a proposal fails: waiters
-//! and requests that never reached the log are redirected at once; those
-//! in the log wait a while for their entry, which the next leader may
+//! Changes of role, each through [`RaftEngine::handle_role`], and what
+//! happens to a leader's requests when its leadership ends (lost, or
+//! stepped down for want of a majority) or a proposal fails: waiters and
+//! requests that never reached the log are redirected at once; those in
+//! the log wait a while for their entry, which the next leader may
 //! commit, and are redirected if it does not come.
 
-use baton_core::{Key, Millis};
-use baton_proto::{Op, Response};
+use baton_core::{Change, Event, Key, Millis, NotServing};
 
-use super::{EngineEvent, Pending, RaftEngine, RaftRole};
+use super::{Leading, Pending, RaftEngine, RaftRole, Standing};
 use crate::raft::types::NodeId;
 
 /// How long requests of an ended leadership wait for their entry to be
@@ -28,98 +28,119 @@ impl<H> RaftEngine<H> {
     }
 
     /// A proposal did not make it into the log (this node no longer leads):
-    /// its requests are sent to the leader.
-    pub fn proposal_failed(
+    /// its requests are sent to the leader. A grant of this leadership
+    /// frees its key for the next waiter (if this node still serves, else
+    /// the change of role sends them away too).
+    pub fn handle_proposal_failed(
         &mut self,
         tags: &[u64],
         leader: Option<NodeId>,
-        events: &mut Vec<EngineEvent<H>>,
+        now: Millis,
+        events: &mut Vec<Event<H>>,
     ) {
-        let to = self.addr(leader);
+        self.saw(now);
+        let to = NotServing::redirect(leader.and_then(|n| usize::try_from(n).ok()));
         for tag in tags {
-            if let Some(pending) = self.take_pending(*tag) {
-                self.abandon(pending, to.clone(), events);
+            let current = self.of_this_leadership(*tag);
+            let Some(pending) = self.take_pending(*tag) else {
+                continue;
+            };
+            let freed = match (&pending, &mut self.standing) {
+                (Pending::Grant(waiter), Standing::Leader(leading)) if current => {
+                    leading.rules.grant_dropped(&waiter.key);
+                    Some(waiter.key.clone())
+                }
+                _ => None,
+            };
+            self.abandon(pending, to, events);
+            if let Some(key) = freed {
+                self.hand_on(&key, None, now, events);
             }
         }
+        self.debug_validate();
     }
 
     /// Answers a request whose command will not be applied for it.
-    pub(super) fn abandon(
-        &mut self,
-        pending: Pending<H>,
-        to: Option<String>,
-        events: &mut Vec<EngineEvent<H>>,
-    ) {
+    fn abandon(&mut self, pending: Pending<H>, to: NotServing, events: &mut Vec<Event<H>>) {
         match pending {
-            Pending::Grant(waiter) => {
-                self.granting.remove(&waiter.key);
-                events.push(EngineEvent::Moved {
-                    id: waiter.id,
-                    handle: waiter.handle,
-                    key: waiter.key,
-                    to,
-                });
-            }
+            Pending::Grant(waiter) => events.push(Event::Moved {
+                id: waiter.id,
+                handle: waiter.handle,
+                key: waiter.key,
+                to,
+            }),
             Pending::Release { key, reply } => {
                 if let Some(handle) = reply {
-                    events.push(moved_reply(handle, Op::Release, key, to));
+                    events.push(moved_answer(handle, Change::Release, key, to));
                 }
             }
             Pending::Renew { key, reply } => {
-                events.push(moved_reply(reply, Op::Renew, key, to));
+                events.push(moved_answer(reply, Change::Renew, key, to));
             }
             Pending::Expire { key, token } => {
-                self.expiring.remove(&(key, token));
+                if let Standing::Leader(leading) = &mut self.standing {
+                    leading.expiring.remove(&(key, token));
+                }
             }
         }
     }
 
-    /// The node's place in the group changed. A leader that stops leading
-    /// (or starts a new term) sends every waiter to whoever leads now, and
-    /// every request that never reached the log. Requests already in the
-    /// log wait for their entry: if the next leader commits it, this node
-    /// applies it too and answers with the real outcome, instead of sending
-    /// the client to retry a change that was made (a release answered
-    /// `N R`, a grant held by nobody until its lease ends).
-    pub fn set_role(&mut self, role: RaftRole, now: Millis, events: &mut Vec<EngineEvent<H>>) {
-        if role == self.role {
+    /// The node's place in the group changed: the one door for every
+    /// change of role. A leader that stops leading (or starts a new term)
+    /// sends every waiter to whoever leads now, and every request that
+    /// never reached the log. Requests already in the log wait for their
+    /// entry: if the next leader commits it, this node applies it too and
+    /// answers with the real outcome, instead of sending the client to
+    /// retry a change that was made (a release answered `N R`, a grant
+    /// held by nobody until its lease ends).
+    pub fn handle_role(&mut self, role: RaftRole, now: Millis, events: &mut Vec<Event<H>>) {
+        self.saw(now);
+        if role == self.role() {
             return;
         }
-        let was_leading = matches!(self.role, RaftRole::Leader { .. });
-        self.role = role;
-        if was_leading {
-            let to = self.redirect_target();
-            for waiter in self.queues.drain_all() {
-                events.push(EngineEvent::Moved {
-                    id: waiter.id,
-                    handle: waiter.handle,
-                    key: waiter.key,
-                    to: to.clone(),
-                });
+        let standing = match role {
+            RaftRole::Follower { leader } => Standing::Follower { leader },
+            RaftRole::Candidate => Standing::Candidate,
+            RaftRole::Leader { term } => {
+                Standing::Leader(Box::new(Leading::new(term, self.next_tag)))
             }
-            let unproposed: Vec<u64> = self.outbox.drain(..).map(|c| c.tag).collect();
-            let expiries: Vec<u64> = self
-                .pending
-                .iter()
-                .filter(|(_, p)| matches!(p, Pending::Expire { .. }))
-                .map(|(tag, _)| *tag)
-                .collect();
-            for tag in unproposed.into_iter().chain(expiries) {
-                if let Some(pending) = self.take_pending(tag) {
-                    self.abandon(pending, to.clone(), events);
-                }
+        };
+        if let Standing::Leader(ended) = std::mem::replace(&mut self.standing, standing) {
+            self.end_leadership(*ended, now, events);
+        }
+        self.debug_validate();
+    }
+
+    fn end_leadership(&mut self, mut ended: Leading<H>, now: Millis, events: &mut Vec<Event<H>>) {
+        let to = self.not_serving();
+        for waiter in ended.rules.drain_waiters() {
+            events.push(Event::Moved {
+                id: waiter.id,
+                handle: waiter.handle,
+                key: waiter.key,
+                to,
+            });
+        }
+        let unproposed = ended.outbox.iter().map(|c| c.tag);
+        let expiries = self
+            .pending
+            .iter()
+            .filter(|(_, p)| matches!(p, Pending::Expire { .. }))
+            .map(|(tag, _)| *tag);
+        let answered: Vec<u64> = unproposed.chain(expiries).collect();
+        for tag in answered {
+            if let Some(pending) = self.take_pending(tag) {
+                self.abandon(pending, to, events);
             }
-            if !self.pending.is_empty() {
-                self.orphans = Some((now.saturating_add(self.orphan_wait_ms), self.next_tag));
-            }
-            self.granting.clear();
-            self.expiring.clear();
+        }
+        if !self.pending.is_empty() {
+            self.orphans = Some((now.saturating_add(self.orphan_wait_ms), self.next_tag));
         }
     }
 
     /// Redirects the requests of an ended leadership whose entries were
     /// not applied in time: they were lost with that leader's log tail.
-    pub(super) fn settle_orphans(&mut self, now: Millis, events: &mut Vec<EngineEvent<H>>) {
+    pub(super) fn settle_orphans(&mut self, now: Millis, events: &mut Vec<Event<H>>) {
         let Some((deadline, bound)) = self.orphans else {
             return;
         };
@@ -127,7 +148,7 @@ impl<H> RaftEngine<H> {
             return;
         }
         self.orphans = None;
-        let to = self.redirect_target();
+        let to = self.not_serving();
         let lost: Vec<u64> = self
             .pending
             .keys()
@@ -136,15 +157,17 @@ impl<H> RaftEngine<H> {
             .collect();
         for tag in lost {
             if let Some(pending) = self.take_pending(tag) {
-                self.abandon(pending, to.clone(), events);
+                self.abandon(pending, to, events);
             }
         }
     }
 }
 
-fn moved_reply<H>(handle: H, op: Op, key: Key, to: Option<String>) -> EngineEvent<H> {
-    EngineEvent::Reply {
+fn moved_answer<H>(handle: H, change: Change, key: Key, to: NotServing) -> Event<H> {
+    Event::Answered {
         handle,
-        response: Response::Moved { op, key, addr: to },
+        key,
+        change,
+        answer: Err(to),
     }
 }

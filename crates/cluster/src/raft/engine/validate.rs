@@ -1,0 +1,81 @@
+//! The Raft engine's invariants, checked after every input in debug
+//! builds; simulations call [`RaftEngine::validate`] between steps.
+
+use std::collections::HashMap;
+
+use baton_core::{invariant, Broken, Key};
+
+use super::{Pending, RaftEngine, Standing};
+
+fn ensure(holds: bool, what: impl FnOnce() -> String) -> Result<(), Broken> {
+    invariant::ensure(holds, what)
+}
+
+impl<H> RaftEngine<H> {
+    /// Checks the table; that the renewal counts are the pending renewals
+    /// (never zero, so they never underflow); that a leader's hand-overs
+    /// and expiries on their way and its outbox are pending requests; and,
+    /// while it serves, the rules (a free key has no live waiters).
+    pub fn validate(&self) -> Result<(), Broken> {
+        self.table.validate()?;
+        let mut renewals: HashMap<&Key, u32> = HashMap::new();
+        for pending in self.pending.values() {
+            if let Pending::Renew { key, .. } = pending {
+                *renewals.entry(key).or_default() += 1;
+            }
+        }
+        let counted: HashMap<&Key, u32> = self.renewing.iter().map(|(k, n)| (k, *n)).collect();
+        ensure(renewals == counted, || {
+            format!("renewals counted {counted:?}, pending {renewals:?}")
+        })?;
+        if let Some((_, bound)) = self.orphans {
+            ensure(bound <= self.next_tag, || format!("orphans below {bound}"))?;
+        }
+        let Standing::Leader(leading) = &self.standing else {
+            let expiring = self
+                .pending
+                .values()
+                .any(|p| matches!(p, Pending::Expire { .. }));
+            return ensure(!expiring, || "an expiry pending off the lead".to_string());
+        };
+        for tagged in &leading.outbox {
+            ensure(self.pending.contains_key(&tagged.tag), || {
+                format!("tag {} to propose, not pending", tagged.tag)
+            })?;
+        }
+        for (key, token) in &leading.expiring {
+            let pending = self.pending.values().any(
+                |p| matches!(p, Pending::Expire { key: k, token: t } if k == key && t == token),
+            );
+            ensure(pending, || format!("expiry of {key:?} {token} not pending"))?;
+        }
+        let granting = self.pending.iter().filter_map(|(tag, p)| match p {
+            Pending::Grant(w) if *tag >= leading.first_tag => Some(&w.key),
+            _ => None,
+        });
+        let granting: Vec<&Key> = granting.collect();
+        ensure(granting.len() == leading.rules.granting_count(), || {
+            format!(
+                "{} grants pending, rules have {}",
+                granting.len(),
+                leading.rules.granting_count()
+            )
+        })?;
+        for key in granting {
+            ensure(leading.rules.is_granting(key), || {
+                format!("grant of {key:?} pending, not granting")
+            })?;
+        }
+        if self.serving() {
+            leading.rules.validate(&self.table)?;
+        }
+        Ok(())
+    }
+
+    /// The debug build's check after an input (in full while small).
+    pub(super) fn debug_validate(&self) {
+        let small = self.leading().is_none_or(|l| l.rules.small(&self.table))
+            && self.pending.len() <= invariant::FULL_CHECK_UP_TO;
+        invariant::debug_check(small, || self.validate());
+    }
+}
