@@ -64,48 +64,39 @@ fn table_grant(bencher: Bencher, n: usize) {
         });
 }
 
-/// Renews every one of N held keys (moves each in the lease index).
-#[divan::bench(args = [1_000, 100_000])]
-fn table_renew(bencher: Bencher, n: usize) {
+/// Times `command(key, token)` applied to each of N held keys.
+fn on_held_keys(bencher: Bencher, n: usize, command: fn(Key, u64) -> Command) {
     let keys = keys(n);
     let (table, tokens) = held(&keys);
-    let renewals: Vec<Command> = keys
+    let commands: Vec<Command> = keys
         .into_iter()
         .zip(tokens)
-        .map(|(key, token)| Command::Renew {
-            key,
-            token,
-            lease_ms: 2 * LEASE_MS,
-        })
+        .map(|(k, t)| command(k, t))
         .collect();
     bencher
         .counter(ItemsCount::new(n))
         .with_inputs(|| table.clone())
         .bench_local_refs(|table| {
-            for renewal in &renewals {
-                divan::black_box(table.apply(renewal, 1));
+            for command in &commands {
+                divan::black_box(table.apply(command, 1));
             }
         });
+}
+
+/// Renews every one of N held keys (moves each in the lease index).
+#[divan::bench(args = [1_000, 100_000])]
+fn table_renew(bencher: Bencher, n: usize) {
+    on_held_keys(bencher, n, |key, token| Command::Renew {
+        key,
+        token,
+        lease_ms: 2 * LEASE_MS,
+    });
 }
 
 /// Releases every one of N held keys.
 #[divan::bench(args = [1_000, 100_000])]
 fn table_release(bencher: Bencher, n: usize) {
-    let keys = keys(n);
-    let (table, tokens) = held(&keys);
-    let releases: Vec<Command> = keys
-        .into_iter()
-        .zip(tokens)
-        .map(|(key, token)| Command::Release { key, token })
-        .collect();
-    bencher
-        .counter(ItemsCount::new(n))
-        .with_inputs(|| table.clone())
-        .bench_local_refs(|table| {
-            for release in &releases {
-                divan::black_box(table.apply(release, 1));
-            }
-        });
+    on_held_keys(bencher, n, |key, token| Command::Release { key, token });
 }
 
 /// A pipelined burst as the driver writes it: N lines, acquires and

@@ -54,12 +54,8 @@ impl LockClient for BatonClient {
         self.conn.id
     }
 
-    fn slots(&self) -> usize {
-        self.keys.len()
-    }
-
-    fn key(&self, slot: usize) -> &[u8] {
-        &self.keys[slot]
+    fn keys(&self) -> &[Vec<u8>] {
+        &self.keys
     }
 
     fn acquire(&mut self, slot: usize) {
@@ -76,8 +72,7 @@ impl LockClient for BatonClient {
         out: &mut Vec<(usize, Answer<u64>)>,
     ) -> Result<(), BenchError> {
         let conn = &mut self.conn;
-        conn.flush(window.give_up_at, window.drain).await?;
-        conn.fill(window.give_up_at, window.drain).await?;
+        conn.send_and_fill(window).await?;
         while let Some(line) = conn.lines.next_line() {
             let (key, answer) = match wire::parse_reply(line) {
                 Reply::Granted { key, token } => (key, Answer::Granted { token, held: token }),

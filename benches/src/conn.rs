@@ -11,6 +11,7 @@ use tokio::time::{timeout, timeout_at, Instant};
 
 use crate::error::BenchError;
 use crate::lines::{Filled, LineReader};
+use crate::window::Window;
 
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 
@@ -58,6 +59,13 @@ impl Conn {
             })?;
         self.out.clear();
         Ok(())
+    }
+
+    /// Sends what is queued, then waits for more response bytes, both
+    /// bounded by the run's give-up instant.
+    pub async fn send_and_fill(&mut self, window: &Window) -> Result<(), BenchError> {
+        self.flush(window.give_up_at, window.drain).await?;
+        self.fill(window.give_up_at, window.drain).await
     }
 
     /// Waits for more response bytes.

@@ -51,11 +51,18 @@ pub trait LockClient: Send + 'static {
     /// The connection's number, for error messages and the referee.
     fn id(&self) -> usize;
 
-    /// How many slots (keys) the client was made with.
-    fn slots(&self) -> usize;
+    /// The key of each slot, as the client was made with them.
+    fn keys(&self) -> &[Vec<u8>];
+
+    /// How many slots the client has.
+    fn slots(&self) -> usize {
+        self.keys().len()
+    }
 
     /// The key of `slot`, for error messages.
-    fn key(&self, slot: usize) -> &[u8];
+    fn key(&self, slot: usize) -> &[u8] {
+        &self.keys()[slot]
+    }
 
     /// Queues an acquire of `slot`'s key.
     fn acquire(&mut self, slot: usize);

@@ -99,12 +99,8 @@ impl LockClient for RedisClient {
         self.conn.id
     }
 
-    fn slots(&self) -> usize {
-        self.keys.len()
-    }
-
-    fn key(&self, slot: usize) -> &[u8] {
-        &self.keys[slot]
+    fn keys(&self) -> &[Vec<u8>] {
+        &self.keys
     }
 
     fn acquire(&mut self, slot: usize) {
@@ -130,8 +126,7 @@ impl LockClient for RedisClient {
         out: &mut Vec<(usize, Answer<u64>)>,
     ) -> Result<(), BenchError> {
         let conn = &mut self.conn;
-        conn.flush(window.give_up_at, window.drain).await?;
-        conn.fill(window.give_up_at, window.drain).await?;
+        conn.send_and_fill(window).await?;
         while let Some(line) = conn.lines.next_line() {
             let Some(slot) = self.pending.pop_front() else {
                 return Err(BenchError::protocol(conn.id, "reply to no request", line));

@@ -153,15 +153,13 @@ pub async fn run_once(
     let total = match target.dialect() {
         Dialect::Baton => {
             let conns = connect_all(addr, case.clients).await?;
-            load.run(conns, |conn, keys| {
-                BatonClient::new(conn, keys, load.cycle())
-            })
-            .await?
+            let client = |_, conn, keys| BatonClient::new(conn, keys, load.cycle());
+            load.run(conns, client).await?
         }
         Dialect::Redis => {
             let shared = redis_client::prepare(addr, Window::starting_now(timing)).await?;
             let conns = connect_all(addr, case.clients).await?;
-            let client = |conn, keys| RedisClient::new(conn, keys, load.cycle(), shared.clone());
+            let client = |_, conn, keys| RedisClient::new(conn, keys, load.cycle(), shared.clone());
             load.run(conns, client).await?
         }
         #[cfg(feature = "etcd")]
@@ -169,14 +167,14 @@ pub async fn run_once(
             let sessions = connect_sessions(addr, case.clients, |addr| {
                 crate::etcd_session::EtcdSession::connect(addr)
             });
-            load.run(sessions.await?, SessionClient::of).await?
+            load.run(sessions.await?, SessionClient::new).await?
         }
         #[cfg(feature = "zookeeper")]
         Dialect::Zookeeper => {
             let sessions = connect_sessions(addr, case.clients, |addr| {
                 crate::zk_session::ZkSession::connect(addr)
             });
-            load.run(sessions.await?, SessionClient::of).await?
+            load.run(sessions.await?, SessionClient::new).await?
         }
         #[allow(unreachable_patterns)] // reachable without the peer features
         _ => {
@@ -195,18 +193,6 @@ pub async fn run_once(
         p50: total.latency.quantile(0.50),
         p99: total.latency.quantile(0.99),
     })
-}
-
-/// Something a client is made from: a connection (or a session) that
-/// knows its number.
-pub trait Numbered {
-    fn number(&self) -> usize;
-}
-
-impl Numbered for Conn {
-    fn number(&self) -> usize {
-        self.id
-    }
 }
 
 /// One load run of a case: the same scenario code for every target.
@@ -238,19 +224,18 @@ impl Load {
         }
     }
 
-    /// Makes a client of each connection and runs the scenario on all of
-    /// them at once; connection set-up is not part of the measurement.
-    async fn run<T: Numbered, C: LockClient>(
+    /// Makes a client of each connection (numbered in order) and runs the
+    /// scenario on all of them at once; connection set-up is not part of
+    /// the measurement.
+    async fn run<T, C: LockClient>(
         &self,
         conns: Vec<T>,
-        client: impl Fn(T, Vec<Vec<u8>>) -> C,
+        client: impl Fn(usize, T, Vec<Vec<u8>>) -> C,
     ) -> Result<Stats, BenchError> {
         let clients: Vec<C> = conns
             .into_iter()
-            .map(|conn| {
-                let keys = self.keys_of(conn.number());
-                client(conn, keys)
-            })
+            .enumerate()
+            .map(|(id, conn)| client(id, conn, self.keys_of(id)))
             .collect();
         let window = Window::starting_now(self.timing);
         let mut referee = Referee::new(self.target.checks_locks());
@@ -279,20 +264,20 @@ async fn connect_all(addr: SocketAddr, count: usize) -> Result<Vec<Conn>, BenchE
     Ok(conns)
 }
 
-/// `count` library sessions, numbered in order.
+/// `count` library sessions.
 #[cfg(any(feature = "etcd", feature = "zookeeper"))]
 async fn connect_sessions<S, F, Fut>(
     addr: SocketAddr,
     count: usize,
     connect: F,
-) -> Result<Vec<(usize, S)>, BenchError>
+) -> Result<Vec<S>, BenchError>
 where
     F: Fn(SocketAddr) -> Fut,
     Fut: std::future::Future<Output = Result<S, BenchError>>,
 {
     let mut sessions = Vec::with_capacity(count);
-    for id in 0..count {
-        sessions.push((id, connect(addr).await?));
+    for _ in 0..count {
+        sessions.push(connect(addr).await?);
     }
     Ok(sessions)
 }

@@ -10,7 +10,6 @@ use tokio::time::timeout_at;
 
 use crate::error::BenchError;
 use crate::protocol::{Answer, LockClient};
-use crate::scenario::Numbered;
 use crate::window::Window;
 
 /// One client connection (session) to a lock service.
@@ -45,17 +44,13 @@ type Finished<S> = (
 pub struct SessionClient<S: LockSession> {
     id: usize,
     session: S,
-    keys: Vec<String>,
+    keys: Vec<Vec<u8>>,
     clones: Vec<Option<S>>,
     calls: JoinSet<Finished<S>>,
 }
 
 impl<S: LockSession> SessionClient<S> {
-    pub fn new(session: S, id: usize, keys: Vec<Vec<u8>>) -> Self {
-        let keys: Vec<String> = keys
-            .into_iter()
-            .map(|key| String::from_utf8_lossy(&key).into_owned())
-            .collect();
+    pub fn new(id: usize, session: S, keys: Vec<Vec<u8>>) -> Self {
         Self {
             id,
             clones: keys.iter().map(|_| Some(session.clone())).collect(),
@@ -63,11 +58,6 @@ impl<S: LockSession> SessionClient<S> {
             keys,
             calls: JoinSet::new(),
         }
-    }
-
-    /// A client of session `id`, made from what the scenario connected.
-    pub fn of((id, session): (usize, S), keys: Vec<Vec<u8>>) -> Self {
-        Self::new(session, id, keys)
     }
 
     /// Runs `call` on `slot`'s session clone as a task.
@@ -80,17 +70,15 @@ impl<S: LockSession> SessionClient<S> {
             debug_assert!(false, "slot {slot} already has a call in flight");
             return;
         };
-        let call = call(session, self.keys[slot].clone());
+        // The driver's keys are ASCII.
+        let call = call(
+            session,
+            String::from_utf8_lossy(&self.keys[slot]).into_owned(),
+        );
         self.calls.spawn(async move {
             let (session, answer) = call.await;
             (slot, session, answer)
         });
-    }
-}
-
-impl<S> Numbered for (usize, S) {
-    fn number(&self) -> usize {
-        self.0
     }
 }
 
@@ -101,12 +89,8 @@ impl<S: LockSession> LockClient for SessionClient<S> {
         self.id
     }
 
-    fn slots(&self) -> usize {
-        self.keys.len()
-    }
-
-    fn key(&self, slot: usize) -> &[u8] {
-        self.keys[slot].as_bytes()
+    fn keys(&self) -> &[Vec<u8>] {
+        &self.keys
     }
 
     fn acquire(&mut self, slot: usize) {
