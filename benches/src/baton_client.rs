@@ -93,6 +93,4 @@ impl LockClient for BatonClient {
         }
         Ok(())
     }
-
-    async fn close(self) {}
 }

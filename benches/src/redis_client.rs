@@ -153,6 +153,4 @@ impl LockClient for RedisClient {
         }
         Ok(())
     }
-
-    async fn close(self) {}
 }
