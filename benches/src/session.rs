@@ -131,3 +131,85 @@ impl<S: LockSession> LockClient for SessionClient<S> {
         self.session.close().await;
     }
 }
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)] // a failed unwrap in a test is a failed test
+mod tests {
+    use std::sync::{Arc, Mutex};
+    use std::time::Duration;
+
+    use super::*;
+    use crate::referee::Referee;
+    use crate::window::Timing;
+    use crate::{contended, own_keys};
+
+    /// A lock service in memory: one holder per key, tokens rising, and an
+    /// acquire of a held key polled until it frees (as a library waits).
+    #[derive(Clone, Debug, Default)]
+    struct Fake {
+        state: Arc<Mutex<(u64, Vec<String>)>>,
+    }
+
+    impl LockSession for Fake {
+        type Held = String;
+
+        async fn acquire(&mut self, key: &str) -> Result<(u64, String), BenchError> {
+            loop {
+                {
+                    let mut state = self.state.lock().unwrap();
+                    if !state.1.iter().any(|held| held == key) {
+                        state.0 += 1;
+                        state.1.push(key.to_string());
+                        return Ok((state.0, key.to_string()));
+                    }
+                }
+                tokio::task::yield_now().await;
+            }
+        }
+
+        async fn release(&mut self, held: String) -> Result<(), BenchError> {
+            self.state.lock().unwrap().1.retain(|key| *key != held);
+            Ok(())
+        }
+
+        async fn close(self) {}
+    }
+
+    const SHORT: Timing = Timing {
+        warmup: Duration::from_millis(20),
+        duration: Duration::from_millis(100),
+        drain: Duration::from_secs(2),
+    };
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn own_keys_cycle_every_slot_through_the_library() {
+        let keys = (0..4).map(|i| format!("k{i}").into_bytes()).collect();
+        let client = SessionClient::new(0, Fake::default(), keys);
+        let stats = own_keys::drive(client, true, Window::starting_now(SHORT))
+            .await
+            .unwrap();
+        assert!(stats.cycles > 0, "{stats:?}");
+        assert_eq!(stats.responses % 2, 0, "{stats:?}");
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn contended_sessions_take_turns() {
+        let fake = Fake::default();
+        let referee = Arc::new(Referee::new(true));
+        let window = Window::starting_now(SHORT);
+        let mut tasks = JoinSet::new();
+        for id in 0..3 {
+            let client = SessionClient::new(id, fake.clone(), vec![b"hot".to_vec()]);
+            tasks.spawn(contended::drive(client, Arc::clone(&referee), window));
+        }
+        let mut cycles = 0;
+        while let Some(joined) = tasks.join_next().await {
+            cycles += joined.unwrap().unwrap().cycles;
+        }
+        assert!(cycles > 0);
+        assert!(
+            fake.state.lock().unwrap().1.is_empty(),
+            "the key is left free"
+        );
+    }
+}
