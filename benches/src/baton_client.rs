@@ -71,26 +71,20 @@ impl LockClient for BatonClient {
         window: &Window,
         out: &mut Vec<(usize, Answer<u64>)>,
     ) -> Result<(), BenchError> {
-        let conn = &mut self.conn;
-        conn.send_and_fill(window).await?;
-        while let Some(line) = conn.lines.next_line() {
-            let (key, answer) = match wire::parse_reply(line) {
-                Reply::Granted { key, token } => (key, Answer::Granted { token, held: token }),
-                Reply::Released { key } => (key, Answer::Released),
-                Reply::TimedOut { key } => (key, Answer::NotGranted),
-                Reply::Other => {
-                    return Err(BenchError::protocol(conn.id, "unexpected response", line))
+        let index = &self.index;
+        self.conn
+            .read_answers(window, out, |line| {
+                let (key, answer) = match wire::parse_reply(line) {
+                    Reply::Granted { key, token } => (key, Answer::Granted { token, held: token }),
+                    Reply::Released { key } => (key, Answer::Released),
+                    Reply::TimedOut { key } => (key, Answer::NotGranted),
+                    Reply::Other => return Err("unexpected response"),
+                };
+                match index.get(key) {
+                    Some(&slot) => Ok((slot, answer)),
+                    None => Err("response for a key this connection did not use"),
                 }
-            };
-            let Some(&slot) = self.index.get(key) else {
-                return Err(BenchError::protocol(
-                    conn.id,
-                    "response for a key this connection did not use",
-                    line,
-                ));
-            };
-            out.push((slot, answer));
-        }
-        Ok(())
+            })
+            .await
     }
 }

@@ -61,11 +61,25 @@ impl Conn {
         Ok(())
     }
 
-    /// Sends what is queued, then waits for more response bytes, both
-    /// bounded by the run's give-up instant.
-    pub async fn send_and_fill(&mut self, window: &Window) -> Result<(), BenchError> {
+    /// Sends what is queued, waits for more response bytes (both bounded
+    /// by the run's give-up instant), and turns each complete line into an
+    /// item of `out` with `read`. A line `read` refuses, saying why, is a
+    /// protocol error quoting it.
+    pub async fn read_answers<A>(
+        &mut self,
+        window: &Window,
+        out: &mut Vec<A>,
+        mut read: impl FnMut(&[u8]) -> Result<A, &'static str>,
+    ) -> Result<(), BenchError> {
         self.flush(window.give_up_at, window.drain).await?;
-        self.fill(window.give_up_at, window.drain).await
+        self.fill(window.give_up_at, window.drain).await?;
+        while let Some(line) = self.lines.next_line() {
+            match read(line) {
+                Ok(answer) => out.push(answer),
+                Err(problem) => return Err(BenchError::protocol(self.id, problem, line)),
+            }
+        }
+        Ok(())
     }
 
     /// Waits for more response bytes.

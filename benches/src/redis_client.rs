@@ -125,32 +125,21 @@ impl LockClient for RedisClient {
         window: &Window,
         out: &mut Vec<(usize, Answer<u64>)>,
     ) -> Result<(), BenchError> {
-        let conn = &mut self.conn;
-        conn.send_and_fill(window).await?;
-        while let Some(line) = conn.lines.next_line() {
-            let Some(slot) = self.pending.pop_front() else {
-                return Err(BenchError::protocol(conn.id, "reply to no request", line));
-            };
-            let answer = match resp::parse(line) {
-                RespReply::Ok => {
-                    let value = self.values[slot];
-                    Answer::Granted {
-                        token: value,
-                        held: value,
-                    }
-                }
-                RespReply::Nil => Answer::NotGranted,
-                RespReply::Int(1) => Answer::Released,
-                _ => {
-                    return Err(BenchError::protocol(
-                        conn.id,
-                        "reply does not answer the request in flight",
-                        line,
-                    ))
-                }
-            };
-            out.push((slot, answer));
-        }
-        Ok(())
+        let (pending, values) = (&mut self.pending, &self.values);
+        self.conn
+            .read_answers(window, out, |line| {
+                let slot = pending.pop_front().ok_or("reply to no request")?;
+                let answer = match resp::parse(line) {
+                    RespReply::Ok => Answer::Granted {
+                        token: values[slot],
+                        held: values[slot],
+                    },
+                    RespReply::Nil => Answer::NotGranted,
+                    RespReply::Int(1) => Answer::Released,
+                    _ => return Err("reply does not answer the request in flight"),
+                };
+                Ok((slot, answer))
+            })
+            .await
     }
 }

@@ -188,8 +188,10 @@ mod tests {
         let stats = own_keys::drive(client, true, Window::starting_now(SHORT))
             .await
             .unwrap();
-        assert!(stats.cycles > 0, "{stats:?}");
-        assert_eq!(stats.responses % 2, 0, "{stats:?}");
+        // A cycle ends in a counted release (its grant may fall before
+        // the window opened).
+        assert!(stats.cycles > 0);
+        assert!(stats.responses >= stats.cycles, "{}", stats.responses);
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
