@@ -50,13 +50,8 @@ impl Conn {
         if self.out.is_empty() {
             return Ok(());
         }
-        timeout_at(give_up_at, self.stream.write_all(&self.out))
-            .await
-            .map_err(|_| BenchError::Drain(drain))?
-            .map_err(|source| BenchError::Io {
-                conn: self.id,
-                source,
-            })?;
+        let write = self.stream.write_all(&self.out);
+        bounded(self.id, give_up_at, drain, write).await?;
         self.out.clear();
         Ok(())
     }
@@ -84,13 +79,8 @@ impl Conn {
 
     /// Waits for more response bytes.
     pub async fn fill(&mut self, give_up_at: Instant, drain: Duration) -> Result<(), BenchError> {
-        let filled = timeout_at(give_up_at, self.lines.fill(&mut self.stream))
-            .await
-            .map_err(|_| BenchError::Drain(drain))?
-            .map_err(|source| BenchError::Io {
-                conn: self.id,
-                source,
-            })?;
+        let read = self.lines.fill(&mut self.stream);
+        let filled = bounded(self.id, give_up_at, drain, read).await?;
         match filled {
             Filled::Bytes => Ok(()),
             Filled::Eof => Err(BenchError::Closed { conn: self.id }),
@@ -99,4 +89,18 @@ impl Conn {
             }
         }
     }
+}
+
+/// One I/O step of connection `conn`, given up at `give_up_at` (the run's
+/// drain of `drain` ran out).
+async fn bounded<T>(
+    conn: usize,
+    give_up_at: Instant,
+    drain: Duration,
+    io: impl std::future::Future<Output = std::io::Result<T>>,
+) -> Result<T, BenchError> {
+    timeout_at(give_up_at, io)
+        .await
+        .map_err(|_| BenchError::Drain(drain))?
+        .map_err(|source| BenchError::Io { conn, source })
 }
