@@ -236,14 +236,19 @@ fn parse_positive_seconds(text: &str) -> Result<Duration, String> {
     }
 }
 
+/// The protocol's seconds (baton-proto reads them, so `--duration 2.5`
+/// means what `A k 2.5 1` would), from 0 to an hour.
 fn parse_seconds(text: &str) -> Result<Duration, String> {
-    let secs: f64 = text
-        .parse()
-        .map_err(|_| "expected seconds, e.g. 5 or 0.5".to_string())?;
-    if !(0.0..=3600.0).contains(&secs) {
-        return Err("expected seconds from 0 to 3600".into());
+    const MAX_MS: u64 = 3_600_000;
+    match baton_proto::parse_duration_ms(text.as_bytes()) {
+        Ok(ms) if ms <= MAX_MS => Ok(Duration::from_millis(ms)),
+        Ok(_) | Err(baton_proto::DurationError::Overflow) => {
+            Err("expected seconds from 0 to 3600".into())
+        }
+        Err(baton_proto::DurationError::Syntax) => {
+            Err("expected seconds, e.g. 5 or 0.5 (at most 3 decimals)".into())
+        }
     }
-    Ok(Duration::from_secs_f64(secs))
 }
 
 #[cfg(test)]
@@ -368,6 +373,14 @@ mod tests {
         assert!(parse(&["--scenario", "contended", "--duration", "0"]).is_err());
         assert!(parse(&["--scenario", "contended", "--warmup", "0"]).is_ok());
         assert!(parse(&["--scenario", "contended", "--runs", "x"]).is_err());
+        // Seconds as the protocol writes them, up to an hour.
+        for bad in ["1e3", ".5", "0.0001", "3600.001", "99999999999999999999"] {
+            assert!(
+                parse(&["--scenario", "contended", "--duration", bad]).is_err(),
+                "{bad}"
+            );
+        }
+        assert!(parse(&["--scenario", "contended", "--duration", "3600"]).is_ok());
         assert!(parse(&[
             "--scenario",
             "contended",

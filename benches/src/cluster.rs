@@ -127,8 +127,8 @@ fn batond_has_flag(batond: &Path, flag: &str) -> bool {
         .unwrap_or(false)
 }
 
-/// Writes a fresh random cluster key, 64 hex digits as `baton keygen`
-/// prints, to a file in `dir` only its owner can read.
+/// Writes a fresh random cluster key (the test kit's: 64 hex digits as
+/// `baton keygen` prints) to a new file in `dir` only its owner can read.
 fn write_key_file(dir: &Path) -> Result<PathBuf, BenchError> {
     use std::io::Write as _;
     let path = dir.join("cluster.key");
@@ -136,9 +136,8 @@ fn write_key_file(dir: &Path) -> Result<PathBuf, BenchError> {
         what: format!("write the cluster key {}", path.display()),
         source,
     };
-    let mut bytes = [0u8; 32];
-    getrandom::fill(&mut bytes).map_err(|e| setup(std::io::Error::other(e.to_string())))?;
-    let text: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
+    let text = baton_tests::key::random_key_text()
+        .map_err(|e| setup(std::io::Error::other(e.to_string())))?;
     let mut options = std::fs::OpenOptions::new();
     options.write(true).create_new(true);
     #[cfg(unix)]

@@ -11,6 +11,7 @@ use tokio::time::{timeout, timeout_at, Instant};
 
 use crate::error::BenchError;
 use crate::lines::{Filled, LineReader};
+use crate::window::Window;
 
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 
@@ -49,26 +50,37 @@ impl Conn {
         if self.out.is_empty() {
             return Ok(());
         }
-        timeout_at(give_up_at, self.stream.write_all(&self.out))
-            .await
-            .map_err(|_| BenchError::Drain(drain))?
-            .map_err(|source| BenchError::Io {
-                conn: self.id,
-                source,
-            })?;
+        let write = self.stream.write_all(&self.out);
+        bounded(self.id, give_up_at, drain, write).await?;
         self.out.clear();
+        Ok(())
+    }
+
+    /// Sends what is queued, waits for more response bytes (both bounded
+    /// by the run's give-up instant), and turns each complete line into an
+    /// item of `out` with `read`. A line `read` refuses, saying why, is a
+    /// protocol error quoting it.
+    pub async fn read_answers<A>(
+        &mut self,
+        window: &Window,
+        out: &mut Vec<A>,
+        mut read: impl FnMut(&[u8]) -> Result<A, &'static str>,
+    ) -> Result<(), BenchError> {
+        self.flush(window.give_up_at, window.drain).await?;
+        self.fill(window.give_up_at, window.drain).await?;
+        while let Some(line) = self.lines.next_line() {
+            match read(line) {
+                Ok(answer) => out.push(answer),
+                Err(problem) => return Err(BenchError::protocol(self.id, problem, line)),
+            }
+        }
         Ok(())
     }
 
     /// Waits for more response bytes.
     pub async fn fill(&mut self, give_up_at: Instant, drain: Duration) -> Result<(), BenchError> {
-        let filled = timeout_at(give_up_at, self.lines.fill(&mut self.stream))
-            .await
-            .map_err(|_| BenchError::Drain(drain))?
-            .map_err(|source| BenchError::Io {
-                conn: self.id,
-                source,
-            })?;
+        let read = self.lines.fill(&mut self.stream);
+        let filled = bounded(self.id, give_up_at, drain, read).await?;
         match filled {
             Filled::Bytes => Ok(()),
             Filled::Eof => Err(BenchError::Closed { conn: self.id }),
@@ -77,4 +89,18 @@ impl Conn {
             }
         }
     }
+}
+
+/// One I/O step of connection `conn`, given up at `give_up_at` (the run's
+/// drain of `drain` ran out).
+async fn bounded<T>(
+    conn: usize,
+    give_up_at: Instant,
+    drain: Duration,
+    io: impl std::future::Future<Output = std::io::Result<T>>,
+) -> Result<T, BenchError> {
+    timeout_at(give_up_at, io)
+        .await
+        .map_err(|_| BenchError::Drain(drain))?
+        .map_err(|source| BenchError::Io { conn, source })
 }

@@ -1,21 +1,24 @@
-//! The contended load: one connection of many looping acquire (wait 10 s)
-//! then release at once on the same key, its grants checked and its
-//! handoffs timed by the shared `Referee`.
+//! The contended load, once for every target: one client of many looping
+//! acquire then release at once on the same key, its grants checked and
+//! its handoffs timed by the shared `Referee`. A service without wait
+//! queues (`LockClient::SPINS`) is asked again at once when the key is
+//! taken; elsewhere an acquire that gets nothing within its wait fails.
 
 use std::sync::Arc;
 
 use tokio::time::Instant;
 
-use crate::conn::Conn;
 use crate::error::BenchError;
+use crate::protocol::{Answer, Cycle, LockClient};
 use crate::referee::Referee;
 use crate::stats::Stats;
 use crate::window::Window;
-use crate::wire::{self, Reply};
 
-/// Milliseconds a contended acquire waits, and its lease.
-pub const WAIT_MS: u64 = 10_000;
-pub const LEASE_MS: u64 = 10_000;
+/// A contended acquire waits 10 s, with a 10 s lease.
+pub const CYCLE: Cycle = Cycle {
+    wait_ms: 10_000,
+    lease_ms: 10_000,
+};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum State {
@@ -24,29 +27,39 @@ enum State {
     Done,
 }
 
-/// Loops on `key` until the window stops; a connection holding or
-/// waiting then finishes its cycle so the key is left free.
-pub async fn drive(
-    mut conn: Conn,
-    key: Arc<[u8]>,
+/// Loops on the key of `client`'s one slot until the window stops; a
+/// client holding or waiting then finishes its cycle so the key is left free.
+pub async fn drive<C: LockClient>(
+    mut client: C,
     referee: Arc<Referee>,
     window: Window,
 ) -> Result<Stats, BenchError> {
-    let mut acquire = Vec::new();
-    wire::acquire(&mut acquire, &key, WAIT_MS, LEASE_MS);
-    conn.out.extend_from_slice(&acquire);
-    conn.flush(window.give_up_at, window.drain).await?;
+    let outcome = cycle(&mut client, &referee, window).await;
+    client.close().await;
+    outcome
+}
+
+async fn cycle<C: LockClient>(
+    client: &mut C,
+    referee: &Referee,
+    window: Window,
+) -> Result<Stats, BenchError> {
+    debug_assert_eq!(client.slots(), 1, "a contended client has one key");
+    client.acquire(0);
     let mut state = State::Acquiring;
     let mut stats = Stats::default();
-
+    let mut answers = Vec::with_capacity(1);
+    let id = client.id();
     while state != State::Done {
-        conn.fill(window.give_up_at, window.drain).await?;
+        // Sends the release queued below right away, so the handoff clock
+        // the referee started runs from the send.
+        client.answers(&window, &mut answers).await?;
         let now = Instant::now();
         let measuring = window.measures(now);
-        while let Some(line) = conn.lines.next_line() {
-            match (wire::parse_reply(line), state) {
-                (Reply::Granted { key: k, token }, State::Acquiring) if *k == *key => {
-                    let handoff = referee.granted(conn.id, token, now)?;
+        for (slot, answer) in answers.drain(..) {
+            match (answer, state) {
+                (Answer::Granted { token, held }, State::Acquiring) => {
+                    let handoff = referee.granted(id, token, now)?;
                     if measuring {
                         stats.cycles += 1;
                         stats.responses += 1;
@@ -54,39 +67,39 @@ pub async fn drive(
                             stats.latency.record(handoff);
                         }
                     }
-                    referee.releasing(conn.id, token, Instant::now());
-                    wire::release(&mut conn.out, &key, token);
+                    referee.releasing(id, token, Instant::now());
+                    client.release(slot, held);
                     state = State::Releasing;
                 }
-                (Reply::Released { key: k }, State::Releasing) if *k == *key => {
+                (Answer::Released, State::Releasing) | (Answer::NotGranted, State::Acquiring)
+                    if C::SPINS || state == State::Releasing =>
+                {
                     if measuring {
                         stats.responses += 1;
                     }
                     if window.running(now) {
-                        conn.out.extend_from_slice(&acquire);
+                        client.acquire(slot);
                         state = State::Acquiring;
                     } else {
                         state = State::Done;
                     }
                 }
-                (Reply::TimedOut { .. }, State::Acquiring) => {
+                (Answer::NotGranted, State::Acquiring) => {
                     return Err(BenchError::protocol(
-                        conn.id,
+                        id,
                         "contended acquire got no grant within its 10 s wait",
-                        line,
+                        client.key(slot),
                     ))
                 }
                 _ => {
                     return Err(BenchError::protocol(
-                        conn.id,
+                        id,
                         "response does not answer the request in flight",
-                        line,
+                        client.key(slot),
                     ))
                 }
             }
         }
-        // Sent right after `releasing` so the handoff clock starts at the send.
-        conn.flush(window.give_up_at, window.drain).await?;
     }
     Ok(stats)
 }

@@ -60,7 +60,13 @@ pub fn answer(line: &[u8], tokens: &mut u64, out: &mut Vec<u8>) {
             out.push(b' ');
             out.extend_from_slice(key);
         }
-        (b"S", None) => out.extend_from_slice(b"S role=single mode=single"),
+        // Every field a Baton client requires (baton-proto refuses an `S`
+        // without them), with nothing held: the echo keeps no state.
+        (b"S", None) => {
+            out.extend_from_slice(b"S role=single mode=single self=- active=- token=");
+            push_u64(out, *tokens);
+            out.extend_from_slice(b" locks=0 waiters=0");
+        }
         _ => out.extend_from_slice(b"E ? ? unknown op"),
     }
     out.push(b'\n');
@@ -84,7 +90,7 @@ mod tests {
     fn answers_with_the_shape_of_baton_responses() {
         assert_eq!(
             answers(&["A k1 5 10", "R k1 1", "A k2 5 10\r", "K k2 2 10", "S"]),
-            "A k1 1\nR k1\nA k2 2\nK k2\nS role=single mode=single\n"
+            "A k1 1\nR k1\nA k2 2\nK k2\nS role=single mode=single self=- active=- token=2 locks=0 waiters=0\n"
         );
     }
 

@@ -6,14 +6,13 @@
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
-use tokio::net::TcpStream;
-use tokio::time::{sleep, timeout, Instant};
+use tokio::time::{sleep, Instant};
 
 use crate::error::{BenchError, Violation};
 use crate::launch::Launch;
 use crate::scenario::Measured;
 use crate::server::SpawnSettings;
+use crate::status;
 use crate::wire::{self, Reply};
 
 /// Far above any failover this bench should ever see.
@@ -69,17 +68,11 @@ pub async fn run(
 /// One acquire of `key` on `addr`: its token if granted, `None` on a
 /// redirect, a timeout, an error line or a connection that failed.
 async fn attempt(addr: SocketAddr, key: &str) -> Option<u64> {
-    let exchange = async {
-        let mut stream = TcpStream::connect(addr).await.ok()?;
-        let mut request = Vec::new();
-        wire::acquire(&mut request, key.as_bytes(), 250, 10_000);
-        stream.write_all(&request).await.ok()?;
-        let mut line = String::new();
-        BufReader::new(stream).read_line(&mut line).await.ok()?;
-        match wire::parse_reply(line.trim_end_matches('\n').as_bytes()) {
-            Reply::Granted { token, .. } => Some(token),
-            _ => None,
-        }
-    };
-    timeout(ATTEMPT, exchange).await.ok().flatten()
+    let mut request = Vec::new();
+    wire::acquire(&mut request, key.as_bytes(), 250, 10_000);
+    let line = status::ask(addr, &request, ATTEMPT).await?;
+    match wire::parse_reply(line.trim_end_matches('\n').as_bytes()) {
+        Reply::Granted { token, .. } => Some(token),
+        _ => None,
+    }
 }

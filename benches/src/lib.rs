@@ -4,6 +4,7 @@
 //! next to an echo server that shows what loopback alone allows and next
 //! to Redis, etcd and ZooKeeper driven the same way.
 
+pub mod baton_client;
 pub mod bench;
 pub mod chart;
 pub mod cli;
@@ -25,7 +26,8 @@ pub mod memory;
 pub mod own_keys;
 pub mod pin;
 pub mod ports;
-pub mod redis_load;
+pub mod protocol;
+pub mod redis_client;
 pub mod referee;
 pub mod report;
 pub mod resp;

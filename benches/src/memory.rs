@@ -1,25 +1,32 @@
 //! The held-lock memory figure: fill a fresh server with N locks held at
 //! once (distinct keys, long leases, acquires pipelined on a few
-//! connections) and divide the growth of its resident set by N.
+//! connections) and divide the growth of its resident set by N. Written
+//! once over the protocol trait, for Baton and Redis.
 
 use std::time::Duration;
 
 use tokio::task::JoinSet;
 
+use tokio::time::Instant;
+
+use crate::baton_client::BatonClient;
 use crate::conn::Conn;
 use crate::error::BenchError;
-use crate::resp::{self, RespReply};
+use crate::protocol::{Answer, Cycle, LockClient};
+use crate::redis_client::{RedisClient, Shared};
 use crate::scenario::Measured;
 use crate::server::Server;
 use crate::target::{Dialect, Target};
-use crate::window::{Timing, Window};
-use crate::wire::{self, Reply};
+use crate::window::Window;
 
 /// Connections the locks are spread over, and acquires in flight on each.
 const CONNECTIONS: usize = 16;
 const IN_FLIGHT: usize = 256;
 /// Leases far longer than the measurement, so nothing expires during it.
-const LEASE_MS: u64 = 3_600_000;
+const CYCLE: Cycle = Cycle {
+    wait_ms: 60_000,
+    lease_ms: 3_600_000,
+};
 /// Generous: a million pipelined acquires on a slow, shared machine.
 const FILL_LIMIT: Duration = Duration::from_secs(180);
 
@@ -51,11 +58,13 @@ pub async fn run(
         BenchError::Scenario("memory needs a server the bench started (its PID)".into())
     })?;
     let before = rss_bytes(pid)?;
-    let window = Window::starting_now(Timing {
-        warmup: Duration::ZERO,
-        duration: FILL_LIMIT,
-        drain: Duration::ZERO,
-    });
+    let now = Instant::now();
+    let window = Window {
+        measure_from: now,
+        stop_at: now + FILL_LIMIT,
+        give_up_at: now + FILL_LIMIT,
+        drain: FILL_LIMIT,
+    };
     let connections = CONNECTIONS.min(locks);
     let mut tasks = JoinSet::new();
     for id in 0..connections {
@@ -64,7 +73,13 @@ pub async fn run(
             .map(|i| format!("{prefix}m{id}.{i}").into_bytes())
             .collect();
         let conn = Conn::connect(id, server.addr()).await?;
-        tasks.spawn(fill(conn, target.dialect(), keys, window));
+        match target.dialect() {
+            Dialect::Redis => {
+                let shared = Shared::without_release();
+                tasks.spawn(fill(RedisClient::new(conn, keys, CYCLE, shared), window))
+            }
+            _ => tasks.spawn(fill(BatonClient::new(conn, keys, CYCLE), window)),
+        };
     }
     while let Some(joined) = tasks.join_next().await {
         joined??;
@@ -77,46 +92,32 @@ pub async fn run(
     })
 }
 
-/// Acquires every key of `keys` on `conn`, `IN_FLIGHT` at a time.
-async fn fill(
-    mut conn: Conn,
-    dialect: Dialect,
-    keys: Vec<Vec<u8>>,
-    window: Window,
-) -> Result<(), BenchError> {
-    let send = |conn: &mut Conn, key: &[u8], value: usize| match dialect {
-        Dialect::Redis => resp::set_nx(&mut conn.out, key, value as u64 + 1, LEASE_MS),
-        _ => wire::acquire(&mut conn.out, key, 60_000, LEASE_MS),
-    };
+/// Acquires every slot's key of `client`, `IN_FLIGHT` at a time.
+async fn fill<C: LockClient>(mut client: C, window: Window) -> Result<(), BenchError> {
+    let keys = client.slots();
     let mut sent = 0;
-    while sent < keys.len().min(IN_FLIGHT) {
-        send(&mut conn, &keys[sent], sent);
+    while sent < keys.min(IN_FLIGHT) {
+        client.acquire(sent);
         sent += 1;
     }
     let mut granted = 0;
-    let give_up = window.stop_at;
-    conn.flush(give_up, FILL_LIMIT).await?;
-    while granted < keys.len() {
-        conn.fill(give_up, FILL_LIMIT).await?;
-        while let Some(line) = conn.lines.next_line() {
-            let ok = match dialect {
-                Dialect::Redis => resp::parse(line) == RespReply::Ok,
-                _ => matches!(wire::parse_reply(line), Reply::Granted { .. }),
-            };
-            if !ok {
+    let mut answers = Vec::with_capacity(IN_FLIGHT);
+    while granted < keys {
+        client.answers(&window, &mut answers).await?;
+        for (slot, answer) in answers.drain(..) {
+            if !matches!(answer, Answer::Granted { .. }) {
                 return Err(BenchError::protocol(
-                    conn.id,
+                    client.id(),
                     "a lock to hold was refused",
-                    line,
+                    client.key(slot),
                 ));
             }
             granted += 1;
-            if sent < keys.len() {
-                send(&mut conn, &keys[sent], sent);
+            if sent < keys {
+                client.acquire(sent);
                 sent += 1;
             }
         }
-        conn.flush(give_up, FILL_LIMIT).await?;
     }
     // The locks stay held until the server is stopped: that is the point.
     Ok(())

@@ -1,24 +1,14 @@
-//! The uncontended and pipelined load: one connection cycling acquire then
-//! release on keys no other connection uses, one cycle in flight per key.
-//! Depth 1 is the uncontended scenario; depth D keeps D cycles (so D
-//! requests) in flight on the connection at all times.
-
-use std::collections::HashMap;
+//! The uncontended and pipelined load, once for every target: one client
+//! cycling acquire then release on keys no other client uses, one cycle in
+//! flight per key (slot). Depth 1 is the uncontended scenario; depth D keeps
+//! D cycles (so D requests) in flight on the connection at all times.
 
 use tokio::time::Instant;
 
-use crate::conn::Conn;
 use crate::error::{BenchError, Violation};
+use crate::protocol::{Answer, LockClient};
 use crate::stats::Stats;
 use crate::window::Window;
-use crate::wire::{self, Reply};
-
-/// The acquire parameters of a cycle, in milliseconds.
-#[derive(Clone, Copy, Debug)]
-pub struct Cycle {
-    pub wait_ms: u64,
-    pub lease_ms: u64,
-}
 
 #[derive(Clone, Copy, Debug)]
 enum State {
@@ -27,119 +17,88 @@ enum State {
     Done,
 }
 
-#[derive(Debug)]
-struct Slot {
-    key: Vec<u8>,
-    acquire: Vec<u8>,
-    state: State,
-    last_token: u64,
-}
-
-/// Runs `keys.len()` independent cycles on `conn` until the window stops,
-/// then lets the cycles in flight finish.
-pub async fn drive(
-    mut conn: Conn,
-    keys: Vec<Vec<u8>>,
-    cycle: Cycle,
+/// Runs one cycle per slot of `client` until the window stops, then lets
+/// the cycles in flight finish. With `fences`, each key's tokens must rise.
+pub async fn drive<C: LockClient>(
+    mut client: C,
+    fences: bool,
     window: Window,
 ) -> Result<Stats, BenchError> {
-    let index: HashMap<Vec<u8>, usize> = keys
-        .iter()
-        .enumerate()
-        .map(|(slot, key)| (key.clone(), slot))
-        .collect();
-    let start = Instant::now();
-    let mut slots: Vec<Slot> = keys
-        .into_iter()
-        .map(|key| {
-            let mut acquire = Vec::new();
-            wire::acquire(&mut acquire, &key, cycle.wait_ms, cycle.lease_ms);
-            conn.out.extend_from_slice(&acquire);
-            Slot {
-                key,
-                acquire,
-                state: State::Acquiring { cycle_start: start },
-                last_token: 0,
-            }
-        })
-        .collect();
-    let mut in_flight = slots.len();
-    let mut stats = Stats::default();
-    conn.flush(window.give_up_at, window.drain).await?;
+    let outcome = cycle(&mut client, fences, window).await;
+    client.close().await;
+    outcome
+}
 
+async fn cycle<C: LockClient>(
+    client: &mut C,
+    fences: bool,
+    window: Window,
+) -> Result<Stats, BenchError> {
+    let start = Instant::now();
+    let mut states = vec![State::Acquiring { cycle_start: start }; client.slots()];
+    let mut last_tokens = vec![0; client.slots()];
+    for slot in 0..client.slots() {
+        client.acquire(slot);
+    }
+    let mut in_flight = client.slots();
+    let mut stats = Stats::default();
+    let mut answers = Vec::with_capacity(client.slots());
     while in_flight > 0 {
-        conn.fill(window.give_up_at, window.drain).await?;
+        client.answers(&window, &mut answers).await?;
         let now = Instant::now();
         let measuring = window.measures(now);
         let running = window.running(now);
-        while let Some(line) = conn.lines.next_line() {
-            let reply = wire::parse_reply(line);
-            let key = match reply {
-                Reply::Granted { key, .. } | Reply::Released { key } | Reply::TimedOut { key } => {
-                    key
-                }
-                Reply::Other => {
-                    return Err(BenchError::protocol(conn.id, "unexpected response", line))
-                }
-            };
-            let Some(&at) = index.get(key) else {
-                return Err(BenchError::protocol(
-                    conn.id,
-                    "response for a key this connection did not use",
-                    line,
-                ));
-            };
-            let slot = &mut slots[at];
-            match (reply, slot.state) {
-                (Reply::Granted { token, .. }, State::Acquiring { cycle_start }) => {
+        for (slot, answer) in answers.drain(..) {
+            let state = &mut states[slot];
+            match (answer, *state) {
+                (Answer::Granted { token, held }, State::Acquiring { cycle_start }) => {
                     // Each grant of a key follows the release of the one
                     // before, so it must carry a higher token.
-                    if token <= slot.last_token {
+                    if fences && token <= last_tokens[slot] {
                         return Err(Violation::TokenNotRising {
-                            client: conn.id,
+                            client: client.id(),
                             token,
-                            previous: slot.last_token,
+                            previous: last_tokens[slot],
                         }
                         .into());
                     }
-                    slot.last_token = token;
-                    wire::release(&mut conn.out, &slot.key, token);
-                    slot.state = State::Releasing { cycle_start };
+                    last_tokens[slot] = token;
+                    client.release(slot, held);
+                    *state = State::Releasing { cycle_start };
                     if measuring {
                         stats.responses += 1;
                     }
                 }
-                (Reply::Released { .. }, State::Releasing { cycle_start }) => {
+                (Answer::Released, State::Releasing { cycle_start }) => {
                     if measuring {
                         stats.responses += 1;
                         stats.cycles += 1;
                         stats.latency.record(now - cycle_start);
                     }
                     if running {
-                        conn.out.extend_from_slice(&slot.acquire);
-                        slot.state = State::Acquiring { cycle_start: now };
+                        client.acquire(slot);
+                        *state = State::Acquiring { cycle_start: now };
                     } else {
-                        slot.state = State::Done;
+                        *state = State::Done;
                         in_flight -= 1;
                     }
                 }
-                (Reply::TimedOut { .. }, State::Acquiring { .. }) => {
+                (Answer::NotGranted, State::Acquiring { .. }) => {
                     return Err(BenchError::protocol(
-                        conn.id,
-                        "acquire of a key nobody else uses timed out",
-                        line,
+                        client.id(),
+                        "acquire of a key nobody else uses was not granted",
+                        client.key(slot),
                     ))
                 }
                 _ => {
                     return Err(BenchError::protocol(
-                        conn.id,
+                        client.id(),
                         "response does not answer the request in flight",
-                        line,
+                        client.key(slot),
                     ))
                 }
             }
         }
-        conn.flush(window.give_up_at, window.drain).await?;
     }
     Ok(stats)
 }

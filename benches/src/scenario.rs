@@ -8,14 +8,18 @@ use std::time::Duration;
 
 use tokio::task::JoinSet;
 
+use crate::baton_client::BatonClient;
 use crate::conn::Conn;
 use crate::error::BenchError;
-use crate::own_keys::{self, Cycle};
+use crate::protocol::{Cycle, LockClient};
+use crate::redis_client::{self, RedisClient};
 use crate::referee::Referee;
+#[cfg(any(feature = "etcd", feature = "zookeeper"))]
+use crate::session::SessionClient;
 use crate::stats::Stats;
 use crate::target::Dialect;
 use crate::window::{Timing, Window};
-use crate::{contended, redis_load, storm, Target};
+use crate::{contended, own_keys, storm, Target};
 
 /// The load shape.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
@@ -106,7 +110,7 @@ pub struct Measured {
 }
 
 /// The acquire of the uncontended and pipelined cycles: `A k<i> 5 10`.
-const OWN_KEY_CYCLE: Cycle = Cycle {
+pub const OWN_KEY_CYCLE: Cycle = Cycle {
     wait_ms: 5_000,
     lease_ms: 10_000,
 };
@@ -140,24 +144,37 @@ pub async fn run_once(
             case.scenario.name()
         )));
     }
+    let load = Load {
+        target,
+        case,
+        timing,
+        prefix,
+    };
     let total = match target.dialect() {
-        Dialect::Baton => baton_load(addr, target, case, timing, &prefix).await?,
-        Dialect::Redis => redis_run(addr, target, case, timing, &prefix).await?,
+        Dialect::Baton => {
+            let conns = connect_all(addr, case.clients).await?;
+            let client = |_, conn, keys| BatonClient::new(conn, keys, load.cycle());
+            load.run(conns, client).await?
+        }
+        Dialect::Redis => {
+            let shared = redis_client::prepare(addr, Window::starting_now(timing)).await?;
+            let conns = connect_all(addr, case.clients).await?;
+            let client = |_, conn, keys| RedisClient::new(conn, keys, load.cycle(), shared.clone());
+            load.run(conns, client).await?
+        }
         #[cfg(feature = "etcd")]
         Dialect::Etcd => {
-            let mut sessions = Vec::with_capacity(case.clients);
-            for _ in 0..case.clients {
-                sessions.push(crate::etcd_session::EtcdSession::connect(addr).await?);
-            }
-            session_run(sessions, target, case, timing, &prefix).await?
+            let sessions = connect_sessions(addr, case.clients, |addr| {
+                crate::etcd_session::EtcdSession::connect(addr)
+            });
+            load.run(sessions.await?, SessionClient::new).await?
         }
         #[cfg(feature = "zookeeper")]
         Dialect::Zookeeper => {
-            let mut sessions = Vec::with_capacity(case.clients);
-            for _ in 0..case.clients {
-                sessions.push(crate::zk_session::ZkSession::connect(addr).await?);
-            }
-            session_run(sessions, target, case, timing, &prefix).await?
+            let sessions = connect_sessions(addr, case.clients, |addr| {
+                crate::zk_session::ZkSession::connect(addr)
+            });
+            load.run(sessions.await?, SessionClient::new).await?
         }
         #[allow(unreachable_patterns)] // reachable without the peer features
         _ => {
@@ -178,14 +195,65 @@ pub async fn run_once(
     })
 }
 
-/// The keys of connection `id`: one per cycle in flight.
-fn own_keys_of(prefix: &str, case: Case, id: usize) -> Vec<String> {
-    (0..case.depth)
-        .map(|slot| match case.scenario {
-            Scenario::Pipelined => format!("{prefix}k{id}.{slot}"),
-            _ => format!("{prefix}k{id}"),
-        })
-        .collect()
+/// One load run of a case: the same scenario code for every target.
+struct Load {
+    target: Target,
+    case: Case,
+    timing: Timing,
+    prefix: String,
+}
+
+impl Load {
+    fn cycle(&self) -> Cycle {
+        match self.case.scenario {
+            Scenario::Contended => contended::CYCLE,
+            _ => OWN_KEY_CYCLE,
+        }
+    }
+
+    /// The keys of connection `id`: the hot key when contended, one of its
+    /// own when uncontended, one per cycle in flight when pipelined.
+    fn keys_of(&self, id: usize) -> Vec<Vec<u8>> {
+        let prefix = &self.prefix;
+        match self.case.scenario {
+            Scenario::Contended => vec![format!("{prefix}hot").into_bytes()],
+            Scenario::Pipelined => (0..self.case.depth)
+                .map(|slot| format!("{prefix}k{id}.{slot}").into_bytes())
+                .collect(),
+            _ => vec![format!("{prefix}k{id}").into_bytes()],
+        }
+    }
+
+    /// Makes a client of each connection (numbered in order) and runs the
+    /// scenario on all of them at once; connection set-up is not part of
+    /// the measurement.
+    async fn run<T, C: LockClient>(
+        &self,
+        conns: Vec<T>,
+        client: impl Fn(usize, T, Vec<Vec<u8>>) -> C,
+    ) -> Result<Stats, BenchError> {
+        let clients: Vec<C> = conns
+            .into_iter()
+            .enumerate()
+            .map(|(id, conn)| client(id, conn, self.keys_of(id)))
+            .collect();
+        let window = Window::starting_now(self.timing);
+        let mut referee = Referee::new(self.target.checks_locks());
+        if !self.target.fences() {
+            referee = referee.without_token_order();
+        }
+        let referee = Arc::new(referee);
+        let mut tasks = JoinSet::new();
+        for client in clients {
+            match self.case.scenario {
+                Scenario::Contended => {
+                    tasks.spawn(contended::drive(client, Arc::clone(&referee), window))
+                }
+                _ => tasks.spawn(own_keys::drive(client, self.target.fences(), window)),
+            };
+        }
+        join_all(tasks).await
+    }
 }
 
 async fn connect_all(addr: SocketAddr, count: usize) -> Result<Vec<Conn>, BenchError> {
@@ -196,6 +264,24 @@ async fn connect_all(addr: SocketAddr, count: usize) -> Result<Vec<Conn>, BenchE
     Ok(conns)
 }
 
+/// `count` library sessions.
+#[cfg(any(feature = "etcd", feature = "zookeeper"))]
+async fn connect_sessions<S, F, Fut>(
+    addr: SocketAddr,
+    count: usize,
+    connect: F,
+) -> Result<Vec<S>, BenchError>
+where
+    F: Fn(SocketAddr) -> Fut,
+    Fut: std::future::Future<Output = Result<S, BenchError>>,
+{
+    let mut sessions = Vec::with_capacity(count);
+    for _ in 0..count {
+        sessions.push(connect(addr).await?);
+    }
+    Ok(sessions)
+}
+
 /// Merges what every load task measured; the first failure ends the run
 /// (dropping the set stops the others).
 async fn join_all(mut tasks: JoinSet<Result<Stats, BenchError>>) -> Result<Stats, BenchError> {
@@ -204,124 +290,4 @@ async fn join_all(mut tasks: JoinSet<Result<Stats, BenchError>>) -> Result<Stats
         total.merge(&joined??);
     }
     Ok(total)
-}
-
-async fn baton_load(
-    addr: SocketAddr,
-    target: Target,
-    case: Case,
-    timing: Timing,
-    prefix: &str,
-) -> Result<Stats, BenchError> {
-    let conns = connect_all(addr, case.clients).await?;
-    // Connection set-up is not part of the measurement.
-    let window = Window::starting_now(timing);
-    let mut tasks = JoinSet::new();
-    match case.scenario {
-        Scenario::Contended => {
-            let key: Arc<[u8]> = format!("{prefix}hot").into_bytes().into();
-            let referee = Arc::new(Referee::new(target.checks_locks()));
-            for conn in conns {
-                tasks.spawn(contended::drive(
-                    conn,
-                    Arc::clone(&key),
-                    Arc::clone(&referee),
-                    window,
-                ));
-            }
-        }
-        _ => {
-            for conn in conns {
-                let keys = own_keys_of(prefix, case, conn.id)
-                    .into_iter()
-                    .map(String::into_bytes)
-                    .collect();
-                tasks.spawn(own_keys::drive(conn, keys, OWN_KEY_CYCLE, window));
-            }
-        }
-    }
-    join_all(tasks).await
-}
-
-async fn redis_run(
-    addr: SocketAddr,
-    target: Target,
-    case: Case,
-    timing: Timing,
-    prefix: &str,
-) -> Result<Stats, BenchError> {
-    let setup_window = Window::starting_now(timing);
-    let shared = redis_load::prepare(addr, setup_window).await?;
-    let conns = connect_all(addr, case.clients).await?;
-    let window = Window::starting_now(timing);
-    let mut tasks = JoinSet::new();
-    match case.scenario {
-        Scenario::Contended => {
-            let key: Arc<[u8]> = format!("{prefix}hot").into_bytes().into();
-            let referee = Arc::new(Referee::new(target.checks_locks()).without_token_order());
-            for conn in conns {
-                tasks.spawn(redis_load::contended(
-                    conn,
-                    Arc::clone(&key),
-                    contended::LEASE_MS,
-                    shared.clone(),
-                    Arc::clone(&referee),
-                    window,
-                ));
-            }
-        }
-        _ => {
-            for conn in conns {
-                let keys = own_keys_of(prefix, case, conn.id)
-                    .into_iter()
-                    .map(String::into_bytes)
-                    .collect();
-                tasks.spawn(redis_load::own_keys(
-                    conn,
-                    keys,
-                    OWN_KEY_CYCLE.lease_ms,
-                    shared.clone(),
-                    window,
-                ));
-            }
-        }
-    }
-    join_all(tasks).await
-}
-
-#[cfg(any(feature = "etcd", feature = "zookeeper"))]
-async fn session_run<S: crate::session::LockSession>(
-    sessions: Vec<S>,
-    target: Target,
-    case: Case,
-    timing: Timing,
-    prefix: &str,
-) -> Result<Stats, BenchError> {
-    use crate::session;
-    let window = Window::starting_now(timing);
-    let mut tasks = JoinSet::new();
-    let referee = Arc::new(Referee::new(target.checks_locks()));
-    let hot = format!("{prefix}hot");
-    for (id, s) in sessions.into_iter().enumerate() {
-        match case.scenario {
-            Scenario::Contended => {
-                tasks.spawn(session::contended(
-                    s,
-                    id,
-                    hot.clone(),
-                    Arc::clone(&referee),
-                    window,
-                ));
-            }
-            _ => {
-                tasks.spawn(session::own_keys(
-                    s,
-                    id,
-                    own_keys_of(prefix, case, id),
-                    window,
-                ));
-            }
-        }
-    }
-    join_all(tasks).await
 }

@@ -1,5 +1,6 @@
 //! Asking a Baton node for its `S` line: cluster set-up finds the node that
 //! serves from its `role=`, the waiter storm watches `waiters=` fill up.
+//! [`ask`] is the one-request exchange behind it (failover's attempts too).
 
 use std::net::SocketAddr;
 use std::time::Duration;
@@ -44,14 +45,20 @@ impl Status {
 /// Connects, asks `S` once, and closes. `None` on any failure: callers poll
 /// until a deadline, and a node that is down or starting is not an error yet.
 pub async fn query(addr: SocketAddr, limit: Duration) -> Option<Status> {
-    let ask = async {
+    Status::parse(&ask(addr, b"S\n", limit).await?)
+}
+
+/// Connects, writes `request`, reads one line back (with its LF) and
+/// closes, all within `limit`; `None` on any failure.
+pub async fn ask(addr: SocketAddr, request: &[u8], limit: Duration) -> Option<String> {
+    let exchange = async {
         let mut stream = TcpStream::connect(addr).await.ok()?;
-        stream.write_all(b"S\n").await.ok()?;
+        stream.write_all(request).await.ok()?;
         let mut line = String::new();
         BufReader::new(stream).read_line(&mut line).await.ok()?;
-        Status::parse(&line)
+        Some(line)
     };
-    timeout(limit, ask).await.ok().flatten()
+    timeout(limit, exchange).await.ok().flatten()
 }
 
 #[cfg(test)]

@@ -3,24 +3,13 @@
 use std::time::Duration;
 
 /// Seconds as the protocol writes them: digits, optionally a point and 1
-/// to 3 more digits (`30`, `0.5`, `2.125`). Anything finer than a
-/// millisecond cannot be sent, so it is refused rather than rounded.
+/// to 3 more digits (`30`, `0.5`, `2.125`), read by the protocol's own
+/// parser. Anything finer than a millisecond cannot be sent, so it is
+/// refused rather than rounded.
 pub fn parse_seconds(text: &str) -> Result<Duration, String> {
-    let bad = || format!("`{text}` is not a number of seconds with at most 3 decimals");
-    let (whole, frac) = text.split_once('.').unwrap_or((text, ""));
-    let digits = |s: &str| s.bytes().all(|b| b.is_ascii_digit());
-    if whole.is_empty() || !digits(whole) || !digits(frac) || frac.len() > 3 {
-        return Err(bad());
-    }
-    if text.contains('.') && frac.is_empty() {
-        return Err(bad());
-    }
-    let secs: u64 = whole.parse().map_err(|_| bad())?;
-    let millis = format!("{frac:0<3}").parse::<u64>().map_err(|_| bad())?;
-    secs.checked_mul(1000)
-        .and_then(|ms| ms.checked_add(millis))
+    baton_proto::parse_duration_ms(text.as_bytes())
         .map(Duration::from_millis)
-        .ok_or_else(bad)
+        .map_err(|_| format!("`{text}` is not a number of seconds with at most 3 decimals"))
 }
 
 #[cfg(test)]
@@ -33,6 +22,15 @@ mod tests {
         assert_eq!(parse_seconds("0.5"), Ok(Duration::from_millis(500)));
         assert_eq!(parse_seconds("2.125"), Ok(Duration::from_millis(2125)));
         assert_eq!(parse_seconds("0"), Ok(Duration::ZERO));
+        assert_eq!(parse_seconds("007"), Ok(Duration::from_secs(7)));
+    }
+
+    #[test]
+    fn says_which_text_it_refused() {
+        assert_eq!(
+            parse_seconds("1e3"),
+            Err("`1e3` is not a number of seconds with at most 3 decimals".into())
+        );
     }
 
     #[test]
@@ -47,6 +45,9 @@ mod tests {
             "1e3",
             "abc",
             "99999999999999999999",
+            "1.2.3",
+            " 1",
+            "1 ",
         ] {
             assert!(parse_seconds(bad).is_err(), "{bad:?}");
         }

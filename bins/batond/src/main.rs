@@ -211,19 +211,15 @@ impl Plan {
     }
 }
 
-/// Seconds with at most 3 decimals, as in the protocol, to milliseconds.
+/// Seconds with at most 3 decimals, as in the protocol (and read by its
+/// parser), to milliseconds.
 fn parse_seconds(text: &str) -> Result<u64, String> {
-    let (whole, frac) = text.split_once('.').unwrap_or((text, ""));
-    let digits = |s: &str| !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit());
-    if !digits(whole) || (text.contains('.') && (!digits(frac) || frac.len() > 3)) {
-        return Err("expected seconds, e.g. 30 or 0.5 (at most 3 decimals)".into());
-    }
-    let whole: u64 = whole.parse().map_err(|_| "too large".to_string())?;
-    let frac_ms: u64 = format!("{frac:0<3}").parse().unwrap_or(0);
-    whole
-        .checked_mul(1000)
-        .and_then(|ms| ms.checked_add(frac_ms))
-        .ok_or_else(|| "too large".to_string())
+    baton_proto::parse_duration_ms(text.as_bytes()).map_err(|e| match e {
+        baton_proto::DurationError::Syntax => {
+            "expected seconds, e.g. 30 or 0.5 (at most 3 decimals)".into()
+        }
+        baton_proto::DurationError::Overflow => "too large".into(),
+    })
 }
 
 fn main() -> ExitCode {
@@ -423,5 +419,9 @@ mod tests {
         for bad in ["", ".5", "1.", "1.2345", "-1", "1e3", "x"] {
             assert!(parse_seconds(bad).is_err(), "{bad}");
         }
+        assert_eq!(
+            parse_seconds("99999999999999999999"),
+            Err("too large".into())
+        );
     }
 }

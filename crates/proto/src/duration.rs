@@ -1,5 +1,9 @@
 //! `<wait>` and `<lease>`: seconds with at most 3 decimals on the wire,
 //! whole milliseconds in memory. Converted exactly, never through floats.
+//!
+//! [`parse_duration_ms`] is the one reader of the protocol's seconds: the
+//! server's request parser, the `baton` and `batond` flags and the bench's
+//! flags all call it, so a duration means the same everywhere.
 
 use std::fmt;
 
@@ -7,17 +11,22 @@ use bytes::{BufMut, BytesMut};
 
 use crate::number::{digits, is_digits, DigitBuf};
 
-/// Why a duration field was refused.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum DurationError {
+/// Why a duration was refused.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum DurationError {
     /// Not digits, optionally a point and 1 to 3 digits.
+    #[error("not a number of seconds with at most 3 decimals")]
     Syntax,
     /// Well formed but beyond `u64` milliseconds, so beyond any maximum.
+    #[error("too many seconds")]
     Overflow,
 }
 
-/// Reads a duration field into milliseconds: `2.125` is 2125, `007` is 7000.
-pub(crate) fn parse_duration_ms(s: &[u8]) -> Result<u64, DurationError> {
+/// Reads the protocol's seconds into milliseconds: `2.125` is 2125, `007`
+/// is 7000, `0.5` is 500. Digits, optionally a point and 1 to 3 more
+/// digits; no sign, no exponent, no space. Anything finer than a
+/// millisecond is refused rather than rounded.
+pub fn parse_duration_ms(s: &[u8]) -> Result<u64, DurationError> {
     let (whole, frac) = match s.iter().position(|&b| b == b'.') {
         Some(dot) => (&s[..dot], Some(&s[dot + 1..])),
         None => (s, None),
@@ -120,6 +129,15 @@ mod tests {
     }
 
     #[test]
+    fn errors_say_what_is_wrong() {
+        assert_eq!(
+            DurationError::Syntax.to_string(),
+            "not a number of seconds with at most 3 decimals"
+        );
+        assert_eq!(DurationError::Overflow.to_string(), "too many seconds");
+    }
+
+    #[test]
     fn parses_exactly() {
         for (text, ms) in [
             ("2.125", 2125),
@@ -148,6 +166,32 @@ mod tests {
                 Err(DurationError::Syntax),
                 "{text:?}"
             );
+        }
+    }
+
+    proptest::proptest! {
+        /// Whatever this crate writes, it reads back to the millisecond.
+        #[test]
+        fn formatted_seconds_read_back(ms in proptest::prelude::any::<u64>()) {
+            let text = formatted(ms);
+            proptest::prop_assert_eq!(parse_duration_ms(text.as_bytes()), Ok(ms));
+        }
+
+        /// Every spelling with up to 3 decimals, zeros padded or not,
+        /// reads as whole seconds plus the decimals as milliseconds.
+        #[test]
+        fn padded_spellings_mean_the_same(
+            secs in 0u64..=1_000_000, ms in 0u64..1000, zeros in 0usize..4, decimals in 1usize..=3
+        ) {
+            let frac = format!("{ms:03}");
+            let kept = &frac[..decimals];
+            let dropped_digits_are_zero = frac[decimals..].bytes().all(|b| b == b'0');
+            let text = format!("{}{secs}.{kept}", "0".repeat(zeros));
+            let expected = if dropped_digits_are_zero { Ok(secs * 1000 + ms) } else {
+                // Cut digits that were not zero: a different number, read exactly.
+                Ok(secs * 1000 + kept.parse::<u64>().unwrap() * 10u64.pow(3 - decimals as u32))
+            };
+            proptest::prop_assert_eq!(parse_duration_ms(text.as_bytes()), expected);
         }
     }
 

@@ -1,4 +1,5 @@
-//! The `E <op> <key> <reason>` response.
+//! The `E <op> <key> <reason>` response, and the line a node at its
+//! connection limit writes before it closes.
 
 use bytes::{BufMut, BytesMut};
 
@@ -21,7 +22,20 @@ pub(crate) fn echoable(field: &[u8]) -> bool {
     !field.is_empty() && field.iter().all(|&b| b > b' ' && b != 0x7f)
 }
 
+/// Why a node refuses a connection (README, `--max-connections`).
+const TOO_MANY_CONNECTIONS: &str = "too many connections";
+
 impl ErrorReply {
+    /// `E ? ? too many connections`: the answer of a node at its connection
+    /// limit, before any request was read.
+    pub fn too_many_connections() -> Self {
+        ErrorReply {
+            op: None,
+            key: None,
+            reason: TOO_MANY_CONNECTIONS.into(),
+        }
+    }
+
     /// Writes the line, LF included. A key that cannot be echoed is written
     /// `?`, and CR or LF in the reason become spaces: the line must stay one
     /// line whatever the fields hold.
@@ -47,9 +61,30 @@ impl ErrorReply {
     }
 }
 
+/// The whole line, LF included, that a node at its connection limit
+/// writes to a connection it will not serve, then closes it.
+pub fn connection_refused_line() -> BytesMut {
+    let mut dst = BytesMut::with_capacity(32);
+    ErrorReply::too_many_connections().encode(&mut dst);
+    dst
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_refused_line_is_the_documented_one() {
+        assert_eq!(
+            &connection_refused_line()[..],
+            b"E ? ? too many connections\n"
+        );
+        let parsed = crate::parse_response(b"E ? ? too many connections");
+        assert!(
+            matches!(&parsed, Ok(crate::Response::Error(reply)) if *reply == ErrorReply::too_many_connections()),
+            "{parsed:?}"
+        );
+    }
 
     fn line(reply: ErrorReply) -> Vec<u8> {
         let mut dst = BytesMut::new();

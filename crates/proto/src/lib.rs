@@ -20,8 +20,8 @@ mod response_error;
 mod status;
 
 pub use codec::{ClientCodec, ServerCodec};
-pub use duration::format_duration_ms;
-pub use error_reply::ErrorReply;
+pub use duration::{format_duration_ms, parse_duration_ms, DurationError};
+pub use error_reply::{connection_refused_line, ErrorReply};
 pub use limits::{Limits, MAX_REQUEST_LINE, MAX_RESPONSE_LINE};
 pub use op::Op;
 pub use parse_request::parse_request;
