@@ -192,7 +192,7 @@ impl<N: LockNode> Server<N> {
             tracing::debug!(%peer, "refused: too many connections");
             tasks.spawn(async move {
                 let refuse = async {
-                    let _ = stream.write_all(b"E ? ? too many connections\n").await;
+                    let _ = stream.write_all(&baton_proto::connection_refused_line()).await;
                     let _ = stream.shutdown().await;
                 };
                 let _ = tokio::time::timeout(Duration::from_secs(1), refuse).await;
