@@ -37,7 +37,7 @@ pub async fn run<N: LockNode, L: Accept>(
     shutdown: impl Future<Output = ()>,
 ) -> Result<(), ServerError> {
     let locks = Arc::new(SharedLocks::new(node, clock));
-    Server::on(listener, config, locks, None)?
+    Server::on(listener, config, locks, None, Tasks::new())?
         .run(shutdown)
         .await;
     Ok(())
@@ -146,18 +146,21 @@ impl<N: LockNode> Server<N> {
                     addr: config.listen,
                     source,
                 })?;
-        Server::on(listener, config, locks, peers)
+        Server::on(listener, config, locks, peers, Tasks::new())
     }
 }
 
 impl<N: LockNode, L: Accept> Server<N, L> {
     /// A node on a listener bound by the caller (a simulated network's,
-    /// say), with its state shared as in [`Server::bind_shared`].
+    /// say), with its state shared as in [`Server::bind_shared`]; `tasks`
+    /// holds whatever the caller already started for the node (a cluster
+    /// shell's peer links), stopped with the server.
     pub fn on(
         listener: L,
         config: ServerConfig,
         locks: Arc<SharedLocks<N>>,
         peers: Option<Arc<dyn PeerAcceptor<L::Stream>>>,
+        tasks: Tasks,
     ) -> Result<Server<N, L>, ServerError> {
         let local = listener.local_addr().map_err(ServerError::Unbound)?;
         let self_addr = config
@@ -173,7 +176,7 @@ impl<N: LockNode, L: Accept> Server<N, L> {
             listener,
             node: info,
             locks,
-            tasks: Tasks::new(),
+            tasks,
         })
     }
 

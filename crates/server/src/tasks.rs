@@ -10,6 +10,7 @@
 use std::future::Future;
 use std::time::Duration;
 
+use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
@@ -26,8 +27,8 @@ impl Tasks {
     }
 
     /// Runs `task` until it ends or the node stops (then it is dropped at
-    /// its next await point).
-    pub fn spawn<F>(&self, task: F)
+    /// its next await point). The handle may abort it sooner.
+    pub fn spawn<F>(&self, task: F) -> JoinHandle<()>
     where
         F: Future<Output = ()> + Send + 'static,
     {
@@ -38,16 +39,16 @@ impl Tasks {
                 () = cancel.cancelled() => {}
                 () = task => {}
             }
-        });
+        })
     }
 
     /// Runs `task`, which watches [`Tasks::stopping`] itself to finish its
     /// work cleanly (a connection flushes its answers).
-    pub fn spawn_graceful<F>(&self, task: F)
+    pub fn spawn_graceful<F>(&self, task: F) -> JoinHandle<()>
     where
         F: Future<Output = ()> + Send + 'static,
     {
-        self.tracker.spawn(task);
+        self.tracker.spawn(task)
     }
 
     /// The token cancelled when the node stops.
