@@ -8,7 +8,7 @@ use std::future::Future;
 use std::io;
 use std::net::SocketAddr;
 
-use tokio::io::{AsyncRead, AsyncWrite};
+use tokio::io::{AsyncRead, AsyncWrite, DuplexStream};
 use tokio::net::{TcpListener, TcpStream};
 
 /// One accepted connection.
@@ -58,5 +58,25 @@ impl Accept for TcpListener {
 
     fn local_addr(&self) -> io::Result<SocketAddr> {
         TcpListener::local_addr(self)
+    }
+}
+
+/// An in-memory connection (`tokio::io::duplex`), for tests on paused
+/// time: no socket, so no address.
+impl ServerStream for DuplexStream {
+    type Read = tokio::io::ReadHalf<DuplexStream>;
+    type Write = tokio::io::WriteHalf<DuplexStream>;
+
+    fn into_split(self) -> (Self::Read, Self::Write) {
+        tokio::io::split(self)
+    }
+
+    fn set_nodelay(&self) {}
+
+    fn peer_addr(&self) -> io::Result<SocketAddr> {
+        Err(io::Error::new(
+            io::ErrorKind::AddrNotAvailable,
+            "an in-memory connection has no address",
+        ))
     }
 }

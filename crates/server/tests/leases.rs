@@ -4,70 +4,21 @@
 
 use std::io;
 use std::net::SocketAddr;
-use std::pin::Pin;
-use std::task::{Context, Poll};
 use std::time::Duration;
 
-use baton_server::{Accept, Clock, ServerConfig, ServerStream, SingleNode};
-use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncWrite, AsyncWriteExt, BufReader, DuplexStream};
+use baton_server::{Accept, Clock, ServerConfig, SingleNode};
+use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader, DuplexStream};
 use tokio::sync::{mpsc, oneshot, Mutex};
 use tokio::time::Instant;
 
-/// One end of an in-memory connection.
-#[derive(Debug)]
-struct Memory(DuplexStream);
-
-impl AsyncRead for Memory {
-    fn poll_read(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &mut tokio::io::ReadBuf<'_>,
-    ) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.0).poll_read(cx, buf)
-    }
-}
-
-impl AsyncWrite for Memory {
-    fn poll_write(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &[u8],
-    ) -> Poll<io::Result<usize>> {
-        Pin::new(&mut self.0).poll_write(cx, buf)
-    }
-
-    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.0).poll_flush(cx)
-    }
-
-    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.0).poll_shutdown(cx)
-    }
-}
-
-impl ServerStream for Memory {
-    type Read = tokio::io::ReadHalf<Memory>;
-    type Write = tokio::io::WriteHalf<Memory>;
-
-    fn into_split(self) -> (Self::Read, Self::Write) {
-        tokio::io::split(self)
-    }
-
-    fn set_nodelay(&self) {}
-
-    fn peer_addr(&self) -> io::Result<SocketAddr> {
-        Ok(SocketAddr::from(([127, 0, 0, 1], 1)))
-    }
-}
-
 /// A listener whose connections come from [`Dial`].
 #[derive(Debug)]
-struct Listener(Mutex<mpsc::Receiver<Memory>>);
+struct Listener(Mutex<mpsc::Receiver<DuplexStream>>);
 
 impl Accept for Listener {
-    type Stream = Memory;
+    type Stream = DuplexStream;
 
-    async fn accept(&self) -> io::Result<(Memory, SocketAddr)> {
+    async fn accept(&self) -> io::Result<(DuplexStream, SocketAddr)> {
         match self.0.lock().await.recv().await {
             Some(stream) => Ok((stream, SocketAddr::from(([127, 0, 0, 1], 1)))),
             None => std::future::pending().await,
@@ -79,7 +30,7 @@ impl Accept for Listener {
     }
 }
 
-struct Dial(mpsc::Sender<Memory>);
+struct Dial(mpsc::Sender<DuplexStream>);
 
 /// A client connection that sends a line and reads one.
 struct Client(BufReader<DuplexStream>);
@@ -87,7 +38,7 @@ struct Client(BufReader<DuplexStream>);
 impl Dial {
     async fn connect(&self) -> Client {
         let (ours, theirs) = tokio::io::duplex(64 * 1024);
-        self.0.send(Memory(theirs)).await.expect("server runs");
+        self.0.send(theirs).await.expect("server runs");
         Client(BufReader::new(ours))
     }
 }
