@@ -18,7 +18,7 @@ use tokio::net::TcpStream;
 use tokio::time::{timeout, timeout_at, Instant};
 
 use crate::daemon::Batond;
-use crate::port::free_addr;
+use crate::port::{distinct_free_addrs, start_cluster_nodes};
 use crate::status::{parse_status, Status};
 
 /// How long one `S` probe may take before the node counts as not answering.
@@ -51,27 +51,7 @@ impl Cluster {
     /// (a data directory each, say).
     pub fn start_each(n: usize, extra: impl Fn(usize) -> Vec<String>) -> Cluster {
         let peers = distinct_free_addrs(n);
-        let peer_list = peers
-            .iter()
-            .map(SocketAddr::to_string)
-            .collect::<Vec<_>>()
-            .join(",");
-        let nodes = peers
-            .iter()
-            .enumerate()
-            .map(|(i, addr)| {
-                let own = extra(i);
-                let mut args = vec!["--peers", peer_list.as_str(), "--mode", "priority"];
-                args.extend(own.iter().map(String::as_str));
-                let node = Batond::start_at(*addr, &args);
-                assert_eq!(
-                    node.addr(),
-                    *addr,
-                    "batond announced another address than its --listen"
-                );
-                node
-            })
-            .collect();
+        let nodes = start_cluster_nodes(&peers, "priority", extra);
         Cluster {
             nodes,
             paused: vec![false; n],
@@ -160,6 +140,26 @@ impl Cluster {
             out.push(status);
         }
         out
+    }
+
+    /// Polls `S` until every node that is up (running and not paused)
+    /// has token `at_least` (its `token=` is at least that): the grant is
+    /// replicated there. Panics with the last statuses after `within`.
+    pub async fn wait_replicated(&mut self, at_least: u64, within: Duration) {
+        let deadline = Instant::now() + within;
+        loop {
+            let statuses = self.statuses().await;
+            let up: Vec<bool> = (0..self.len()).map(|i| self.is_up(i)).collect();
+            if tokens_reached(&statuses, |i| up[i], at_least) {
+                return;
+            }
+            if Instant::now() >= deadline {
+                panic!(
+                    "token {at_least} not on every node that is up within {within:?}: {statuses:?}"
+                );
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
     }
 
     /// Polls until exactly one node that is up reports `role=active`, every
@@ -306,21 +306,21 @@ pub async fn probe_status(addr: SocketAddr, within: Duration) -> Option<Status> 
     Some(parse_status(&String::from_utf8_lossy(&line)))
 }
 
-/// `n` loopback addresses with distinct ports that were free a moment ago.
-fn distinct_free_addrs(n: usize) -> Vec<SocketAddr> {
-    let mut addrs: Vec<SocketAddr> = Vec::with_capacity(n);
-    let mut tries = 0;
-    while addrs.len() < n {
-        tries += 1;
-        if tries > 100 * n.max(1) {
-            panic!("cannot find {n} distinct free loopback ports");
-        }
-        let addr = free_addr();
-        if !addrs.contains(&addr) {
-            addrs.push(addr);
-        }
-    }
-    addrs
+/// Whether every node that is `up` answered `S` with `token=` at least
+/// `at_least`: it holds or has seen that grant (it is replicated there).
+pub fn tokens_reached(
+    statuses: &[Option<Status>],
+    up: impl Fn(usize) -> bool,
+    at_least: u64,
+) -> bool {
+    statuses
+        .iter()
+        .enumerate()
+        .filter(|(i, _)| up(*i))
+        .all(|(_, s)| {
+            s.as_ref()
+                .is_some_and(|s| crate::status_u64(s, "token") >= at_least)
+        })
 }
 
 /// The final answer to one request sent through a [`ClusterClient`].
@@ -554,6 +554,7 @@ fn op_and_key(request: &str) -> (&str, &str) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::free_addr;
 
     #[test]
     fn op_and_key_reads_the_first_two_fields() {

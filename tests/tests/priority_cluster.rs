@@ -259,13 +259,13 @@ async fn the_old_active_restarted_rejoins_and_takes_over_without_losing_locks() 
 
     let (ta, _) = grant(&mut client, "back/a", "1", "60").await;
     tokens.record(ta, "back/a on node 0");
-    tokio::time::sleep(Duration::from_millis(200)).await;
+    cluster.wait_replicated(ta, SETTLE).await;
     cluster.kill(0);
     cluster.wait_active(1, SETTLE).await;
     let (tb, reply) = grant(&mut client, "back/b", "1", "60").await;
     assert_eq!(reply.node, 1, "back/b should be granted by node 1");
     tokens.record(tb, "back/b on node 1");
-    tokio::time::sleep(Duration::from_millis(200)).await;
+    cluster.wait_replicated(tb, SETTLE).await;
 
     // A client keeps acquiring and releasing through both steps.
     let (stop, task) = spawn_churn(cluster.client(1), "back/churn", Duration::from_millis(1));
@@ -340,7 +340,7 @@ async fn pause_until_node_1_grants(cluster: &mut Cluster, prefix: &str) -> (Toke
     let first = format!("{prefix}/a");
     let (t, _) = grant(&mut client, &first, "1", "60").await;
     tokens.record(t, "on node 0 before the pause");
-    tokio::time::sleep(Duration::from_millis(200)).await;
+    cluster.wait_replicated(t, SETTLE).await;
 
     cluster.pause(0);
     let took = cluster.wait_active(1, SETTLE).await;

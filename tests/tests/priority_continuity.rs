@@ -14,8 +14,7 @@ use tokio::io::AsyncWriteExt;
 use tokio::time::Instant;
 
 use priority_support::{
-    assert_held, connect_raw, grant, read_raw_line, release, Tokens, FAILOVER_BOUND,
-    FAILURE_TIMEOUT, SERIAL, SETTLE,
+    assert_held, connect_raw, grant, read_raw_line, release, Tokens, FAILOVER_BOUND, SERIAL, SETTLE,
 };
 
 /// Kills the active node `from` and waits for node `to` to take over within
@@ -52,16 +51,17 @@ async fn failover_down_to_the_last_node_and_back_keeps_every_lock() {
     take("roll/b", t, "on node 0 while node 2 is down", &mut held);
     cluster.restart(2);
     cluster.wait_active(0, SETTLE).await;
-    tokio::time::sleep(FAILURE_TIMEOUT).await;
+    // Node 2 has the full copy before the next grant.
+    cluster.wait_replicated(t, SETTLE).await;
     let (t, _) = grant(&mut client, "roll/c", "1", "60").await;
     take("roll/c", t, "on node 0 after node 2 rejoined", &mut held);
-    tokio::time::sleep(Duration::from_millis(200)).await;
+    cluster.wait_replicated(t, SETTLE).await;
 
     crash_over(&mut cluster, 0, 1).await;
     let (t, reply) = grant(&mut client, "roll/d", "1", "60").await;
     assert_eq!(reply.node, 1, "roll/d should be granted by node 1");
     take("roll/d", t, "on node 1", &mut held);
-    tokio::time::sleep(Duration::from_millis(200)).await;
+    cluster.wait_replicated(t, SETTLE).await;
 
     crash_over(&mut cluster, 1, 2).await;
     let mut c2 = LineClient::connect(cluster.addr(2)).await;
@@ -76,7 +76,7 @@ async fn failover_down_to_the_last_node_and_back_keeps_every_lock() {
     }
     let t = grant_token(&c2.request("A roll/e 1 60").await, "roll/e");
     take("roll/e", t, "on node 2, the last node standing", &mut held);
-    tokio::time::sleep(Duration::from_millis(200)).await;
+    cluster.wait_replicated(t, SETTLE).await;
 
     // Back up, in reverse: each returning node joins, catches up and takes
     // over by handoff.

@@ -50,7 +50,7 @@ async fn losing_a_standby_does_not_disturb_the_active() {
     cluster.wait_active(0, Duration::from_secs(2)).await;
     let mut client = cluster.client(0);
     let (t, _) = grant(&mut client, "lose/held", "1", "60").await;
-    tokio::time::sleep(Duration::from_millis(200)).await;
+    cluster.wait_replicated(t, SETTLE).await;
     cluster.kill(0);
     let took = cluster.wait_active(2, SETTLE).await;
     println!("then kill -9 of node 0: node 2 active and agreed after {took:?}");
@@ -115,7 +115,8 @@ async fn a_paused_standby_resumes_as_a_standby_and_catches_up() {
     assert!(log.lost_releases.is_empty(), "{:?}", log.lost_releases);
 
     cluster.wait_active(0, Duration::from_secs(2)).await;
-    tokio::time::sleep(Duration::from_millis(200)).await;
+    let last = log.grants.iter().map(|g| g.token).max().unwrap_or(t).max(t);
+    cluster.wait_replicated(last, SETTLE).await;
     cluster.kill(0);
     let took = cluster.wait_active(1, SETTLE).await;
     println!("then kill -9 of node 0: node 1 active and agreed after {took:?}");
@@ -224,7 +225,7 @@ async fn a_graceful_stop_onto_a_paused_successor_still_leaves_one_active() {
     cluster.wait_active(0, SETTLE).await;
     let mut c0 = LineClient::connect(cluster.addr(0)).await;
     let held = grant_token(&c0.request("A stuck/held 1 60").await, "stuck/held");
-    tokio::time::sleep(Duration::from_millis(200)).await;
+    cluster.wait_replicated(held, SETTLE).await;
 
     cluster.pause(1);
     let signalled = Instant::now();

@@ -12,13 +12,11 @@
 //! Timing-sensitive, so the tests run one at a time and print what they
 //! measured.
 
-mod raft_support;
-
 use std::time::Duration;
 
 use baton_tests::cluster::{field, ClusterClient};
+use baton_tests::raft::{grant, release, RaftCluster, ELECTION_BOUND, REQUEST, SERIAL, SETTLE};
 use baton_tests::{status_u64, LineClient};
-use raft_support::{grant, release, RaftCluster, ELECTION_BOUND, REQUEST, SERIAL, SETTLE};
 use tokio::time::Instant;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -184,13 +182,29 @@ async fn a_graceful_stop_of_the_leader_hands_the_lead_over() {
             served
         })
     };
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    // The cycling client is served (ten cycles) before the stop.
+    cluster
+        .wait_status(leader, "serving the cycles", REQUEST, |s| {
+            status_u64(s, "token") >= held + 10
+        })
+        .await;
     let signalled = Instant::now();
     let status = cluster.nodes[leader].terminate();
     let exited = signalled.elapsed();
     assert!(status.success(), "the stopped leader exited {status:?}");
     let (next, took) = cluster.wait_leader(SETTLE).await;
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    // And by the new leader (ten cycles more) before it stops.
+    let at_handover = status_u64(
+        &cluster
+            .wait_status(next, "answering", REQUEST, |_| true)
+            .await,
+        "token",
+    );
+    cluster
+        .wait_status(next, "serving the cycles", REQUEST, |s| {
+            status_u64(s, "token") >= at_handover + 10
+        })
+        .await;
     stop.store(true, std::sync::atomic::Ordering::Relaxed);
     let served = cycling
         .await

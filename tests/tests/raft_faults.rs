@@ -17,14 +17,12 @@
 //! Timing-sensitive, so the tests run one at a time and print what they
 //! measured.
 
-mod raft_support;
-
 use std::net::SocketAddr;
 use std::time::Duration;
 
 use baton_tests::cluster::{field, probe_status, ClusterClient};
+use baton_tests::raft::{grant, release, RaftCluster, REQUEST, SERIAL, SETTLE};
 use baton_tests::{status_u64, LineClient, Status};
-use raft_support::{grant, release, RaftCluster, REQUEST, SERIAL, SETTLE};
 use tokio::time::Instant;
 
 /// A directory made immutable (`chattr -R +i`, which needs root) until
@@ -99,7 +97,11 @@ async fn a_leader_cut_off_from_its_majority_answers_in_time_and_steps_down() {
     let mut waiter = LineClient::connect(addr).await;
     waiter.send("A handed 1 10").await;
     let queued_at = Instant::now();
-    tokio::time::sleep(Duration::from_millis(100)).await;
+    cluster
+        .wait_status(leader, "holding the waiter", REQUEST, |s| {
+            status_u64(s, "waiters") == 1
+        })
+        .await;
     let followers: Vec<usize> = (0..3).filter(|i| *i != leader).collect();
     for &f in &followers {
         cluster.nodes[f].stop_signal();

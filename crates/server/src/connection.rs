@@ -13,11 +13,11 @@ use baton_core::{AcquireOutcome, FastSet, Key, Millis, Outcome, Token, WaiterId}
 use baton_proto::{ErrorReply, Op, Request, Response, ServerCodec};
 use bytes::BytesMut;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::TcpStream;
 use tokio::sync::mpsc;
 use tokio_util::codec::{Decoder, Encoder};
 use tokio_util::sync::CancellationToken;
 
+use crate::accept::ServerStream;
 use crate::delivery::{Delivery, Mailbox};
 use crate::listener::NodeInfo;
 use crate::locks::{Events, SharedLocks};
@@ -39,9 +39,9 @@ enum Sniffed {
     Gone,
 }
 
-pub(crate) struct Connection<N> {
+pub(crate) struct Connection<N, S> {
     locks: Arc<SharedLocks<N>>,
-    node: Arc<NodeInfo>,
+    node: Arc<NodeInfo<S>>,
     codec: ServerCodec,
     input: BytesMut,
     output: BytesMut,
@@ -58,11 +58,11 @@ pub(crate) struct Connection<N> {
     events: Events,
 }
 
-impl<N: LockNode> Connection<N> {
+impl<N: LockNode, S: ServerStream> Connection<N, S> {
     pub(crate) fn new(
         locks: Arc<SharedLocks<N>>,
-        node: Arc<NodeInfo>,
-    ) -> (Connection<N>, mpsc::UnboundedReceiver<Delivery>) {
+        node: Arc<NodeInfo<S>>,
+    ) -> (Connection<N, S>, mpsc::UnboundedReceiver<Delivery>) {
         let (tx, rx) = mpsc::unbounded_channel();
         let codec = ServerCodec::new(node.config.limits);
         let connection = Connection {
@@ -86,7 +86,7 @@ impl<N: LockNode> Connection<N> {
     /// the node shuts down; then cleans up after it.
     pub(crate) async fn serve(
         mut self,
-        mut stream: TcpStream,
+        mut stream: S,
         mut deliveries: mpsc::UnboundedReceiver<Delivery>,
         shutdown: CancellationToken,
     ) {
@@ -105,20 +105,27 @@ impl<N: LockNode> Connection<N> {
                 Sniffed::Gone => return,
             }
         }
-        let (mut reader, mut writer) = stream.split();
+        let (mut reader, mut writer) = stream.into_split();
         let mut reading = true;
         // Made once: a fresh `cancelled()` per turn would register and
         // unregister a waiter on the token's mutex for every burst.
         let stopping = shutdown.cancelled();
         tokio::pin!(stopping);
         loop {
-            let may_read = reading && self.output.len() < OUTPUT_HIGH_WATER;
+            // Nor while it has too many answers to come: that keeps the
+            // mailbox bounded (see `Mailbox`).
+            let may_read = reading
+                && self.output.len() < OUTPUT_HIGH_WATER
+                && self.deferred < self.node.config.max_pending;
             tokio::select! {
                 biased;
                 _ = &mut stopping => break,
                 n = deliveries.recv_many(&mut batch, DELIVERY_BATCH) => {
                     // Never 0: this task holds a sender in `mailbox`.
-                    let _ = n;
+                    debug_assert!(
+                        n + deliveries.len() <= self.waiting.len() + self.deferred,
+                        "more deliveries than requests waiting for one"
+                    );
                     for delivery in batch.drain(..) {
                         self.on_delivery(delivery);
                     }
@@ -170,7 +177,7 @@ impl<N: LockNode> Connection<N> {
     /// the hello is closed after [`HELLO_TIMEOUT`]: it is neither.
     async fn sniff_peer(
         &mut self,
-        stream: &mut TcpStream,
+        stream: &mut S,
         hello: &[u8],
         shutdown: &CancellationToken,
     ) -> Sniffed {

@@ -29,6 +29,18 @@ pub(crate) enum Delivery {
 }
 
 /// The wait-queue handle of a queued acquire: its connection's mailbox.
+///
+/// The channel has no capacity of its own, yet its length is bounded by
+/// construction: a delivery is only ever the one answer to one request of
+/// the connection that still waits for it (a queued acquire's grant,
+/// time-out or move, or a late answer to a request served `Later`), so at
+/// any moment it holds at most `waiting + deferred` of them. A connection
+/// answers `E` to an acquire past `max_pending` waiting and deferred
+/// requests, and stops reading while `max_pending` requests are deferred,
+/// so that sum stays below `max_pending` plus one read's worth of requests.
+/// The connection debug-asserts the bound each time it takes deliveries.
+/// A bounded channel would instead have to drop or block on a grant made
+/// under the node's mutex.
 #[derive(Debug, Clone)]
 pub struct Mailbox(pub(crate) mpsc::UnboundedSender<Delivery>);
 

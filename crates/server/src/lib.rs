@@ -1,6 +1,8 @@
 //! The async shell around Baton's lock state machine.
 //!
-//! A [`Server`] accepts client connections, parses their pipelined
+//! A [`Server`] (or [`run`], the whole server in one call) accepts client
+//! connections from any [`Accept`] source (a TCP listener in `batond`, a
+//! simulated network's in the simulations), parses their pipelined
 //! requests with `baton-proto`, applies them to a `baton-core`
 //! [`LockService`](baton_core::LockService) held behind one short-lived
 //! mutex, and answers. One timer task serves every lease and wait deadline.
@@ -8,6 +10,7 @@
 //! lock on it ([`DataDir`]), the state file and its writer ([`StateFile`],
 //! [`Persister`]) and the token floor at a restart ([`token_floor`]).
 
+mod accept;
 mod clock;
 mod config;
 mod connection;
@@ -19,14 +22,16 @@ mod node;
 mod persister;
 mod single;
 mod state_file;
+mod tasks;
 mod timer;
 pub mod token_floor;
 
+pub use accept::{Accept, ServerStream};
 pub use clock::Clock;
 pub use config::ServerConfig;
 pub use data_dir::{DataDir, DataDirError, LOCK_FILE};
 pub use delivery::Mailbox;
-pub use listener::{PeerAcceptor, Server, ServerError};
+pub use listener::{run, PeerAcceptor, Server, ServerError};
 pub use locks::{Events, SharedLocks};
 pub use node::{LockNode, NodeEvent, NodeStatus, Served};
 pub use persister::{Persister, TakeState, PERSIST_EVERY};
@@ -35,3 +40,4 @@ pub use single::{
     STATE_FILE as SINGLE_STATE_FILE,
 };
 pub use state_file::{StateFile, StateFileError};
+pub use tasks::Tasks;

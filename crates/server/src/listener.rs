@@ -1,5 +1,7 @@
-//! The node itself: binds, accepts within the connection limit, spawns a
-//! task per connection and the timer, and shuts down cleanly.
+//! The node itself: accepts within the connection limit from whatever
+//! listener it is given, runs a task per connection and the timer, and
+//! shuts down cleanly. [`run`] is the whole server in one call; [`Server`]
+//! lets a cluster shell bind first and share the node's state and tasks.
 
 use std::future::Future;
 use std::net::SocketAddr;
@@ -10,16 +12,36 @@ use std::time::Duration;
 use baton_proto::{Role, StatusReport};
 use tokio::io::AsyncWriteExt;
 use tokio::net::{TcpListener, TcpStream};
-use tokio_util::sync::CancellationToken;
-use tokio_util::task::TaskTracker;
 
+use crate::accept::{Accept, ServerStream};
 use crate::clock::Clock;
 use crate::config::ServerConfig;
 use crate::connection::Connection;
 use crate::locks::SharedLocks;
 use crate::node::{LockNode, NodeStatus};
 use crate::single::SingleNode;
+use crate::tasks::Tasks;
 use crate::timer;
+
+/// How long a stopping node waits for its tasks to end.
+const STOP_WAIT: Duration = Duration::from_secs(5);
+
+/// Serves `node` on `listener` with `clock` until `shutdown` completes,
+/// then stops every task of the node and returns. `batond` calls this with
+/// a TCP listener; the simulations with a simulated network's.
+pub async fn run<N: LockNode, L: Accept>(
+    listener: L,
+    clock: Clock,
+    node: N,
+    config: ServerConfig,
+    shutdown: impl Future<Output = ()>,
+) -> Result<(), ServerError> {
+    let locks = Arc::new(SharedLocks::new(node, clock));
+    Server::on(listener, config, locks, None, Tasks::new())?
+        .run(shutdown)
+        .await;
+    Ok(())
+}
 
 /// Why a node could not start or keep serving.
 #[derive(Debug, thiserror::Error)]
@@ -29,25 +51,27 @@ pub enum ServerError {
         addr: SocketAddr,
         source: std::io::Error,
     },
+    #[error("the listener has no address: {0}")]
+    Unbound(std::io::Error),
 }
 
 /// Takes the connections of the node's cluster peers, which arrive on the
 /// client port and open with a hello line no client request starts with.
-pub trait PeerAcceptor: Send + Sync + 'static {
+pub trait PeerAcceptor<S = TcpStream>: Send + Sync + 'static {
     /// The first bytes of every peer connection.
     fn hello(&self) -> &'static [u8];
     /// Takes a peer connection; `already_read` starts with the hello.
-    fn accept(&self, stream: TcpStream, already_read: bytes::BytesMut);
+    fn accept(&self, stream: S, already_read: bytes::BytesMut);
 }
 
 /// What every connection needs to know about the node it belongs to.
-pub(crate) struct NodeInfo {
+pub(crate) struct NodeInfo<S> {
     pub(crate) config: ServerConfig,
     pub(crate) self_addr: String,
-    pub(crate) peer_acceptor: Option<Arc<dyn PeerAcceptor>>,
+    pub(crate) peer_acceptor: Option<Arc<dyn PeerAcceptor<S>>>,
 }
 
-impl std::fmt::Debug for NodeInfo {
+impl<S> std::fmt::Debug for NodeInfo<S> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("NodeInfo")
             .field("config", &self.config)
@@ -56,7 +80,7 @@ impl std::fmt::Debug for NodeInfo {
     }
 }
 
-impl NodeInfo {
+impl<S> NodeInfo<S> {
     pub(crate) fn status(&self, status: NodeStatus) -> StatusReport {
         let serving = matches!(status.role, Role::Single | Role::Active | Role::Leader);
         StatusReport {
@@ -77,11 +101,21 @@ impl NodeInfo {
 }
 
 /// A Baton node, bound and ready to serve.
-#[derive(Debug)]
-pub struct Server<N = SingleNode> {
-    listener: TcpListener,
-    node: Arc<NodeInfo>,
+pub struct Server<N = SingleNode, L: Accept = TcpListener> {
+    listener: L,
+    node: Arc<NodeInfo<L::Stream>>,
     locks: Arc<SharedLocks<N>>,
+    tasks: Tasks,
+}
+
+impl<N: std::fmt::Debug, L: Accept + std::fmt::Debug> std::fmt::Debug for Server<N, L> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Server")
+            .field("listener", &self.listener)
+            .field("node", &self.node)
+            .field("locks", &self.locks)
+            .finish_non_exhaustive()
+    }
 }
 
 impl Server<SingleNode> {
@@ -112,10 +146,23 @@ impl<N: LockNode> Server<N> {
                     addr: config.listen,
                     source,
                 })?;
-        let local = listener.local_addr().map_err(|source| ServerError::Bind {
-            addr: config.listen,
-            source,
-        })?;
+        Server::on(listener, config, locks, peers, Tasks::new())
+    }
+}
+
+impl<N: LockNode, L: Accept> Server<N, L> {
+    /// A node on a listener bound by the caller (a simulated network's,
+    /// say), with its state shared as in [`Server::bind_shared`]; `tasks`
+    /// holds whatever the caller already started for the node (a cluster
+    /// shell's peer links), stopped with the server.
+    pub fn on(
+        listener: L,
+        config: ServerConfig,
+        locks: Arc<SharedLocks<N>>,
+        peers: Option<Arc<dyn PeerAcceptor<L::Stream>>>,
+        tasks: Tasks,
+    ) -> Result<Server<N, L>, ServerError> {
+        let local = listener.local_addr().map_err(ServerError::Unbound)?;
         let self_addr = config
             .advertise
             .clone()
@@ -129,6 +176,7 @@ impl<N: LockNode> Server<N> {
             listener,
             node: info,
             locks,
+            tasks,
         })
     }
 
@@ -137,27 +185,33 @@ impl<N: LockNode> Server<N> {
         &self.locks
     }
 
+    /// The node's tasks: a cluster shell spawns its own here, so that they
+    /// stop with the server.
+    pub fn tasks(&self) -> &Tasks {
+        &self.tasks
+    }
+
     /// The address actually bound (useful with port 0).
     pub fn local_addr(&self) -> SocketAddr {
-        // Checked in `bind`.
+        // Checked in `on`.
         self.listener
             .local_addr()
             .unwrap_or(self.node.config.listen)
     }
 
     /// Serves until `shutdown` completes; then stops accepting, lets each
-    /// connection flush what it has and close, and returns.
+    /// connection flush what it has and close, stops every other task of
+    /// the node, and returns once they are all gone (or after 5 s).
     pub async fn run(self, shutdown: impl Future<Output = ()>) {
-        let cancel = CancellationToken::new();
-        let tasks = TaskTracker::new();
-        tasks.spawn(timer::run(self.locks.clone(), cancel.clone()));
+        let tasks = self.tasks.clone();
+        tasks.spawn(timer::run(self.locks.clone()));
         let open = Arc::new(AtomicUsize::new(0));
         tokio::pin!(shutdown);
         loop {
             tokio::select! {
                 _ = &mut shutdown => break,
                 accepted = self.listener.accept() => match accepted {
-                    Ok((stream, peer)) => self.admit(stream, peer, &open, &tasks, &cancel),
+                    Ok((stream, peer)) => self.admit(stream, peer, &open),
                     Err(error) => {
                         // Out of file descriptors and the like: pause rather
                         // than spin; the node keeps serving who it has.
@@ -169,42 +223,32 @@ impl<N: LockNode> Server<N> {
         }
         tracing::info!("shutting down");
         drop(self.listener);
-        cancel.cancel();
-        tasks.close();
-        if tokio::time::timeout(Duration::from_secs(5), tasks.wait())
-            .await
-            .is_err()
-        {
-            tracing::warn!("some connections did not close in time");
+        if !tasks.stop(STOP_WAIT).await {
+            tracing::warn!(left = tasks.len(), "some tasks did not stop in time");
         }
     }
 
-    fn admit(
-        &self,
-        mut stream: TcpStream,
-        peer: SocketAddr,
-        open: &Arc<AtomicUsize>,
-        tasks: &TaskTracker,
-        cancel: &CancellationToken,
-    ) {
+    fn admit(&self, mut stream: L::Stream, peer: SocketAddr, open: &Arc<AtomicUsize>) {
         if open.fetch_add(1, Ordering::AcqRel) >= self.node.config.max_connections {
             open.fetch_sub(1, Ordering::AcqRel);
             tracing::debug!(%peer, "refused: too many connections");
-            tasks.spawn(async move {
+            self.tasks.spawn(async move {
                 let refuse = async {
-                    let _ = stream.write_all(&baton_proto::connection_refused_line()).await;
+                    let _ = stream
+                        .write_all(&baton_proto::connection_refused_line())
+                        .await;
                     let _ = stream.shutdown().await;
                 };
                 let _ = tokio::time::timeout(Duration::from_secs(1), refuse).await;
             });
             return;
         }
-        let _ = stream.set_nodelay(true);
+        stream.set_nodelay();
         let (connection, deliveries) = Connection::new(self.locks.clone(), self.node.clone());
         let open = open.clone();
-        let cancel = cancel.clone();
-        tasks.spawn(async move {
-            connection.serve(stream, deliveries, cancel).await;
+        let stopping = self.tasks.stopping().clone();
+        self.tasks.spawn_graceful(async move {
+            connection.serve(stream, deliveries, stopping).await;
             open.fetch_sub(1, Ordering::AcqRel);
         });
     }

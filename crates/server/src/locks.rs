@@ -51,11 +51,18 @@ impl<N: LockNode> SharedLocks<N> {
         self.node.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// Runs `f` on the node under the lock (the cluster shells feed peer
-    /// messages this way), then delivers the events it produced.
+    /// Runs `f` on the node under the lock, then delivers the events it
+    /// produced. The cluster shells feed the node this way: `f` calls one
+    /// named input of the node (see the call protocol in `node.rs`).
     pub fn with<R>(&self, f: impl FnOnce(&mut N, Millis, &mut Events) -> R) -> R {
         let mut events = Vec::new();
         self.run(&mut events, self.clock.now(), f)
+    }
+
+    /// Reads the node under the lock, changing nothing (a simulation's
+    /// checks, a test's).
+    pub fn inspect<R>(&self, f: impl FnOnce(&N) -> R) -> R {
+        f(&self.lock())
     }
 
     /// The one way into the node: `f` runs under the lock; then the timer

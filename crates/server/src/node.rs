@@ -2,8 +2,33 @@
 //!
 //! A single node serves every request. A cluster node serves only while it
 //! is the active node or the leader, and otherwise redirects; the cluster
-//! crate implements [`LockNode`] over its engines. The server calls these
-//! methods under one mutex and never awaits while holding it.
+//! crate implements [`LockNode`] over its engines.
+//!
+//! # Call protocol
+//!
+//! Every input to a node goes through [`SharedLocks`](crate::SharedLocks),
+//! which holds it behind one mutex, and is one of these:
+//!
+//! - a client request, from the connection that read it: [`LockNode::acquire`],
+//!   [`LockNode::release`], [`LockNode::renew`], [`LockNode::status`];
+//! - [`LockNode::cancel`], from a connection that closed with acquires
+//!   still queued;
+//! - [`LockNode::release`] with no mailbox, for a grant whose connection
+//!   was gone before it could be written (a ghost grant);
+//! - [`LockNode::tick`], from the node's one timer, at (or after) the
+//!   instant [`LockNode::next_deadline`] named;
+//! - a cluster shell's input (a peer's message, a change of role, a
+//!   committed log entry), as a named method of the cluster's node type
+//!   called through [`SharedLocks::with`](crate::SharedLocks::with), one
+//!   method per closure, never engine code written in the closure.
+//!
+//! Each call gets `now` from the node's one [`Clock`](crate::Clock), never
+//! decreasing from one call to the next. Calls never overlap, never await,
+//! and do no I/O: what a call has for other connections it pushes to
+//! `events`, which the server delivers once the mutex is released. After
+//! each call the server reads `next_deadline` (to re-arm the timer) and
+//! `has_output` (to wake the cluster shell's sender); a node must keep
+//! both true of its state after every call.
 
 use baton_core::{
     AcquireOutcome, Change, Event, Key, Millis, NodeIndex, NotServing, Outcome, Token, WaiterId,
@@ -136,7 +161,7 @@ pub struct NodeStatus {
 }
 
 /// The lock logic of a node. Every method runs under the server's mutex:
-/// keep them short and free of I/O.
+/// keep them short and free of I/O (see the call protocol above).
 pub trait LockNode: Send + 'static {
     fn acquire(
         &mut self,

@@ -1,24 +1,22 @@
 //! The one timer of a node: sleeps until the earliest lease or wait
-//! deadline, whatever the number of locks and waiters.
+//! deadline, whatever the number of locks and waiters. It runs among the
+//! node's [`Tasks`](crate::Tasks), which end it at shutdown.
 
 use std::sync::Arc;
-
-use tokio_util::sync::CancellationToken;
 
 use crate::locks::SharedLocks;
 use crate::node::LockNode;
 
-pub(crate) async fn run<N: LockNode>(locks: Arc<SharedLocks<N>>, shutdown: CancellationToken) {
+pub(crate) async fn run<N: LockNode>(locks: Arc<SharedLocks<N>>) {
     let mut events = Vec::new();
     loop {
         let next = locks.tick(&mut events);
         let sleep_until = next.map(|at| locks.clock().instant_at(at));
         tokio::select! {
-            _ = shutdown.cancelled() => return,
             _ = locks.timer_woken() => {}
             _ = async {
                 match sleep_until {
-                    Some(at) => tokio::time::sleep_until(at.into()).await,
+                    Some(at) => tokio::time::sleep_until(at).await,
                     None => std::future::pending().await,
                 }
             } => {}

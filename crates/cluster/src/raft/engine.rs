@@ -19,7 +19,6 @@ use baton_core::{
 use super::types::{NodeId, Proposal, Tagged};
 
 mod apply;
-mod compat;
 mod leadership;
 mod validate;
 
@@ -333,6 +332,20 @@ impl<H> RaftEngine<H> {
     }
 
     /// The release alone (see [`RaftEngine::handle_release`]).
+    /// The release alone, without the hand-over behind it, so a test can
+    /// see the key handed on when the release applies.
+    #[cfg(test)]
+    pub(crate) fn propose_release_alone(
+        &mut self,
+        key: &Key,
+        token: Token,
+        reply: Option<H>,
+    ) -> Result<Option<Outcome>, NotServing> {
+        let proposed = self.propose_release(key, token, reply);
+        self.debug_validate();
+        proposed
+    }
+
     fn propose_release(
         &mut self,
         key: &Key,

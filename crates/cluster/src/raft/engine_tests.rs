@@ -113,7 +113,10 @@ fn waiters_get_the_key_in_order_as_releases_commit() {
     assert_eq!(p.commit_proposals(0), 0);
     // The release alone (the old API, without the hand-over behind it):
     // the next grant is proposed when the release applies.
-    assert_eq!(p.leader.release(&key("a"), 1, Some("c1")), Ok(None));
+    assert_eq!(
+        p.leader.propose_release_alone(&key("a"), 1, Some("c1")),
+        Ok(None)
+    );
     assert_eq!(p.commit_proposals(1), 1);
     let replies: Vec<_> = p
         .events

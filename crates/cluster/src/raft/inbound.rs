@@ -14,6 +14,7 @@ use std::net::IpAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
+use baton_server::Tasks;
 use bytes::{Bytes, BytesMut};
 use futures_util::stream::SplitSink;
 use futures_util::{SinkExt, StreamExt};
@@ -63,6 +64,9 @@ pub struct RaftAcceptor<H: TableHost> {
     gate: PeerGate,
     budget: AssemblyBudget,
     complaints: Complaints,
+    /// The node's tasks: each peer connection's handler, its reply writer
+    /// and its calls into openraft stop with the node's server.
+    tasks: Tasks,
 }
 
 impl<H: TableHost> std::fmt::Debug for RaftAcceptor<H> {
@@ -78,6 +82,17 @@ impl<H: TableHost> RaftAcceptor<H> {
     /// The acceptor of node `me` of `peers`, taking peers that hold one
     /// of `keys`.
     pub fn new(raft: RaftOf<H>, me: NodeId, peers: Vec<String>, keys: ClusterKeys) -> Arc<Self> {
+        RaftAcceptor::new_in(raft, me, peers, keys, Tasks::new())
+    }
+
+    /// The same, with its tasks among the node's `tasks`.
+    pub fn new_in(
+        raft: RaftOf<H>,
+        me: NodeId,
+        peers: Vec<String>,
+        keys: ClusterKeys,
+        tasks: Tasks,
+    ) -> Arc<Self> {
         Arc::new(RaftAcceptor {
             raft,
             me,
@@ -87,6 +102,7 @@ impl<H: TableHost> RaftAcceptor<H> {
             keys,
             budget: AssemblyBudget::default(),
             complaints: Complaints::default(),
+            tasks,
         })
     }
 
@@ -104,7 +120,7 @@ impl<H: TableHost> RaftAcceptor<H> {
             return;
         };
         let this = self.clone();
-        tokio::spawn(async move {
+        self.tasks.spawn(async move {
             match this.serve(stream, already_read, permit).await {
                 Ok(()) => {}
                 Err(LinkEnd::Refused(reason)) => this.gate.refused(from, &reason),
@@ -155,7 +171,9 @@ impl<H: TableHost> RaftAcceptor<H> {
     ) -> Result<(), LinkEnd> {
         let (sink, mut frames) = framed.split();
         let (tx, rx) = mpsc::channel::<Bytes>(REPLY_QUEUE);
-        let writer = tokio::spawn(write_replies(sink, rx));
+        let writer = self.tasks.spawn(async move {
+            let _ = write_replies(sink, rx).await;
+        });
         let in_flight = Arc::new(Semaphore::new(MAX_IN_FLIGHT));
         let bytes_in_flight = Arc::new(Semaphore::new(MAX_BYTES_IN_FLIGHT));
         let mut assembly = Assembly::new(self.budget.clone());
@@ -235,7 +253,7 @@ impl<H: TableHost> RaftAcceptor<H> {
                     Ok(Some((head, data))) => {
                         let raft = self.raft.clone();
                         let tx = tx.clone();
-                        tokio::spawn(async move {
+                        self.tasks.spawn(async move {
                             let body = install(&raft, head, data).await;
                             reply(&tx, id, body);
                             drop(slots);
@@ -261,7 +279,7 @@ impl<H: TableHost> RaftAcceptor<H> {
         }
         let raft = self.raft.clone();
         let tx = tx.clone();
-        tokio::spawn(async move {
+        self.tasks.spawn(async move {
             let body = handle(&raft, body).await;
             reply(&tx, id, body);
             drop(slots);

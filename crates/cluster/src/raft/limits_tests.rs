@@ -187,7 +187,7 @@ fn replies_fit_the_reply_cap() {
 fn a_leader_never_puts_more_than_the_bound_in_one_entry() {
     let mut engine: RaftEngine<u32> = RaftEngine::new(0, peers(3), 7);
     let mut events = Vec::new();
-    engine.set_role(RaftRole::Leader { term: 1 }, 0, &mut events);
+    engine.handle_role(RaftRole::Leader { term: 1 }, 0, &mut events);
     let blank = Entry {
         log_id: LogId {
             leader_id: LeaderId {
@@ -198,17 +198,17 @@ fn a_leader_never_puts_more_than_the_bound_in_one_entry() {
         },
         payload: EntryPayload::Blank,
     };
-    engine.apply_entry((&blank).into(), 0, &mut events);
+    engine.handle_committed((&blank).into(), 0, &mut events);
     assert!(engine.serving());
     for i in 0..(3 * MAX_BATCH + 5) {
         let name = format!("{i:0>width$}", width = MAX_KEY_LEN);
         let key = Key::new(name.as_bytes()).expect("key");
         engine
-            .acquire(key, 1_000, u64::MAX / 4, 0, 0, &mut events)
+            .handle_acquire(key, 1_000, u64::MAX / 4, 0, 0, &mut events)
             .expect("serving");
     }
     let mut proposals = 0;
-    while let Some((proposal, _)) = engine.take_proposal() {
+    while let Some((proposal, _)) = engine.poll_proposal() {
         assert!(proposal.commands.len() <= MAX_BATCH);
         let entry = Entry {
             log_id: widest_log_id(),

@@ -14,6 +14,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
+use baton_server::Tasks;
 use bytes::Bytes;
 use futures_util::{SinkExt, StreamExt};
 use tokio::io::{AsyncRead, AsyncWrite};
@@ -85,6 +86,8 @@ pub struct Link {
     dialer: Arc<dyn Dialer>,
     conn: tokio::sync::Mutex<Option<Arc<Conn>>>,
     next_id: AtomicU64,
+    /// The node's tasks: a connection's reader and writer stop with it.
+    tasks: Tasks,
 }
 
 impl std::fmt::Debug for Link {
@@ -103,8 +106,14 @@ fn waiters_of(
 
 impl Link {
     /// The link to the peer at `addr`, greeting it with `hello` and
-    /// proving to hold `key`.
-    pub fn new(addr: String, hello: LinkHello, key: ClusterKey, dialer: Arc<dyn Dialer>) -> Link {
+    /// proving to hold `key`; its connections' tasks run among `tasks`.
+    pub fn new(
+        addr: String,
+        hello: LinkHello,
+        key: ClusterKey,
+        dialer: Arc<dyn Dialer>,
+        tasks: Tasks,
+    ) -> Link {
         let caps = FrameCaps::for_peers(&hello.peers);
         Link {
             addr,
@@ -114,6 +123,7 @@ impl Link {
             dialer,
             conn: tokio::sync::Mutex::new(None),
             next_id: AtomicU64::new(1),
+            tasks,
         }
     }
 
@@ -190,7 +200,7 @@ impl Link {
             .await
             .map_err(|e| CallError::Unreachable(e.to_string()))?;
         let conn = Arc::new(
-            start(stream, &self.hello, &self.key, self.caps)
+            start(stream, &self.hello, &self.key, self.caps, &self.tasks)
                 .await
                 .map_err(|e| CallError::Unreachable(e.to_string()))?,
         );
@@ -218,6 +228,7 @@ async fn start(
     hello: &LinkHello,
     key: &ClusterKey,
     caps: FrameCaps,
+    tasks: &Tasks,
 ) -> Result<Conn, peer::PeerError> {
     let first = peer::encode(hello)?;
     let framed = peer::connect(stream, RAFT_HELLO, key, first, caps.reply).await?;
@@ -226,7 +237,7 @@ async fn start(
     let waiters: Waiters = Arc::new(Mutex::new(HashMap::new()));
     let reading = waiters.clone();
     let (stop_tx, mut stop_rx) = oneshot::channel::<()>();
-    tokio::spawn(async move {
+    tasks.spawn(async move {
         let mut batch = Vec::with_capacity(REQUEST_QUEUE);
         loop {
             tokio::select! {
@@ -247,7 +258,7 @@ async fn start(
             }
         }
     });
-    tokio::spawn(async move {
+    tasks.spawn(async move {
         while let Some(Ok(frame)) = frames.next().await {
             let Ok(reply) = peer::decode::<RpcReply>(&frame) else {
                 break;

@@ -170,24 +170,14 @@ impl LockNode for RaftLockNode {
 
 impl TableHost for SharedLocks<RaftLockNode> {
     fn apply(&self, entries: &[Entry]) {
-        self.with(|node, now, events| {
-            node.drive(events, |engine, ev| {
-                for entry in entries {
-                    engine.handle_committed(entry.into(), now, ev);
-                }
-            })
-        });
+        self.with(|node, now, events| node.apply_committed(entries, now, events));
     }
 
     fn snapshot(&self) -> TableSnapshot {
-        self.with(|node, now, _| node.engine.snapshot(now))
+        self.with(|node, now, _| node.table_snapshot(now))
     }
 
     fn restore(&self, snapshot: &TableSnapshot) {
-        self.with(|node, now, events| {
-            node.drive(events, |engine, ev| {
-                engine.handle_snapshot(snapshot, now, ev)
-            })
-        });
+        self.with(|node, now, events| node.restore_table(snapshot, now, events));
     }
 }

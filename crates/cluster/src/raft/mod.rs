@@ -12,7 +12,8 @@
 //!   parts, [`bounds`] refuses what no sound peer can report.
 //! - [`observe`]: the role to serve in (a leader without a majority steps
 //!   down), followers' replication, a dead core, from openraft's metrics.
-//! - [`shell`]: wires it all to the server.
+//! - [`shell`]: wires it all to the server; `node_inputs` names what the
+//!   shell and the state machine feed the node.
 
 pub mod bounds;
 pub mod engine;
@@ -26,6 +27,7 @@ pub mod log_store;
 #[cfg(test)]
 mod log_store_tests;
 pub mod network;
+mod node_inputs;
 pub mod observe;
 pub mod rpc;
 mod segment;
@@ -39,4 +41,6 @@ pub mod types;
 
 pub use engine::{EngineEvent, RaftEngine, RaftRole};
 pub use lock_node::RaftLockNode;
-pub use shell::{build_raft, start, RaftCluster, RaftHandle, RaftSettings, StartError};
+pub use shell::{
+    build_raft, start, start_on, NodeIo, RaftCluster, RaftHandle, RaftSettings, StartError,
+};

@@ -25,6 +25,7 @@ use super::rpc::{LinkHello, ReplyBody, RequestBody};
 use super::snapshot_transfer::{self, SnapshotHead, MAX_SNAPSHOT_BYTES};
 use super::types::{NodeId, Snapshot, SnapshotData, TypeConfig, Vote};
 use crate::peer::ClusterKey;
+use baton_server::Tasks;
 
 /// The shortest time an RPC is given. openraft asks replication to time
 /// out after 3/4 of a heartbeat (37.5 ms by default), which a busy follower
@@ -49,6 +50,7 @@ pub struct Network {
     dialer: Arc<dyn Dialer>,
     links: HashMap<NodeId, Arc<Link>>,
     complaints: Arc<Complaints>,
+    tasks: Tasks,
 }
 
 impl std::fmt::Debug for Network {
@@ -74,7 +76,15 @@ impl Network {
             dialer,
             links: HashMap::new(),
             complaints: Arc::new(Complaints::default()),
+            tasks: Tasks::new(),
         }
+    }
+
+    /// The same, with the links' tasks among the node's `tasks`, so that
+    /// they stop with its server.
+    pub fn in_tasks(mut self, tasks: Tasks) -> Network {
+        self.tasks = tasks;
+        self
     }
 }
 
@@ -95,6 +105,7 @@ impl RaftNetworkFactory<TypeConfig> for Network {
                     hello,
                     self.key.clone(),
                     self.dialer.clone(),
+                    self.tasks.clone(),
                 ))
             })
             .clone();

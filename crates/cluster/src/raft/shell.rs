@@ -2,6 +2,12 @@
 //! the lock engine, proposes the engine's commands, follows the node's role,
 //! takes peer connections on the client port, and hands leadership over
 //! at a graceful stop.
+//!
+//! [`start`] runs it on TCP; [`start_on`] on whatever listener, dialer,
+//! clock and run name it is given, which is how the simulation runs this
+//! very shell, its server and its connections on turmoil's network. Every
+//! task it starts (the pump and its writes, the watchers, the peer links
+//! and handlers) belongs to the server's [`Tasks`] and stops with it.
 
 use std::hash::{BuildHasher, Hasher};
 use std::io;
@@ -12,9 +18,12 @@ use std::time::Duration;
 use bytes::BytesMut;
 use openraft::async_runtime::WatchReceiver;
 use openraft::{Config, ServerState, SnapshotPolicy};
-use tokio::net::TcpStream;
+use tokio::net::TcpListener;
 
-use baton_server::{Clock, PeerAcceptor, Server, ServerConfig, SharedLocks};
+use baton_server::{
+    Accept, Clock, PeerAcceptor, Server, ServerConfig, ServerError, ServerStream, SharedLocks,
+    Tasks,
+};
 
 use super::engine::RaftEngine;
 use super::inbound::RaftAcceptor;
@@ -23,12 +32,12 @@ use super::link::{Dialer, TcpDialer};
 use super::lock_node::RaftLockNode;
 use super::log_store::{LogStore, DEFAULT_SEGMENT_BYTES};
 use super::network::Network;
+use super::observe;
 use super::observe::StuckWatch;
 use super::rpc::RAFT_HELLO;
 use super::snapshot_store::SnapshotStore;
 use super::state_machine::{LockStateMachine, TableHost};
 use super::types::{members_of, NodeId, Proposal, TypeConfig};
-use super::{engine::EngineEvent, observe};
 use crate::peer::ClusterKeys;
 
 /// The openraft node over a lock table held by `H`.
@@ -184,6 +193,16 @@ pub async fn build_raft<H: TableHost>(
     host: Arc<H>,
     dialer: Arc<dyn Dialer>,
 ) -> Result<RaftOf<H>, StartError> {
+    build_raft_in(settings, host, dialer, Tasks::new()).await
+}
+
+/// [`build_raft`], with the peer links' tasks among the node's `tasks`.
+pub async fn build_raft_in<H: TableHost>(
+    settings: &RaftSettings,
+    host: Arc<H>,
+    dialer: Arc<dyn Dialer>,
+    tasks: Tasks,
+) -> Result<RaftOf<H>, StartError> {
     let log = LogStore::open(&settings.data_dir.join("log"), settings.segment_bytes)?;
     let snapshots = SnapshotStore::new(&settings.data_dir.join("snapshot"))?;
     let state_machine = LockStateMachine::open(host, snapshots)?;
@@ -192,7 +211,8 @@ pub async fn build_raft<H: TableHost>(
         settings.peers.clone(),
         settings.keys.primary().clone(),
         dialer,
-    );
+    )
+    .in_tasks(tasks);
     let config = Arc::new(settings.openraft_config()?);
     let raft = openraft::Raft::new(settings.me, config, network, log, state_machine)
         .await
@@ -216,8 +236,8 @@ pub async fn build_raft<H: TableHost>(
 
 /// A running Raft node: the server, and a handle for the graceful stop.
 #[derive(Debug)]
-pub struct RaftCluster {
-    pub server: Server<RaftLockNode>,
+pub struct RaftCluster<L: Accept = TcpListener> {
+    pub server: Server<RaftLockNode, L>,
     pub handle: RaftHandle,
 }
 
@@ -289,32 +309,117 @@ impl RaftHandle {
     }
 }
 
-/// Binds a Raft node and starts its shell.
+/// What a Raft node runs on besides its listener, given from outside.
+#[derive(Clone)]
+pub struct NodeIo {
+    /// Dials the peers.
+    pub dialer: Arc<dyn Dialer>,
+    /// The server's clock.
+    pub clock: Clock,
+    /// The name of this run of the node (see [`fresh_origin`]).
+    pub origin: u64,
+}
+
+impl std::fmt::Debug for NodeIo {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("NodeIo")
+            .field("clock", &self.clock)
+            .field("origin", &self.origin)
+            .finish_non_exhaustive()
+    }
+}
+
+impl NodeIo {
+    /// TCP, the monotonic clock and a fresh run name: what `batond` runs on.
+    pub fn tcp() -> NodeIo {
+        NodeIo {
+            dialer: Arc::new(TcpDialer),
+            clock: Clock::new(),
+            origin: fresh_origin(),
+        }
+    }
+}
+
+/// Binds a Raft node on TCP and starts its shell. The storage is opened
+/// before the port is bound, so a node that cannot start never listens.
 pub async fn start(
     server_config: ServerConfig,
     settings: RaftSettings,
 ) -> Result<RaftCluster, StartError> {
-    let mut engine = RaftEngine::new(settings.me, settings.peers.clone(), fresh_origin());
-    engine.set_orphan_wait(settings.orphan_wait_ms());
-    let locks: Shared = Arc::new(SharedLocks::new(RaftLockNode::new(engine), Clock::new()));
-    let raft = build_raft(&settings, locks.clone(), Arc::new(TcpDialer)).await?;
-    let acceptor = Arc::new(Inbound(RaftAcceptor::new(
-        raft.clone(),
-        settings.me,
-        settings.peers.clone(),
-        settings.keys.clone(),
-    )));
-    let server = Server::bind_shared(server_config, locks.clone(), Some(acceptor)).await?;
-    tokio::spawn(follow_role(raft.clone(), locks.clone(), &settings));
-    tokio::spawn(pump(raft.clone(), locks));
-    tokio::spawn(unstick_replication(raft.clone(), &settings));
-    Ok(RaftCluster {
-        server,
-        handle: RaftHandle {
-            raft,
-            me: settings.me,
-        },
-    })
+    let opened = Opened::open(&settings, NodeIo::tcp()).await?;
+    let listener = TcpListener::bind(server_config.listen)
+        .await
+        .map_err(|source| ServerError::Bind {
+            addr: server_config.listen,
+            source,
+        })?;
+    opened.serve_on(listener, server_config, &settings)
+}
+
+/// Starts a Raft node on `listener`, dialing, timing and naming itself
+/// with `io`.
+pub async fn start_on<L: Accept>(
+    listener: L,
+    io: NodeIo,
+    server_config: ServerConfig,
+    settings: RaftSettings,
+) -> Result<RaftCluster<L>, StartError> {
+    Opened::open(&settings, io)
+        .await?
+        .serve_on(listener, server_config, &settings)
+}
+
+/// A node whose storage and openraft are up, not yet serving.
+struct Opened {
+    locks: Shared,
+    raft: Raft,
+    tasks: Tasks,
+}
+
+impl Opened {
+    async fn open(settings: &RaftSettings, io: NodeIo) -> Result<Opened, StartError> {
+        let mut engine = RaftEngine::new(settings.me, settings.peers.clone(), io.origin);
+        engine.set_orphan_wait(settings.orphan_wait_ms());
+        let locks: Shared = Arc::new(SharedLocks::new(RaftLockNode::new(engine), io.clock));
+        let tasks = Tasks::new();
+        let raft = build_raft_in(settings, locks.clone(), io.dialer, tasks.clone()).await?;
+        Ok(Opened { locks, raft, tasks })
+    }
+
+    /// Serves on `listener`: peers arrive there too. Starts the shell's
+    /// tasks among the server's.
+    fn serve_on<L: Accept>(
+        self,
+        listener: L,
+        server_config: ServerConfig,
+        settings: &RaftSettings,
+    ) -> Result<RaftCluster<L>, StartError> {
+        let Opened { locks, raft, tasks } = self;
+        let acceptor = Arc::new(Inbound(RaftAcceptor::new_in(
+            raft.clone(),
+            settings.me,
+            settings.peers.clone(),
+            settings.keys.clone(),
+            tasks.clone(),
+        )));
+        let server = Server::on(
+            listener,
+            server_config,
+            locks.clone(),
+            Some(acceptor),
+            tasks.clone(),
+        )?;
+        tasks.spawn(follow_role(raft.clone(), locks.clone(), settings));
+        tasks.spawn(pump(raft.clone(), locks, tasks.clone()));
+        tasks.spawn(unstick_replication(raft.clone(), settings));
+        Ok(RaftCluster {
+            server,
+            handle: RaftHandle {
+                raft,
+                me: settings.me,
+            },
+        })
+    }
 }
 
 /// Tells the engine each change of role (a leader without a majority
@@ -328,10 +433,8 @@ fn follow_role(
     let (step_down_after, tick) = (settings.step_down_after(), settings.quorum_check_every());
     observe::follow_role(raft, step_down_after, tick, move |role, metrics| {
         let progress = observe::replication(metrics);
-        locks.with(|node, now, events| {
-            node.set_progress(metrics.current_term, progress);
-            node.drive(events, |engine, ev| engine.set_role(role, now, ev))
-        });
+        let term = metrics.current_term;
+        locks.with(|node, now, events| node.role_changed(role, term, progress, now, events));
     })
 }
 
@@ -407,11 +510,7 @@ impl ProposalSource for SharedLocks<RaftLockNode> {
     }
 
     fn proposal_failed(&self, tags: &[u64], leader: Option<NodeId>) {
-        self.with(|node, _, events| {
-            node.drive(events, |engine, ev: &mut Vec<EngineEvent<_>>| {
-                engine.proposal_failed(tags, leader, ev)
-            })
-        });
+        self.with(|node, now, events| node.proposal_failed(tags, leader, now, events));
     }
 }
 
@@ -420,8 +519,8 @@ impl ProposalSource for SharedLocks<RaftLockNode> {
 /// into the next entry, so under load each entry carries
 /// many commands and openraft's per-entry cost (log record, replication,
 /// apply) is paid once for all of them. Alone, a request waits for
-/// nothing more than its own commit.
-pub async fn pump<H: TableHost, S: ProposalSource>(raft: RaftOf<H>, source: Arc<S>) {
+/// nothing more than its own commit. Each write runs among `tasks`.
+pub async fn pump<H: TableHost, S: ProposalSource>(raft: RaftOf<H>, source: Arc<S>, tasks: Tasks) {
     let in_flight = Arc::new(tokio::sync::Semaphore::new(MAX_ENTRIES_IN_FLIGHT));
     loop {
         source.output_ready().await;
@@ -434,7 +533,7 @@ pub async fn pump<H: TableHost, S: ProposalSource>(raft: RaftOf<H>, source: Arc<
             };
             let raft = raft.clone();
             let source = source.clone();
-            tokio::spawn(async move {
+            tasks.spawn(async move {
                 if let Err(error) = raft.client_write(proposal).await {
                     let leader = error.forward_to_leader().and_then(|f| f.leader_id);
                     tracing::debug!(%error, "a proposal did not make it into the log");
@@ -449,18 +548,18 @@ pub async fn pump<H: TableHost, S: ProposalSource>(raft: RaftOf<H>, source: Arc<
 /// Takes the Raft peer connections that arrive on the client port.
 struct Inbound(Arc<RaftAcceptor<SharedLocks<RaftLockNode>>>);
 
-impl PeerAcceptor for Inbound {
+impl<S: ServerStream> PeerAcceptor<S> for Inbound {
     fn hello(&self) -> &'static [u8] {
         RAFT_HELLO
     }
 
-    fn accept(&self, stream: TcpStream, already_read: BytesMut) {
+    fn accept(&self, stream: S, already_read: BytesMut) {
         // Without its address a peer cannot be told apart in the refusal
         // log; such a socket is already gone.
         let Ok(from) = stream.peer_addr() else {
             return;
         };
-        let _ = stream.set_nodelay(true);
+        stream.set_nodelay();
         self.0.take(stream, already_read, from.ip());
     }
 }

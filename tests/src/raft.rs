@@ -1,17 +1,19 @@
-//! The Raft cluster the black-box Raft tests run: three (or n) real
-//! `batond --mode raft` nodes on loopback, each with its own data
-//! directory, and the client helpers they share.
-
-#![allow(dead_code)] // each test file uses its own subset
+//! A Raft cluster of real `batond --mode raft` processes on loopback, each
+//! with its own data directory, next to the priority [`Cluster`]
+//! (`crate::cluster::Cluster`) and started the same way (one peer list of
+//! free ports, [`start_cluster_nodes`]); and the client helpers the Raft
+//! tests share. Every wait polls `S` and is bounded.
 
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use baton_tests::cluster::{field, probe_status, ClusterClient};
-use baton_tests::{free_addr, Batond, Status};
 use tempfile::TempDir;
 use tokio::sync::Mutex;
 use tokio::time::Instant;
+
+use crate::cluster::{field, probe_status, tokens_reached, ClusterClient};
+use crate::port::{distinct_free_addrs, start_cluster_nodes};
+use crate::{Batond, Status};
 
 /// The tests share two cores with everything else: one cluster at a time.
 pub static SERIAL: Mutex<()> = Mutex::const_new(());
@@ -24,6 +26,7 @@ pub const ELECTION_BOUND: Duration = Duration::from_millis(2_500);
 pub const REQUEST: Duration = Duration::from_secs(10);
 
 /// Three (or n) Raft nodes, each with its own data directory.
+#[derive(Debug)]
 pub struct RaftCluster {
     pub nodes: Vec<Batond>,
     pub peers: Vec<SocketAddr>,
@@ -38,18 +41,7 @@ impl RaftCluster {
 
     /// Starts `n` nodes with `extra` arguments each.
     pub fn start_with(n: usize, extra: &[&str]) -> RaftCluster {
-        let mut peers: Vec<SocketAddr> = Vec::new();
-        while peers.len() < n {
-            let addr = free_addr();
-            if !peers.contains(&addr) {
-                peers.push(addr);
-            }
-        }
-        let list = peers
-            .iter()
-            .map(|p| p.to_string())
-            .collect::<Vec<_>>()
-            .join(",");
+        let peers = distinct_free_addrs(n);
         let dirs: Vec<TempDir> = (0..n)
             .map(|_| {
                 tempfile::Builder::new()
@@ -58,16 +50,12 @@ impl RaftCluster {
                     .unwrap_or_else(|e| panic!("temp dir: {e}"))
             })
             .collect();
-        let nodes = peers
-            .iter()
-            .zip(&dirs)
-            .map(|(addr, dir)| {
-                let data = dir.path().to_string_lossy().into_owned();
-                let mut args = vec!["--peers", &list, "--mode", "raft", "--data-dir", &data];
-                args.extend_from_slice(extra);
-                Batond::start_at(*addr, &args)
-            })
-            .collect();
+        let nodes = start_cluster_nodes(&peers, "raft", |i| {
+            let data = dirs[i].path().to_string_lossy().into_owned();
+            let mut args = vec!["--data-dir".to_string(), data];
+            args.extend(extra.iter().map(|s| s.to_string()));
+            args
+        });
         RaftCluster { nodes, peers, dirs }
     }
 
@@ -125,6 +113,46 @@ impl RaftCluster {
             .filter(|(i, _)| self.nodes[*i].is_running())
             .all(|(_, s)| s.as_ref().is_some_and(|s| field(s, "active") == want));
         agreed.then_some(leader)
+    }
+
+    /// Polls `S` on node `i` until `accept` holds; returns that status.
+    pub async fn wait_status(
+        &mut self,
+        i: usize,
+        what: &str,
+        within: Duration,
+        accept: impl Fn(&Status) -> bool,
+    ) -> Status {
+        let deadline = Instant::now() + within;
+        loop {
+            let status = probe_status(self.peers[i], Duration::from_millis(500)).await;
+            match status {
+                Some(status) if accept(&status) => return status,
+                last if Instant::now() >= deadline => {
+                    panic!("node {i}: not {what} within {within:?}: {last:?}")
+                }
+                _ => tokio::time::sleep(Duration::from_millis(10)).await,
+            }
+        }
+    }
+
+    /// Polls `S` until every running node has applied token `at_least`
+    /// (its `token=` is at least that): the grant is replicated.
+    pub async fn wait_replicated(&mut self, at_least: u64, within: Duration) {
+        let deadline = Instant::now() + within;
+        loop {
+            let statuses = self.statuses().await;
+            let up: Vec<bool> = self.nodes.iter_mut().map(Batond::is_running).collect();
+            if tokens_reached(&statuses, |i| up[i], at_least) {
+                return;
+            }
+            if Instant::now() >= deadline {
+                panic!(
+                    "token {at_least} not on every running node within {within:?}: {statuses:?}"
+                );
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
     }
 
     pub fn client(&self, first: usize) -> ClusterClient {

@@ -1,0 +1,75 @@
+//! The named inputs of a Raft node beyond the [`LockNode`] trait: what the
+//! shell learns from openraft (a change of role, a proposal that failed)
+//! and what openraft's state machine hands the table (committed entries,
+//! snapshots). Each is one method, called through
+//! [`SharedLocks::with`](baton_server::SharedLocks::with) as the server's
+//! call protocol says (see `baton_server::LockNode`): no engine code is
+//! written in the shell's closures.
+//!
+//! [`LockNode`]: baton_server::LockNode
+
+use baton_core::{Millis, TableSnapshot};
+use baton_server::NodeEvent;
+
+use super::engine::RaftRole;
+use super::lock_node::RaftLockNode;
+use super::observe::PeerProgress;
+use super::types::{Entry, NodeId};
+
+impl RaftLockNode {
+    /// openraft's view of this node changed: the role to serve in (a
+    /// leader without a majority steps down), the term, and the
+    /// followers' replication (for `S`).
+    pub fn role_changed(
+        &mut self,
+        role: RaftRole,
+        term: u64,
+        progress: Vec<PeerProgress>,
+        now: Millis,
+        events: &mut Vec<NodeEvent>,
+    ) {
+        self.set_progress(term, progress);
+        self.drive(events, |engine, ev| engine.handle_role(role, now, ev));
+    }
+
+    /// The batch with these tags did not make it into the log; `leader`
+    /// leads instead, if known.
+    pub fn proposal_failed(
+        &mut self,
+        tags: &[u64],
+        leader: Option<NodeId>,
+        now: Millis,
+        events: &mut Vec<NodeEvent>,
+    ) {
+        self.drive(events, |engine, ev| {
+            engine.handle_proposal_failed(tags, leader, now, ev)
+        });
+    }
+
+    /// Committed entries, in log order.
+    pub fn apply_committed(&mut self, entries: &[Entry], now: Millis, events: &mut Vec<NodeEvent>) {
+        self.drive(events, |engine, ev| {
+            for entry in entries {
+                engine.handle_committed(entry.into(), now, ev);
+            }
+        });
+    }
+
+    /// The table now, for a snapshot.
+    pub fn table_snapshot(&self, now: Millis) -> TableSnapshot {
+        self.engine().snapshot(now)
+    }
+
+    /// Replaces the table with an installed snapshot's (a leader hands
+    /// on the keys it frees).
+    pub fn restore_table(
+        &mut self,
+        snapshot: &TableSnapshot,
+        now: Millis,
+        events: &mut Vec<NodeEvent>,
+    ) {
+        self.drive(events, |engine, ev| {
+            engine.handle_snapshot(snapshot, now, ev)
+        });
+    }
+}

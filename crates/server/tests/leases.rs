@@ -1,0 +1,151 @@
+//! Leases and waits run out on tokio's paused time: the real server
+//! (`baton_server::run`, its connections and its timer) on an in-memory
+//! listener, so a 30 s lease costs no real time and the instants are exact.
+
+use std::io;
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use baton_server::{Accept, Clock, ServerConfig, SingleNode};
+use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader, DuplexStream};
+use tokio::sync::{mpsc, oneshot, Mutex};
+use tokio::time::Instant;
+
+/// A listener whose connections come from [`Dial`].
+#[derive(Debug)]
+struct Listener(Mutex<mpsc::Receiver<DuplexStream>>);
+
+impl Accept for Listener {
+    type Stream = DuplexStream;
+
+    async fn accept(&self) -> io::Result<(DuplexStream, SocketAddr)> {
+        match self.0.lock().await.recv().await {
+            Some(stream) => Ok((stream, SocketAddr::from(([127, 0, 0, 1], 1)))),
+            None => std::future::pending().await,
+        }
+    }
+
+    fn local_addr(&self) -> io::Result<SocketAddr> {
+        Ok(SocketAddr::from(([127, 0, 0, 1], 7411)))
+    }
+}
+
+struct Dial(mpsc::Sender<DuplexStream>);
+
+/// A client connection that sends a line and reads one.
+struct Client(BufReader<DuplexStream>);
+
+impl Dial {
+    async fn connect(&self) -> Client {
+        let (ours, theirs) = tokio::io::duplex(64 * 1024);
+        self.0.send(theirs).await.expect("server runs");
+        Client(BufReader::new(ours))
+    }
+}
+
+impl Client {
+    async fn send(&mut self, line: &str) {
+        let stream = self.0.get_mut();
+        stream.write_all(line.as_bytes()).await.expect("write");
+        stream.write_all(b"\n").await.expect("write");
+    }
+
+    async fn line(&mut self) -> String {
+        let mut line = String::new();
+        self.0.read_line(&mut line).await.expect("read");
+        line.trim_end().to_string()
+    }
+
+    async fn ask(&mut self, line: &str) -> String {
+        self.send(line).await;
+        self.line().await
+    }
+}
+
+fn token(answer: &str) -> u64 {
+    answer
+        .rsplit(' ')
+        .next()
+        .and_then(|t| t.parse().ok())
+        .unwrap_or_else(|| panic!("no token in {answer:?}"))
+}
+
+/// Starts a single node on an in-memory listener; stops it when the
+/// returned sender is dropped or sent to.
+fn start() -> (Dial, oneshot::Sender<()>, tokio::task::JoinHandle<()>) {
+    let (dial, accepted) = mpsc::channel(16);
+    let (stop, stopped) = oneshot::channel::<()>();
+    let listener = Listener(Mutex::new(accepted));
+    let server = tokio::spawn(async move {
+        let shutdown = async move {
+            let _ = stopped.await;
+        };
+        baton_server::run(
+            listener,
+            Clock::new(),
+            SingleNode::new(),
+            ServerConfig::default(),
+            shutdown,
+        )
+        .await
+        .expect("served");
+    });
+    (Dial(dial), stop, server)
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_lease_runs_out_and_the_waiter_gets_the_key_at_that_instant() {
+    let (dial, _stop, _server) = start();
+    let mut holder = dial.connect().await;
+    let mut waiter = dial.connect().await;
+    let started = Instant::now();
+    let first = token(&holder.ask("A k 0 30").await);
+    let second = waiter.ask("A k 60 10").await;
+    assert_eq!(second, format!("A k {}", first + 1));
+    assert_eq!(started.elapsed(), Duration::from_secs(30));
+    // The holder's lease is gone: its release finds no grant.
+    assert_eq!(holder.ask(&format!("R k {first}")).await, "N R k");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_wait_runs_out_with_t_and_the_key_stays_held() {
+    let (dial, _stop, _server) = start();
+    let mut holder = dial.connect().await;
+    let mut waiter = dial.connect().await;
+    let started = Instant::now();
+    let first = token(&holder.ask("A k 0 30").await);
+    assert_eq!(waiter.ask("A k 5 10").await, "T k");
+    assert_eq!(started.elapsed(), Duration::from_secs(5));
+    assert_eq!(holder.ask(&format!("R k {first}")).await, "R k");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_renewal_moves_the_end_of_the_lease() {
+    let (dial, _stop, _server) = start();
+    let mut holder = dial.connect().await;
+    let mut waiter = dial.connect().await;
+    let started = Instant::now();
+    let first = token(&holder.ask("A k 0 10").await);
+    tokio::time::sleep(Duration::from_secs(8)).await;
+    assert_eq!(holder.ask(&format!("K k {first} 10")).await, "K k");
+    let second = token(&waiter.ask("A k 60 10").await);
+    assert!(second > first);
+    assert_eq!(started.elapsed(), Duration::from_secs(18));
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_stop_closes_every_connection_and_returns() {
+    let (dial, stop, server) = start();
+    let mut client = dial.connect().await;
+    let _held = token(&client.ask("A k 0 30").await);
+    let mut waiter = dial.connect().await;
+    waiter.send("A k 60 10").await;
+    // Let the server queue it before stopping.
+    tokio::task::yield_now().await;
+    stop.send(()).expect("server runs");
+    tokio::time::timeout(Duration::from_secs(6), server)
+        .await
+        .expect("the server returns within its stop wait")
+        .expect("no panic");
+    assert_eq!(waiter.line().await, "", "the connection is closed");
+}
