@@ -4,6 +4,7 @@
 
 use std::collections::{BTreeMap, VecDeque};
 
+use baton_cluster::priority::driver::Driver;
 use baton_cluster::priority::{
     encoded_len, NodeIndex, NodeRole, PriorityConfig, PriorityMessage, PriorityNode,
     MAX_MESSAGE_BYTES,
@@ -120,11 +121,10 @@ impl Failure {
     }
 }
 
+/// What the world knows of a node beyond its engine (which the driver
+/// holds, with its clock).
 #[derive(Debug)]
 struct Node {
-    engine: Option<PriorityNode<u64>>,
-    /// This incarnation's clock reads the simulated time plus this.
-    offset: Millis,
     up_since: Millis,
     paused_until: Option<Millis>,
     /// Messages and requests that reached it while paused.
@@ -142,12 +142,6 @@ struct Node {
     steady_since: Millis,
     /// When it last became active.
     active_since: Millis,
-}
-
-impl Node {
-    fn running(&self) -> bool {
-        self.engine.is_some() && self.paused_until.is_none()
-    }
 }
 
 fn config(me: NodeIndex, nodes: usize, offset: Millis) -> PriorityConfig {
@@ -180,9 +174,13 @@ fn engine(
 
 /// Whether (node, activation) still answers for a grant: the node runs in
 /// that activation and has not stood down since.
-fn custodian_valid(nodes: &[Node], (node, activation): (NodeIndex, u64)) -> bool {
+fn custodian_valid(
+    driver: &Driver<u64>,
+    nodes: &[Node],
+    (node, activation): (NodeIndex, u64),
+) -> bool {
     let n = &nodes[node];
-    n.engine.is_some()
+    driver.is_up(node)
         && n.activation == activation
         && matches!(n.role, NodeRole::Active | NodeRole::HandingOff { .. })
 }
@@ -201,6 +199,8 @@ pub struct World {
     rng: Rng,
     now: Millis,
     net: Network,
+    /// The engines, on the simulated clock (each with its own offset).
+    driver: Driver<u64>,
     nodes: Vec<Node>,
     clients: Vec<Client>,
     next_fault: Millis,
@@ -244,12 +244,12 @@ impl World {
     fn new(seed: u64, n: usize, duration: Millis) -> World {
         let mut rng = Rng::new(seed);
         let profile = Profile::for_seed(seed);
+        let mut driver = Driver::new(n);
         let nodes = (0..n)
             .map(|i| {
                 let offset = rng.range(0, 1_000_000);
+                driver.start(i, engine(i, n, offset, offset, profile), offset);
                 Node {
-                    engine: Some(engine(i, n, offset, offset, profile)),
-                    offset,
                     up_since: 0,
                     paused_until: None,
                     held: Vec::new(),
@@ -279,6 +279,7 @@ impl World {
             rng,
             now: 0,
             net: Network::new(n, 5),
+            driver,
             nodes,
             clients,
             next_fault: first_fault,
@@ -298,6 +299,7 @@ impl World {
 
     fn step(&mut self) {
         self.now += 1;
+        self.driver.advance(1);
         self.end_faults();
         self.start_fault();
         for envelope in self.net.due(self.now) {
@@ -322,8 +324,14 @@ impl World {
         }
     }
 
-    fn local(&self, i: NodeIndex) -> Millis {
-        self.now + self.nodes[i].offset
+    /// Node `i` has an engine (it may be paused).
+    fn up(&self, i: NodeIndex) -> bool {
+        self.driver.is_up(i)
+    }
+
+    /// Node `i` has an engine and is not paused.
+    fn running(&self, i: NodeIndex) -> bool {
+        self.up(i) && self.nodes[i].paused_until.is_none()
     }
 
     // ---- calling the engines ----------------------------------------------
@@ -335,19 +343,17 @@ impl World {
         &mut self,
         i: NodeIndex,
         handoff_from: Option<NodeIndex>,
-        f: impl FnOnce(&mut PriorityNode<u64>, Millis, &mut Vec<Event<u64>>) -> R,
+        f: impl FnOnce(&mut PriorityNode<u64>, Millis) -> R,
     ) -> Option<R> {
-        let local = self.local(i);
-        let mut events = Vec::new();
-        let engine = self.nodes[i].engine.as_mut()?;
-        let result = f(engine, local, &mut events);
+        let result = self.driver.call(i, f)?;
         self.observe_role(i, handoff_from);
+        let events = self.driver.take_events(i);
         self.route_events(i, events);
         Some(result)
     }
 
     fn observe_role(&mut self, i: NodeIndex, handoff_from: Option<NodeIndex>) {
-        let Some(engine) = &self.nodes[i].engine else {
+        let Some(engine) = self.driver.engine(i) else {
             return;
         };
         let (role, following, term) = (engine.role(), engine.following(), engine.term());
@@ -397,7 +403,7 @@ impl World {
         let steady = (0..self.nodes.len()).find(|&j| {
             let n = &self.nodes[j];
             j != i
-                && n.running()
+                && self.running(j)
                 && n.role == NodeRole::Active
                 && n.steady_since <= since
                 && n.active_since <= since
@@ -415,10 +421,10 @@ impl World {
     /// node handing over answered for.
     /// `merged`: it was active already and merged the table handed over.
     fn on_promotion(&mut self, i: NodeIndex, handoff_from: Option<NodeIndex>, merged: bool) {
-        let offset = self.nodes[i].offset;
+        let offset = self.driver.local(i) - self.now;
         let activation = self.nodes[i].activation;
         let mut lost = Vec::new();
-        let Some(engine) = &self.nodes[i].engine else {
+        let Some(engine) = self.driver.engine(i) else {
             return;
         };
         for (c, client) in self.clients.iter_mut().enumerate() {
@@ -438,7 +444,7 @@ impl World {
                     let from_custodian = handoff_from.is_some_and(|from| {
                         held.custodians
                             .iter()
-                            .any(|&c| c.0 == from && custodian_valid(&self.nodes, c))
+                            .any(|&c| c.0 == from && custodian_valid(&self.driver, &self.nodes, c))
                     });
                     if from_custodian && self.now < held.valid_until() {
                         lost.push((c, key, held.token));
@@ -472,12 +478,9 @@ impl World {
                     } else {
                         // Nobody waits for it any more: the server gives
                         // such a grant back at once.
-                        let local = self.local(i);
-                        let mut more = Vec::new();
-                        if let Some(engine) = self.nodes[i].engine.as_mut() {
-                            let _ = engine.release(&key, token, local, &mut more);
-                        }
-                        queue.extend(more);
+                        self.driver
+                            .call(i, |engine, now| engine.handle_release(&key, token, now));
+                        queue.extend(self.driver.take_events(i));
                     }
                 }
                 Event::TimedOut { handle, .. } => {
@@ -533,10 +536,10 @@ impl World {
     // ---- the network --------------------------------------------------------
 
     fn arrive(&mut self, envelope: Envelope) {
-        let node = &mut self.nodes[envelope.to];
-        if node.engine.is_none() {
+        if !self.up(envelope.to) {
             return;
         }
+        let node = &mut self.nodes[envelope.to];
         if node.paused_until.is_some() {
             node.held.push(envelope);
             return;
@@ -549,20 +552,17 @@ impl World {
         // A handoff is taken with its last piece; the earlier ones change
         // no role.
         let handoff = matches!(message, PriorityMessage::HandoffPart { .. }).then_some(from);
-        self.call(to, handoff, |engine, now, events| {
-            engine.on_message(from, message, now, events)
+        self.call(to, handoff, |engine, now| {
+            engine.handle_message(from, message, now)
         });
     }
 
     fn flush_outputs(&mut self) {
         for i in 0..self.nodes.len() {
-            if !self.nodes[i].running() {
+            if !self.running(i) {
                 continue;
             }
-            let output = match self.nodes[i].engine.as_mut() {
-                Some(engine) => engine.take_output(),
-                None => continue,
-            };
+            let output = self.driver.transmits(i);
             for (to, message) in output {
                 let len = encoded_len(&message);
                 if len > MAX_MESSAGE_BYTES {
@@ -573,7 +573,7 @@ impl World {
                 {
                     self.summary.later_pieces += u64::from(part.piece > 0);
                 }
-                if to >= self.nodes.len() || self.nodes[to].engine.is_none() {
+                if !self.up(to) {
                     // The shell drops what it cannot deliver to a peer
                     // that is down.
                     continue;
@@ -589,9 +589,7 @@ impl World {
                 }
                 if sent == Sent::Reset {
                     self.last_disturbance = self.now;
-                    if let Some(engine) = self.nodes[i].engine.as_mut() {
-                        engine.on_link_down(to);
-                    }
+                    self.driver.link_down(i, to);
                 }
             }
         }
@@ -599,17 +597,13 @@ impl World {
 
     fn ticks(&mut self) {
         for i in 0..self.nodes.len() {
-            if !self.nodes[i].running() {
+            if !self.running(i) {
                 continue;
             }
-            let local = self.local(i);
-            let due = self.nodes[i]
-                .engine
-                .as_ref()
-                .is_some_and(|engine| local >= engine.next_deadline());
+            let due = self.driver.tick_due(i);
             // The server's timer also wakes for other reasons now and then.
             if due || self.rng.chance(0.02) {
-                self.call(i, None, |engine, now, events| engine.tick(now, events));
+                self.call(i, None, |engine, now| engine.handle_tick(now));
             }
         }
     }
@@ -619,15 +613,15 @@ impl World {
     fn clients_act(&mut self) {
         for c in 0..self.clients.len() {
             if let Some((node, id)) = self.clients[c].abandon(self.now, &mut self.rng) {
-                if self.nodes[node].running() {
-                    self.call(node, None, |engine, _, _| engine.cancel(id));
+                if self.running(node) {
+                    self.call(node, None, |engine, _| engine.handle_cancel(id));
                 }
             }
             let Some((node, request)) = self.clients[c].next_request(self.now, &mut self.rng)
             else {
                 continue;
             };
-            if self.nodes[node].engine.is_none() {
+            if !self.up(node) {
                 self.answer(c, node, Answer::Gone);
             } else if self.nodes[node].paused_until.is_some() {
                 self.nodes[node].held_requests.push((c, request));
@@ -648,8 +642,8 @@ impl World {
             Request::Acquire { wait_ms, lease_ms } => {
                 let h = handle(c, self.clients[c].serial);
                 let k = key.clone();
-                let result = self.call(i, None, |engine, now, events| {
-                    engine.acquire(k, wait_ms, lease_ms, now, h, events)
+                let result = self.call(i, None, |engine, now| {
+                    engine.handle_acquire(k, wait_ms, lease_ms, now, h)
                 });
                 match result {
                     None => Answer::Gone,
@@ -667,8 +661,8 @@ impl World {
                 }
             }
             Request::Release { token } => {
-                let result = self.call(i, None, |engine, now, events| {
-                    engine.release(&key, token, now, events)
+                let result = self.call(i, None, |engine, now| {
+                    engine.handle_release(&key, token, now)
                 });
                 match result {
                     None => Answer::Gone,
@@ -678,8 +672,8 @@ impl World {
                 }
             }
             Request::Renew { token, lease_ms } => {
-                let result = self.call(i, None, |engine, now, events| {
-                    engine.renew(&key, token, lease_ms, now, events)
+                let result = self.call(i, None, |engine, now| {
+                    engine.handle_renew(&key, token, lease_ms, now)
                 });
                 match result {
                     None => Answer::Gone,
@@ -713,20 +707,18 @@ impl World {
                 self.restart(i);
             }
             if let Some(until) = self.nodes[i].stopping_until {
-                let confirmed = self.nodes[i]
-                    .engine
-                    .as_ref()
+                let confirmed = self
+                    .driver
+                    .engine(i)
                     .is_some_and(|e| e.handed_off_to().is_some());
                 if confirmed || now >= until {
                     self.log(format!(
                         "node {i} exits after its handoff (confirmed: {confirmed})"
                     ));
                     self.crash(i);
-                } else if self.nodes[i].running() && self.nodes[i].role == NodeRole::Active {
+                } else if self.running(i) && self.nodes[i].role == NodeRole::Active {
                     // The successor refused: the shell offers the role again.
-                    self.call(i, None, |engine, now, events| {
-                        engine.begin_handoff(now, events)
-                    });
+                    self.call(i, None, |engine, now| engine.handle_begin_handoff(now));
                 }
             }
         }
@@ -736,8 +728,8 @@ impl World {
             self.tokens_free_until = now + SETTLE;
             for (a, b) in self.net.heal() {
                 // Some links broke during the split, some outlived it.
-                if self.rng.chance(0.5) && self.nodes[a].running() {
-                    self.call(a, None, |engine, _, _| engine.on_link_down(b));
+                if self.rng.chance(0.5) && self.running(a) {
+                    self.call(a, None, |engine, _| engine.handle_link_down(b));
                 }
             }
             self.log("partition healed".into());
@@ -758,7 +750,7 @@ impl World {
         match self.rng.below(6) {
             0 => {
                 let i = self.rng.below(n);
-                if self.nodes[i].running()
+                if self.running(i)
                     && self.nodes[i].stopping_until.is_none()
                     && self.others_carry_on(i)
                 {
@@ -769,7 +761,7 @@ impl World {
             1 => {
                 let actives: Vec<NodeIndex> = (0..n)
                     .filter(|&i| {
-                        self.nodes[i].running()
+                        self.running(i)
                             && self.nodes[i].role == NodeRole::Active
                             && self.nodes[i].stopping_until.is_none()
                     })
@@ -787,9 +779,7 @@ impl World {
                 }
                 self.log(format!("node {i} stops gracefully"));
                 self.last_disturbance = self.now;
-                let begun = self.call(i, None, |engine, now, events| {
-                    engine.begin_handoff(now, events)
-                });
+                let begun = self.call(i, None, |engine, now| engine.handle_begin_handoff(now));
                 if begun == Some(true) {
                     self.nodes[i].stopping_until = Some(self.now + 200);
                 } else if split {
@@ -800,7 +790,7 @@ impl World {
             }
             2 if self.profile.pauses => {
                 let i = self.rng.below(n);
-                if self.nodes[i].running() && self.others_carry_on(i) {
+                if self.running(i) && self.others_carry_on(i) {
                     let length = self.rng.range(5, 3 * TIMEOUT);
                     self.log(format!("node {i} pauses for {length} ms"));
                     self.nodes[i].paused_until = Some(self.now + length);
@@ -848,7 +838,7 @@ impl World {
         !self.net.partitioned()
             && (0..self.nodes.len()).any(|j| {
                 j != i
-                    && self.nodes[j].running()
+                    && self.running(j)
                     && self.nodes[j].stopping_until.is_none()
                     && self.nodes[j].up_since + 2 * TIMEOUT <= self.now
             })
@@ -866,23 +856,20 @@ impl World {
 
     /// Running long enough to have heard the cluster's tokens.
     fn informed(&self, j: NodeIndex) -> bool {
-        let n = &self.nodes[j];
-        n.running() && n.up_since + 2 * TIMEOUT <= self.now
+        self.running(j) && self.nodes[j].up_since + 2 * TIMEOUT <= self.now
     }
 
     /// No partition cuts off a node that just restarted, for the same reason.
     fn all_informed(&self) -> bool {
-        (0..self.nodes.len()).all(|j| {
-            let n = &self.nodes[j];
-            n.engine.is_none() || n.up_since + 2 * TIMEOUT <= self.now
-        })
+        (0..self.nodes.len())
+            .all(|j| !self.up(j) || self.nodes[j].up_since + 2 * TIMEOUT <= self.now)
     }
 
     fn crash(&mut self, i: NodeIndex) {
         self.summary.crashes += 1;
         self.last_disturbance = self.now;
+        self.driver.crash(i);
         let node = &mut self.nodes[i];
-        node.engine = None;
         node.paused_until = None;
         node.stopping_until = None;
         node.held.clear();
@@ -899,8 +886,8 @@ impl World {
             self.clients[c].wait_ended(i, serial, Some(None), now, &mut self.rng);
         }
         for j in 0..self.nodes.len() {
-            if j != i && self.nodes[j].running() {
-                self.call(j, None, |engine, _, _| engine.on_link_down(i));
+            if j != i && self.running(j) {
+                self.call(j, None, |engine, _| engine.handle_link_down(i));
             }
         }
     }
@@ -908,9 +895,9 @@ impl World {
     fn restart(&mut self, i: NodeIndex) {
         let n = self.nodes.len();
         let offset = self.rng.range(0, 1_000_000);
+        let engine = engine(i, n, offset, self.now + offset, self.profile);
+        self.driver.start(i, engine, offset);
         let node = &mut self.nodes[i];
-        node.offset = offset;
-        node.engine = Some(engine(i, n, offset, self.now + offset, self.profile));
         node.up_since = self.now;
         node.steady_since = self.now;
         node.restart_at = None;
@@ -930,19 +917,19 @@ impl World {
         let messages = std::mem::take(&mut self.nodes[i].held);
         let requests = std::mem::take(&mut self.nodes[i].held_requests);
         if order == 0 {
-            self.call(i, None, |engine, now, events| engine.tick(now, events));
+            self.call(i, None, |engine, now| engine.handle_tick(now));
         }
         for envelope in messages {
             self.receive(envelope);
         }
         if order == 1 {
-            self.call(i, None, |engine, now, events| engine.tick(now, events));
+            self.call(i, None, |engine, now| engine.handle_tick(now));
         }
         for (c, request) in requests {
             self.serve(i, c, request);
         }
         if order == 2 {
-            self.call(i, None, |engine, now, events| engine.tick(now, events));
+            self.call(i, None, |engine, now| engine.handle_tick(now));
         }
     }
 
@@ -961,6 +948,7 @@ impl World {
         if self.net.partitioned() || self.net.loss > 0.0 {
             self.net_quiet_since = self.now;
         }
+        self.check_invariants();
         self.check_custody();
         self.check_redirects();
         self.check_no_refusals();
@@ -972,12 +960,19 @@ impl World {
         }
     }
 
+    /// Every node's own invariants hold after every step.
+    fn check_invariants(&mut self) {
+        if let Err((i, broken)) = self.driver.validate() {
+            self.fail(format!("node {i}: {broken}"));
+        }
+    }
+
     /// The sanity bounds never refuse what sound nodes send, however
     /// quick the failovers.
     fn check_no_refusals(&mut self) {
         let n = self.nodes.len();
         let refused = (0..n).find_map(|i| {
-            let engine = self.nodes[i].engine.as_ref()?;
+            let engine = self.driver.engine(i)?;
             (0..n).find(|&p| engine.refused_from(p) > 0).map(|p| (i, p))
         });
         if let Some((i, p)) = refused {
@@ -990,18 +985,17 @@ impl World {
     /// No two nodes that answer clients send them to each other, at any
     /// moment.
     fn check_redirects(&mut self) {
-        let target = |n: &Node| {
-            n.engine
-                .as_ref()
-                .filter(|_| n.running())
+        let target = |i: NodeIndex| {
+            self.driver
+                .engine(i)
+                .filter(|_| self.running(i))
                 .and_then(|e| e.redirect_target())
         };
-        let n = self.nodes.len();
+        let targets: Vec<Option<NodeIndex>> = (0..self.nodes.len()).map(target).collect();
+        let n = targets.len();
         for i in 0..n {
             for j in i + 1..n {
-                let looping =
-                    target(&self.nodes[i]) == Some(j) && target(&self.nodes[j]) == Some(i);
-                if looping {
+                if targets[i] == Some(j) && targets[j] == Some(i) {
                     self.fail(format!("nodes {i} and {j} redirect clients to each other"));
                 }
             }
@@ -1020,10 +1014,10 @@ impl World {
                 continue;
             }
             for &(node, activation) in &held.custodians {
-                if !custodian_valid(&self.nodes, (node, activation)) {
+                if !custodian_valid(&self.driver, &self.nodes, (node, activation)) {
                     continue;
                 }
-                let Some(engine) = &self.nodes[node].engine else {
+                let Some(engine) = self.driver.engine(node) else {
                     continue;
                 };
                 let token = engine.table().holder(&client.key).map(|h| h.token);
@@ -1054,7 +1048,7 @@ impl World {
                         && held
                             .custodians
                             .iter()
-                            .any(|&c| custodian_valid(&self.nodes, c))
+                            .any(|&c| custodian_valid(&self.driver, &self.nodes, c))
                 })
                 .map(|(c, held)| (c, held.token))
                 .collect();
@@ -1068,9 +1062,7 @@ impl World {
     /// follows it.
     fn check_settled(&mut self) {
         self.summary.settled_steps += 1;
-        let live: Vec<NodeIndex> = (0..self.nodes.len())
-            .filter(|&i| self.nodes[i].engine.is_some())
-            .collect();
+        let live: Vec<NodeIndex> = (0..self.nodes.len()).filter(|&i| self.up(i)).collect();
         let actives: Vec<NodeIndex> = live
             .iter()
             .copied()
@@ -1085,7 +1077,7 @@ impl World {
         }
         let active = actives[0];
         for &i in &live {
-            let Some(engine) = &self.nodes[i].engine else {
+            let Some(engine) = self.driver.engine(i) else {
                 continue;
             };
             if i != active && engine.following() != Some(active) {
