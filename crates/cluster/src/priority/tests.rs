@@ -15,9 +15,11 @@ use super::messages::{
     encoded_len, Heartbeat, NodeIndex, PeerRole, PriorityMessage, TablePart, MAX_MESSAGE_BYTES,
 };
 
+mod exact;
 mod handoffs;
 mod limits;
 mod pieces;
+mod watch;
 
 const HEARTBEAT: u64 = 10;
 const TIMEOUT: u64 = 50;

@@ -102,3 +102,94 @@ impl<H> PriorityNode<H> {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)] // a failed unwrap in a test is a failed test
+
+    use baton_core::{Key, Millis};
+
+    use super::super::roles::{HandingOff, Role, Standby};
+    use super::super::{PriorityConfig, PriorityNode};
+    use super::Broken;
+
+    fn node(me: usize) -> PriorityNode<u64> {
+        let config = PriorityConfig {
+            me,
+            peers: vec!["127.0.0.1:7400".into(), "127.0.0.1:7401".into()],
+            heartbeat_ms: 10,
+            failure_timeout_ms: 50,
+            wall_at_zero: 0,
+        };
+        PriorityNode::new(config, 0)
+    }
+
+    /// A lone node 0, ticked until it serves.
+    fn active() -> PriorityNode<u64> {
+        let mut node = node(0);
+        for now in (0..=50).step_by(10) {
+            node.handle_tick(now as Millis);
+        }
+        assert!(node.role.is_active());
+        node
+    }
+
+    #[test]
+    fn a_sound_node_passes_in_every_role() {
+        assert_eq!(node(1).validate(), Ok(()));
+        let mut node = active();
+        assert_eq!(node.validate(), Ok(()));
+        let key = Key::try_from("a").unwrap();
+        assert!(node.handle_acquire(key.clone(), 0, 100, 51, 1).is_ok());
+        assert!(node.handle_acquire(key, 100, 100, 51, 2).is_ok());
+        assert_eq!(node.validate(), Ok(()));
+    }
+
+    #[test]
+    fn a_role_that_names_itself_or_no_peer_is_caught() {
+        let mut node = node(0);
+        node.role = Role::HandingOff(HandingOff { to: 0, started: 0 });
+        assert_eq!(node.validate(), Err(Broken::BadIndex { index: 0 }));
+        node.role = Role::Standby(Standby::following(Some(2), 0));
+        assert_eq!(node.validate(), Err(Broken::BadIndex { index: 2 }));
+        let mut synced = Standby::following(None, 0);
+        synced.synced = true;
+        node.role = Role::Standby(synced);
+        assert_eq!(node.validate(), Err(Broken::SyncedWithoutActive));
+    }
+
+    #[test]
+    fn a_standby_with_waiters_or_unsent_commands_is_caught() {
+        let mut node = active();
+        let key = Key::try_from("a").unwrap();
+        assert!(node.handle_acquire(key.clone(), 0, 100, 51, 1).is_ok());
+        node.role = Role::Standby(Standby::following(None, 51));
+        assert_eq!(node.validate(), Err(Broken::JournalWhileNotServing));
+        node.role = Role::Active;
+        assert!(node.handle_acquire(key, 100, 100, 51, 2).is_ok());
+        node.role = Role::Standby(Standby::following(None, 51));
+        assert_eq!(
+            node.validate(),
+            Err(Broken::WaitersWhileNotServing { waiters: 1 })
+        );
+    }
+
+    #[test]
+    fn an_active_below_its_term_or_outside_its_blocks_is_caught() {
+        let mut node = active();
+        let term = node.term;
+        node.term = term + 1;
+        assert_eq!(
+            node.validate(),
+            Err(Broken::BelowTerm {
+                last: term,
+                term: term + 1
+            })
+        );
+        node.term = term;
+        // The start of node 1's next block: a floor node 0 never takes.
+        let foreign = (term / (1 << 24) + 1) * (1 << 24) + 5;
+        node.service.raise_token_floor(foreign);
+        assert_eq!(node.validate(), Err(Broken::ForeignToken { last: foreign }));
+    }
+}
