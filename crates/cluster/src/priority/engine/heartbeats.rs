@@ -69,6 +69,7 @@ impl<H> PriorityNode<H> {
     /// lower-priority node, or one that is dead or no longer active.
     fn follow_if_better(&mut self, from: NodeIndex, heartbeat: &Heartbeat, now: Millis) {
         let Some(following) = self.role.standby().map(|s| s.following) else {
+            debug_assert!(false, "follow_if_better on a {:?}", self.role.kind());
             return;
         };
         let better = match following {
@@ -86,6 +87,7 @@ impl<H> PriorityNode<H> {
         };
         let (term, seq) = (self.term, self.seq);
         let Some(standby) = self.role.standby_mut() else {
+            debug_assert!(false, "the standby's role changed under it");
             return;
         };
         if following != Some(from) && better {
