@@ -133,7 +133,7 @@ impl<H> PriorityNode<H> {
         self.beat(now);
     }
 
-    /// Gives up the active role (or a handoff) and follows `to`, if
+    /// Gives up the active role and follows `to`, if
     /// anyone: the waiters are sent there, the unsent commands dropped
     /// (the standbys resync from the next active).
     pub(super) fn step_down(&mut self, to: Option<NodeIndex>, now: Millis, why: &'static str) {
