@@ -319,6 +319,7 @@ async fn serve(plan: Plan) -> Result<(), String> {
                 .map_err(|e| e.to_string())?;
             bound(cluster.server.local_addr())?;
             let handle = cluster.handle;
+            let shell = handle.clone();
             // The active hands its role over before the server stops, so
             // its clients are redirected to a node that already serves;
             // so does an active whose state can no longer be saved.
@@ -333,6 +334,8 @@ async fn serve(plan: Plan) -> Result<(), String> {
                     let _ = stopped.send(failure);
                 })
                 .await;
+            // Then the peer links and the pump.
+            shell.shut_down().await;
             storage_verdict(stop_reason.await.ok().flatten())?;
         }
         Plan::Raft { config, settings } => {

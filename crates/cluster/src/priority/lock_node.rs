@@ -1,23 +1,86 @@
 //! The priority engine seen by the server: answers in client terms
 //! (addresses, not node indexes) and waiter events for connections.
+//!
+//! # Call protocol
+//!
+//! A `PriorityLockNode` lives behind the server's mutex
+//! (`baton_server::SharedLocks`); every call below is made with that mutex
+//! held, never across an `.await`, and its events go to their connections
+//! once it is released. Who calls what:
+//!
+//! - the server's connection tasks: the [`LockNode`] requests (`acquire`,
+//!   `release`, `renew`, `cancel`, `status`);
+//! - the server's timer: [`LockNode::tick`] when [`LockNode::next_deadline`]
+//!   is due;
+//! - the shell's inbound link tasks: [`PriorityLockNode::receive`] with the
+//!   messages of one frame, in the order the link brought them;
+//! - the shell's dialling tasks: [`PriorityLockNode::link_down`] when a
+//!   link they wrote on broke;
+//! - the shell's pump, whenever [`LockNode::has_output`] woke it:
+//!   [`PriorityLockNode::take_transmits`], whose messages it queues on the
+//!   links in order;
+//! - a graceful stop: [`PriorityLockNode::handoff_step`] until it reports
+//!   the handoff done (or there is nothing to hand over), woken by the
+//!   role watch ([`PriorityLockNode::watch_role`]) between steps;
+//! - the persister: [`PriorityLockNode::state_to_persist`].
+//!
+//! `recover` happens on the engine before it is wrapped here. Nothing else
+//! reaches the engine: there is no mutable access to it from outside.
 
-use baton_core::{AcquireOutcome, Event, Key, Millis, NotServing, Outcome, Token, WaiterId};
+use baton_core::{AcquireOutcome, Key, Millis, NotServing, Outcome, Token, WaiterId};
 use baton_proto::{Mode, Role};
 use baton_server::{LockNode, Mailbox, NodeEvent, NodeStatus, Served};
+use tokio::sync::watch;
 
-use super::engine::{NodeRole, PriorityNode};
+use super::engine::{NodeRole, PersistedState, PriorityNode};
+use super::messages::{NodeIndex, PriorityMessage};
+
+/// What a graceful stop waits on: the role, whether a handoff was taken,
+/// and (while a stop is under way) what it can do next.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RoleView {
+    pub role: NodeRole,
+    pub handed_off_to: Option<NodeIndex>,
+    /// While stopping: the successor a handoff would go to now.
+    pub successor: Option<NodeIndex>,
+    /// While stopping: whether any peer was heard within a failure timeout.
+    pub live_peer: bool,
+}
+
+/// Where a graceful stop's handoff stands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum HandoffStep {
+    Done(NodeIndex),
+    /// Not active (any more): nothing of ours to hand over.
+    NothingToHand,
+    /// A handoff is on its way, or a live peer refused a moment ago and
+    /// the role is offered again at the next step.
+    Waiting,
+    NoSuccessor,
+}
 
 #[derive(Debug)]
 pub struct PriorityLockNode {
     engine: PriorityNode<Mailbox>,
-    scratch: Vec<Event<Mailbox>>,
+    /// Fed after every input, so a graceful stop waits for a change
+    /// instead of polling.
+    role: watch::Sender<RoleView>,
+    /// A graceful stop is under way: the view also carries its prospects.
+    stopping: bool,
 }
 
 impl PriorityLockNode {
     pub fn new(engine: PriorityNode<Mailbox>) -> PriorityLockNode {
+        let view = RoleView {
+            role: engine.role(),
+            handed_off_to: engine.handed_off_to(),
+            successor: None,
+            live_peer: false,
+        };
         PriorityLockNode {
             engine,
-            scratch: Vec::new(),
+            role: watch::channel(view).0,
+            stopping: false,
         }
     }
 
@@ -25,25 +88,85 @@ impl PriorityLockNode {
         &self.engine
     }
 
-    pub fn engine_mut(&mut self) -> &mut PriorityNode<Mailbox> {
-        &mut self.engine
+    /// A receiver of the role view, changed whenever an input changed it.
+    pub fn watch_role(&self) -> watch::Receiver<RoleView> {
+        self.role.subscribe()
     }
 
-    /// Runs `f` on the engine and turns the events it made into the
-    /// server's.
-    pub fn drive<R>(
+    /// Messages one inbound link brought from peer `from`, in order.
+    pub fn receive(
         &mut self,
+        from: NodeIndex,
+        messages: Vec<PriorityMessage>,
+        now: Millis,
         events: &mut Vec<NodeEvent>,
-        f: impl FnOnce(&mut PriorityNode<Mailbox>, &mut Vec<Event<Mailbox>>) -> R,
-    ) -> R {
-        let result = f(&mut self.engine, &mut self.scratch);
-        let peers = &self.engine.config().peers;
-        events.extend(
-            self.scratch
-                .drain(..)
-                .map(|event| NodeEvent::from_event(event, |i| peers.get(i).cloned())),
-        );
-        result
+    ) {
+        for message in messages {
+            self.engine.handle_message(from, message, now);
+        }
+        self.after_input(now, events);
+    }
+
+    /// The link this node dialled to `peer` broke: what was on it may be
+    /// lost.
+    pub fn link_down(&mut self, peer: NodeIndex, now: Millis) {
+        self.engine.handle_link_down(peer);
+        self.after_input(now, &mut Vec::new());
+    }
+
+    /// Everything for the peers, in order: (addressee, message).
+    pub fn take_transmits(&mut self) -> Vec<(NodeIndex, PriorityMessage)> {
+        self.engine.poll_transmits()
+    }
+
+    /// One step of a graceful stop: hands the active role to a live peer
+    /// if it can, and says where the stop stands. From the first call on,
+    /// the role view carries the stop's prospects (see [`RoleView`]).
+    pub fn handoff_step(&mut self, now: Millis, events: &mut Vec<NodeEvent>) -> HandoffStep {
+        self.stopping = true;
+        let step = if let Some(successor) = self.engine.handed_off_to() {
+            HandoffStep::Done(successor)
+        } else {
+            match self.engine.role() {
+                NodeRole::Standby => HandoffStep::NothingToHand,
+                NodeRole::HandingOff { .. } => HandoffStep::Waiting,
+                NodeRole::Active if self.engine.handle_begin_handoff(now) => HandoffStep::Waiting,
+                // A live peer refused a moment ago: offer again.
+                NodeRole::Active if self.engine.has_live_peer(now) => HandoffStep::Waiting,
+                NodeRole::Active => HandoffStep::NoSuccessor,
+            }
+        };
+        self.after_input(now, events);
+        step
+    }
+
+    /// The state to write if it changed since `written` (see
+    /// [`PriorityNode::state_to_persist`]).
+    pub fn state_to_persist(&self, written: u64, now: Millis) -> Option<(u64, PersistedState)> {
+        self.engine.state_to_persist(written, now)
+    }
+
+    /// After every input: the engine's events become the server's, and the
+    /// role view is brought up to date (waking a graceful stop if it
+    /// changed).
+    fn after_input(&mut self, now: Millis, events: &mut Vec<NodeEvent>) {
+        while let Some(event) = self.engine.poll_event() {
+            let peers = &self.engine.config().peers;
+            events.push(NodeEvent::from_event(event, |i| peers.get(i).cloned()));
+        }
+        let engine = &self.engine;
+        let stopping = self.stopping;
+        self.role.send_if_modified(|view| {
+            let now_view = RoleView {
+                role: engine.role(),
+                handed_off_to: engine.handed_off_to(),
+                successor: engine.successor(now).filter(|_| stopping),
+                live_peer: stopping && engine.has_live_peer(now),
+            };
+            let changed = *view != now_view;
+            *view = now_view;
+            changed
+        });
     }
 
     fn served<T>(&self, result: Result<T, NotServing>) -> Served<T> {
@@ -67,9 +190,10 @@ impl LockNode for PriorityLockNode {
         mailbox: &Mailbox,
         events: &mut Vec<NodeEvent>,
     ) -> Served<AcquireOutcome> {
-        let result = self.drive(events, |engine, scratch| {
-            engine.acquire(key, wait_ms, lease_ms, now, mailbox.clone(), scratch)
-        });
+        let result = self
+            .engine
+            .handle_acquire(key, wait_ms, lease_ms, now, mailbox.clone());
+        self.after_input(now, events);
         self.served(result)
     }
 
@@ -81,9 +205,8 @@ impl LockNode for PriorityLockNode {
         _reply_to: Option<&Mailbox>,
         events: &mut Vec<NodeEvent>,
     ) -> Served<Outcome> {
-        let result = self.drive(events, |engine, scratch| {
-            engine.release(key, token, now, scratch)
-        });
+        let result = self.engine.handle_release(key, token, now);
+        self.after_input(now, events);
         self.served(result)
     }
 
@@ -96,22 +219,22 @@ impl LockNode for PriorityLockNode {
         _reply_to: &Mailbox,
         events: &mut Vec<NodeEvent>,
     ) -> Served<Outcome> {
-        let result = self.drive(events, |engine, scratch| {
-            engine.renew(key, token, lease_ms, now, scratch)
-        });
+        let result = self.engine.handle_renew(key, token, lease_ms, now);
+        self.after_input(now, events);
         self.served(result)
     }
 
     fn cancel(&mut self, id: WaiterId) {
-        self.engine.cancel(id);
+        self.engine.handle_cancel(id);
     }
 
     fn tick(&mut self, now: Millis, events: &mut Vec<NodeEvent>) {
-        self.drive(events, |engine, scratch| engine.tick(now, scratch));
+        self.engine.handle_tick(now);
+        self.after_input(now, events);
     }
 
     fn next_deadline(&self) -> Option<Millis> {
-        Some(self.engine.next_deadline())
+        Some(self.engine.poll_timeout())
     }
 
     fn status(&self) -> NodeStatus {
@@ -133,6 +256,6 @@ impl LockNode for PriorityLockNode {
     }
 
     fn has_output(&self) -> bool {
-        self.engine.has_output()
+        self.engine.has_transmits()
     }
 }

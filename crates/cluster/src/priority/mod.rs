@@ -1,6 +1,8 @@
 //! The priority cluster: one active node serves, standbys replicate it
 //! asynchronously, the peer list's order decides who serves. No quorum.
 
+#[cfg(any(test, feature = "test-support"))]
+pub mod driver;
 mod engine;
 mod link_frames;
 mod lock_node;
@@ -12,10 +14,10 @@ mod tests;
 mod token_floor;
 
 pub use engine::{
-    wall_floor, Implausible, NodeRole, PersistedState, PriorityConfig, PriorityNode,
+    wall_floor, Broken, Implausible, NodeRole, PersistedState, PriorityConfig, PriorityNode,
     CLOCK_ALLOWANCE_MS, REFUSAL_LOG_EVERY_MS, TOKEN_MARGIN,
 };
-pub use lock_node::PriorityLockNode;
+pub use lock_node::{HandoffStep, PriorityLockNode, RoleView};
 pub use messages::{
     encoded_len, Heartbeat, LinkHello, NodeIndex, PeerRole, PriorityMessage, TablePart, Term,
     MAX_MESSAGE_BYTES, MAX_TABLE_LOCKS,

@@ -60,7 +60,7 @@ pub fn persister(
     Persister::new(
         file,
         locks,
-        |node: &PriorityLockNode, written, now| node.engine().state_to_persist(written, now),
+        |node: &PriorityLockNode, written, now| node.state_to_persist(written, now),
         0,
     )
 }

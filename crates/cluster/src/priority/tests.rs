@@ -1,5 +1,6 @@
 //! Unit tests of the priority engine: two or three engines driven by hand on
-//! one clock, each one's output handed straight to the addressed peer.
+//! one clock (the driver the simulation uses too), each one's output handed
+//! straight to the addressed peer.
 //!
 //! The tests name their scenario after the rule in the engine's module
 //! comment that they exercise.
@@ -8,233 +9,19 @@
 
 use baton_core::{AcquireOutcome, Event, Key, Millis, NotServing, Outcome, Token};
 
-use super::engine::{NodeRole, PriorityConfig, PriorityNode, TOKEN_MARGIN};
+use super::engine::{NodeRole, PriorityNode, TOKEN_MARGIN};
 use super::messages::{
-    encoded_len, Heartbeat, NodeIndex, PeerRole, PriorityMessage, TablePart, MAX_MESSAGE_BYTES,
+    Heartbeat, NodeIndex, PeerRole, PriorityMessage, TablePart, MAX_MESSAGE_BYTES,
 };
 
+mod cluster;
+mod exact;
 mod handoffs;
 mod limits;
 mod pieces;
+mod watch;
 
-const HEARTBEAT: u64 = 10;
-const TIMEOUT: u64 = 50;
-
-fn key(s: &str) -> Key {
-    Key::try_from(s).unwrap()
-}
-
-fn config(me: NodeIndex, n: usize) -> PriorityConfig {
-    PriorityConfig {
-        me,
-        peers: (0..n).map(|i| format!("127.0.0.1:{}", 7400 + i)).collect(),
-        heartbeat_ms: HEARTBEAT,
-        failure_timeout_ms: TIMEOUT,
-        // Near the epoch, so the wall-clock floor stays far below the token
-        // margin and the margin is what the tests see.
-        wall_at_zero: 0,
-    }
-}
-
-/// The message limit of the hand-driven nodes: small, so that every table
-/// of more than a lock or two and most command batches cross in pieces.
-const SMALL_MESSAGES: usize = 40;
-
-/// A node of the hand-driven cluster, starting at `now`.
-fn engine(me: NodeIndex, n: usize, now: Millis) -> PriorityNode<u64> {
-    let mut node = PriorityNode::new(config(me, n), now);
-    node.set_message_limit(SMALL_MESSAGES);
-    node
-}
-
-/// A hand-driven cluster: instant delivery, links that can be cut, nodes
-/// that can be crashed (gone) or frozen (neither tick nor receive).
-struct Cluster {
-    nodes: Vec<Option<PriorityNode<u64>>>,
-    events: Vec<Vec<Event<u64>>>,
-    frozen: Vec<bool>,
-    cut: Vec<(NodeIndex, NodeIndex)>,
-    /// Nodes that get heartbeats but no snapshot or commands.
-    starved: Vec<NodeIndex>,
-    traffic: Traffic,
-    now: Millis,
-}
-
-/// What crossed between the hand-driven nodes (every message is checked
-/// against the cap on its way).
-#[derive(Debug, Default)]
-struct Traffic {
-    largest: usize,
-    /// Snapshots begun (first pieces), by addressee.
-    snapshots: Vec<usize>,
-    snapshot_pieces: usize,
-    handoff_pieces: usize,
-    command_batches: usize,
-}
-
-impl Cluster {
-    fn new(n: usize) -> Cluster {
-        Cluster {
-            nodes: (0..n).map(|i| Some(engine(i, n, 0))).collect(),
-            events: (0..n).map(|_| Vec::new()).collect(),
-            frozen: vec![false; n],
-            cut: Vec::new(),
-            starved: Vec::new(),
-            traffic: Traffic {
-                snapshots: vec![0; n],
-                ..Traffic::default()
-            },
-            now: 0,
-        }
-    }
-
-    fn node(&self, i: NodeIndex) -> &PriorityNode<u64> {
-        self.nodes[i].as_ref().unwrap()
-    }
-
-    fn node_mut(&mut self, i: NodeIndex) -> &mut PriorityNode<u64> {
-        self.nodes[i].as_mut().unwrap()
-    }
-
-    fn up(&self, i: NodeIndex) -> bool {
-        self.nodes[i].is_some() && !self.frozen[i]
-    }
-
-    fn isolate(&mut self, i: NodeIndex) {
-        for p in 0..self.nodes.len() {
-            if p != i {
-                self.cut.push((i, p));
-                self.cut.push((p, i));
-            }
-        }
-    }
-
-    /// Hands every output to its addressee until nobody has anything to say.
-    fn deliver(&mut self) {
-        for _ in 0..100 {
-            let mut moved = false;
-            for from in 0..self.nodes.len() {
-                if !self.up(from) {
-                    continue;
-                }
-                for (to, message) in self.node_mut(from).take_output() {
-                    moved = true;
-                    self.traffic.note(to, &message);
-                    let replication = matches!(
-                        message,
-                        PriorityMessage::SnapshotPart { .. } | PriorityMessage::Commands { .. }
-                    );
-                    if replication && self.starved.contains(&to) {
-                        continue;
-                    }
-                    if to < self.nodes.len() && self.up(to) && !self.cut.contains(&(from, to)) {
-                        let now = self.now;
-                        let node = self.nodes[to].as_mut().unwrap();
-                        node.on_message(from, message, now, &mut self.events[to]);
-                    }
-                }
-            }
-            if !moved {
-                return;
-            }
-        }
-        panic!("the nodes kept talking for 100 rounds at t={}", self.now);
-    }
-
-    fn step(&mut self) {
-        self.now += 1;
-        for i in 0..self.nodes.len() {
-            if self.up(i) {
-                let now = self.now;
-                let node = self.nodes[i].as_mut().unwrap();
-                node.tick(now, &mut self.events[i]);
-            }
-        }
-        self.deliver();
-    }
-
-    fn run(&mut self, ms: u64) {
-        for _ in 0..ms {
-            self.step();
-        }
-    }
-
-    fn actives(&self) -> Vec<NodeIndex> {
-        (0..self.nodes.len())
-            .filter(|&i| self.nodes[i].is_some() && self.node(i).role() == NodeRole::Active)
-            .collect()
-    }
-
-    fn acquire(&mut self, i: NodeIndex, k: &str, lease: u64, handle: u64) -> AcquireOutcome {
-        let now = self.now;
-        let node = self.nodes[i].as_mut().unwrap();
-        let outcome = node.acquire(key(k), 0, lease, now, handle, &mut self.events[i]);
-        let outcome = outcome.unwrap();
-        self.deliver();
-        outcome
-    }
-
-    fn grant(&mut self, i: NodeIndex, k: &str, lease: u64) -> Token {
-        match self.acquire(i, k, lease, 0) {
-            AcquireOutcome::Granted { token } => token,
-            other => panic!("{k} not granted on node {i}: {other:?}"),
-        }
-    }
-
-    fn holder(&self, i: NodeIndex, k: &str) -> Option<Token> {
-        self.node(i).table().holder(&key(k)).map(|h| h.token)
-    }
-
-    /// Keys and tokens of a node's table, sorted.
-    fn locks(&self, i: NodeIndex) -> Vec<(Key, Token)> {
-        let mut locks: Vec<_> = self
-            .node(i)
-            .table()
-            .iter()
-            .map(|(k, h)| (k.clone(), h.token))
-            .collect();
-        locks.sort();
-        locks
-    }
-
-    fn moved(&mut self, i: NodeIndex) -> Vec<(u64, Option<NodeIndex>)> {
-        self.events[i]
-            .drain(..)
-            .filter_map(|e| match e {
-                Event::Moved { handle, to, .. } => Some((handle, to.serving)),
-                _ => None,
-            })
-            .collect()
-    }
-}
-
-impl Traffic {
-    fn note(&mut self, to: NodeIndex, message: &PriorityMessage) {
-        let len = encoded_len(message);
-        assert!(len <= MAX_MESSAGE_BYTES, "a message of {len} bytes");
-        self.largest = self.largest.max(len);
-        match message {
-            PriorityMessage::SnapshotPart { part, .. } => {
-                self.snapshot_pieces += 1;
-                if part.piece == 0 {
-                    self.snapshots[to] += 1;
-                }
-            }
-            PriorityMessage::HandoffPart { .. } => self.handoff_pieces += 1,
-            PriorityMessage::Commands { .. } => self.command_batches += 1,
-            _ => {}
-        }
-    }
-}
-
-/// A three-node cluster run until node 0 serves and both standbys hold its
-/// snapshot.
-fn elected(n: usize) -> Cluster {
-    let mut c = Cluster::new(n);
-    c.run(TIMEOUT + 2 * HEARTBEAT);
-    assert_eq!(c.actives(), vec![0]);
-    c
-}
+use cluster::{config, drain, elected, engine, key, Cluster, HEARTBEAT, TIMEOUT};
 
 #[test]
 fn fresh_cluster_waits_the_quiet_period_then_node_0_serves() {
@@ -262,14 +49,14 @@ fn fresh_cluster_waits_the_quiet_period_then_node_0_serves() {
 fn a_standby_answers_not_serving_with_the_active() {
     let mut c = elected(3);
     let now = c.now;
-    let mut events = Vec::new();
-    let refused = c.node_mut(1).acquire(key("a"), 0, 100, now, 9, &mut events);
+    let refused = c.node_mut(1).handle_acquire(key("a"), 0, 100, now, 9);
     assert_eq!(refused, Err(NotServing::redirect(Some(0))));
-    let refused = c.node_mut(2).release(&key("a"), 5, now, &mut events);
+    let refused = c.node_mut(2).handle_release(&key("a"), 5, now);
     assert_eq!(refused, Err(NotServing::redirect(Some(0))));
-    let refused = c.node_mut(2).renew(&key("a"), 5, 100, now, &mut events);
+    let refused = c.node_mut(2).handle_renew(&key("a"), 5, 100, now);
     assert_eq!(refused, Err(NotServing::redirect(Some(0))));
-    assert!(events.is_empty());
+    assert!(drain(c.node_mut(1)).is_empty());
+    assert!(drain(c.node_mut(2)).is_empty());
 }
 
 #[test]
@@ -284,12 +71,11 @@ fn grants_releases_and_renewals_reach_the_standbys() {
         assert_eq!(c.node(i).table().last_token(), b);
     }
     let now = c.now;
-    let mut events = Vec::new();
-    let released = c.node_mut(0).release(&key("a"), a, now, &mut events);
+    let released = c.node_mut(0).handle_release(&key("a"), a, now);
     assert_eq!(released, Ok(Outcome::Released));
     c.run(300);
     let now = c.now;
-    let renewed = c.node_mut(0).renew(&key("b"), b, 1_000, now, &mut events);
+    let renewed = c.node_mut(0).handle_renew(&key("b"), b, 1_000, now);
     assert_eq!(renewed, Ok(Outcome::Renewed));
     c.deliver();
     for i in 1..3 {
@@ -305,7 +91,7 @@ fn a_silent_active_is_replaced_by_the_next_in_priority_above_its_tokens() {
     let mut c = elected(3);
     let a = c.grant(0, "a", 200);
     let granted_at = c.now;
-    c.nodes[0] = None;
+    c.crash(0);
     c.run(TIMEOUT);
     assert!(
         c.actives().is_empty(),
@@ -341,7 +127,7 @@ fn the_promoting_node_is_the_one_with_the_newest_term() {
     let a = c.grant(0, "a", 10_000);
     assert_eq!(c.node(1).term(), 0);
     c.starved.clear();
-    c.nodes[0] = None;
+    c.crash(0);
     let mut first = None;
     for _ in 0..TIMEOUT + 2 * HEARTBEAT {
         c.step();
@@ -372,16 +158,14 @@ fn a_paused_active_steps_down_before_granting() {
     c.frozen[0] = false;
     // The first thing node 0 does after the pause is a client's acquire.
     let now = c.now;
-    let mut events = Vec::new();
-    let answer = c
-        .node_mut(0)
-        .acquire(key("c"), 0, 1_000, now, 5, &mut events);
+    let answer = c.node_mut(0).handle_acquire(key("c"), 0, 1_000, now, 5);
     assert_eq!(
         answer,
         Err(NotServing::redirect(None)),
         "a paused active served"
     );
     assert_eq!(c.node(0).role(), NodeRole::Standby);
+    let events = drain(c.node_mut(0));
     assert!(
         matches!(&events[..], [Event::Moved { handle: 77, .. }]),
         "the waiter was not moved: {events:?}"
@@ -402,8 +186,7 @@ fn a_paused_active_steps_down_at_its_first_tick() {
     c.run(TIMEOUT + 2 * HEARTBEAT);
     c.frozen[0] = false;
     let now = c.now;
-    let mut events = Vec::new();
-    c.node_mut(0).tick(now, &mut events);
+    c.node_mut(0).handle_tick(now);
     assert_eq!(c.node(0).role(), NodeRole::Standby);
     // A short stall (under the timeout) is not a pause.
     c.run(TIMEOUT + 4 * HEARTBEAT);
@@ -412,7 +195,7 @@ fn a_paused_active_steps_down_at_its_first_tick() {
     c.run(TIMEOUT / 2);
     c.frozen[0] = false;
     let now = c.now;
-    let answer = c.node_mut(0).acquire(key("a"), 0, 100, now, 1, &mut events);
+    let answer = c.node_mut(0).handle_acquire(key("a"), 0, 100, now, 1);
     assert!(answer.is_ok(), "stepped down after a short stall");
 }
 
@@ -467,8 +250,8 @@ fn a_handoff_moves_every_lock_and_the_waiters_to_the_successor() {
     ));
     let before = c.locks(0);
     let now = c.now;
-    let mut events = Vec::new();
-    assert!(c.node_mut(0).begin_handoff(now, &mut events));
+    assert!(c.node_mut(0).handle_begin_handoff(now));
+    let events = drain(c.node_mut(0));
     assert!(
         matches!(
             &events[..],
@@ -484,10 +267,7 @@ fn a_handoff_moves_every_lock_and_the_waiters_to_the_successor() {
     // Until the successor takes over, nobody serves: `-`, not a redirect
     // the successor (still following node 0) would send back.
     assert_eq!(c.node(0).redirect_target(), None);
-    let mut refused = Vec::new();
-    let answer = c
-        .node_mut(0)
-        .acquire(key("z"), 0, 100, now, 8, &mut refused);
+    let answer = c.node_mut(0).handle_acquire(key("z"), 0, 100, now, 8);
     assert_eq!(
         answer,
         Err(NotServing::redirect(None)),
@@ -503,7 +283,7 @@ fn a_handoff_moves_every_lock_and_the_waiters_to_the_successor() {
     let next = c.grant(1, "c", 100);
     assert!(next > b && next > a);
     // The old active is gone now, as in a graceful stop: nothing is lost.
-    c.nodes[0] = None;
+    c.crash(0);
     c.run(TIMEOUT + 2 * HEARTBEAT);
     assert_eq!(c.actives(), vec![1]);
     assert_eq!(c.holder(1, "a"), Some(a));
@@ -514,12 +294,11 @@ fn a_handoff_moves_every_lock_and_the_waiters_to_the_successor() {
 fn begin_handoff_needs_an_active_and_a_live_standby() {
     let mut c = elected(2);
     let now = c.now;
-    let mut events = Vec::new();
-    assert!(!c.node_mut(1).begin_handoff(now, &mut events));
-    c.nodes[1] = None;
+    assert!(!c.node_mut(1).handle_begin_handoff(now));
+    c.crash(1);
     c.run(TIMEOUT + 1);
     let now = c.now;
-    assert!(!c.node_mut(0).begin_handoff(now, &mut events));
+    assert!(!c.node_mut(0).handle_begin_handoff(now));
     assert_eq!(c.node(0).role(), NodeRole::Active);
 }
 
@@ -529,8 +308,7 @@ fn a_handoff_not_taken_up_gives_the_role_back_to_the_cluster() {
     let a = c.grant(0, "a", 10_000);
     c.cut.push((0, 1));
     let now = c.now;
-    let mut events = Vec::new();
-    assert!(c.node_mut(0).begin_handoff(now, &mut events));
+    assert!(c.node_mut(0).handle_begin_handoff(now));
     c.deliver();
     c.cut.clear();
     c.run(TIMEOUT + 1);
@@ -546,12 +324,12 @@ fn a_handoff_not_taken_up_gives_the_role_back_to_the_cluster() {
 fn a_returning_node_0_follows_syncs_then_takes_over_with_every_lock() {
     let mut c = elected(3);
     let a = c.grant(0, "a", 10_000);
-    c.nodes[0] = None;
+    c.crash(0);
     c.run(TIMEOUT + 2 * HEARTBEAT);
     assert_eq!(c.actives(), vec![1]);
     let b = c.grant(1, "b", 10_000);
-    let n = c.nodes.len();
-    c.nodes[0] = Some(engine(0, n, c.now));
+    let n = c.len();
+    c.driver.start(0, engine(0, n, c.now), 0);
     let mut saw_following = false;
     for _ in 0..TIMEOUT + 4 * HEARTBEAT {
         c.step();
@@ -601,14 +379,14 @@ fn commands_lost_before_a_heartbeat_are_noticed_at_the_heartbeat() {
 #[test]
 fn a_broken_link_makes_the_active_withhold_commands_until_a_resync() {
     let mut c = elected(3);
-    c.node_mut(0).on_link_down(2);
+    c.node_mut(0).handle_link_down(2);
     let a = c.grant(0, "a", 10_000);
     assert_eq!(c.holder(1, "a"), Some(a));
     assert_eq!(c.holder(2, "a"), None, "commands went to an unsynced peer");
     c.run(3 * HEARTBEAT);
     assert_eq!(c.holder(2, "a"), Some(a));
     // Unknown peers are ignored.
-    c.node_mut(0).on_link_down(9);
+    c.node_mut(0).handle_link_down(9);
 }
 
 #[test]
@@ -623,31 +401,24 @@ fn messages_from_unknown_or_own_indexes_are_ignored() {
         following: None,
     };
     let now = c.now;
-    let mut events = Vec::new();
     for from in [0, 3, 9, usize::MAX] {
         let node = c.node_mut(0);
-        node.on_message(
-            from,
-            PriorityMessage::Heartbeat(beat.clone()),
-            now,
-            &mut events,
-        );
-        node.on_message(
+        node.handle_message(from, PriorityMessage::Heartbeat(beat.clone()), now);
+        node.handle_message(
             from,
             PriorityMessage::HandoffPart { part: big_table() },
             now,
-            &mut events,
         );
-        node.on_message(from, PriorityMessage::SyncRequest, now, &mut events);
+        node.handle_message(from, PriorityMessage::SyncRequest, now);
     }
     let node = c.node_mut(0);
     assert_eq!(node.role(), NodeRole::Standby);
     assert_eq!(node.following(), None);
     assert_eq!(node.term(), 0);
     assert_eq!(node.table().last_token(), 0);
-    assert!(events.is_empty());
+    assert!(drain(node).is_empty());
     // Only its own heartbeats are in the outbox, none addressed to 3 or 9.
-    for (to, message) in node.take_output() {
+    for (to, message) in node.poll_transmits() {
         assert!(to == 1 || to == 2, "output to {to}");
         assert!(matches!(message, PriorityMessage::Heartbeat(_)));
     }
@@ -676,10 +447,9 @@ fn waiters_on_the_active_are_served_and_their_grants_replicated() {
         AcquireOutcome::Queued { .. }
     ));
     let now = c.now;
-    let mut events = Vec::new();
-    let released = c.node_mut(0).release(&key("a"), a, now, &mut events);
+    let released = c.node_mut(0).handle_release(&key("a"), a, now);
     assert_eq!(released, Ok(Outcome::Released));
-    let token = match &events[..] {
+    let token = match &drain(c.node_mut(0))[..] {
         [Event::Granted {
             handle: 3, token, ..
         }] => *token,
@@ -701,9 +471,9 @@ fn a_paused_standby_listens_before_promoting() {
     c.run(TIMEOUT + 2 * HEARTBEAT);
     c.frozen[2] = false;
     // Its first tick comes before the heartbeats that waited for it.
-    let now = c.now + 1;
-    c.now = now;
-    c.node_mut(2).tick(now, &mut Vec::new());
+    c.advance(1);
+    let now = c.now;
+    c.node_mut(2).handle_tick(now);
     assert_eq!(
         c.node(2).role(),
         NodeRole::Standby,
@@ -721,10 +491,10 @@ fn a_paused_standby_listens_before_promoting() {
 fn a_handoff_that_waited_out_a_pause_is_not_taken() {
     let mut c = elected(2);
     let now = c.now;
-    assert!(c.node_mut(0).begin_handoff(now, &mut Vec::new()));
+    assert!(c.node_mut(0).handle_begin_handoff(now));
     let handoff: Vec<_> = c
         .node_mut(0)
-        .take_output()
+        .poll_transmits()
         .into_iter()
         .filter(|(to, m)| *to == 1 && matches!(m, PriorityMessage::HandoffPart { .. }))
         .map(|(_, m)| m)
@@ -735,12 +505,12 @@ fn a_handoff_that_waited_out_a_pause_is_not_taken() {
     assert_eq!(c.actives(), vec![0], "the sender did not serve again");
     let b = c.grant(0, "b", 10_000);
     c.frozen[1] = false;
-    let now = c.now + 1;
-    c.now = now;
+    c.advance(1);
+    let now = c.now;
     let node = c.node_mut(1);
-    node.tick(now, &mut Vec::new());
+    node.handle_tick(now);
     for part in handoff {
-        node.on_message(0, part, now, &mut Vec::new());
+        node.handle_message(0, part, now);
     }
     assert_eq!(c.node(1).role(), NodeRole::Standby, "took a stale handoff");
     c.deliver();
@@ -768,12 +538,12 @@ fn the_winner_learns_the_losers_tokens_even_when_the_loser_steps_down_first() {
     c.cut.push((1, 0));
     let mut beat = None;
     for _ in 0..2 * HEARTBEAT {
-        c.now += 1;
+        c.advance(1);
         let now = c.now;
-        c.node_mut(0).tick(now, &mut Vec::new());
+        c.node_mut(0).handle_tick(now);
         beat = c
             .node_mut(0)
-            .take_output()
+            .poll_transmits()
             .into_iter()
             .find(|(to, m)| *to == 1 && matches!(m, PriorityMessage::Heartbeat(_)))
             .map(|(_, m)| m);
@@ -782,10 +552,9 @@ fn the_winner_learns_the_losers_tokens_even_when_the_loser_steps_down_first() {
         }
     }
     let now = c.now;
-    c.node_mut(1)
-        .on_message(0, beat.unwrap(), now, &mut Vec::new());
+    c.node_mut(1).handle_message(0, beat.unwrap(), now);
     assert_eq!(c.node(1).role(), NodeRole::Standby);
-    c.node_mut(1).take_output();
+    c.node_mut(1).poll_transmits();
     let table = c.node(0).table().snapshot(now);
     let snapshot = PriorityMessage::SnapshotPart {
         term: c.node(0).term(),
@@ -798,7 +567,7 @@ fn the_winner_learns_the_losers_tokens_even_when_the_loser_steps_down_first() {
             locks: table.locks,
         },
     };
-    c.node_mut(1).on_message(0, snapshot, now, &mut Vec::new());
+    c.node_mut(1).handle_message(0, snapshot, now);
     assert!(
         c.node(1).table().last_token() < last_1,
         "no snapshot adopted"
@@ -843,25 +612,17 @@ fn a_busy_active_whose_timer_runs_late_keeps_its_role() {
     let mut handle = 1_000;
     while c.now < until {
         for _ in 0..10 {
-            c.now += 1;
+            c.advance(1);
             for i in 1..3 {
-                let now = c.now;
-                let node = c.nodes[i].as_mut().unwrap();
-                node.tick(now, &mut c.events[i]);
+                c.driver.tick(i);
             }
             c.deliver();
         }
         handle += 1;
         let now = c.now;
-        let mut events = Vec::new();
-        let answer = c.node_mut(0).acquire(
-            key(&format!("busy/{handle}")),
-            0,
-            1_000,
-            now,
-            handle,
-            &mut events,
-        );
+        let answer =
+            c.node_mut(0)
+                .handle_acquire(key(&format!("busy/{handle}")), 0, 1_000, now, handle);
         assert!(
             answer.is_ok(),
             "node 0 stopped serving at t={now}: {answer:?}"

@@ -4,15 +4,20 @@
 
 use std::collections::{BTreeMap, VecDeque};
 
+use baton_cluster::priority::driver::Driver;
 use baton_cluster::priority::{
     encoded_len, NodeIndex, NodeRole, PriorityConfig, PriorityMessage, PriorityNode,
     MAX_MESSAGE_BYTES,
 };
-use baton_core::{AcquireOutcome, Event, Key, Millis, Outcome, Token};
+use baton_core::{Event, Key, Millis, Token};
 
 use super::client::{Answer, Client, Request};
 use super::net::{Envelope, Network, Sent};
 use super::rng::Rng;
+
+mod checks;
+mod faults;
+mod requests;
 
 pub const HEARTBEAT: u64 = 10;
 pub const TIMEOUT: u64 = 60;
@@ -120,11 +125,10 @@ impl Failure {
     }
 }
 
+/// What the world knows of a node beyond its engine (which the driver
+/// holds, with its clock).
 #[derive(Debug)]
 struct Node {
-    engine: Option<PriorityNode<u64>>,
-    /// This incarnation's clock reads the simulated time plus this.
-    offset: Millis,
     up_since: Millis,
     paused_until: Option<Millis>,
     /// Messages and requests that reached it while paused.
@@ -142,12 +146,6 @@ struct Node {
     steady_since: Millis,
     /// When it last became active.
     active_since: Millis,
-}
-
-impl Node {
-    fn running(&self) -> bool {
-        self.engine.is_some() && self.paused_until.is_none()
-    }
 }
 
 fn config(me: NodeIndex, nodes: usize, offset: Millis) -> PriorityConfig {
@@ -180,9 +178,13 @@ fn engine(
 
 /// Whether (node, activation) still answers for a grant: the node runs in
 /// that activation and has not stood down since.
-fn custodian_valid(nodes: &[Node], (node, activation): (NodeIndex, u64)) -> bool {
+fn custodian_valid(
+    driver: &Driver<u64>,
+    nodes: &[Node],
+    (node, activation): (NodeIndex, u64),
+) -> bool {
     let n = &nodes[node];
-    n.engine.is_some()
+    driver.is_up(node)
         && n.activation == activation
         && matches!(n.role, NodeRole::Active | NodeRole::HandingOff { .. })
 }
@@ -201,6 +203,8 @@ pub struct World {
     rng: Rng,
     now: Millis,
     net: Network,
+    /// The engines, on the simulated clock (each with its own offset).
+    driver: Driver<u64>,
     nodes: Vec<Node>,
     clients: Vec<Client>,
     next_fault: Millis,
@@ -244,12 +248,12 @@ impl World {
     fn new(seed: u64, n: usize, duration: Millis) -> World {
         let mut rng = Rng::new(seed);
         let profile = Profile::for_seed(seed);
+        let mut driver = Driver::new(n);
         let nodes = (0..n)
             .map(|i| {
                 let offset = rng.range(0, 1_000_000);
+                driver.start(i, engine(i, n, offset, offset, profile), offset);
                 Node {
-                    engine: Some(engine(i, n, offset, offset, profile)),
-                    offset,
                     up_since: 0,
                     paused_until: None,
                     held: Vec::new(),
@@ -279,6 +283,7 @@ impl World {
             rng,
             now: 0,
             net: Network::new(n, 5),
+            driver,
             nodes,
             clients,
             next_fault: first_fault,
@@ -298,6 +303,7 @@ impl World {
 
     fn step(&mut self) {
         self.now += 1;
+        self.driver.advance(1);
         self.end_faults();
         self.start_fault();
         for envelope in self.net.due(self.now) {
@@ -322,8 +328,14 @@ impl World {
         }
     }
 
-    fn local(&self, i: NodeIndex) -> Millis {
-        self.now + self.nodes[i].offset
+    /// Node `i` has an engine (it may be paused).
+    fn up(&self, i: NodeIndex) -> bool {
+        self.driver.is_up(i)
+    }
+
+    /// Node `i` has an engine and is not paused.
+    fn running(&self, i: NodeIndex) -> bool {
+        self.up(i) && self.nodes[i].paused_until.is_none()
     }
 
     // ---- calling the engines ----------------------------------------------
@@ -335,19 +347,17 @@ impl World {
         &mut self,
         i: NodeIndex,
         handoff_from: Option<NodeIndex>,
-        f: impl FnOnce(&mut PriorityNode<u64>, Millis, &mut Vec<Event<u64>>) -> R,
+        f: impl FnOnce(&mut PriorityNode<u64>, Millis) -> R,
     ) -> Option<R> {
-        let local = self.local(i);
-        let mut events = Vec::new();
-        let engine = self.nodes[i].engine.as_mut()?;
-        let result = f(engine, local, &mut events);
+        let result = self.driver.call(i, f)?;
         self.observe_role(i, handoff_from);
+        let events = self.driver.take_events(i);
         self.route_events(i, events);
         Some(result)
     }
 
     fn observe_role(&mut self, i: NodeIndex, handoff_from: Option<NodeIndex>) {
-        let Some(engine) = &self.nodes[i].engine else {
+        let Some(engine) = self.driver.engine(i) else {
             return;
         };
         let (role, following, term) = (engine.role(), engine.following(), engine.term());
@@ -397,7 +407,7 @@ impl World {
         let steady = (0..self.nodes.len()).find(|&j| {
             let n = &self.nodes[j];
             j != i
-                && n.running()
+                && self.running(j)
                 && n.role == NodeRole::Active
                 && n.steady_since <= since
                 && n.active_since <= since
@@ -415,10 +425,10 @@ impl World {
     /// node handing over answered for.
     /// `merged`: it was active already and merged the table handed over.
     fn on_promotion(&mut self, i: NodeIndex, handoff_from: Option<NodeIndex>, merged: bool) {
-        let offset = self.nodes[i].offset;
+        let offset = self.driver.local(i) - self.now;
         let activation = self.nodes[i].activation;
         let mut lost = Vec::new();
-        let Some(engine) = &self.nodes[i].engine else {
+        let Some(engine) = self.driver.engine(i) else {
             return;
         };
         for (c, client) in self.clients.iter_mut().enumerate() {
@@ -438,7 +448,7 @@ impl World {
                     let from_custodian = handoff_from.is_some_and(|from| {
                         held.custodians
                             .iter()
-                            .any(|&c| c.0 == from && custodian_valid(&self.nodes, c))
+                            .any(|&c| c.0 == from && custodian_valid(&self.driver, &self.nodes, c))
                     });
                     if from_custodian && self.now < held.valid_until() {
                         lost.push((c, key, held.token));
@@ -472,12 +482,9 @@ impl World {
                     } else {
                         // Nobody waits for it any more: the server gives
                         // such a grant back at once.
-                        let local = self.local(i);
-                        let mut more = Vec::new();
-                        if let Some(engine) = self.nodes[i].engine.as_mut() {
-                            let _ = engine.release(&key, token, local, &mut more);
-                        }
-                        queue.extend(more);
+                        self.driver
+                            .call(i, |engine, now| engine.handle_release(&key, token, now));
+                        queue.extend(self.driver.take_events(i));
                     }
                 }
                 Event::TimedOut { handle, .. } => {
@@ -533,10 +540,10 @@ impl World {
     // ---- the network --------------------------------------------------------
 
     fn arrive(&mut self, envelope: Envelope) {
-        let node = &mut self.nodes[envelope.to];
-        if node.engine.is_none() {
+        if !self.up(envelope.to) {
             return;
         }
+        let node = &mut self.nodes[envelope.to];
         if node.paused_until.is_some() {
             node.held.push(envelope);
             return;
@@ -549,20 +556,17 @@ impl World {
         // A handoff is taken with its last piece; the earlier ones change
         // no role.
         let handoff = matches!(message, PriorityMessage::HandoffPart { .. }).then_some(from);
-        self.call(to, handoff, |engine, now, events| {
-            engine.on_message(from, message, now, events)
+        self.call(to, handoff, |engine, now| {
+            engine.handle_message(from, message, now)
         });
     }
 
     fn flush_outputs(&mut self) {
         for i in 0..self.nodes.len() {
-            if !self.nodes[i].running() {
+            if !self.running(i) {
                 continue;
             }
-            let output = match self.nodes[i].engine.as_mut() {
-                Some(engine) => engine.take_output(),
-                None => continue,
-            };
+            let output = self.driver.transmits(i);
             for (to, message) in output {
                 let len = encoded_len(&message);
                 if len > MAX_MESSAGE_BYTES {
@@ -573,7 +577,7 @@ impl World {
                 {
                     self.summary.later_pieces += u64::from(part.piece > 0);
                 }
-                if to >= self.nodes.len() || self.nodes[to].engine.is_none() {
+                if !self.up(to) {
                     // The shell drops what it cannot deliver to a peer
                     // that is down.
                     continue;
@@ -589,9 +593,7 @@ impl World {
                 }
                 if sent == Sent::Reset {
                     self.last_disturbance = self.now;
-                    if let Some(engine) = self.nodes[i].engine.as_mut() {
-                        engine.on_link_down(to);
-                    }
+                    self.driver.link_down(i, to);
                 }
             }
         }
@@ -599,501 +601,13 @@ impl World {
 
     fn ticks(&mut self) {
         for i in 0..self.nodes.len() {
-            if !self.nodes[i].running() {
+            if !self.running(i) {
                 continue;
             }
-            let local = self.local(i);
-            let due = self.nodes[i]
-                .engine
-                .as_ref()
-                .is_some_and(|engine| local >= engine.next_deadline());
+            let due = self.driver.tick_due(i);
             // The server's timer also wakes for other reasons now and then.
             if due || self.rng.chance(0.02) {
-                self.call(i, None, |engine, now, events| engine.tick(now, events));
-            }
-        }
-    }
-
-    // ---- clients ------------------------------------------------------------
-
-    fn clients_act(&mut self) {
-        for c in 0..self.clients.len() {
-            if let Some((node, id)) = self.clients[c].abandon(self.now, &mut self.rng) {
-                if self.nodes[node].running() {
-                    self.call(node, None, |engine, _, _| engine.cancel(id));
-                }
-            }
-            let Some((node, request)) = self.clients[c].next_request(self.now, &mut self.rng)
-            else {
-                continue;
-            };
-            if self.nodes[node].engine.is_none() {
-                self.answer(c, node, Answer::Gone);
-            } else if self.nodes[node].paused_until.is_some() {
-                self.nodes[node].held_requests.push((c, request));
-            } else {
-                self.serve(node, c, request);
-            }
-        }
-    }
-
-    fn answer(&mut self, c: usize, node: NodeIndex, answer: Answer) {
-        let now = self.now;
-        self.clients[c].on_answer(node, answer, now, &mut self.rng);
-    }
-
-    fn serve(&mut self, i: NodeIndex, c: usize, request: Request) {
-        let key = self.clients[c].key.clone();
-        let answer = match request {
-            Request::Acquire { wait_ms, lease_ms } => {
-                let h = handle(c, self.clients[c].serial);
-                let k = key.clone();
-                let result = self.call(i, None, |engine, now, events| {
-                    engine.acquire(k, wait_ms, lease_ms, now, h, events)
-                });
-                match result {
-                    None => Answer::Gone,
-                    Some(Err(to)) => Answer::Redirect(to.serving),
-                    Some(Ok(AcquireOutcome::Queued { id })) => Answer::Queued(id),
-                    Some(Ok(AcquireOutcome::Granted { token })) => {
-                        self.record_grant(i, &key, token);
-                        self.answer(c, i, Answer::Granted(token));
-                        self.take_custody(c, i);
-                        self.log(format!(
-                            "client {c} granted {key} token {token} by node {i}"
-                        ));
-                        return;
-                    }
-                }
-            }
-            Request::Release { token } => {
-                let result = self.call(i, None, |engine, now, events| {
-                    engine.release(&key, token, now, events)
-                });
-                match result {
-                    None => Answer::Gone,
-                    Some(Err(to)) => Answer::Redirect(to.serving),
-                    Some(Ok(Outcome::Released)) => Answer::Released,
-                    Some(Ok(_)) => Answer::NotFound,
-                }
-            }
-            Request::Renew { token, lease_ms } => {
-                let result = self.call(i, None, |engine, now, events| {
-                    engine.renew(&key, token, lease_ms, now, events)
-                });
-                match result {
-                    None => Answer::Gone,
-                    Some(Err(to)) => Answer::Redirect(to.serving),
-                    Some(Ok(Outcome::Renewed)) => {
-                        self.answer(c, i, Answer::Renewed);
-                        self.take_custody(c, i);
-                        return;
-                    }
-                    Some(Ok(_)) => {
-                        self.log(format!(
-                            "client {c} lost {key} token {token} (renew at node {i})"
-                        ));
-                        Answer::NotFound
-                    }
-                }
-            }
-        };
-        self.answer(c, i, answer);
-    }
-
-    // ---- faults -------------------------------------------------------------
-
-    fn end_faults(&mut self) {
-        let now = self.now;
-        for i in 0..self.nodes.len() {
-            if self.nodes[i].paused_until.is_some_and(|t| t <= now) {
-                self.resume(i);
-            }
-            if self.nodes[i].restart_at.is_some_and(|t| t <= now) && self.may_restart(i) {
-                self.restart(i);
-            }
-            if let Some(until) = self.nodes[i].stopping_until {
-                let confirmed = self.nodes[i]
-                    .engine
-                    .as_ref()
-                    .is_some_and(|e| e.handed_off_to().is_some());
-                if confirmed || now >= until {
-                    self.log(format!(
-                        "node {i} exits after its handoff (confirmed: {confirmed})"
-                    ));
-                    self.crash(i);
-                } else if self.nodes[i].running() && self.nodes[i].role == NodeRole::Active {
-                    // The successor refused: the shell offers the role again.
-                    self.call(i, None, |engine, now, events| {
-                        engine.begin_handoff(now, events)
-                    });
-                }
-            }
-        }
-        if self.heal_at.is_some_and(|t| t <= now) {
-            self.heal_at = None;
-            self.last_disturbance = now;
-            self.tokens_free_until = now + SETTLE;
-            for (a, b) in self.net.heal() {
-                // Some links broke during the split, some outlived it.
-                if self.rng.chance(0.5) && self.nodes[a].running() {
-                    self.call(a, None, |engine, _, _| engine.on_link_down(b));
-                }
-            }
-            self.log("partition healed".into());
-        }
-        if self.loss_until.is_some_and(|t| t <= now) {
-            self.loss_until = None;
-            self.net.loss = 0.0;
-            self.last_disturbance = now;
-        }
-    }
-
-    fn start_fault(&mut self) {
-        if self.now < self.next_fault || self.now + CALM_END >= self.duration {
-            return;
-        }
-        self.next_fault = self.now + self.rng.range(30, 500);
-        let n = self.nodes.len();
-        match self.rng.below(6) {
-            0 => {
-                let i = self.rng.below(n);
-                if self.nodes[i].running()
-                    && self.nodes[i].stopping_until.is_none()
-                    && self.others_carry_on(i)
-                {
-                    self.log(format!("node {i} crashes"));
-                    self.crash(i);
-                }
-            }
-            1 => {
-                let actives: Vec<NodeIndex> = (0..n)
-                    .filter(|&i| {
-                        self.nodes[i].running()
-                            && self.nodes[i].role == NodeRole::Active
-                            && self.nodes[i].stopping_until.is_none()
-                    })
-                    .collect();
-                if actives.is_empty() {
-                    return;
-                }
-                let i = actives[self.rng.below(actives.len())];
-                // In a partition a graceful stop hands its table to a node
-                // it reaches (which then knows its tokens); with none, the
-                // stop is not tried (it would be a crash inside a split).
-                let split = self.net.partitioned();
-                if !split && !self.others_carry_on(i) || split && !self.may_restart(i) {
-                    return;
-                }
-                self.log(format!("node {i} stops gracefully"));
-                self.last_disturbance = self.now;
-                let begun = self.call(i, None, |engine, now, events| {
-                    engine.begin_handoff(now, events)
-                });
-                if begun == Some(true) {
-                    self.nodes[i].stopping_until = Some(self.now + 200);
-                } else if split {
-                    self.log(format!("node {i} finds no successor; stays"));
-                } else {
-                    self.crash(i);
-                }
-            }
-            2 if self.profile.pauses => {
-                let i = self.rng.below(n);
-                if self.nodes[i].running() && self.others_carry_on(i) {
-                    let length = self.rng.range(5, 3 * TIMEOUT);
-                    self.log(format!("node {i} pauses for {length} ms"));
-                    self.nodes[i].paused_until = Some(self.now + length);
-                    self.summary.pauses += 1;
-                }
-            }
-            3 if self.profile.partitions && !self.net.partitioned() && self.all_informed() => {
-                let length = self.rng.range(30, 600);
-                if n > 2 && self.rng.chance(0.3) {
-                    // Two nodes lose each other while the rest reach both.
-                    let a = self.rng.below(n);
-                    let b = (a + 1 + self.rng.below(n - 1)) % n;
-                    self.log(format!(
-                        "partition between {a} and {b} only for {length} ms"
-                    ));
-                    self.net.cut_pair(a, b);
-                } else {
-                    let mut sides: Vec<bool> = (0..n).map(|_| self.rng.chance(0.5)).collect();
-                    if sides.iter().all(|&s| s == sides[0]) {
-                        sides[self.rng.below(n)] = !sides[0];
-                    }
-                    self.log(format!("partition {sides:?} for {length} ms"));
-                    self.net.partition(sides);
-                }
-                self.heal_at = Some(self.now + length);
-                self.summary.partitions += 1;
-            }
-            _ => {
-                let loss = self.rng.range(1, 8) as f64 / 100.0;
-                let length = self.rng.range(50, 500);
-                self.log(format!("loss {loss} for {length} ms"));
-                self.net.loss = loss;
-                self.loss_until = Some(self.now + length);
-            }
-        }
-    }
-
-    /// Whether the cluster keeps a node that has run long enough to know
-    /// its state if `i` goes away. Without one, the survivors know nothing
-    /// and fall back on the wall clock, which the docs only promise for a
-    /// restart slower than the token margin (several seconds).
-    /// During a partition nothing goes away, for the same reason: the node
-    /// that knew might be on the other side.
-    fn others_carry_on(&self, i: NodeIndex) -> bool {
-        !self.net.partitioned()
-            && (0..self.nodes.len()).any(|j| {
-                j != i
-                    && self.nodes[j].running()
-                    && self.nodes[j].stopping_until.is_none()
-                    && self.nodes[j].up_since + 2 * TIMEOUT <= self.now
-            })
-    }
-
-    /// A node that restarts knows nothing: it must reach a node that knows
-    /// the cluster's tokens, or it would fall back on the wall clock alone,
-    /// which covers only restarts slower than the token margin (seconds,
-    /// docs/cluster.md); the simulated ones take under one.
-    fn may_restart(&self, i: NodeIndex) -> bool {
-        (0..self.nodes.len()).any(|j| {
-            j != i && self.informed(j) && self.net.can_reach(i, j) && self.net.can_reach(j, i)
-        })
-    }
-
-    /// Running long enough to have heard the cluster's tokens.
-    fn informed(&self, j: NodeIndex) -> bool {
-        let n = &self.nodes[j];
-        n.running() && n.up_since + 2 * TIMEOUT <= self.now
-    }
-
-    /// No partition cuts off a node that just restarted, for the same reason.
-    fn all_informed(&self) -> bool {
-        (0..self.nodes.len()).all(|j| {
-            let n = &self.nodes[j];
-            n.engine.is_none() || n.up_since + 2 * TIMEOUT <= self.now
-        })
-    }
-
-    fn crash(&mut self, i: NodeIndex) {
-        self.summary.crashes += 1;
-        self.last_disturbance = self.now;
-        let node = &mut self.nodes[i];
-        node.engine = None;
-        node.paused_until = None;
-        node.stopping_until = None;
-        node.held.clear();
-        node.role = NodeRole::Standby;
-        node.restart_at = Some(self.now + self.rng.range(50, 800));
-        let requests = std::mem::take(&mut node.held_requests);
-        self.net.drop_node(i);
-        for (c, _) in requests {
-            self.answer(c, i, Answer::Gone);
-        }
-        for c in 0..self.clients.len() {
-            let serial = self.clients[c].serial;
-            let now = self.now;
-            self.clients[c].wait_ended(i, serial, Some(None), now, &mut self.rng);
-        }
-        for j in 0..self.nodes.len() {
-            if j != i && self.nodes[j].running() {
-                self.call(j, None, |engine, _, _| engine.on_link_down(i));
-            }
-        }
-    }
-
-    fn restart(&mut self, i: NodeIndex) {
-        let n = self.nodes.len();
-        let offset = self.rng.range(0, 1_000_000);
-        let node = &mut self.nodes[i];
-        node.offset = offset;
-        node.engine = Some(engine(i, n, offset, self.now + offset, self.profile));
-        node.up_since = self.now;
-        node.steady_since = self.now;
-        node.restart_at = None;
-        node.role = NodeRole::Standby;
-        self.last_disturbance = self.now;
-        self.log(format!("node {i} restarts"));
-    }
-
-    /// After a pause the node finds its timer due, the peers' messages and
-    /// the clients' requests of the pause, and takes them in any order.
-    fn resume(&mut self, i: NodeIndex) {
-        self.nodes[i].paused_until = None;
-        self.nodes[i].steady_since = self.now;
-        self.last_disturbance = self.now;
-        let order = self.rng.below(3);
-        self.log(format!("node {i} resumes (order {order})"));
-        let messages = std::mem::take(&mut self.nodes[i].held);
-        let requests = std::mem::take(&mut self.nodes[i].held_requests);
-        if order == 0 {
-            self.call(i, None, |engine, now, events| engine.tick(now, events));
-        }
-        for envelope in messages {
-            self.receive(envelope);
-        }
-        if order == 1 {
-            self.call(i, None, |engine, now, events| engine.tick(now, events));
-        }
-        for (c, request) in requests {
-            self.serve(i, c, request);
-        }
-        if order == 2 {
-            self.call(i, None, |engine, now, events| engine.tick(now, events));
-        }
-    }
-
-    // ---- checks -------------------------------------------------------------
-
-    fn check(&mut self) {
-        let disturbed = self.net.partitioned()
-            || self.net.loss > 0.0
-            || self
-                .nodes
-                .iter()
-                .any(|n| n.paused_until.is_some() || n.stopping_until.is_some());
-        if disturbed {
-            self.last_disturbance = self.now;
-        }
-        if self.net.partitioned() || self.net.loss > 0.0 {
-            self.net_quiet_since = self.now;
-        }
-        self.check_custody();
-        self.check_redirects();
-        self.check_no_refusals();
-        if !self.profile.pauses && !self.profile.partitions {
-            self.check_exclusion();
-        }
-        if self.now >= self.last_disturbance + SETTLE {
-            self.check_settled();
-        }
-    }
-
-    /// The sanity bounds never refuse what sound nodes send, however
-    /// quick the failovers.
-    fn check_no_refusals(&mut self) {
-        let n = self.nodes.len();
-        let refused = (0..n).find_map(|i| {
-            let engine = self.nodes[i].engine.as_ref()?;
-            (0..n).find(|&p| engine.refused_from(p) > 0).map(|p| (i, p))
-        });
-        if let Some((i, p)) = refused {
-            self.fail(format!(
-                "node {i} refused a message of node {p} (sanity bound)"
-            ));
-        }
-    }
-
-    /// No two nodes that answer clients send them to each other, at any
-    /// moment.
-    fn check_redirects(&mut self) {
-        let target = |n: &Node| {
-            n.engine
-                .as_ref()
-                .filter(|_| n.running())
-                .and_then(|e| e.redirect_target())
-        };
-        let n = self.nodes.len();
-        for i in 0..n {
-            for j in i + 1..n {
-                let looping =
-                    target(&self.nodes[i]) == Some(j) && target(&self.nodes[j]) == Some(i);
-                if looping {
-                    self.fail(format!("nodes {i} and {j} redirect clients to each other"));
-                }
-            }
-        }
-    }
-
-    /// While a node that granted (or took over) a grant stays active, the
-    /// grant is in its table until released or run out.
-    fn check_custody(&mut self) {
-        let mut dropped = Vec::new();
-        for (c, client) in self.clients.iter().enumerate() {
-            let Some(held) = client.held() else {
-                continue;
-            };
-            if self.now >= held.valid_until() {
-                continue;
-            }
-            for &(node, activation) in &held.custodians {
-                if !custodian_valid(&self.nodes, (node, activation)) {
-                    continue;
-                }
-                let Some(engine) = &self.nodes[node].engine else {
-                    continue;
-                };
-                let token = engine.table().holder(&client.key).map(|h| h.token);
-                if token != Some(held.token) {
-                    dropped.push((c, node, client.key.clone(), held.token, token, held.end));
-                }
-            }
-        }
-        for (c, node, key, token, found, end) in dropped {
-            self.fail(format!(
-                "node {node} is still active but dropped client {c}'s grant of {key} \
-                 (token {token}, lease to t={end}); its table has {found:?}"
-            ));
-        }
-    }
-
-    /// No two clients hold one key while both grants are still answered for.
-    fn check_exclusion(&mut self) {
-        for key in KEYS {
-            let holders: Vec<(usize, Token)> = self
-                .clients
-                .iter()
-                .enumerate()
-                .filter(|(_, client)| client.key.as_bytes() == key.as_bytes())
-                .filter_map(|(c, client)| client.held().map(|held| (c, held)))
-                .filter(|(_, held)| {
-                    self.now < held.valid_until()
-                        && held
-                            .custodians
-                            .iter()
-                            .any(|&c| custodian_valid(&self.nodes, c))
-                })
-                .map(|(c, held)| (c, held.token))
-                .collect();
-            if holders.len() > 1 {
-                self.fail(format!("{key} is held twice: (client, token) {holders:?}"));
-            }
-        }
-    }
-
-    /// Long after the last fault: one active, and every other live node
-    /// follows it.
-    fn check_settled(&mut self) {
-        self.summary.settled_steps += 1;
-        let live: Vec<NodeIndex> = (0..self.nodes.len())
-            .filter(|&i| self.nodes[i].engine.is_some())
-            .collect();
-        let actives: Vec<NodeIndex> = live
-            .iter()
-            .copied()
-            .filter(|&i| self.nodes[i].role == NodeRole::Active)
-            .collect();
-        if actives.len() != 1 {
-            self.fail(format!(
-                "settled for {} ms, yet the active nodes are {actives:?} (live: {live:?})",
-                self.now - self.last_disturbance
-            ));
-            return;
-        }
-        let active = actives[0];
-        for &i in &live {
-            let Some(engine) = &self.nodes[i].engine else {
-                continue;
-            };
-            if i != active && engine.following() != Some(active) {
-                let (role, following) = (engine.role(), engine.following());
-                self.fail(format!(
-                    "settled with node {active} active, but node {i} is {role:?} following \
-                     {following:?}"
-                ));
+                self.call(i, None, |engine, now| engine.handle_tick(now));
             }
         }
     }

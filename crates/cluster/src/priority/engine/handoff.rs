@@ -8,16 +8,17 @@
 //! successor that was already active heartbeats "active" before and after
 //! the handoff, so its heartbeats prove nothing.
 
-use baton_core::{Event, LockTable, Millis, NotServing, TableSnapshot, Token};
+use baton_core::{LockTable, Millis, TableSnapshot, Token};
 
 use super::super::messages::{NodeIndex, PeerRole, PriorityMessage};
 use super::super::token_floor::BLOCK;
-use super::{wall_floor, NodeRole, PriorityNode, TOKEN_MARGIN};
+use super::roles::{HandingOff, Role, Standby};
+use super::{wall_floor, PriorityNode, TOKEN_MARGIN};
 
 impl<H> PriorityNode<H> {
     /// An active hands over to a higher-priority standby that holds its
     /// state (a node that came back).
-    pub(super) fn maybe_yield(&mut self, now: Millis, events: &mut Vec<Event<H>>) {
+    pub(super) fn maybe_yield(&mut self, now: Millis) {
         let me = self.config.me;
         let successor = (0..me).find(|&p| {
             self.is_live(p, now)
@@ -28,8 +29,7 @@ impl<H> PriorityNode<H> {
                 })
         });
         if let Some(successor) = successor {
-            tracing::info!(successor, "a higher-priority node is ready; handing over");
-            self.hand_over(successor, now, events);
+            self.hand_over(successor, now, "a higher-priority node is ready");
         }
     }
 
@@ -41,9 +41,20 @@ impl<H> PriorityNode<H> {
     /// one (after a heal two may serve: it merges the table, so no lock is
     /// lost), then any live standby. False if this node is not active or
     /// no peer can take the role (none live, or each refused just now).
-    pub fn begin_handoff(&mut self, now: Millis, events: &mut Vec<Event<H>>) -> bool {
-        if self.role != NodeRole::Active {
-            return false;
+    pub fn handle_begin_handoff(&mut self, now: Millis) -> bool {
+        let successor = self.successor(now);
+        if let Some(successor) = successor {
+            self.hand_over(successor, now, "graceful stop");
+        }
+        self.checked();
+        successor.is_some()
+    }
+
+    /// The peer a graceful stop would hand the role to now (see
+    /// [`Self::handle_begin_handoff`]); none if this node is not active.
+    pub fn successor(&self, now: Millis) -> Option<NodeIndex> {
+        if !self.role.is_active() {
+            return None;
         }
         let me = self.config.me;
         let ready =
@@ -60,18 +71,10 @@ impl<H> PriorityNode<H> {
         };
         let active = |role, _| role == PeerRole::Active;
         let standby = |role, _| role == PeerRole::Standby;
-        let successor = self
-            .others()
+        self.others()
             .find(|&p| ready(self, p, &following_me))
             .or_else(|| self.others().find(|&p| ready(self, p, &active)))
-            .or_else(|| self.others().find(|&p| ready(self, p, &standby)));
-        match successor {
-            Some(successor) => {
-                self.hand_over(successor, now, events);
-                true
-            }
-            None => false,
-        }
+            .or_else(|| self.others().find(|&p| ready(self, p, &standby)))
     }
 
     /// Whether any peer has been heard within a failure timeout: a stop
@@ -80,23 +83,16 @@ impl<H> PriorityNode<H> {
         self.others().any(|p| self.is_live(p, now))
     }
 
-    fn hand_over(&mut self, to: NodeIndex, now: Millis, events: &mut Vec<Event<H>>) {
+    fn hand_over(&mut self, to: NodeIndex, now: Millis, why: &'static str) {
         self.flush_journal();
         // The successor may take the role, grant and die before anyone
         // hears its floor; if this node serves again it must start above
         // whatever floor the successor can have taken from this table.
         self.seen_token = self.seen_token.max(self.successor_floor_bound(now));
         self.send_handoff(to, now);
-        for waiter in self.service.drain_waiters() {
-            events.push(Event::Moved {
-                id: waiter.id,
-                handle: waiter.handle,
-                key: waiter.key,
-                to: NotServing::redirect(Some(to)),
-            });
-        }
-        self.role = NodeRole::HandingOff { to };
-        self.handoff_started = now;
+        self.move_waiters(Some(to));
+        let handing = HandingOff { to, started: now };
+        self.set_role(Role::HandingOff(handing), why);
         // Right behind the handoff, on the same links: the peers stop
         // sending clients here, and a successor that lost the handoff (a
         // broken link) says so at once.
@@ -123,7 +119,7 @@ impl<H> PriorityNode<H> {
             hb.role = PeerRole::HandingOff;
         }
         let refuse = match self.role {
-            NodeRole::HandingOff { .. } => {
+            Role::HandingOff(_) => {
                 tracing::warn!(from, "handoff offered while handing off; refused");
                 true
             }
@@ -145,35 +141,36 @@ impl<H> PriorityNode<H> {
         // another's table.
         self.seen_token = self.seen_token.max(self.service.table().last_token());
         self.seen_token = self.seen_token.max(table.last_token);
-        if self.role == NodeRole::Active {
+        let why = if self.role.is_active() {
             tracing::info!(from, "merging the table of an active that stops");
             let merged = merge(self.service.table().snapshot(now), table);
             self.service.replace_table(LockTable::restore(&merged, now));
+            "merged a handoff"
         } else {
             tracing::info!(from, "taking over by handoff");
             self.service.replace_table(LockTable::restore(table, now));
-        }
+            "took a handoff"
+        };
         // A new term either way: the standbys resync with the whole table.
-        self.promote(now);
+        self.promote(now, why);
         self.took_handoff_from = Some(from);
         self.outbox.push((from, PriorityMessage::HandoffTaken));
     }
 
     /// The successor's answer to this node's handoff.
     pub(super) fn on_handoff_answer(&mut self, from: NodeIndex, taken: bool, now: Millis) {
-        let NodeRole::HandingOff { to } = self.role else {
+        // A late or stray answer (the handoff timed out, or went to
+        // another): nothing of ours waits for it.
+        let Role::HandingOff(HandingOff { to, .. }) = self.role else {
             return;
         };
         if from != to {
             return;
         }
         if taken {
-            tracing::info!(active = to, "handoff taken up");
-            self.role = NodeRole::Standby;
-            self.following = Some(to);
-            self.synced = false;
-            self.next_sync_request = now;
-            self.handed_off_to = Some(to);
+            let mut standby = Standby::following(Some(to), now);
+            standby.handed_off_to = Some(to);
+            self.set_role(Role::Standby(standby), "handoff taken up");
         } else {
             // Nobody took the role: this node still holds the newest state
             // and nobody promoted while it said it was handing off.
@@ -183,9 +180,9 @@ impl<H> PriorityNode<H> {
             // The successor may still have taken the table and granted
             // (its "taken" lost, then the role handed on): serve above any
             // floor it can have used, never from the old last token.
+            self.set_role(Role::Active, "handoff refused; serving on");
             self.raise_floor(self.seen_token);
             self.version += 1;
-            self.role = NodeRole::Active;
             self.beat(now);
         }
     }

@@ -1,29 +1,27 @@
 //! What a node does with its peers' messages: each is checked against the
 //! sanity bounds first (`sanity`), tables are put together from their
 //! pieces (`reassembly`), and full-sync requests are answered at most once
-//! per peer per interval.
+//! per peer per interval. Heartbeats have their own module (`heartbeats`).
 
-use baton_core::{Command, Event, LockTable, Millis};
+use baton_core::{Command, LockTable, Millis};
 
 use super::super::messages::{
-    Heartbeat, NodeIndex, PeerRole, PriorityMessage, TablePart, Term, MAX_TABLE_LOCKS,
+    NodeIndex, PeerRole, PriorityMessage, TablePart, Term, MAX_TABLE_LOCKS,
 };
 use super::reassembly::{assemble, Assembled, TableKind};
-use super::{NodeRole, PriorityNode, TOKEN_MARGIN};
+use super::PriorityNode;
 
 /// Snapshots an active sends one peer back to back before the snapshot
 /// interval holds it to one per interval.
 pub const SNAPSHOT_BURST: u64 = 2;
 
 impl<H> PriorityNode<H> {
-    pub fn on_message(
-        &mut self,
-        from: NodeIndex,
-        message: PriorityMessage,
-        now: Millis,
-        events: &mut Vec<Event<H>>,
-    ) {
+    /// A peer's message. One that names no peer as its sender is ignored
+    /// (the shell admits only links whose hello names a peer).
+    pub fn handle_message(&mut self, from: NodeIndex, message: PriorityMessage, now: Millis) {
         if from >= self.peers.len() || from == self.config.me {
+            // The shell admits only links from peers; a caller that did not
+            // check still changes nothing (a test sends such messages).
             return;
         }
         if let Err(why) = self.check_message(from, &message, now) {
@@ -32,12 +30,15 @@ impl<H> PriorityNode<H> {
             return;
         }
         // Messages that waited out a pause come before the first tick.
-        self.check_pause(now, events);
+        self.check_pause(now);
         self.peers[from].last_heard = Some(now);
+        self.dispatch(from, message, now);
+        self.checked();
+    }
+
+    fn dispatch(&mut self, from: NodeIndex, message: PriorityMessage, now: Millis) {
         match message {
-            PriorityMessage::Heartbeat(heartbeat) => {
-                self.on_heartbeat(from, heartbeat, now, events)
-            }
+            PriorityMessage::Heartbeat(heartbeat) => self.on_heartbeat(from, heartbeat, now),
             PriorityMessage::SyncRequest => self.on_sync_request(from, now),
             PriorityMessage::SnapshotPart { term, seq, part } => {
                 self.on_snapshot_part(from, term, seq, part, now)
@@ -69,7 +70,7 @@ impl<H> PriorityNode<H> {
     /// merge); anything sustained is held to the interval. Dropped
     /// requests are not answered later: the standby asks again.
     fn on_sync_request(&mut self, from: NodeIndex, now: Millis) {
-        if self.role != NodeRole::Active {
+        if !self.role.is_active() {
             return;
         }
         let interval = self.snapshot_interval();
@@ -91,15 +92,19 @@ impl<H> PriorityNode<H> {
         part: TablePart,
         now: Millis,
     ) {
-        if self.role != NodeRole::Standby || self.following != Some(from) {
+        let again = now.saturating_add(2 * self.config.heartbeat_ms);
+        let Some(standby) = self
+            .role
+            .standby_mut()
+            .filter(|s| s.following == Some(from))
+        else {
             self.drop_incoming_snapshot(from);
             return;
-        }
+        };
         // The rest is on its way: asking again now would start a new copy
         // over this one, and a table that takes longer to cross than the
         // interval would never arrive whole.
-        let again = now.saturating_add(2 * self.config.heartbeat_ms);
-        self.next_sync_request = self.next_sync_request.max(again);
+        standby.next_sync_request = standby.next_sync_request.max(again);
         let kind = TableKind::Snapshot { term, seq };
         let table = match assemble(&mut self.peers[from].incoming, kind, part, now) {
             Assembled::Partial => return,
@@ -107,7 +112,7 @@ impl<H> PriorityNode<H> {
             Assembled::Gap => {
                 // A piece lost with a broken link: ask again.
                 tracing::debug!(active = from, "snapshot incomplete; asking again");
-                self.next_sync_request = now;
+                standby.next_sync_request = now;
                 return;
             }
             Assembled::TooLarge => {
@@ -125,7 +130,9 @@ impl<H> PriorityNode<H> {
         self.service.replace_table(LockTable::restore(&table, now));
         self.term = term;
         self.seq = seq;
-        self.synced = true;
+        if let Some(standby) = self.role.standby_mut() {
+            standby.synced = true;
+        }
         self.version += 1;
     }
 
@@ -173,7 +180,7 @@ impl<H> PriorityNode<H> {
     /// will never take.
     pub(super) fn drop_stale_tables(&mut self, now: Millis) {
         let timeout = self.config.failure_timeout_ms;
-        let standby = self.role == NodeRole::Standby;
+        let standby = self.role.standby().is_some();
         for peer in &mut self.peers {
             let stale = peer.incoming.as_ref().is_some_and(|t| {
                 now.saturating_sub(t.updated_at) > timeout
@@ -193,14 +200,17 @@ impl<H> PriorityNode<H> {
         commands: &[Command],
         now: Millis,
     ) {
-        if self.role != NodeRole::Standby || self.following != Some(from) || !self.synced {
+        let (my_term, my_seq) = (self.term, self.seq);
+        let Some(standby) = self
+            .role
+            .standby_mut()
+            .filter(|s| s.following == Some(from) && s.synced)
+        else {
             return;
-        }
-        debug_assert!(self.following != Some(self.config.me));
-        if term != self.term || first_seq > self.seq {
+        };
+        if term != my_term || first_seq > my_seq {
             // Something was lost in between: start over from a full copy.
-            self.synced = false;
-            self.next_sync_request = now;
+            standby.resync(now);
             return;
         }
         // A batch from before our copy (its first commands already in it)
@@ -213,116 +223,10 @@ impl<H> PriorityNode<H> {
         }
     }
 
-    pub(super) fn on_heartbeat(
-        &mut self,
-        from: NodeIndex,
-        heartbeat: Heartbeat,
-        now: Millis,
-        events: &mut Vec<Event<H>>,
-    ) {
-        let me = self.config.me;
-        self.seen_token = self.seen_token.max(heartbeat.last_token);
-        match self.role {
-            NodeRole::Standby => {
-                if heartbeat.role == PeerRole::Active {
-                    let better = match self.following {
-                        None => true,
-                        // A followed node that is handing off, or no longer
-                        // says it is active, yields to one that is.
-                        Some(current) => {
-                            from < current
-                                || !self.is_live(current, now)
-                                || self.peers[current]
-                                    .heartbeat
-                                    .as_ref()
-                                    .is_some_and(|hb| hb.role != PeerRole::Active)
-                        }
-                    };
-                    if self.following != Some(from) && better {
-                        tracing::info!(active = from, "following");
-                        self.following = Some(from);
-                        self.synced = false;
-                        self.next_sync_request = now;
-                    }
-                    // Commands travel on the same link before the heartbeat
-                    // that counts them: a gap means some were lost. More
-                    // than it counts (its numbers went backwards) cannot
-                    // come from a sound active: start over from its table.
-                    if self.following == Some(from)
-                        && self.synced
-                        && (heartbeat.term != self.term || heartbeat.seq != self.seq)
-                    {
-                        self.synced = false;
-                        self.next_sync_request = now;
-                    }
-                } else if self.following == Some(from) && heartbeat.role == PeerRole::Standby {
-                    tracing::info!(active = from, "active stepped down");
-                    self.following = None;
-                } else if heartbeat.role == PeerRole::HandingOff
-                    && heartbeat.following == Some(me)
-                    && self.took_handoff_from == Some(from)
-                {
-                    // We took it (and may have handed the role on since):
-                    // our answer was lost. Say it again.
-                    tracing::warn!(from, "handoff taken earlier; saying so again");
-                    self.outbox.push((from, PriorityMessage::HandoffTaken));
-                } else if heartbeat.role == PeerRole::HandingOff
-                    && heartbeat.following == Some(me)
-                    && self.refused_from != Some(from)
-                {
-                    // It hands the role to us, but its handoff, which comes
-                    // before this heartbeat on the link, never arrived (a
-                    // broken link dropped it): tell it we did not take it.
-                    tracing::warn!(from, "handoff announced but not received");
-                    self.refused_from = Some(from);
-                    self.outbox.push((from, PriorityMessage::HandoffRefused));
-                }
-            }
-            NodeRole::Active => {
-                if heartbeat.role == PeerRole::Active {
-                    if from < me {
-                        tracing::warn!(other = from, "a higher-priority active; stepping down");
-                        // Our grants go with us: the winner merges the
-                        // keys it does not hold itself.
-                        self.send_handoff(from, now);
-                        self.step_down(Some(from), now, events);
-                    } else {
-                        // It steps down when it hears us; until then it may
-                        // grant: stay above anything it can have issued.
-                        let floor = self
-                            .blocks
-                            .floor_at_or_above(heartbeat.last_token.saturating_add(TOKEN_MARGIN))
-                            .max(self.own_wall_floor(now));
-                        self.raise_floor(floor);
-                        let beat = self.heartbeat();
-                        self.outbox.push((from, PriorityMessage::Heartbeat(beat)));
-                    }
-                } else {
-                    // A standby may report the tokens of another active (a
-                    // split healing): grant above them, in our own block.
-                    self.raise_floor(heartbeat.last_token);
-                }
-            }
-            // Only the successor's `HandoffTaken` ends a handoff.
-            NodeRole::HandingOff { .. } => {}
-        }
-        if heartbeat.role != PeerRole::HandingOff {
-            if self.refused_from == Some(from) {
-                self.refused_from = None;
-            }
-            if self.took_handoff_from == Some(from) {
-                self.took_handoff_from = None;
-            }
-        }
-        self.peers[from].heartbeat = Some(heartbeat);
-        if self.role == NodeRole::Active {
-            self.maybe_yield(now, events);
-        }
-    }
-
     /// A link to `peer` broke: what was sent on it may be lost, and what
     /// was coming from it may never be complete.
-    pub fn on_link_down(&mut self, peer: NodeIndex) {
+    /// A peer out of range is ignored (a dead link's late report).
+    pub fn handle_link_down(&mut self, peer: NodeIndex) {
         if let Some(view) = self.peers.get_mut(peer) {
             view.synced = false;
             // Its request for a snapshot that the break lost is answered
@@ -330,5 +234,6 @@ impl<H> PriorityNode<H> {
             view.snapshot_allowance_at = 0;
             view.incoming = None;
         }
+        self.checked();
     }
 }

@@ -6,25 +6,27 @@ use baton_core::Millis;
 
 use super::super::messages::{Heartbeat, NodeIndex, PeerRole, PriorityMessage, TablePart};
 use super::pieces::{command_batches, table_parts};
-use super::{NodeRole, PriorityNode};
+use super::roles::{HandingOff, Role};
+use super::PriorityNode;
 
 impl<H> PriorityNode<H> {
     pub(super) fn heartbeat(&self) -> Heartbeat {
         Heartbeat {
             role: match self.role {
-                NodeRole::Active => PeerRole::Active,
-                NodeRole::Standby => PeerRole::Standby,
-                NodeRole::HandingOff { .. } => PeerRole::HandingOff,
+                Role::Active => PeerRole::Active,
+                Role::Standby(_) => PeerRole::Standby,
+                Role::HandingOff(_) => PeerRole::HandingOff,
             },
             term: self.term,
             seq: self.seq,
             last_token: self.service.table().last_token().max(self.seen_token),
-            following: match self.role {
+            following: match &self.role {
                 // Handing off: names the successor.
-                NodeRole::HandingOff { to } => Some(to),
+                Role::HandingOff(HandingOff { to, .. }) => Some(*to),
+                Role::Active => None,
                 // Just resumed, this node would refuse a handoff: it does
                 // not offer itself as a successor yet.
-                _ => self
+                Role::Standby(standby) => standby
                     .following
                     .filter(|_| !self.recently_resumed(self.last_tick)),
             },
@@ -90,7 +92,12 @@ impl<H> PriorityNode<H> {
         self.version += 1;
         let first_seq = self.seq;
         self.seq += commands.len() as u64;
-        if self.role != NodeRole::Active {
+        if !self.role.is_active() {
+            debug_assert!(
+                commands.is_empty(),
+                "{} commands journaled while not serving",
+                commands.len()
+            );
             return;
         }
         let synced: Vec<NodeIndex> = (0..self.peers.len())
@@ -107,13 +114,15 @@ impl<H> PriorityNode<H> {
         }
     }
 
-    pub fn has_output(&self) -> bool {
+    /// Whether [`Self::poll_transmits`] has something.
+    pub fn has_transmits(&self) -> bool {
         !self.outbox.is_empty() || self.service.has_journal()
     }
 
-    /// Everything for the peers, in order.
-    pub fn take_output(&mut self) -> Vec<(NodeIndex, PriorityMessage)> {
+    /// Everything for the peers, in order: (addressee, message).
+    pub fn poll_transmits(&mut self) -> Vec<(NodeIndex, PriorityMessage)> {
         self.flush_journal();
+        self.checked();
         std::mem::take(&mut self.outbox)
     }
 }

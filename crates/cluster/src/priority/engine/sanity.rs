@@ -174,6 +174,7 @@ impl<H> PriorityNode<H> {
     /// was logged less than a minute ago (then the next line counts it).
     pub(super) fn note_refusal(&mut self, from: NodeIndex, why: &Implausible, now: Millis) {
         let Some(peer) = self.peers.get_mut(from) else {
+            debug_assert!(false, "a refusal from node {from}, not a peer");
             return;
         };
         peer.refused = peer.refused.saturating_add(1);
@@ -185,6 +186,7 @@ impl<H> PriorityNode<H> {
     /// peer whatever the trouble: a peer's frames never make a line each.
     pub(super) fn warn_peer(&mut self, from: NodeIndex, now: Millis, what: &dyn std::fmt::Display) {
         let Some(peer) = self.peers.get_mut(from) else {
+            debug_assert!(false, "trouble with node {from}, not a peer");
             return;
         };
         let due = peer

@@ -6,9 +6,9 @@ use super::*;
 
 /// No pair of nodes where each sends clients to the other.
 fn assert_no_redirect_loop(c: &Cluster) {
-    for i in 0..c.nodes.len() {
-        for j in 0..c.nodes.len() {
-            if c.nodes[i].is_none() || c.nodes[j].is_none() {
+    for i in 0..c.len() {
+        for j in 0..c.len() {
+            if !c.driver.is_up(i) || !c.driver.is_up(j) {
                 continue;
             }
             let loops =
@@ -38,14 +38,14 @@ fn a_graceful_stop_next_to_another_active_hands_its_locks_to_it() {
     assert_eq!(c.actives(), vec![0, 1]);
     let now = c.now;
     assert!(
-        c.node_mut(0).begin_handoff(now, &mut Vec::new()),
+        c.node_mut(0).handle_begin_handoff(now),
         "no successor for a stop while another active is reachable"
     );
     c.cut.clear();
     c.deliver();
     assert_eq!(c.node(0).handed_off_to(), Some(1));
     // The stopping node exits once the handoff is confirmed.
-    c.nodes[0] = None;
+    c.crash(0);
     c.run(TIMEOUT + 4 * HEARTBEAT);
     assert_eq!(c.actives(), vec![1]);
     assert_eq!(
@@ -70,11 +70,11 @@ fn a_merge_keeps_the_receivers_grant_of_a_key_granted_twice() {
     c.cut.retain(|&link| link != (1, 0));
     c.run(2 * HEARTBEAT);
     let now = c.now;
-    assert!(c.node_mut(0).begin_handoff(now, &mut Vec::new()));
+    assert!(c.node_mut(0).handle_begin_handoff(now));
     c.cut.clear();
     c.deliver();
     assert_eq!(c.node(0).handed_off_to(), Some(1));
-    c.nodes[0] = None;
+    c.crash(0);
     c.run(2 * HEARTBEAT);
     assert_eq!(c.actives(), vec![1]);
     assert_eq!(c.holder(1, "k"), Some(ours));
@@ -116,9 +116,8 @@ fn a_refused_handoff_leaves_the_sender_serving() {
     c.run(3 * HEARTBEAT);
     c.frozen[1] = false;
     let now = c.now;
-    c.node_mut(1).tick(now, &mut Vec::new());
-    let mut events = Vec::new();
-    assert!(c.node_mut(0).begin_handoff(now, &mut events));
+    c.node_mut(1).handle_tick(now);
+    assert!(c.node_mut(0).handle_begin_handoff(now));
     c.deliver();
     assert_eq!(c.actives(), vec![0], "the sender did not serve on");
     assert_no_redirect_loop(&c);
@@ -126,7 +125,7 @@ fn a_refused_handoff_leaves_the_sender_serving() {
     assert!(c.grant(0, "b", 100) > a);
     // Not offered again while node 1 would refuse.
     let now = c.now;
-    assert!(!c.node_mut(0).begin_handoff(now, &mut events));
+    assert!(!c.node_mut(0).handle_begin_handoff(now));
 }
 
 /// A broken link dropped the handoff but not the heartbeat behind it: the
@@ -137,15 +136,14 @@ fn a_handoff_dropped_on_the_way_leaves_the_sender_serving() {
     let mut c = elected(2);
     let a = c.grant(0, "a", 10_000);
     let now = c.now;
-    assert!(c.node_mut(0).begin_handoff(now, &mut Vec::new()));
-    let output = c.node_mut(0).take_output();
+    assert!(c.node_mut(0).handle_begin_handoff(now));
+    let output = c.node_mut(0).poll_transmits();
     assert!(output
         .iter()
         .any(|(to, m)| *to == 1 && matches!(m, PriorityMessage::HandoffPart { .. })));
-    let mut events = Vec::new();
     for (to, message) in output {
         if to == 1 && !matches!(message, PriorityMessage::HandoffPart { .. }) {
-            c.node_mut(1).on_message(0, message, now, &mut events);
+            c.node_mut(1).handle_message(0, message, now);
         }
     }
     assert_eq!(c.node(1).role(), NodeRole::Standby);
@@ -177,14 +175,13 @@ fn a_graceful_stop_hands_over_in_priority_order_to_a_standby_still_joining() {
         last_token: 0,
         following: None,
     };
-    let mut events = Vec::new();
     c.node_mut(0)
-        .on_message(1, PriorityMessage::Heartbeat(joining), now, &mut events);
-    assert!(c.node_mut(0).begin_handoff(now, &mut events));
+        .handle_message(1, PriorityMessage::Heartbeat(joining), now);
+    assert!(c.node_mut(0).handle_begin_handoff(now));
     assert_eq!(c.node(0).role(), NodeRole::HandingOff { to: 1 });
     c.deliver();
     assert_eq!(c.node(0).handed_off_to(), Some(1));
-    c.nodes[0] = None;
+    c.crash(0);
     c.run(TIMEOUT + 4 * HEARTBEAT);
     assert_eq!(c.actives(), vec![1]);
     assert_eq!(

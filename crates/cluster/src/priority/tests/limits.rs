@@ -16,10 +16,9 @@ fn a_flood_of_sync_requests_gets_a_bounded_number_of_snapshots() {
     let flood_ms = 1_000;
     for _ in 0..flood_ms {
         let now = c.now;
-        let mut events = Vec::new();
         for _ in 0..10 {
             c.node_mut(0)
-                .on_message(1, PriorityMessage::SyncRequest, now, &mut events);
+                .handle_message(1, PriorityMessage::SyncRequest, now);
         }
         c.step();
     }
@@ -128,15 +127,13 @@ fn a_token_or_term_beyond_the_bound_is_refused_whole() {
         for (to, from) in [(0, 1), (1, 0)] {
             let before = seen(&c, to);
             let now = c.now;
-            let mut events = Vec::new();
-            c.node_mut(to)
-                .on_message(from, message.clone(), now, &mut events);
+            c.node_mut(to).handle_message(from, message.clone(), now);
             assert_eq!(seen(&c, to), before, "message {i} changed node {to}");
-            assert!(events.is_empty());
+            assert!(drain(c.node_mut(to)).is_empty());
             assert_eq!(c.node(to).refused_from(from), 1, "message {i}");
         }
         // Nobody's next floor is near the poison.
-        c.nodes[0] = None;
+        c.crash(0);
         c.run(TIMEOUT + 3 * HEARTBEAT);
         assert_eq!(c.actives(), vec![1]);
         let next = c.grant(1, "b", 100);
@@ -157,7 +154,7 @@ fn values_just_under_the_bound_are_taken() {
         following: Some(0),
     };
     c.node_mut(0)
-        .on_message(1, PriorityMessage::Heartbeat(beat), now, &mut Vec::new());
+        .handle_message(1, PriorityMessage::Heartbeat(beat), now);
     assert_eq!(c.node(0).refused_from(1), 0);
     // The active grants above what a standby reports.
     assert!(c.grant(0, "a", 100) > under);
@@ -168,8 +165,7 @@ fn values_just_under_the_bound_are_taken() {
 #[test]
 fn a_peer_sending_only_refused_messages_is_not_heard() {
     let mut c = elected(3);
-    c.nodes[0] = None;
-    let mut events = Vec::new();
+    c.crash(0);
     for _ in 0..TIMEOUT + 2 * HEARTBEAT {
         c.step();
         let now = c.now;
@@ -181,12 +177,8 @@ fn a_peer_sending_only_refused_messages_is_not_heard() {
             following: None,
         };
         for i in 1..3 {
-            c.node_mut(i).on_message(
-                0,
-                PriorityMessage::Heartbeat(beat.clone()),
-                now,
-                &mut events,
-            );
+            c.node_mut(i)
+                .handle_message(0, PriorityMessage::Heartbeat(beat.clone()), now);
         }
     }
     assert_eq!(c.actives(), vec![1]);
@@ -198,11 +190,9 @@ fn refusals_are_logged_at_most_once_a_minute_per_peer() {
     let mut c = elected(3);
     let now = c.now;
     let poison = poisoned_messages(0, bound_at(now)).swap_remove(0);
-    let mut events = Vec::new();
     for from in [1, 2] {
         for _ in 0..1_000 {
-            c.node_mut(0)
-                .on_message(from, poison.clone(), now, &mut events);
+            c.node_mut(0).handle_message(from, poison.clone(), now);
         }
     }
     let node = c.node_mut(0);
@@ -210,9 +200,9 @@ fn refusals_are_logged_at_most_once_a_minute_per_peer() {
     assert_eq!(node.refusal_log_lines(2), 1);
     assert_eq!(node.refused_from(1), 1_000);
     let later = now + REFUSAL_LOG_EVERY_MS;
-    node.on_message(1, poison.clone(), later - 1, &mut events);
+    node.handle_message(1, poison.clone(), later - 1);
     assert_eq!(node.refusal_log_lines(1), 1);
-    node.on_message(1, poison, later, &mut events);
+    node.handle_message(1, poison, later);
     assert_eq!(node.refusal_log_lines(1), 2);
 }
 
@@ -230,7 +220,7 @@ fn a_heartbeat_naming_a_node_beyond_the_peer_list_is_refused() {
         let before = seen(&c, 2);
         let now = c.now;
         c.node_mut(2)
-            .on_message(1, PriorityMessage::Heartbeat(beat), now, &mut Vec::new());
+            .handle_message(1, PriorityMessage::Heartbeat(beat), now);
         assert_eq!(seen(&c, 2), before);
     }
     assert_eq!(c.node(2).refused_from(1), 3);
@@ -248,7 +238,7 @@ fn commands_numbered_past_the_end_of_the_sequence_are_refused() {
         commands: vec![Command::RaiseTokenFloor { floor: 5 }],
     };
     let before = seen(&c, 1);
-    c.node_mut(1).on_message(0, message, now, &mut Vec::new());
+    c.node_mut(1).handle_message(0, message, now);
     assert_eq!(seen(&c, 1), before);
     assert_eq!(c.node(1).refused_from(0), 1);
 }
@@ -270,11 +260,11 @@ fn a_heartbeat_whose_count_went_backwards_makes_the_standby_resync() {
         following: None,
     };
     let node = c.node_mut(1);
-    node.take_output();
-    node.on_message(0, PriorityMessage::Heartbeat(beat), now, &mut Vec::new());
-    node.tick(now + 1, &mut Vec::new());
+    node.poll_transmits();
+    node.handle_message(0, PriorityMessage::Heartbeat(beat), now);
+    node.handle_tick(now + 1);
     let asked = node
-        .take_output()
+        .poll_transmits()
         .into_iter()
         .any(|(to, m)| to == 0 && m == PriorityMessage::SyncRequest);
     assert!(asked, "the standby kept a copy its active does not count");

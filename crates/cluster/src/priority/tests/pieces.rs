@@ -24,11 +24,10 @@ fn big_cluster(locks: usize) -> Cluster {
     c.run(TIMEOUT + 2 * HEARTBEAT);
     assert_eq!(c.actives(), vec![0]);
     let now = c.now;
-    let mut events = Vec::new();
     for i in 0..locks {
         let answer = c
             .node_mut(0)
-            .acquire(long_key(i), 0, 600_000, now, i as u64, &mut events);
+            .handle_acquire(long_key(i), 0, 600_000, now, i as u64);
         assert!(matches!(answer, Ok(AcquireOutcome::Granted { .. })));
     }
     c
@@ -47,11 +46,11 @@ fn a_large_table_crosses_in_pieces_each_within_the_cap() {
     assert_eq!(c.node(1).table().len(), 50_000);
     assert!(c.node(1).table() == c.node(0).table());
     // A fresh standby in node 1's place asks for the whole table.
-    let n = c.nodes.len();
+    let n = c.len();
     let mut fresh = PriorityNode::new(config(1, n), c.now);
     fresh.set_message_limit(MAX_MESSAGE_BYTES);
-    c.nodes[1] = Some(fresh);
-    c.node_mut(0).on_link_down(1);
+    c.driver.start(1, fresh, 0);
+    c.node_mut(0).handle_link_down(1);
     let pieces_before = c.traffic.snapshot_pieces;
     c.run(3 * HEARTBEAT);
     assert_eq!(c.node(1).following(), Some(0));
@@ -77,18 +76,17 @@ fn a_handoff_of_a_large_table_is_taken_only_whole() {
     c.run(HEARTBEAT);
     let before = c.node(0).table().clone();
     let now = c.now;
-    assert!(c.node_mut(0).begin_handoff(now, &mut Vec::new()));
-    let output = c.node_mut(0).take_output();
+    assert!(c.node_mut(0).handle_begin_handoff(now));
+    let output = c.node_mut(0).poll_transmits();
     let parts: Vec<_> = output
         .iter()
         .filter(|(to, m)| *to == 1 && matches!(m, PriorityMessage::HandoffPart { .. }))
         .map(|(_, m)| m.clone())
         .collect();
     assert!(parts.len() > 3, "a 5 MB handoff in {} pieces", parts.len());
-    let mut events = Vec::new();
     for (i, part) in parts.iter().enumerate() {
         c.traffic.note(1, part);
-        c.node_mut(1).on_message(0, part.clone(), now, &mut events);
+        c.node_mut(1).handle_message(0, part.clone(), now);
         let taken = c.node(1).role() == NodeRole::Active;
         assert_eq!(taken, i + 1 == parts.len(), "role after piece {i}");
     }
@@ -102,7 +100,7 @@ fn a_handoff_of_a_large_table_is_taken_only_whole() {
     }
     for (to, message) in output {
         if !matches!(message, PriorityMessage::HandoffPart { .. }) {
-            c.node_mut(to).on_message(0, message, now, &mut events);
+            c.node_mut(to).handle_message(0, message, now);
         }
     }
     c.deliver();
@@ -120,14 +118,13 @@ fn a_handoff_short_of_a_piece_is_not_taken() {
         .map(|i| c.grant(0, &format!("k{i}"), 10_000))
         .collect();
     let now = c.now;
-    assert!(c.node_mut(0).begin_handoff(now, &mut Vec::new()));
-    let output = c.node_mut(0).take_output();
+    assert!(c.node_mut(0).handle_begin_handoff(now));
+    let output = c.node_mut(0).poll_transmits();
     let pieces = output
         .iter()
         .filter(|(_, m)| matches!(m, PriorityMessage::HandoffPart { .. }))
         .count();
     assert!(pieces >= 3, "{pieces} pieces");
-    let mut events = Vec::new();
     let mut seen = 0;
     for (to, message) in output {
         if let PriorityMessage::HandoffPart { .. } = &message {
@@ -136,7 +133,7 @@ fn a_handoff_short_of_a_piece_is_not_taken() {
                 continue;
             }
         }
-        c.node_mut(to).on_message(0, message, now, &mut events);
+        c.node_mut(to).handle_message(0, message, now);
     }
     assert_eq!(c.node(1).role(), NodeRole::Standby, "took a partial table");
     c.deliver();
@@ -158,18 +155,17 @@ fn an_unfinished_snapshot_is_dropped_and_a_later_one_taken() {
         c.grant(0, &format!("k{i}"), 10_000);
     }
     // A restarted node 1 follows node 0 but gets none of its copies yet.
-    c.nodes[1] = Some(engine(1, 2, c.now));
+    c.driver.start(1, engine(1, 2, c.now), 0);
     c.starved.push(1);
     c.run(2 * HEARTBEAT);
     assert_eq!(c.node(1).following(), Some(0));
-    c.node_mut(0).on_link_down(1);
+    c.node_mut(0).handle_link_down(1);
     let now = c.now;
-    let mut events = Vec::new();
     c.node_mut(0)
-        .on_message(1, PriorityMessage::SyncRequest, now, &mut events);
+        .handle_message(1, PriorityMessage::SyncRequest, now);
     let parts: Vec<_> = c
         .node_mut(0)
-        .take_output()
+        .poll_transmits()
         .into_iter()
         .filter(|(to, m)| *to == 1 && matches!(m, PriorityMessage::SnapshotPart { .. }))
         .map(|(_, m)| m)
@@ -177,10 +173,10 @@ fn an_unfinished_snapshot_is_dropped_and_a_later_one_taken() {
     assert!(parts.len() >= 3, "{} pieces", parts.len());
     // The first piece arrives, then the link breaks, then the rest comes.
     let node = c.node_mut(1);
-    node.on_message(0, parts[0].clone(), now, &mut events);
-    node.on_link_down(0);
+    node.handle_message(0, parts[0].clone(), now);
+    node.handle_link_down(0);
     for part in &parts[1..] {
-        node.on_message(0, part.clone(), now, &mut events);
+        node.handle_message(0, part.clone(), now);
     }
     assert!(node.table().is_empty(), "took the rest of a dropped table");
     assert_eq!(node.term(), 0);

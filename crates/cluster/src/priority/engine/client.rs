@@ -1,0 +1,94 @@
+//! Client requests: only an active serves them; any other role answers
+//! with where to go instead ([`NotServing`]).
+
+use baton_core::{AcquireOutcome, Key, Millis, NotServing, Outcome, Token, WaiterId};
+
+use super::super::messages::MAX_TABLE_LOCKS;
+use super::super::token_floor::MAX_WAITERS;
+use super::PriorityNode;
+
+impl<H> PriorityNode<H> {
+    /// Whether this node serves at `now`: a pause first steps it down, a
+    /// late heartbeat goes out, and the token floor makes room for the
+    /// grants the request can make.
+    fn serving(&mut self, now: Millis) -> Result<(), NotServing> {
+        self.check_pause(now);
+        if self.role.is_active() && now >= self.next_heartbeat {
+            // The timer runs late on a node busy with clients; its requests
+            // still keep the heartbeats going, so the node does not step
+            // down for a stall of its own making.
+            self.beat(now);
+        }
+        if self.role.is_active() {
+            self.make_room(now);
+            Ok(())
+        } else {
+            Err(NotServing::redirect(self.redirect_target()))
+        }
+    }
+
+    /// A client asks for `key`; `handle` comes back in its events.
+    pub fn handle_acquire(
+        &mut self,
+        key: Key,
+        wait_ms: u64,
+        lease_ms: u64,
+        now: Millis,
+        handle: H,
+    ) -> Result<AcquireOutcome, NotServing> {
+        let result = self.serving(now).and_then(|()| {
+            if self.service.waiter_count() >= MAX_WAITERS {
+                // One call grants at most one token per waiter, plus one:
+                // the bound keeps every call inside one token block.
+                // Hundreds of millions of waiters: no node has the memory.
+                return Err(NotServing::redirect(None));
+            }
+            if self.service.table().len() >= MAX_TABLE_LOCKS
+                && self.service.table().holder(&key).is_none()
+            {
+                // A table no standby could take in (reassembly stops there).
+                return Err(NotServing::redirect(None));
+            }
+            Ok(self.service.acquire(key, wait_ms, lease_ms, now, handle))
+        });
+        self.checked();
+        result
+    }
+
+    /// A client gives `key` back; the next waiter may be granted it.
+    pub fn handle_release(
+        &mut self,
+        key: &Key,
+        token: Token,
+        now: Millis,
+    ) -> Result<Outcome, NotServing> {
+        let result = self.serving(now).map(|()| {
+            let outcome = self.service.release(key, token, now, &mut self.scratch);
+            self.take_scratch();
+            outcome
+        });
+        self.checked();
+        result
+    }
+
+    /// A client extends its lease of `key`.
+    pub fn handle_renew(
+        &mut self,
+        key: &Key,
+        token: Token,
+        lease_ms: u64,
+        now: Millis,
+    ) -> Result<Outcome, NotServing> {
+        let result = self
+            .serving(now)
+            .map(|()| self.service.renew(key, token, lease_ms, now));
+        self.checked();
+        result
+    }
+
+    /// A client stopped waiting (its connection closed).
+    pub fn handle_cancel(&mut self, id: WaiterId) {
+        self.service.cancel(id);
+        self.checked();
+    }
+}

@@ -1,0 +1,168 @@
+//! The incoming side of the peer links: a peer's connection on the client
+//! port is authenticated, its hello checked against this node's peer list,
+//! and its frames fed to the engine in order, with an empty frame written
+//! back now and then as a sign of life.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::BytesMut;
+use futures_util::{FutureExt, SinkExt, StreamExt};
+use tokio::net::TcpStream;
+
+use baton_server::PeerAcceptor;
+
+use super::super::link_frames::{self, MAX_FRAME};
+use super::super::messages::{LinkHello, NodeIndex};
+use super::{Shared, Tasks};
+use crate::peer::{self, ClusterKeys, PeerGate, PEER_HELLO};
+
+/// Bytes of acks an inbound link may have waiting to be written; past it
+/// the dialler is not reading, and the link is closed.
+const MAX_UNSENT_ACKS: usize = 4096;
+/// The largest first frame of an incoming link (its `LinkHello`: a peer
+/// list of addresses).
+const MAX_HELLO_FRAME: usize = 64 * 1024;
+
+/// Takes the links peers dial to this node.
+pub(super) struct Inbound {
+    pub(super) links: Arc<InboundLinks>,
+    /// Each link's reader runs in the shell's tracker, until its token.
+    pub(super) tasks: Tasks,
+}
+
+/// What every inbound link of the node shares.
+pub(super) struct InboundLinks {
+    pub(super) locks: Shared,
+    pub(super) peers: Vec<String>,
+    pub(super) me: NodeIndex,
+    pub(super) keys: ClusterKeys,
+    pub(super) gate: PeerGate,
+    /// A link that brings nothing for this long is closed (the peer
+    /// heartbeats much more often, and dials again).
+    pub(super) link_timeout: Duration,
+    /// How often at most the node writes an empty frame back on a link it
+    /// reads.
+    pub(super) ack_every: Duration,
+}
+
+impl PeerAcceptor for Inbound {
+    fn hello(&self) -> &'static [u8] {
+        PEER_HELLO
+    }
+
+    fn accept(&self, stream: TcpStream, already_read: BytesMut) {
+        let links = self.links.clone();
+        let Some(permit) = links.gate.begin_handshake() else {
+            // Too many handshakes at once: a flood. Closing is the answer.
+            if let Ok(from) = stream.peer_addr() {
+                links
+                    .gate
+                    .refused(from.ip(), &"too many peer handshakes at once");
+            }
+            return;
+        };
+        self.tasks.spawn(async move {
+            let from = stream.peer_addr().ok();
+            if let Err(error) = links.receive_link(stream, already_read, permit).await {
+                match (&error, from) {
+                    (LinkRefused::Refused(reason), Some(from)) => {
+                        links.gate.refused(from.ip(), reason);
+                    }
+                    _ => tracing::debug!(%error, "inbound peer link closed"),
+                }
+            }
+        });
+    }
+}
+
+/// How an inbound link ended badly.
+#[derive(Debug, thiserror::Error)]
+enum LinkRefused {
+    /// Before the peer showed it belongs to this cluster.
+    #[error("{0}")]
+    Refused(String),
+    /// After: a broken or misbehaving link of a real peer.
+    #[error(transparent)]
+    Failed(#[from] peer::PeerError),
+}
+
+/// An authenticated link's framing.
+type Framed = peer::SecureFramed<TcpStream>;
+
+impl InboundLinks {
+    async fn receive_link(
+        &self,
+        stream: TcpStream,
+        already_read: BytesMut,
+        permit: peer::HandshakePermit,
+    ) -> Result<(), LinkRefused> {
+        let _ = stream.set_nodelay(true);
+        let refused = |error: peer::PeerError| LinkRefused::Refused(error.to_string());
+        let (mut framed, first) = peer::accept(
+            stream,
+            already_read,
+            PEER_HELLO,
+            &self.keys,
+            MAX_HELLO_FRAME,
+        )
+        .await
+        .map_err(refused)?;
+        let hello: LinkHello = peer::decode(&first).map_err(refused)?;
+        if hello.peers != self.peers || hello.from == self.me || hello.from >= self.peers.len() {
+            tracing::warn!(
+                from = hello.from,
+                their_peers = ?hello.peers,
+                "refused a peer with another peer list; every node needs the same --peers"
+            );
+            return Ok(());
+        }
+        let link = self.gate.admit_link(permit, hello.from as u64);
+        framed.codec_mut().set_max_frame(MAX_FRAME);
+        let superseded = link.superseded();
+        self.read_link(framed, hello.from, superseded).await
+    }
+
+    /// Feeds the engine the frames of peer `from`'s link until it ends, goes
+    /// idle, or the peer dials again (`superseded`).
+    async fn read_link(
+        &self,
+        mut framed: Framed,
+        from: NodeIndex,
+        superseded: impl std::future::Future<Output = ()>,
+    ) -> Result<(), LinkRefused> {
+        tokio::pin!(superseded);
+        let mut acked: Option<tokio::time::Instant> = None;
+        loop {
+            let frame = tokio::select! {
+                next = tokio::time::timeout(self.link_timeout, framed.next()) => match next {
+                    Ok(Some(frame)) => frame,
+                    Ok(None) => return Ok(()),
+                    Err(_) => {
+                        tracing::debug!(from, "peer link idle; closing");
+                        return Ok(());
+                    }
+                },
+                () = &mut superseded => {
+                    tracing::debug!(from, "peer dialled again; closing its old link");
+                    return Ok(());
+                }
+            };
+            let messages = frame.and_then(|frame| link_frames::unpack(&frame))?;
+            // Tells the dialling side the link still carries. Never waits:
+            // an ack that cannot leave now stays buffered for the next
+            // one, and a link whose acks pile up is stalled, which the
+            // dialler notices by the silence.
+            if acked.is_none_or(|at| at.elapsed() >= self.ack_every) {
+                if framed.write_buffer().len() > MAX_UNSENT_ACKS {
+                    return Ok(());
+                }
+                let _ = framed.feed(bytes::Bytes::new()).now_or_never();
+                let _ = SinkExt::<bytes::Bytes>::flush(&mut framed).now_or_never();
+                acked = Some(tokio::time::Instant::now());
+            }
+            self.locks
+                .with(|node, now, events| node.receive(from, messages, now, events));
+        }
+    }
+}

@@ -1,0 +1,198 @@
+//! The outgoing side of the peer links: the pump that moves the engine's
+//! messages onto one bounded queue per peer, and the task per peer that
+//! dials it and writes its queue. Every task runs until the shell's
+//! cancellation token fires, inside the shell's task tracker.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures_util::{SinkExt, StreamExt};
+use tokio::net::TcpStream;
+use tokio::sync::mpsc;
+
+use super::super::link_frames::{self, MAX_FRAME};
+use super::super::messages::{LinkHello, NodeIndex, PriorityMessage};
+use super::{Shared, Tasks};
+use crate::peer::refusals::REFUSAL_LOG_INTERVAL;
+use crate::peer::{self, ClusterKey, PEER_HELLO};
+
+/// Pause between attempts to reach a peer that is down.
+const REDIAL_PAUSE: Duration = Duration::from_millis(100);
+
+/// How the links to the peers are set up.
+pub(super) struct Outbound<'a> {
+    pub(super) peers: &'a [String],
+    pub(super) me: NodeIndex,
+    pub(super) key: &'a ClusterKey,
+    pub(super) timeout: Duration,
+}
+
+impl Outbound<'_> {
+    /// Spawns a dialling task per peer and the pump that feeds them.
+    pub(super) fn spawn(&self, locks: &Shared, tasks: &Tasks) {
+        let mut links = Vec::with_capacity(self.peers.len());
+        for (index, addr) in self.peers.iter().enumerate() {
+            if index == self.me {
+                links.push(None);
+                continue;
+            }
+            let (tx, rx) = mpsc::channel(LINK_QUEUE);
+            let overflowed = Arc::new(AtomicBool::new(false));
+            let link = OutboundLink {
+                index,
+                addr: addr.clone(),
+                hello: LinkHello {
+                    from: self.me,
+                    peers: self.peers.to_vec(),
+                },
+                key: self.key.clone(),
+                timeout: self.timeout,
+                overflowed: overflowed.clone(),
+            };
+            tasks.spawn(dial(link, rx, locks.clone()));
+            links.push(Some(LinkQueue { tx, overflowed }));
+        }
+        tasks.spawn(pump(locks.clone(), links));
+    }
+}
+
+/// Messages queued for one peer's link, at most. Past it the link is
+/// behind for good: it is closed, and the standby resyncs once it is back.
+/// Room for a whole table of `MAX_TABLE_LOCKS` in pieces, which the engine
+/// queues at once; the queue drains or the link is torn down within a
+/// failure timeout, which bounds what it holds in time as well.
+const LINK_QUEUE: usize = 1 << 16;
+
+/// One peer's outgoing queue, and whether it overflowed.
+struct LinkQueue {
+    tx: mpsc::Sender<PriorityMessage>,
+    overflowed: Arc<AtomicBool>,
+}
+
+/// Moves the engine's outbox onto the links, in order.
+async fn pump(locks: Shared, links: Vec<Option<LinkQueue>>) {
+    loop {
+        locks.output_ready().await;
+        let output = locks.with(|node, _, _| node.take_transmits());
+        for (to, message) in output {
+            if let Some(Some(link)) = links.get(to) {
+                // Full: the link is far behind (a stalled peer); dropping
+                // one message leaves a gap, so the link is torn down and
+                // the peer starts over from a snapshot. Closed: the
+                // runtime is going down.
+                if let Err(mpsc::error::TrySendError::Full(_)) = link.tx.try_send(message) {
+                    link.overflowed.store(true, Ordering::Release);
+                }
+            }
+        }
+    }
+}
+
+/// Keeps the outgoing link to one peer up and writes the engine's messages
+/// to it. While the peer is unreachable its messages are dropped: they
+/// would be stale by the time it came back, and heartbeats, sync requests
+/// and snapshots are all repeated as needed.
+async fn dial(link: OutboundLink, mut outbox: mpsc::Receiver<PriorityMessage>, locks: Shared) {
+    let mut batch = Vec::with_capacity(64);
+    let mut warned: Option<tokio::time::Instant> = None;
+    loop {
+        // Short, so that the first attempt after a heal comes soon.
+        let connected = tokio::time::timeout(link.timeout, TcpStream::connect(&link.addr)).await;
+        if let Ok(Ok(stream)) = connected {
+            let _ = stream.set_nodelay(true);
+            // What queued while there was no link is stale.
+            while outbox.try_recv().is_ok() {}
+            link.overflowed.store(false, Ordering::Release);
+            if let Err(error) = send_link(stream, &link, &mut outbox, &mut batch).await {
+                tracing::debug!(peer = link.index, %error, "peer link down");
+                let quiet = warned.is_some_and(|at| at.elapsed() < REFUSAL_LOG_INTERVAL);
+                if matches!(error, LinkClosed::Peer(peer::PeerError::WrongKey)) && !quiet {
+                    warned = Some(tokio::time::Instant::now());
+                    tracing::warn!(
+                        peer = link.index,
+                        addr = %link.addr,
+                        "peer does not hold this cluster's key; every node needs the same --cluster-key-file"
+                    );
+                }
+            }
+            locks.with(|node, now, _| node.link_down(link.index, now));
+        }
+        while outbox.try_recv().is_ok() {}
+        tokio::time::sleep(REDIAL_PAUSE).await;
+    }
+}
+
+/// What a dialling task knows of its link.
+struct OutboundLink {
+    index: NodeIndex,
+    addr: String,
+    hello: LinkHello,
+    key: ClusterKey,
+    /// Closes a link that hears nothing, or cannot write, for this long.
+    timeout: Duration,
+    overflowed: Arc<AtomicBool>,
+}
+
+/// Why a peer link was closed on purpose.
+#[derive(Debug, thiserror::Error)]
+enum LinkClosed {
+    #[error(transparent)]
+    Peer(#[from] peer::PeerError),
+    #[error("nothing heard for a failure timeout")]
+    Silent,
+    #[error("a write did not finish within a failure timeout")]
+    WriteStalled,
+    #[error("the link fell {LINK_QUEUE} messages behind")]
+    Overflowed,
+}
+
+async fn send_link(
+    stream: TcpStream,
+    link: &OutboundLink,
+    outbox: &mut mpsc::Receiver<PriorityMessage>,
+    batch: &mut Vec<PriorityMessage>,
+) -> Result<(), LinkClosed> {
+    let opening = async {
+        let first = peer::encode(&link.hello)?;
+        peer::connect(stream, PEER_HELLO, &link.key, first, MAX_FRAME).await
+    };
+    let mut frames = match tokio::time::timeout(link.timeout, opening).await {
+        Ok(framed) => framed?,
+        Err(_) => return Err(LinkClosed::WriteStalled),
+    };
+    // The peer writes an empty frame back now and then for what it reads:
+    // a link that brings none for a failure timeout is stale.
+    let mut heard = tokio::time::Instant::now();
+    loop {
+        tokio::select! {
+            n = outbox.recv_many(batch, 64) => {
+                if n == 0 {
+                    return Ok(());
+                }
+                if link.overflowed.load(Ordering::Acquire) {
+                    return Err(LinkClosed::Overflowed);
+                }
+                let write = async {
+                    for frame in link_frames::pack(batch)? {
+                        frames.feed(frame).await?;
+                    }
+                    SinkExt::<bytes::Bytes>::flush(&mut frames).await?;
+                    Ok::<_, peer::PeerError>(())
+                };
+                match tokio::time::timeout(link.timeout, write).await {
+                    Ok(result) => result?,
+                    Err(_) => return Err(LinkClosed::WriteStalled),
+                }
+            }
+            ack = frames.next() => match ack {
+                Some(Ok(_)) => heard = tokio::time::Instant::now(),
+                Some(Err(error)) => return Err(error.into()),
+                None => return Ok(()),
+            },
+            () = tokio::time::sleep_until(heard + link.timeout) => {
+                return Err(LinkClosed::Silent);
+            }
+        }
+    }
+}
