@@ -78,15 +78,18 @@ impl Tokens {
     /// Looks at every node's table now.
     fn check(&mut self, world: &World) -> Result<(), String> {
         for (i, locks) in world.nodes() {
-            let held = locks.inspect(|node| {
-                // MERGE: call `node.engine().validate()` here once
-                // `RaftEngine::validate()` exists (issue 11, item 3).
-                node.engine()
+            let (valid, held) = locks.inspect(|node| {
+                let held = node
+                    .engine()
                     .table()
                     .iter()
                     .map(|(k, h)| (h.token, k.as_bytes().to_vec()))
-                    .collect::<Vec<_>>()
+                    .collect::<Vec<_>>();
+                (node.engine().validate(), held)
             });
+            if let Err(broken) = valid {
+                return Err(format!("node {i}'s engine is inconsistent: {broken}"));
+            }
             for (token, key) in held {
                 match self.0.get(&token) {
                     Some((j, other)) if *other != key => {
