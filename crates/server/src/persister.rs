@@ -18,6 +18,7 @@ use tokio::sync::watch;
 use crate::locks::SharedLocks;
 use crate::node::LockNode;
 use crate::state_file::{StateFile, StateFileError};
+use crate::tasks::Tasks;
 
 /// How often the state is written if it changed.
 pub const PERSIST_EVERY: Duration = Duration::from_millis(100);
@@ -66,10 +67,11 @@ where
         })
     }
 
-    /// Starts the periodic writer, which ends at the first failed write.
-    pub fn spawn(self: &Arc<Self>) {
+    /// Starts the periodic writer in `tasks`; it ends at the first failed
+    /// write or when the node stops (the binary writes once more after).
+    pub fn spawn(self: &Arc<Self>, tasks: &Tasks) {
         let persister = self.clone();
-        tokio::spawn(async move {
+        tasks.spawn(async move {
             let mut pause = PERSIST_EVERY;
             loop {
                 tokio::time::sleep(pause).await;

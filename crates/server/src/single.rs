@@ -237,7 +237,7 @@ pub async fn start_single(
         |node: &SingleNode, written, now| node.state_to_persist(written, now),
         version,
     );
-    persister.spawn();
+    persister.spawn(server.tasks());
     Ok(SingleRunning {
         server,
         persister: Some(persister),

@@ -12,8 +12,8 @@
 //! backed-off retransmissions. Ticks come from the server's single timer,
 //! which `LockNode::next_deadline` drives.
 //!
-//! Every task the shell spawns runs in its [`TaskTracker`] until its
-//! [`CancellationToken`] fires ([`PriorityHandle::shut_down`]); the queues
+//! Every task the shell spawns (links, pump, the state-file writer) runs
+//! in its [`Tasks`] until they stop ([`PriorityHandle::shut_down`]); the queues
 //! between them are bounded. The engine is reached only through the named
 //! inputs of [`PriorityLockNode`] (its call protocol is in `lock_node`).
 
@@ -25,10 +25,9 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use tokio::sync::watch;
-use tokio_util::sync::CancellationToken;
-use tokio_util::task::TaskTracker;
 
 use baton_core::Millis;
+pub(super) use baton_server::Tasks;
 use baton_server::{Clock, Server, ServerConfig, ServerError, SharedLocks};
 
 use super::engine::{PriorityConfig, PriorityNode};
@@ -45,21 +44,6 @@ type Shared = Arc<SharedLocks<PriorityLockNode>>;
 const HANDOFF_WAIT: Duration = Duration::from_secs(2);
 /// A shutdown waits this long for the shell's tasks to end.
 const SHUTDOWN_WAIT: Duration = Duration::from_secs(5);
-
-/// The shell's tasks: all spawned in one tracker, all ended by one token.
-#[derive(Debug, Clone, Default)]
-pub(super) struct Tasks {
-    tracker: TaskTracker,
-    cancel: CancellationToken,
-}
-
-impl Tasks {
-    /// Runs `task` until it ends or the shell shuts down.
-    fn spawn(&self, task: impl std::future::Future<Output = ()> + Send + 'static) {
-        self.tracker
-            .spawn(self.cancel.clone().run_until_cancelled_owned(task));
-    }
-}
 
 /// A running priority node: the server, and a handle for the handoff.
 #[derive(Debug)]
@@ -140,10 +124,7 @@ impl PriorityHandle {
     /// Ends every task of the shell (links, pump) and waits, bounded, for
     /// them: after the server stopped, or for a node stopped in a test.
     pub async fn shut_down(&self) {
-        self.tasks.cancel.cancel();
-        self.tasks.tracker.close();
-        let ended = tokio::time::timeout(SHUTDOWN_WAIT, self.tasks.tracker.wait()).await;
-        if ended.is_err() {
+        if !self.tasks.stop(SHUTDOWN_WAIT).await {
             tracing::warn!("some peer links did not close in time");
         }
     }
@@ -211,7 +192,7 @@ pub async fn start(
     outbound.spawn(&locks, &tasks);
     let persister = state_file.map(|file| state_file::persister(file, locks.clone()));
     if let Some(persister) = &persister {
-        persister.spawn();
+        persister.spawn(&tasks);
     }
     Ok(PriorityCluster {
         server,
