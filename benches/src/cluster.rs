@@ -12,10 +12,10 @@ use std::time::Duration;
 use tokio::time::{sleep, Instant};
 
 use crate::error::BenchError;
-use crate::ports::free_ports;
 use crate::server::{spawn, Server, SpawnSettings};
 use crate::status;
 use crate::target::ClusterMode;
+use baton_tests::port::free_addrs as free_ports;
 
 /// How long a fresh cluster may take to agree on who serves.
 const ELECTION: Duration = Duration::from_secs(20);

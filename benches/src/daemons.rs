@@ -12,8 +12,8 @@ use tokio::net::TcpStream;
 use tokio::time::{sleep, timeout, Instant};
 
 use crate::error::BenchError;
-use crate::ports::free_ports;
 use crate::server::{log_tail, spawn, Server, SpawnSettings};
+use baton_tests::port::free_addrs as free_ports;
 
 /// A JVM (ZooKeeper) can take a while to come up on a busy machine.
 const READY: Duration = Duration::from_secs(60);

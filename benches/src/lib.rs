@@ -25,7 +25,6 @@ pub mod markdown;
 pub mod memory;
 pub mod own_keys;
 pub mod pin;
-pub mod ports;
 pub mod protocol;
 pub mod redis_client;
 pub mod referee;

@@ -23,5 +23,5 @@ pub use daemon::Batond;
 pub use expect::{answers, assert_any_error, assert_error, grant_token};
 pub use key::{cluster_key_text, write_key_file};
 pub use line_client::LineClient;
-pub use port::{distinct_free_addrs, free_addr, peer_list, start_cluster_nodes};
+pub use port::{distinct_free_addrs, free_addr, free_addrs, peer_list, start_cluster_nodes};
 pub use status::{parse_status, status_u64, Status};

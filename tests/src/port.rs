@@ -20,21 +20,23 @@ pub fn free_addr() -> SocketAddr {
     }
 }
 
+/// `n` distinct loopback addresses whose ports the OS just handed out:
+/// all held at once, so it cannot hand the same port out twice, then
+/// released (another process could take one in between; the start-up of
+/// whatever binds it then fails clearly). The bench uses it too.
+pub fn free_addrs(n: usize) -> std::io::Result<Vec<SocketAddr>> {
+    let listeners = (0..n)
+        .map(|_| TcpListener::bind("127.0.0.1:0"))
+        .collect::<std::io::Result<Vec<_>>>()?;
+    listeners.iter().map(TcpListener::local_addr).collect()
+}
+
 /// `n` distinct free loopback addresses, for a cluster's peer list.
 pub fn distinct_free_addrs(n: usize) -> Vec<SocketAddr> {
-    let mut addrs: Vec<SocketAddr> = Vec::with_capacity(n);
-    let mut tries = 0;
-    while addrs.len() < n {
-        tries += 1;
-        if tries > 100 * n.max(1) {
-            panic!("cannot find {n} distinct free loopback ports");
-        }
-        let addr = free_addr();
-        if !addrs.contains(&addr) {
-            addrs.push(addr);
-        }
+    match free_addrs(n) {
+        Ok(addrs) => addrs,
+        Err(e) => panic!("cannot find {n} free loopback ports: {e}"),
     }
-    addrs
 }
 
 /// A peer list as `--peers` takes it.
@@ -71,4 +73,19 @@ pub fn start_cluster_nodes(
             node
         })
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn free_addrs_are_distinct_loopback_ports() {
+        let addrs = free_addrs(3).expect("three free ports");
+        assert_eq!(addrs.len(), 3);
+        assert!(addrs.iter().all(|a| a.ip().is_loopback() && a.port() != 0));
+        assert_ne!(addrs[0], addrs[1]);
+        assert_ne!(addrs[1], addrs[2]);
+        assert_ne!(addrs[0], addrs[2]);
+    }
 }
