@@ -262,108 +262,159 @@ fn main() -> ExitCode {
     }
 }
 
+/// Runs the node the plan describes until it is told to stop, or can no
+/// longer serve; the error is what `batond` prints before it exits non-zero.
 async fn serve(plan: Plan) -> Result<(), String> {
     // Watch for signals before anyone can learn the node is up.
     let shutdown = shutdown_signal().map_err(|e| format!("cannot watch for signals: {e}"))?;
     // Locked before any mode reads it, held until the process ends.
-    let data_dir = match plan.data_dir() {
-        Some(path) => Some(
-            DataDir::open(path, &plan.holder(&plan.listen().to_string()))
-                .map_err(|e| e.to_string())?,
-        ),
-        None => None,
+    let data_dir = lock_data_dir(&plan)?;
+    let bound = Bound {
+        plan: &plan,
+        data_dir: data_dir.as_ref(),
     };
-    let bound = |addr: SocketAddr| -> Result<(), String> {
-        if let Some(dir) = &data_dir {
-            dir.record_holder(&plan.holder(&addr.to_string()))
+    match &plan {
+        Plan::Single { config, .. } => serve_single(config, bound, shutdown).await,
+        Plan::Priority { config, settings } => {
+            serve_priority(config, settings, bound, shutdown).await
+        }
+        Plan::Raft { config, settings } => serve_raft(config, settings, bound, shutdown).await,
+    }
+}
+
+/// The plan's data directory, locked, if it has one.
+fn lock_data_dir(plan: &Plan) -> Result<Option<DataDir>, String> {
+    let Some(path) = plan.data_dir() else {
+        return Ok(None);
+    };
+    DataDir::open(path, &plan.holder(&plan.listen().to_string()))
+        .map(Some)
+        .map_err(|e| e.to_string())
+}
+
+/// What a node does once its client port is bound.
+#[derive(Clone, Copy)]
+struct Bound<'a> {
+    plan: &'a Plan,
+    data_dir: Option<&'a DataDir>,
+}
+
+impl Bound<'_> {
+    /// Records the bound address in the data directory's lock file, then
+    /// tells the world the node is up.
+    fn at(self, addr: SocketAddr) -> Result<(), String> {
+        if let Some(dir) = self.data_dir {
+            dir.record_holder(&self.plan.holder(&addr.to_string()))
                 .map_err(|e| e.to_string())?;
         }
         announce(addr);
         Ok(())
-    };
+    }
+}
+
+/// A single node stops at the signal, or when its state can no longer be
+/// saved; then it saves its final state.
+async fn serve_single(
+    config: &ServerConfig,
+    bound: Bound<'_>,
+    shutdown: impl Future<Output = ()>,
+) -> Result<(), String> {
+    let dir = bound.data_dir.map(DataDir::path);
+    let single = baton_server::start_single(config.clone(), dir)
+        .await
+        .map_err(|e| e.to_string())?;
+    bound.at(single.server.local_addr())?;
+    let persister = single.persister;
+    let watched = persister.clone();
     let (stopped, stop_reason) = oneshot::channel::<Option<Arc<StateFileError>>>();
-    match &plan {
-        Plan::Single { config, .. } => {
-            let dir = data_dir.as_ref().map(DataDir::path);
-            let single = baton_server::start_single(config.clone(), dir)
-                .await
-                .map_err(|e| e.to_string())?;
-            bound(single.server.local_addr())?;
-            let persister = single.persister;
-            let watched = persister.clone();
-            single
-                .server
-                .run(async move {
-                    let failure = first_of(shutdown, async {
-                        match &watched {
-                            Some(persister) => persister.failed().await,
-                            None => std::future::pending().await,
-                        }
-                    })
-                    .await;
-                    let _ = stopped.send(failure);
-                })
-                .await;
-            storage_verdict(stop_reason.await.ok().flatten())?;
-            // Every connection is closed: this is the final state.
-            if let Some(persister) = persister {
-                persister
-                    .write_if_changed()
-                    .await
-                    .map_err(|e| failed_to_save(&e))?;
-            }
-        }
-        Plan::Priority { config, settings } => {
-            let cluster = priority::start(config.clone(), settings.clone())
-                .await
-                .map_err(|e| e.to_string())?;
-            bound(cluster.server.local_addr())?;
-            let handle = cluster.handle;
-            let shell = handle.clone();
-            // The active hands its role over before the server stops, so
-            // its clients are redirected to a node that already serves;
-            // so does an active whose state can no longer be saved.
-            cluster
-                .server
-                .run(async move {
-                    let mut failure = first_of(shutdown, handle.storage_failed()).await;
-                    handle.hand_off().await;
-                    if failure.is_none() {
-                        failure = handle.persist().await.err();
-                    }
-                    let _ = stopped.send(failure);
-                })
-                .await;
-            // Then the peer links and the pump.
-            shell.shut_down().await;
-            storage_verdict(stop_reason.await.ok().flatten())?;
-        }
-        Plan::Raft { config, settings } => {
-            drop(stopped);
-            let cluster = raft::start(config.clone(), settings.clone())
-                .await
-                .map_err(|e| e.to_string())?;
-            bound(cluster.server.local_addr())?;
-            let handle = cluster.handle;
-            let stopping = handle.clone();
-            let core_died = handle.core_died();
-            // The leader hands the lead over before the server stops, so
-            // its clients are redirected to a node that already serves.
-            let serving = cluster.server.run(async move {
-                shutdown.await;
-                stopping.hand_off().await;
-            });
-            // A node whose consensus core died (a storage error) can
-            // neither lead nor follow: it exits so a supervisor restarts it.
-            tokio::select! {
-                () = serving => {}
-                reason = core_died => {
-                    return Err(format!("the Raft core stopped, exiting: {reason}"));
+    single
+        .server
+        .run(async move {
+            let failure = first_of(shutdown, async {
+                match &watched {
+                    Some(persister) => persister.failed().await,
+                    None => std::future::pending().await,
                 }
+            })
+            .await;
+            let _ = stopped.send(failure);
+        })
+        .await;
+    storage_verdict(stop_reason.await.ok().flatten())?;
+    // Every connection is closed: this is the final state.
+    if let Some(persister) = persister {
+        persister
+            .write_if_changed()
+            .await
+            .map_err(|e| failed_to_save(&e))?;
+    }
+    Ok(())
+}
+
+/// A priority node stops at the signal, or when its state can no longer be
+/// saved; an active one hands its role over first.
+async fn serve_priority(
+    config: &ServerConfig,
+    settings: &priority::PrioritySettings,
+    bound: Bound<'_>,
+    shutdown: impl Future<Output = ()>,
+) -> Result<(), String> {
+    let cluster = priority::start(config.clone(), settings.clone())
+        .await
+        .map_err(|e| e.to_string())?;
+    bound.at(cluster.server.local_addr())?;
+    let handle = cluster.handle;
+    let shell = handle.clone();
+    let (stopped, stop_reason) = oneshot::channel::<Option<Arc<StateFileError>>>();
+    // The active hands its role over before the server stops, so
+    // its clients are redirected to a node that already serves;
+    // so does an active whose state can no longer be saved.
+    cluster
+        .server
+        .run(async move {
+            let mut failure = first_of(shutdown, handle.storage_failed()).await;
+            handle.hand_off().await;
+            if failure.is_none() {
+                failure = handle.persist().await.err();
             }
-            handle.shut_down().await;
+            let _ = stopped.send(failure);
+        })
+        .await;
+    // Then the peer links and the pump.
+    shell.shut_down().await;
+    storage_verdict(stop_reason.await.ok().flatten())
+}
+
+/// A Raft node stops at the signal, its leader handing the lead over
+/// first, or exits when its consensus core dies.
+async fn serve_raft(
+    config: &ServerConfig,
+    settings: &raft::RaftSettings,
+    bound: Bound<'_>,
+    shutdown: impl Future<Output = ()>,
+) -> Result<(), String> {
+    let cluster = raft::start(config.clone(), settings.clone())
+        .await
+        .map_err(|e| e.to_string())?;
+    bound.at(cluster.server.local_addr())?;
+    let handle = cluster.handle;
+    let stopping = handle.clone();
+    let core_died = handle.core_died();
+    // The leader hands the lead over before the server stops, so
+    // its clients are redirected to a node that already serves.
+    let serving = cluster.server.run(async move {
+        shutdown.await;
+        stopping.hand_off().await;
+    });
+    // A node whose consensus core died (a storage error) can
+    // neither lead nor follow: it exits so a supervisor restarts it.
+    tokio::select! {
+        () = serving => {}
+        reason = core_died => {
+            return Err(format!("the Raft core stopped, exiting: {reason}"));
         }
     }
+    handle.shut_down().await;
     Ok(())
 }
 

@@ -32,6 +32,9 @@ const DELIVERY_BATCH: usize = 256;
 /// A connection whose first bytes are part of a peer hello must finish it
 /// within this.
 pub(crate) const HELLO_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
+/// How long a closing connection may take to write the answers it has
+/// already encoded.
+const CLOSE_FLUSH_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(1);
 
 enum Sniffed {
     Peer,
@@ -86,49 +89,68 @@ impl<N: LockNode, S: ServerStream> Connection<N, S> {
     /// the node shuts down; then cleans up after it.
     pub(crate) async fn serve(
         mut self,
-        mut stream: S,
+        stream: S,
         mut deliveries: mpsc::UnboundedReceiver<Delivery>,
         shutdown: CancellationToken,
     ) {
-        let mut batch = Vec::with_capacity(DELIVERY_BATCH);
-        if let Some(acceptor) = self.node.peer_acceptor.clone() {
-            match self
-                .sniff_peer(&mut stream, acceptor.hello(), &shutdown)
-                .await
-            {
-                Sniffed::Peer => {
-                    let already_read = self.input.split();
-                    acceptor.accept(stream, already_read);
-                    return;
-                }
-                Sniffed::Client => self.on_input(),
-                Sniffed::Gone => return,
+        let Some(stream) = self.client_stream(stream, &shutdown).await else {
+            return;
+        };
+        let (reader, mut writer) = stream.into_split();
+        self.pump(reader, &mut writer, &mut deliveries, &shutdown)
+            .await;
+        self.flush_before_close(&mut writer).await;
+        let _ = writer.shutdown().await;
+        self.close(deliveries);
+    }
+
+    /// The stream back if it carries a client. A peer's connection goes to
+    /// the peer acceptor, with what was read of it; one that leaves first
+    /// is dropped.
+    async fn client_stream(&mut self, mut stream: S, shutdown: &CancellationToken) -> Option<S> {
+        let Some(acceptor) = self.node.peer_acceptor.clone() else {
+            return Some(stream);
+        };
+        match self
+            .sniff_peer(&mut stream, acceptor.hello(), shutdown)
+            .await
+        {
+            Sniffed::Peer => {
+                let already_read = self.input.split();
+                acceptor.accept(stream, already_read);
+                None
             }
+            Sniffed::Client => {
+                self.on_input();
+                Some(stream)
+            }
+            Sniffed::Gone => None,
         }
-        let (mut reader, mut writer) = stream.into_split();
+    }
+
+    /// Reads requests, writes answers and takes deliveries until the client
+    /// has closed its side and has every answer it is due, the socket fails
+    /// or the node shuts down.
+    async fn pump(
+        &mut self,
+        mut reader: S::Read,
+        writer: &mut S::Write,
+        deliveries: &mut mpsc::UnboundedReceiver<Delivery>,
+        shutdown: &CancellationToken,
+    ) {
+        let mut batch = Vec::with_capacity(DELIVERY_BATCH);
         let mut reading = true;
         // Made once: a fresh `cancelled()` per turn would register and
         // unregister a waiter on the token's mutex for every burst.
         let stopping = shutdown.cancelled();
         tokio::pin!(stopping);
         loop {
-            // Nor while it has too many answers to come: that keeps the
-            // mailbox bounded (see `Mailbox`).
-            let may_read = reading
-                && self.output.len() < OUTPUT_HIGH_WATER
-                && self.deferred < self.node.config.max_pending;
+            let may_read = reading && self.may_read();
             tokio::select! {
                 biased;
                 _ = &mut stopping => break,
                 n = deliveries.recv_many(&mut batch, DELIVERY_BATCH) => {
-                    // Never 0: this task holds a sender in `mailbox`.
-                    debug_assert!(
-                        n + deliveries.len() <= self.waiting.len() + self.deferred,
-                        "more deliveries than requests waiting for one"
-                    );
-                    for delivery in batch.drain(..) {
-                        self.on_delivery(delivery);
-                    }
+                    self.on_deliveries(n, deliveries.len(), &mut batch);
                 }
                 read = reader.read_buf(&mut self.input), if may_read => match read {
                     Ok(0) => reading = false,
@@ -151,24 +173,53 @@ impl<N: LockNode, S: ServerStream> Connection<N, S> {
                 // The client closed its side and has every answer it is due.
                 break;
             }
-            if self.input.capacity() - self.input.len() < 1024 {
-                self.input.reserve(READ_CHUNK);
-            }
+            self.keep_room_to_read();
         }
-        // Whatever is already encoded goes out if it can, quickly.
-        if !self.output.is_empty() {
-            let flush = async {
-                while !self.output.is_empty() {
-                    match writer.write(&self.output).await {
-                        Ok(0) | Err(_) => break,
-                        Ok(n) => self.on_written(n),
-                    }
+    }
+
+    /// Whether the connection may read more requests, as far as its answers
+    /// go: not while it has too many to write, nor too many to come. That
+    /// keeps the output buffer and the mailbox bounded (see `Mailbox`).
+    #[inline]
+    fn may_read(&self) -> bool {
+        self.output.len() < OUTPUT_HIGH_WATER && self.deferred < self.node.config.max_pending
+    }
+
+    /// Takes `received` deliveries from `batch`; `still_queued` are left
+    /// in the channel.
+    #[inline]
+    fn on_deliveries(&mut self, received: usize, still_queued: usize, batch: &mut Vec<Delivery>) {
+        // Never 0: this task holds a sender in `mailbox`.
+        debug_assert!(
+            received + still_queued <= self.waiting.len() + self.deferred,
+            "more deliveries than requests waiting for one"
+        );
+        for delivery in batch.drain(..) {
+            self.on_delivery(delivery);
+        }
+    }
+
+    #[inline]
+    fn keep_room_to_read(&mut self) {
+        if self.input.capacity() - self.input.len() < 1024 {
+            self.input.reserve(READ_CHUNK);
+        }
+    }
+
+    /// Whatever is already encoded goes out if it can, quickly.
+    async fn flush_before_close(&mut self, writer: &mut S::Write) {
+        if self.output.is_empty() {
+            return;
+        }
+        let flush = async {
+            while !self.output.is_empty() {
+                match writer.write(&self.output).await {
+                    Ok(0) | Err(_) => break,
+                    Ok(n) => self.on_written(n),
                 }
-            };
-            let _ = tokio::time::timeout(std::time::Duration::from_secs(1), flush).await;
-        }
-        let _ = writer.shutdown().await;
-        self.close(deliveries);
+            }
+        };
+        let _ = tokio::time::timeout(CLOSE_FLUSH_TIMEOUT, flush).await;
     }
 
     /// Reads until the first bytes tell a peer's hello from a client's
@@ -239,105 +290,112 @@ impl<N: LockNode, S: ServerStream> Connection<N, S> {
                 key,
                 wait_ms,
                 lease_ms,
-            } => {
-                if self.waiting.len() + self.deferred >= self.node.config.max_pending {
-                    let reply = ErrorReply {
-                        op: Some(Op::Acquire),
-                        key: Some(key.as_bytes().to_vec()),
-                        reason: format!(
-                            "too many pending requests on this connection (max {})",
-                            self.node.config.max_pending
-                        ),
-                    };
-                    self.answer(&Response::Error(reply));
-                    return;
-                }
-                // PROTOCOL.md: `wait 0` waits as long as the node allows,
-                // its maximum wait, then `T`; never without limit.
-                let wait_ms = if wait_ms == 0 {
-                    self.node.config.limits.max_wait_ms
-                } else {
-                    wait_ms
-                };
-                let mut events = std::mem::take(&mut self.events);
-                let served = self.locks.acquire(
-                    key.clone(),
-                    wait_ms,
-                    lease_ms,
-                    now,
-                    &self.mailbox,
-                    &mut events,
-                );
-                self.events = events;
-                match served {
-                    Served::Done(AcquireOutcome::Granted { token }) => {
-                        self.answer_grant(key, token)
-                    }
-                    Served::Done(AcquireOutcome::Queued { id }) => {
-                        self.waiting.insert(id);
-                    }
-                    Served::Redirect(addr) => self.answer(&Response::Moved {
-                        op: Op::Acquire,
-                        key,
-                        addr,
-                    }),
-                    Served::Later => self.deferred += 1,
-                }
-            }
-            Request::Release { key, token } => {
-                let mut events = std::mem::take(&mut self.events);
-                let served = self
-                    .locks
-                    .release(&key, token, now, &self.mailbox, &mut events);
-                self.events = events;
-                let response = match served {
-                    Served::Later => {
-                        self.deferred += 1;
-                        return;
-                    }
-                    Served::Done(Outcome::Released) => Response::Released { key },
-                    Served::Done(_) => Response::NotHeld {
-                        op: Op::Release,
-                        key,
-                    },
-                    Served::Redirect(addr) => Response::Moved {
-                        op: Op::Release,
-                        key,
-                        addr,
-                    },
-                };
-                self.answer(&response);
-            }
+            } => self.on_acquire(key, wait_ms, lease_ms, now),
+            Request::Release { key, token } => self.on_release(key, token, now),
             Request::Renew {
                 key,
                 token,
                 lease_ms,
-            } => {
-                let mut events = std::mem::take(&mut self.events);
-                let served =
-                    self.locks
-                        .renew(&key, token, lease_ms, now, &self.mailbox, &mut events);
-                self.events = events;
-                let response = match served {
-                    Served::Later => {
-                        self.deferred += 1;
-                        return;
-                    }
-                    Served::Done(Outcome::Renewed) => Response::Renewed { key },
-                    Served::Done(_) => Response::NotHeld { op: Op::Renew, key },
-                    Served::Redirect(addr) => Response::Moved {
-                        op: Op::Renew,
-                        key,
-                        addr,
-                    },
-                };
-                self.answer(&response);
-            }
+            } => self.on_renew(key, token, lease_ms, now),
             Request::Status => {
                 let report = self.node.status(self.locks.status());
                 self.answer(&Response::Status(report));
             }
         }
+    }
+
+    #[inline]
+    fn on_acquire(&mut self, key: Key, wait_ms: u64, lease_ms: u64, now: Millis) {
+        if self.waiting.len() + self.deferred >= self.node.config.max_pending {
+            self.refuse_acquire(&key);
+            return;
+        }
+        // PROTOCOL.md: `wait 0` waits as long as the node allows,
+        // its maximum wait, then `T`; never without limit.
+        let wait_ms = if wait_ms == 0 {
+            self.node.config.limits.max_wait_ms
+        } else {
+            wait_ms
+        };
+        let served = self.locks.acquire(
+            key.clone(),
+            wait_ms,
+            lease_ms,
+            now,
+            &self.mailbox,
+            &mut self.events,
+        );
+        match served {
+            Served::Done(AcquireOutcome::Granted { token }) => self.answer_grant(key, token),
+            Served::Done(AcquireOutcome::Queued { id }) => {
+                self.waiting.insert(id);
+            }
+            Served::Redirect(addr) => self.answer(&Response::Moved {
+                op: Op::Acquire,
+                key,
+                addr,
+            }),
+            Served::Later => self.deferred += 1,
+        }
+    }
+
+    /// Answers an acquire over the connection's limit of pending requests.
+    #[cold]
+    fn refuse_acquire(&mut self, key: &Key) {
+        let reply = ErrorReply {
+            op: Some(Op::Acquire),
+            key: Some(key.as_bytes().to_vec()),
+            reason: format!(
+                "too many pending requests on this connection (max {})",
+                self.node.config.max_pending
+            ),
+        };
+        self.answer(&Response::Error(reply));
+    }
+
+    #[inline]
+    fn on_release(&mut self, key: Key, token: Token, now: Millis) {
+        let served = self
+            .locks
+            .release(&key, token, now, &self.mailbox, &mut self.events);
+        let response = match served {
+            Served::Later => {
+                self.deferred += 1;
+                return;
+            }
+            Served::Done(Outcome::Released) => Response::Released { key },
+            Served::Done(_) => Response::NotHeld {
+                op: Op::Release,
+                key,
+            },
+            Served::Redirect(addr) => Response::Moved {
+                op: Op::Release,
+                key,
+                addr,
+            },
+        };
+        self.answer(&response);
+    }
+
+    #[inline]
+    fn on_renew(&mut self, key: Key, token: Token, lease_ms: u64, now: Millis) {
+        let served = self
+            .locks
+            .renew(&key, token, lease_ms, now, &self.mailbox, &mut self.events);
+        let response = match served {
+            Served::Later => {
+                self.deferred += 1;
+                return;
+            }
+            Served::Done(Outcome::Renewed) => Response::Renewed { key },
+            Served::Done(_) => Response::NotHeld { op: Op::Renew, key },
+            Served::Redirect(addr) => Response::Moved {
+                op: Op::Renew,
+                key,
+                addr,
+            },
+        };
+        self.answer(&response);
     }
 
     fn on_delivery(&mut self, delivery: Delivery) {
