@@ -84,7 +84,7 @@ pub(crate) async fn serve(
     tokio::select! {
         end = write => end,
         end = read => end,
-    () = closed(shutdown) => End::ClientGone,
+        () = closed(shutdown) => End::ClientGone,
     }
 }
 
