@@ -6,11 +6,11 @@ use std::os::unix::process::ExitStatusExt;
 use std::process::{ExitCode, ExitStatus};
 use std::time::Duration;
 
-use baton_client::{Client, Error};
+use baton_client::{Client, Error, Guard};
 use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
 use tokio::process::{Child, Command};
-use tokio::signal::unix::{signal, SignalKind};
+use tokio::signal::unix::{signal, Signal as SignalStream, SignalKind};
 
 use crate::exit::Exit;
 
@@ -35,52 +35,104 @@ pub async fn run(
         Err(err) => return crate::fail(&err),
     };
     guard.keep_alive();
-    let spawned = Command::new(program)
-        .args(args)
-        .env("BATON_KEY", key)
-        .env("BATON_TOKEN", guard.token().to_string())
-        .spawn();
-    let mut child = match spawned {
+    let mut child = match spawn_command(program, args, key, &guard) {
         Ok(child) => child,
-        Err(err) => {
-            eprintln!("baton: cannot run {}: {err}", program.to_string_lossy());
+        Err(code) => {
             let _ = guard.release().await;
-            return ExitCode::from(if err.kind() == ErrorKind::NotFound {
-                127
-            } else {
-                126
-            });
+            return code;
         }
     };
-    let (mut term, mut int) = match (
-        signal(SignalKind::terminate()),
-        signal(SignalKind::interrupt()),
-    ) {
-        (Ok(term), Ok(int)) => (term, int),
-        (Err(err), _) | (_, Err(err)) => {
+    let mut signals = match Signals::watch() {
+        Ok(signals) => signals,
+        Err(err) => {
             eprintln!("baton: cannot watch signals: {err}");
             terminate(&mut child).await;
             let _ = guard.release().await;
             return Exit::Failure.code();
         }
     };
-    let status = loop {
+    match wait_while_held(&mut child, &guard, &mut signals).await {
+        Ok(status) => finish(guard, status).await,
+        Err(LeaseLost) => {
+            // The grant is gone already; releasing only tidies up in
+            // case the loss was a renewal that could not get through.
+            let _ = guard.release().await;
+            Exit::LeaseLost.code()
+        }
+    }
+}
+
+/// Starts the command with the lock's key and token in its environment;
+/// on failure says why and gives the shell's exit code for it (127: not
+/// found, 126: found but not runnable).
+fn spawn_command(
+    program: &OsString,
+    args: &[OsString],
+    key: &OsString,
+    guard: &Guard,
+) -> Result<Child, ExitCode> {
+    Command::new(program)
+        .args(args)
+        .env("BATON_KEY", key)
+        .env("BATON_TOKEN", guard.token().to_string())
+        .spawn()
+        .map_err(|err| {
+            eprintln!("baton: cannot run {}: {err}", program.to_string_lossy());
+            ExitCode::from(if err.kind() == ErrorKind::NotFound {
+                127
+            } else {
+                126
+            })
+        })
+}
+
+/// The signals baton passes on to the command.
+struct Signals {
+    term: SignalStream,
+    int: SignalStream,
+}
+
+impl Signals {
+    fn watch() -> std::io::Result<Signals> {
+        match (
+            signal(SignalKind::terminate()),
+            signal(SignalKind::interrupt()),
+        ) {
+            (Ok(term), Ok(int)) => Ok(Signals { term, int }),
+            (Err(err), _) | (_, Err(err)) => Err(err),
+        }
+    }
+}
+
+/// The lease was lost while the command ran; the command has been stopped.
+struct LeaseLost;
+
+/// Waits for the command to exit, passing signals on; stops it if the lease
+/// is lost first.
+async fn wait_while_held(
+    child: &mut Child,
+    guard: &Guard,
+    signals: &mut Signals,
+) -> Result<std::io::Result<ExitStatus>, LeaseLost> {
+    loop {
         tokio::select! {
-            status = child.wait() => break status,
+            status = child.wait() => return Ok(status),
             lost = guard.lost() => {
                 eprintln!("baton: {lost}; terminating the command");
-                terminate(&mut child).await;
-                // The grant is gone already; releasing only tidies up in
-                // case the loss was a renewal that could not get through.
-                let _ = guard.release().await;
-                return Exit::LeaseLost.code();
+                terminate(child).await;
+                return Err(LeaseLost);
             }
             // A signal to baton is meant for the job: pass it on and keep
             // waiting, so the lock is released only once the command is done.
-            _ = term.recv() => forward(&child, Signal::SIGTERM),
-            _ = int.recv() => forward(&child, Signal::SIGINT),
+            _ = signals.term.recv() => forward(child, Signal::SIGTERM),
+            _ = signals.int.recv() => forward(child, Signal::SIGINT),
         }
-    };
+    }
+}
+
+/// Releases the lock once the command is done and exits as the command did;
+/// a failed release is only a warning.
+async fn finish(guard: Guard, status: std::io::Result<ExitStatus>) -> ExitCode {
     let released = guard.release().await;
     let status = match status {
         Ok(status) => status,

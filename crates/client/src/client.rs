@@ -55,6 +55,52 @@ fn line(response: &Response) -> String {
     String::from_utf8_lossy(&buf).trim_end().to_owned()
 }
 
+/// What one call on a connection came back with.
+type Answer = std::result::Result<Response, CallError>;
+
+/// One acquire's progress across its attempts: what failover and redirects
+/// carry from one attempt to the next.
+#[derive(Debug)]
+struct AcquireAttempt {
+    key: Key,
+    lease_ms: u64,
+    /// When the wait runs out; `None` for a wait of zero (the node's maximum).
+    deadline: Option<Instant>,
+    /// Attempts that found no usable connection or whose connection broke.
+    failures: usize,
+    /// Redirects followed so far, for [`Client::follow`].
+    hops: u32,
+    /// Where the last `M addr` pointed, to be tried next.
+    redirect: Option<Arc<Slot>>,
+}
+
+impl AcquireAttempt {
+    fn new(key: Key, wait: Duration, lease_ms: u64) -> AcquireAttempt {
+        AcquireAttempt {
+            key,
+            lease_ms,
+            deadline: (ceil_ms(wait) > 0).then(|| Instant::now() + wait),
+            failures: 0,
+            hops: 0,
+            redirect: None,
+        }
+    }
+
+    /// The wait left to ask the node for, in ms (0: its maximum), or
+    /// [`Error::TimedOut`] once the wait has run out.
+    fn wait_left_ms(&self) -> Result<u64> {
+        let Some(deadline) = self.deadline else {
+            return Ok(0);
+        };
+        match deadline.checked_duration_since(Instant::now()) {
+            Some(left) if !left.is_zero() => Ok(ceil_ms(left)),
+            _ => Err(Error::TimedOut {
+                key: self.key.clone(),
+            }),
+        }
+    }
+}
+
 impl Client {
     pub fn builder() -> ClientBuilder {
         ClientBuilder::default()
@@ -155,94 +201,133 @@ impl Client {
     ) -> Result<Guard> {
         self.check_open()?;
         let key = Key::new(key.as_ref())?;
-        let lease_ms = lease_ms(lease)?;
-        let deadline = (ceil_ms(wait) > 0).then(|| Instant::now() + wait);
-        let mut failures = 0;
-        let mut hops = 0;
-        let mut redirect: Option<Arc<Slot>> = None;
+        let mut attempt = AcquireAttempt::new(key, wait, lease_ms(lease)?);
         loop {
-            let slot = match redirect.take() {
-                Some(slot) => slot,
-                None => match self.pool.pick(deadline).await {
-                    Some(slot) => slot,
-                    None => {
-                        // Nothing usable for the rest of the wait: that is the
-                        // more useful thing to report than the wait running out.
-                        if deadline.is_some_and(|deadline| Instant::now() >= deadline) {
-                            return Err(Error::NoServer);
-                        }
-                        failures += 1;
-                        if failures >= self.pool.len() {
-                            return Err(Error::NoServer);
-                        }
-                        continue;
-                    }
-                },
+            let Some(slot) = self.next_acquire_slot(&mut attempt).await? else {
+                continue;
             };
             // Computed only now: finding a connection may have taken a while.
-            let wait_ms = match deadline {
-                None => 0,
-                Some(deadline) => match deadline.checked_duration_since(Instant::now()) {
-                    Some(left) if !left.is_zero() => ceil_ms(left),
-                    _ => return Err(Error::TimedOut { key }),
-                },
-            };
-            let req = Request::Acquire {
-                key: key.clone(),
-                wait_ms,
-                lease_ms,
-            };
-            // The node answers T when the wait runs out; the extra time only
-            // covers the trip, so a silent node cannot hold the caller forever.
-            let limit =
-                deadline.map(|_| Duration::from_millis(wait_ms) + self.pool.request_timeout);
-            let sent = Instant::now();
-            // Closing gives the acquire up: dropping its call makes the
-            // connection release a grant that comes later.
-            let answer = tokio::select! {
-                answer = slot.call(req, limit) => answer,
-                () = self.life.closing() => return Err(Error::Closed),
-            };
-            match answer {
-                Ok(Response::Granted { token, .. }) => {
-                    let guard = Guard::new(
-                        self.clone(),
-                        key,
-                        token,
-                        Duration::from_millis(lease_ms),
-                        sent,
-                    );
-                    // Registered first, checked second: `close` either
-                    // found this guard or is seen here. Dropping it then
-                    // releases the grant in the background, which `close`
-                    // waits for.
-                    if self.life.is_closing() {
-                        drop(guard);
-                        return Err(Error::Closed);
-                    }
-                    return Ok(guard);
-                }
-                Ok(Response::TimedOut { .. }) | Err(CallError::Unanswered) => {
-                    return Err(Error::TimedOut { key })
-                }
-                Ok(Response::Moved { addr, .. }) => {
-                    redirect = self.follow(addr.as_deref(), &mut hops, deadline).await;
-                }
-                Ok(Response::Error(reply)) => {
-                    return Err(Error::Rejected {
-                        reason: reply.reason,
-                    })
-                }
-                Ok(other) => return Err(Error::Unexpected(line(&other))),
-                Err(CallError::Broken) => {
-                    tracing::debug!(%key, addr = %slot.addr, "connection broke during acquire; failing over");
-                    failures += 1;
-                    if failures >= self.pool.len() && self.pool.pick(deadline).await.is_none() {
-                        return Err(Error::NoServer);
-                    }
-                }
+            let wait_ms = attempt.wait_left_ms()?;
+            let (answer, sent) = self.send_acquire(&slot, &attempt, wait_ms).await?;
+            if let Some(guard) = self
+                .settle_acquire(&mut attempt, &slot, answer, sent)
+                .await?
+            {
+                return Ok(guard);
             }
         }
+    }
+
+    /// The connection for the next attempt: the redirect target if the last
+    /// answer was `M addr`, else the next usable one. `None` when nothing
+    /// was usable this time but the acquire may still try again.
+    async fn next_acquire_slot(&self, attempt: &mut AcquireAttempt) -> Result<Option<Arc<Slot>>> {
+        if let Some(slot) = attempt.redirect.take() {
+            return Ok(Some(slot));
+        }
+        if let Some(slot) = self.pool.pick(attempt.deadline).await {
+            return Ok(Some(slot));
+        }
+        // Nothing usable for the rest of the wait: that is the more useful
+        // thing to report than the wait running out.
+        if attempt
+            .deadline
+            .is_some_and(|deadline| Instant::now() >= deadline)
+        {
+            return Err(Error::NoServer);
+        }
+        attempt.failures += 1;
+        if attempt.failures >= self.pool.len() {
+            return Err(Error::NoServer);
+        }
+        Ok(None)
+    }
+
+    /// Sends one `A` on `slot` asking to wait `wait_ms`; the answer, and
+    /// when it was sent (where the lease starts, for the guard).
+    async fn send_acquire(
+        &self,
+        slot: &Slot,
+        attempt: &AcquireAttempt,
+        wait_ms: u64,
+    ) -> Result<(Answer, Instant)> {
+        let req = Request::Acquire {
+            key: attempt.key.clone(),
+            wait_ms,
+            lease_ms: attempt.lease_ms,
+        };
+        // The node answers T when the wait runs out; the extra time only
+        // covers the trip, so a silent node cannot hold the caller forever.
+        let limit = attempt
+            .deadline
+            .map(|_| Duration::from_millis(wait_ms) + self.pool.request_timeout);
+        let sent = Instant::now();
+        // Closing gives the acquire up: dropping its call makes the
+        // connection release a grant that comes later.
+        tokio::select! {
+            answer = slot.call(req, limit) => Ok((answer, sent)),
+            () = self.life.closing() => Err(Error::Closed),
+        }
+    }
+
+    /// What one attempt's answer means: the guard, an error that ends the
+    /// acquire, or `None` to try again (after a redirect, or on another
+    /// connection when this one broke).
+    async fn settle_acquire(
+        &self,
+        attempt: &mut AcquireAttempt,
+        slot: &Slot,
+        answer: Answer,
+        sent: Instant,
+    ) -> Result<Option<Guard>> {
+        let key = &attempt.key;
+        match answer {
+            Ok(Response::Granted { token, .. }) => self
+                .guard_granted(key.clone(), token, attempt.lease_ms, sent)
+                .map(Some),
+            Ok(Response::TimedOut { .. }) | Err(CallError::Unanswered) => {
+                Err(Error::TimedOut { key: key.clone() })
+            }
+            Ok(Response::Moved { addr, .. }) => {
+                attempt.redirect = self
+                    .follow(addr.as_deref(), &mut attempt.hops, attempt.deadline)
+                    .await;
+                Ok(None)
+            }
+            Ok(Response::Error(reply)) => Err(Error::Rejected {
+                reason: reply.reason,
+            }),
+            Ok(other) => Err(Error::Unexpected(line(&other))),
+            Err(CallError::Broken) => {
+                tracing::debug!(%key, addr = %slot.addr, "connection broke during acquire; failing over");
+                attempt.failures += 1;
+                if attempt.failures >= self.pool.len()
+                    && self.pool.pick(attempt.deadline).await.is_none()
+                {
+                    return Err(Error::NoServer);
+                }
+                Ok(None)
+            }
+        }
+    }
+
+    /// Wraps a grant in its guard, unless `close` started meanwhile.
+    fn guard_granted(&self, key: Key, token: Token, lease_ms: u64, sent: Instant) -> Result<Guard> {
+        let guard = Guard::new(
+            self.clone(),
+            key,
+            token,
+            Duration::from_millis(lease_ms),
+            sent,
+        );
+        // Registered first, checked second: `close` either found this guard
+        // or is seen here. Dropping it then releases the grant in the
+        // background, which `close` waits for.
+        if self.life.is_closing() {
+            drop(guard);
+            return Err(Error::Closed);
+        }
+        Ok(guard)
     }
 
     /// Takes the lock only if it is free now (the shortest wait the

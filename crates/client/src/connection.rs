@@ -5,9 +5,10 @@
 use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
 
-use baton_core::Key;
+use baton_core::{Key, Token};
 use baton_proto::{ClientCodec, Op, Request, Response};
 use futures_util::{SinkExt, StreamExt};
+use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::net::TcpStream;
 use tokio::sync::{mpsc, oneshot, watch};
 use tokio_util::codec::{FramedRead, FramedWrite};
@@ -51,6 +52,11 @@ pub(crate) async fn closed(shutdown: &mut watch::Receiver<bool>) {
     let _ = shutdown.wait_for(|closed| *closed).await;
 }
 
+/// Pairs a request's match key with where its answer goes.
+type Registration = (MatchKey, oneshot::Sender<Response>);
+type Reader = FramedRead<OwnedReadHalf, ClientCodec>;
+type Writer = FramedWrite<OwnedWriteHalf, ClientCodec>;
+
 /// Runs the connection until it breaks, the client goes away or is closed.
 ///
 /// Reading and writing are two futures inside this one task, so a large
@@ -63,94 +69,155 @@ pub(crate) async fn serve(
     background: &Arc<Background>,
 ) -> End {
     let (read_half, write_half) = stream.into_split();
-    let mut reader = FramedRead::new(read_half, ClientCodec::default());
-    let mut writer = FramedWrite::new(write_half, ClientCodec::default());
+    let reader = FramedRead::new(read_half, ClientCodec::default());
+    let writer = FramedWrite::new(write_half, ClientCodec::default());
     // The writer registers a request before writing it, so its registration
     // is always queued before the node can possibly answer it.
-    let (register_tx, mut register_rx) =
-        mpsc::unbounded_channel::<(MatchKey, oneshot::Sender<Response>)>();
+    let (register_tx, register_rx) = mpsc::unbounded_channel::<Registration>();
     // Grants nobody waits for any more go back to the node at once, so the
     // lock is not held by nobody until its lease runs out. Their answers are
     // awaited in the background, so that `close` can wait for them.
-    let (orphan_tx, mut orphan_rx) = mpsc::unbounded_channel::<Call>();
+    let (orphan_tx, orphan_rx) = mpsc::unbounded_channel::<Call>();
 
-    let write = async {
-        loop {
-            let first = tokio::select! {
-                biased;
-                Some(orphan) = orphan_rx.recv() => orphan,
-                call = calls.recv() => match call {
-                    Some(call) => call,
-                    None => return End::ClientGone,
-                },
-            };
-            let mut next = Some(first);
-            let mut written = 0;
-            while let Some(call) = next.take() {
-                let key = match_key(call.req.op(), call.req.key().map(Key::as_bytes));
-                if register_tx.send((key, call.reply)).is_err() {
-                    return End::Broken;
-                }
-                if let Err(err) = SinkExt::<Request>::feed(&mut writer, call.req).await {
-                    tracing::debug!(%err, "write failed");
-                    return End::Broken;
-                }
-                written += 1;
-                if written < WRITE_BATCH {
-                    next = calls.try_recv().ok();
-                }
-            }
-            if let Err(err) = SinkExt::<Request>::flush(&mut writer).await {
-                tracing::debug!(%err, "flush failed");
-                return End::Broken;
-            }
-        }
-    };
-
-    let read = async {
-        let mut pending: HashMap<MatchKey, VecDeque<oneshot::Sender<Response>>> = HashMap::new();
-        loop {
-            let response = match reader.next().await {
-                Some(Ok(response)) => response,
-                Some(Err(err)) => {
-                    tracing::warn!(%err, "bad response line; dropping the connection");
-                    return End::Broken;
-                }
-                None => return End::Broken,
-            };
-            while let Ok((key, reply)) = register_rx.try_recv() {
-                pending.entry(key).or_default().push_back(reply);
-            }
-            let Some(op) = response.op() else {
-                tracing::warn!("response without an op; ignored");
-                continue;
-            };
-            let key = match_key(op, response.key());
-            let Some(queue) = pending.get_mut(&key) else {
-                tracing::warn!(?op, "response matches no pending request; ignored");
-                continue;
-            };
-            let reply = queue.pop_front();
-            if queue.is_empty() {
-                pending.remove(&key);
-            }
-            let Some(reply) = reply else { continue };
-            if let Err(Response::Granted { key, token }) = reply.send(response) {
-                let (reply, answer) = oneshot::channel();
-                let req = Request::Release { key, token };
-                if orphan_tx.send(Call { req, reply }).is_ok() {
-                    background.spawn(async move {
-                        // Dropped unanswered when the connection breaks.
-                        let _ = tokio::time::timeout(ORPHAN_RELEASE_WAIT, answer).await;
-                    });
-                }
-            }
-        }
-    };
-
+    let write = write_calls(writer, calls, orphan_rx, register_tx);
+    let read = read_answers(reader, register_rx, orphan_tx, background);
     tokio::select! {
         end = write => end,
         end = read => end,
         () = closed(shutdown) => End::ClientGone,
+    }
+}
+
+/// The writing half: writes calls (releases of orphaned grants first) in
+/// batches, registering each before it is written.
+async fn write_calls(
+    mut writer: Writer,
+    calls: &mut mpsc::UnboundedReceiver<Call>,
+    mut orphans: mpsc::UnboundedReceiver<Call>,
+    register: mpsc::UnboundedSender<Registration>,
+) -> End {
+    loop {
+        let first = tokio::select! {
+            biased;
+            Some(orphan) = orphans.recv() => orphan,
+            call = calls.recv() => match call {
+                Some(call) => call,
+                None => return End::ClientGone,
+            },
+        };
+        if let Err(end) = write_batch(&mut writer, first, calls, &register).await {
+            return end;
+        }
+    }
+}
+
+/// Writes `first` and whatever calls are already queued behind it, up to
+/// [`WRITE_BATCH`], then flushes.
+async fn write_batch(
+    writer: &mut Writer,
+    first: Call,
+    calls: &mut mpsc::UnboundedReceiver<Call>,
+    register: &mpsc::UnboundedSender<Registration>,
+) -> Result<(), End> {
+    let mut next = Some(first);
+    let mut written = 0;
+    while let Some(call) = next.take() {
+        let key = match_key(call.req.op(), call.req.key().map(Key::as_bytes));
+        if register.send((key, call.reply)).is_err() {
+            return Err(End::Broken);
+        }
+        if let Err(err) = SinkExt::<Request>::feed(writer, call.req).await {
+            tracing::debug!(%err, "write failed");
+            return Err(End::Broken);
+        }
+        written += 1;
+        if written < WRITE_BATCH {
+            next = calls.try_recv().ok();
+        }
+    }
+    if let Err(err) = SinkExt::<Request>::flush(writer).await {
+        tracing::debug!(%err, "flush failed");
+        return Err(End::Broken);
+    }
+    Ok(())
+}
+
+/// The reading half: hands each response to the oldest request it matches,
+/// and sends a grant whose caller is gone back to the node.
+async fn read_answers(
+    mut reader: Reader,
+    mut registrations: mpsc::UnboundedReceiver<Registration>,
+    orphans: mpsc::UnboundedSender<Call>,
+    background: &Background,
+) -> End {
+    let mut pending = Pending::default();
+    loop {
+        let response = match reader.next().await {
+            Some(Ok(response)) => response,
+            Some(Err(err)) => {
+                tracing::warn!(%err, "bad response line; dropping the connection");
+                return End::Broken;
+            }
+            None => return End::Broken,
+        };
+        pending.take_registrations(&mut registrations);
+        let Some(reply) = pending.reply_for(&response) else {
+            continue;
+        };
+        if let Err(Response::Granted { key, token }) = reply.send(response) {
+            release_orphan(key, token, &orphans, background);
+        }
+    }
+}
+
+/// The requests written and not answered yet, by match key, oldest first.
+#[derive(Default)]
+struct Pending {
+    queues: HashMap<MatchKey, VecDeque<oneshot::Sender<Response>>>,
+}
+
+impl Pending {
+    /// Moves in what the writer registered so far.
+    fn take_registrations(&mut self, registrations: &mut mpsc::UnboundedReceiver<Registration>) {
+        while let Ok((key, reply)) = registrations.try_recv() {
+            self.queues.entry(key).or_default().push_back(reply);
+        }
+    }
+
+    /// Takes out where `response` goes: the oldest request it matches.
+    /// `None` (with a warning) when it matches none.
+    fn reply_for(&mut self, response: &Response) -> Option<oneshot::Sender<Response>> {
+        let Some(op) = response.op() else {
+            tracing::warn!("response without an op; ignored");
+            return None;
+        };
+        let key = match_key(op, response.key());
+        let Some(queue) = self.queues.get_mut(&key) else {
+            tracing::warn!(?op, "response matches no pending request; ignored");
+            return None;
+        };
+        let reply = queue.pop_front();
+        if queue.is_empty() {
+            self.queues.remove(&key);
+        }
+        reply
+    }
+}
+
+/// Queues the release of a grant nobody waits for any more, and waits for
+/// its answer in the background (for `close`).
+fn release_orphan(
+    key: Key,
+    token: Token,
+    orphans: &mpsc::UnboundedSender<Call>,
+    background: &Background,
+) {
+    let (reply, answer) = oneshot::channel();
+    let req = Request::Release { key, token };
+    if orphans.send(Call { req, reply }).is_ok() {
+        background.spawn(async move {
+            // Dropped unanswered when the connection breaks.
+            let _ = tokio::time::timeout(ORPHAN_RELEASE_WAIT, answer).await;
+        });
     }
 }

@@ -208,6 +208,68 @@ impl Writer {
     }
 }
 
+/// Replays segment `seq` of `dir` into `mem`, cutting its torn tail if it
+/// is the `newest`; the segment, now closed, with its highest entry index.
+fn replay_segment(dir: &Path, seq: u64, newest: bool, mem: &mut Mem) -> io::Result<Closed> {
+    let path = segment::path(dir, seq);
+    let bytes = fs::read(&path).map_err(|e| at(&path, e))?;
+    let scan = segment::scan(&bytes);
+    // Checked before anything is replayed or cut.
+    check_tail(&path, &scan, newest)?;
+    let max_index = replay_records(&path, &scan.records, mem)?;
+    if scan.tail == Tail::Torn {
+        tracing::warn!(
+            segment = %path.display(),
+            at = scan.good_len,
+            cut = bytes.len() - scan.good_len,
+            "cutting a torn log tail"
+        );
+        segment::cut(dir, seq, scan.good_len).map_err(|e| at(&path, e))?;
+    }
+    Ok(Closed { seq, max_index })
+}
+
+/// Refuses a segment whose bad tail cannot be a torn write: one with intact
+/// records after it, or one in a segment older than the `newest`.
+fn check_tail(path: &Path, scan: &segment::Scan<'_>, newest: bool) -> io::Result<()> {
+    match scan.tail {
+        Tail::Clean => Ok(()),
+        Tail::Corrupt => Err(corrupt(
+            path,
+            scan.good_len,
+            "a damaged record with intact records after it, so not a torn write",
+        )),
+        Tail::Torn if !newest => Err(corrupt(
+            path,
+            scan.good_len,
+            "a damaged record in a segment older than the newest, so not a torn write",
+        )),
+        Tail::Torn => Ok(()),
+    }
+}
+
+/// Decodes and replays one segment's records into `mem`; the highest entry
+/// index among them. A record that does not decode is corruption.
+fn replay_records(path: &Path, records: &[&[u8]], mem: &mut Mem) -> io::Result<Option<u64>> {
+    let mut max_index = None;
+    let mut offset = 0;
+    for payload in records {
+        let record: Record = postcard::from_bytes(payload).map_err(|e| {
+            corrupt(
+                path,
+                offset,
+                &format!("a record that does not decode ({e})"),
+            )
+        })?;
+        offset += segment::HEADER + payload.len();
+        if let Record::Entry(entry) = &record {
+            max_index = max_index.max(Some(entry.log_id.index));
+        }
+        mem.replay(record);
+    }
+    Ok(max_index)
+}
+
 /// The node's Raft log store.
 #[derive(Debug)]
 pub struct LogStore {
@@ -232,54 +294,8 @@ impl LogStore {
         let mut mem = Mem::default();
         let mut closed = Vec::with_capacity(seqs.len());
         for (i, &seq) in seqs.iter().enumerate() {
-            let path = segment::path(dir, seq);
-            let bytes = fs::read(&path).map_err(|e| at(&path, e))?;
-            let scan = segment::scan(&bytes);
-            // Checked before anything is replayed or cut.
-            match scan.tail {
-                Tail::Clean => {}
-                Tail::Corrupt => {
-                    return Err(corrupt(
-                        &path,
-                        scan.good_len,
-                        "a damaged record with intact records after it, so not a torn write",
-                    ));
-                }
-                Tail::Torn if i + 1 != seqs.len() => {
-                    return Err(corrupt(
-                        &path,
-                        scan.good_len,
-                        "a damaged record in a segment older than the newest, so not a torn write",
-                    ));
-                }
-                Tail::Torn => {}
-            }
-            let mut max_index = None;
-            let mut offset = 0;
-            for payload in &scan.records {
-                let record: Record = postcard::from_bytes(payload).map_err(|e| {
-                    corrupt(
-                        &path,
-                        offset,
-                        &format!("a record that does not decode ({e})"),
-                    )
-                })?;
-                offset += segment::HEADER + payload.len();
-                if let Record::Entry(entry) = &record {
-                    max_index = max_index.max(Some(entry.log_id.index));
-                }
-                mem.replay(record);
-            }
-            if scan.tail == Tail::Torn {
-                tracing::warn!(
-                    segment = %path.display(),
-                    at = scan.good_len,
-                    cut = bytes.len() - scan.good_len,
-                    "cutting a torn log tail"
-                );
-                segment::cut(dir, seq, scan.good_len).map_err(|e| at(&path, e))?;
-            }
-            closed.push(Closed { seq, max_index });
+            let newest = i + 1 == seqs.len();
+            closed.push(replay_segment(dir, seq, newest, &mut mem)?);
         }
         // Appending to a fresh segment leaves the replayed ones untouched.
         let seq = seqs.last().map_or(1, |s| s + 1);
