@@ -160,7 +160,12 @@ impl PriorityLockNode {
             let now_view = RoleView {
                 role: engine.role(),
                 handed_off_to: engine.handed_off_to(),
-                successor: engine.successor(now).filter(|_| stopping),
+                // Only a stop waits on these two; worked out only then.
+                successor: if stopping {
+                    engine.successor(now)
+                } else {
+                    None
+                },
                 live_peer: stopping && engine.has_live_peer(now),
             };
             let changed = *view != now_view;
