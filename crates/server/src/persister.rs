@@ -32,8 +32,10 @@ pub struct Persister<N, S> {
     file: StateFile<S>,
     locks: Arc<SharedLocks<N>>,
     take: TakeState<N, S>,
-    written: tokio::sync::Mutex<u64>,
-    failure: watch::Sender<Option<Arc<StateFileError>>>,
+    /// The version on disk. A write holds it until its file is renamed
+    /// into place, even when the caller stopped waiting.
+    written: Arc<tokio::sync::Mutex<u64>>,
+    failure: Arc<watch::Sender<Option<Arc<StateFileError>>>>,
 }
 
 impl<N, S> std::fmt::Debug for Persister<N, S> {
@@ -62,8 +64,8 @@ where
             file,
             locks,
             take,
-            written: tokio::sync::Mutex::new(written),
-            failure: watch::channel(None).0,
+            written: Arc::new(tokio::sync::Mutex::new(written)),
+            failure: Arc::new(watch::channel(None).0),
         })
     }
 
@@ -100,7 +102,7 @@ where
         if let Some(error) = self.failure.borrow().clone() {
             return Err(error);
         }
-        let mut written = self.written.lock().await;
+        let mut written = self.written.clone().lock_owned().await;
         let known = *written;
         let take = self.take;
         let began = tokio::time::Instant::now();
@@ -110,24 +112,28 @@ where
             return Ok(copying);
         };
         let file = self.file.clone();
-        let stored = match tokio::task::spawn_blocking(move || file.store(&state)).await {
-            Ok(stored) => stored,
-            Err(error) => Err(StateFileError::Write {
-                path: self.file.path().to_path_buf(),
-                source: std::io::Error::other(format!("the writer task failed: {error}")),
-            }),
-        };
-        match stored {
-            Ok(()) => {
+        let failure = self.failure.clone();
+        // The blocking write owns the version's lock and reports its own
+        // failure: a stopping node drops the periodic writer at this await,
+        // and its final write must wait for this one, not race it for the
+        // temporary file (nor be overwritten by an older state after it).
+        let stored = tokio::task::spawn_blocking(move || {
+            let stored = file.store(&state).map_err(|error| fail(&failure, error));
+            if stored.is_ok() {
                 *written = version;
-                Ok(copying)
             }
-            Err(error) => {
-                tracing::error!(%error, "cannot save the node's state; stopping");
-                let error = Arc::new(error);
-                self.failure.send_replace(Some(error.clone()));
-                Err(error)
-            }
+            stored
+        })
+        .await;
+        match stored {
+            Ok(stored) => stored.map(|()| copying),
+            Err(error) => Err(fail(
+                &self.failure,
+                StateFileError::Write {
+                    path: self.file.path().to_path_buf(),
+                    source: std::io::Error::other(format!("the writer task failed: {error}")),
+                },
+            )),
         }
     }
 
@@ -144,4 +150,21 @@ where
             }
         }
     }
+}
+
+/// Records the first failed write, which stops the node.
+fn fail(
+    failure: &watch::Sender<Option<Arc<StateFileError>>>,
+    error: StateFileError,
+) -> Arc<StateFileError> {
+    tracing::error!(%error, "cannot save the node's state; stopping");
+    let error = Arc::new(error);
+    failure.send_if_modified(|first| {
+        if first.is_some() {
+            return false;
+        }
+        *first = Some(error.clone());
+        true
+    });
+    error
 }

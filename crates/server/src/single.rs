@@ -371,4 +371,43 @@ mod tests {
             "a stopping node writes no more"
         );
     }
+
+    /// A stopping node drops its periodic writer wherever it waits, also
+    /// in the middle of a write; the final write that follows must neither
+    /// fail on the temporary file nor be overwritten by the older state.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_write_dropped_midway_does_not_race_the_next_one() {
+        let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+        let config = ServerConfig {
+            listen: ([127, 0, 0, 1], 0).into(),
+            ..ServerConfig::default()
+        };
+        let running = start_single(config, Some(dir.path()))
+            .await
+            .unwrap_or_else(|e| panic!("{e}"));
+        let persister = running
+            .persister
+            .unwrap_or_else(|| panic!("a data dir has a writer"));
+        let file = StateFile::<SingleState>::open(dir.path(), STATE_FILE)
+            .unwrap_or_else(|e| panic!("{e}"));
+        for round in 0..50 {
+            let locks = running.server.locks();
+            let _ =
+                locks.with(|node, now, events| grant_with(node, &format!("a{round}"), now, events));
+            // Polled once: the write is under way when it is dropped.
+            let dropped =
+                tokio::time::timeout(std::time::Duration::ZERO, persister.write_if_changed()).await;
+            assert!(!matches!(dropped, Ok(Err(_))), "round {round}: {dropped:?}");
+            let newest =
+                locks.with(|node, now, events| grant_with(node, &format!("b{round}"), now, events));
+            if let Err(error) = persister.write_if_changed().await {
+                panic!("round {round}: {error}");
+            }
+            let saved = file
+                .load()
+                .unwrap_or_else(|e| panic!("{e}"))
+                .unwrap_or_else(|| panic!("no state"));
+            assert_eq!(saved.table.last_token, newest, "round {round}");
+        }
+    }
 }
