@@ -28,7 +28,8 @@
 //! seeded, so a seed replays the faults and the clients, not every timing.
 //! A failure prints `RAFT_SIM_SEED=<seed>`, which runs that seed alone;
 //! `RAFT_SIM_RUNS=<n>` runs seeds 1..=n (a soak: `RAFT_SIM_RUNS=500 cargo
-//! test --release -p baton-cluster --test raft_sim`).
+//! test --release -p baton-cluster --test raft_sim`); `RAFT_SIM_LOG=<filter>`
+//! prints the nodes' logs.
 
 mod raft_sim {
     pub mod history;
@@ -372,8 +373,20 @@ fn run_all(seeds: &[u64]) -> Vec<(u64, Result<Run, String>)> {
     results
 }
 
+/// `RAFT_SIM_LOG=<filter>` (e.g. `baton_cluster=debug`) prints the
+/// nodes' logs, to read with a replayed seed.
+fn log_if_asked() {
+    if let Ok(filter) = std::env::var("RAFT_SIM_LOG") {
+        let _ = tracing_subscriber::fmt()
+            .with_env_filter(tracing_subscriber::EnvFilter::new(filter))
+            .without_time()
+            .try_init();
+    }
+}
+
 #[test]
 fn raft_keeps_locks_exclusive_under_partitions_and_crashes() {
+    log_if_asked();
     let seeds = seeds();
     let mut failures = Vec::new();
     let mut total = Run::default();

@@ -28,6 +28,13 @@ pub use leadership::ORPHAN_WAIT_MS;
 /// Most commands one log entry carries; more wait for the next entry.
 pub const MAX_BATCH: usize = 1024;
 
+/// How long a leader waits before it proposes expiries again after the
+/// log refused one. openraft refuses at once while it hands the lead over
+/// (or its lease ran out) yet still reports itself leader: retried at
+/// every tick, the expiries would keep the node busy doing nothing until
+/// the role changes.
+pub const EXPIRY_RETRY_MS: Millis = 50;
+
 /// The engine's event: the core's, shared by every engine (the old name).
 pub type EngineEvent<H> = Event<H>;
 
@@ -68,6 +75,8 @@ struct Leading<H> {
     rules: LockRules<H>,
     /// Expiries proposed and not yet applied.
     expiring: HashSet<(Key, Token)>,
+    /// No expiry is proposed before this (the log refused one).
+    expiries_resume_at: Millis,
     outbox: Vec<Tagged>,
 }
 
@@ -78,6 +87,7 @@ impl<H> Leading<H> {
             first_tag,
             rules: LockRules::new(),
             expiring: HashSet::new(),
+            expiries_resume_at: 0,
             outbox: Vec::new(),
         }
     }
@@ -430,6 +440,9 @@ impl<H> RaftEngine<H> {
         let Some(leading) = self.leading().filter(|_| self.serving()) else {
             return Vec::new();
         };
+        if now.is_some_and(|now| now < leading.expiries_resume_at) {
+            return Vec::new();
+        }
         let due = self.table.due_expiries(now.unwrap_or(Millis::MAX));
         let wanted = due.filter(|(key, token)| {
             !leading.expiring.contains(&((*key).clone(), *token))
@@ -448,7 +461,10 @@ impl<H> RaftEngine<H> {
             .expiries_to_propose(None)
             .first()
             .and_then(|(key, _)| self.table.holder(key))
-            .map(|holder| holder.expires_at);
+            .map(|holder| {
+                let resume = self.leading().map_or(0, |l| l.expiries_resume_at);
+                holder.expires_at.max(resume)
+            });
         let ours = match self.leading() {
             Some(leading) => leading.rules.next_deadline(lease),
             None => lease,

@@ -170,11 +170,7 @@ impl StuckWatch {
                 .seen
                 .entry(progress.node)
                 .or_insert((progress.matched, now));
-            let alive = metrics
-                .heartbeat
-                .as_ref()
-                .and_then(|h| h.get(&progress.node).copied().flatten())
-                .is_some_and(|acked| now.saturating_duration_since(*acked) < self.stuck_after);
+            let alive = answers(metrics, progress.node, now, self.stuck_after);
             // The clock runs only while the follower answers: one that
             // comes back from a pause or a partition lags by everything it
             // missed, and gets a whole period to catch up before it counts
@@ -190,6 +186,16 @@ impl StuckWatch {
         }
         found
     }
+}
+
+/// Whether the leader heard `node` acknowledge a heartbeat within
+/// `within` of `now`.
+pub fn answers(metrics: &Metrics, node: NodeId, now: TokioInstant, within: Duration) -> bool {
+    metrics
+        .heartbeat
+        .as_ref()
+        .and_then(|h| h.get(&node).copied().flatten())
+        .is_some_and(|acked| now.saturating_duration_since(*acked) < within)
 }
 
 /// One follower's replication as the leader sees it.

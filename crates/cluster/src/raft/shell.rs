@@ -458,12 +458,16 @@ pub fn unstick_replication<H: TableHost>(
             }
             let (stuck, to) = {
                 let m = metrics.borrow_watched();
-                let stuck = watch.stuck(&m, openraft::Instant::now());
-                // The most up-to-date other follower takes over.
+                let now = openraft::Instant::now();
+                let stuck = watch.stuck(&m, now);
+                // The most up-to-date other follower that answers takes
+                // over: a leader handing over sends no heartbeats, so a
+                // target that cannot hear it costs an election timeout.
                 let to = stuck.as_ref().and_then(|stuck| {
                     observe::replication(&m)
                         .into_iter()
                         .filter(|p| p.node != stuck.node && p.node != me)
+                        .filter(|p| observe::answers(&m, p.node, now, stuck_after))
                         .min_by_key(|p| p.lag)
                         .map(|p| p.node)
                 });

@@ -7,7 +7,7 @@
 
 use baton_core::{Change, Event, Key, Millis, NotServing};
 
-use super::{Leading, Pending, RaftEngine, RaftRole, Standing};
+use super::{Leading, Pending, RaftEngine, RaftRole, Standing, EXPIRY_RETRY_MS};
 use crate::raft::types::NodeId;
 
 /// How long requests of an ended leadership wait for their entry to be
@@ -49,6 +49,10 @@ impl<H> RaftEngine<H> {
                 (Pending::Grant(waiter), Standing::Leader(leading)) if current => {
                     leading.rules.grant_dropped(&waiter.key);
                     Some(waiter.key.clone())
+                }
+                (Pending::Expire { .. }, Standing::Leader(leading)) => {
+                    leading.expiries_resume_at = now.saturating_add(EXPIRY_RETRY_MS);
+                    None
                 }
                 _ => None,
             };

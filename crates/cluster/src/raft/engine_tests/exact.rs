@@ -274,3 +274,34 @@ fn a_grant_refused_behind_an_old_grant_of_the_same_term_waits_again() {
     assert_eq!(released, Ok(None));
     assert_eq!(p.proposed(), [release("a", 1), grant("a", 600)]);
 }
+
+/// openraft refuses proposals at once while it hands the lead over, yet
+/// reports itself leader: a refused expiry waits before it is proposed
+/// again, and the timer is told when, so the node does not spin on it.
+#[test]
+fn a_refused_expiry_is_proposed_again_only_after_a_pause() {
+    use crate::raft::engine::EXPIRY_RETRY_MS;
+    let mut p = Pair::new();
+    let _ = p
+        .leader
+        .handle_acquire(key("a"), 0, 50, 0, "c1", &mut p.events);
+    p.commit_proposals(0);
+    p.told();
+    let expire = Command::Expire {
+        key: key("a"),
+        token: 1,
+    };
+    p.leader.handle_tick(50, &mut p.events);
+    let (_, tags) = p.leader.poll_proposal().expect("the expiry");
+    p.leader
+        .handle_proposal_failed(&tags, Some(2), 50, &mut p.events);
+    assert_eq!(p.told(), []);
+    assert_eq!(p.leader.next_deadline(), Some(50 + EXPIRY_RETRY_MS));
+    p.leader.handle_tick(50, &mut p.events);
+    p.leader
+        .handle_tick(50 + EXPIRY_RETRY_MS - 1, &mut p.events);
+    assert_eq!(p.proposed(), []);
+    p.leader.handle_tick(50 + EXPIRY_RETRY_MS, &mut p.events);
+    assert_eq!(p.proposed(), [expire]);
+    assert_eq!(p.told(), []);
+}
