@@ -1,8 +1,11 @@
 //! Black-box tests of the node's limits: `--max-connections`,
-//! `--max-pending`, and a thousand connections at once.
+//! `--max-pending`, `--max-locks` and `--max-waiters` (in every mode), and
+//! a thousand connections at once.
 
 use std::time::{Duration, Instant};
 
+use baton_tests::cluster::Cluster;
+use baton_tests::raft::{RaftCluster, SERIAL, SETTLE};
 use baton_tests::{assert_error, grant_token, status_u64, Batond, LineClient};
 
 #[tokio::test]
@@ -130,4 +133,90 @@ async fn a_thousand_concurrent_connections_each_served() {
         }
     }
     assert_eq!(status_u64(&observer.status().await, "locks"), 0);
+}
+
+/// The quota, as PROTOCOL.md words it, on a serving node started with
+/// `--max-locks 3 --max-waiters 2`: a fourth grant and a third waiter are
+/// refused and change nothing; a hand-over at the cap still happens (it
+/// adds no grant), and a freed slot is usable again.
+async fn quota_is_kept(serving: std::net::SocketAddr) {
+    let mut holder = LineClient::connect(serving).await;
+    let mut tokens = Vec::new();
+    for key in ["q1", "q2", "q3"] {
+        tokens.push(grant_token(
+            &holder.request(&format!("A {key} 0 30")).await,
+            key,
+        ));
+    }
+    assert_eq!(holder.request("A q4 0 30").await, "E A q4 too many locks");
+    let mut waiters = LineClient::connect(serving).await;
+    waiters.send("A q1 0 30").await;
+    waiters.send("A q2 0 30").await;
+    waiters.expect_silence(Duration::from_millis(300)).await;
+    assert_eq!(
+        waiters.request("A q3 0 30").await,
+        "E A q3 too many waiters"
+    );
+    let s = holder.status().await;
+    assert_eq!(
+        (status_u64(&s, "locks"), status_u64(&s, "waiters")),
+        (3, 2),
+        "{s:?}"
+    );
+    // The release of q1 hands it to its waiter, though the node is full.
+    assert_eq!(holder.request(&format!("R q1 {}", tokens[0])).await, "R q1");
+    let q1 = grant_token(&waiters.recv().await, "q1");
+    assert!(q1 > tokens[2], "the hand-over has a new token");
+    // One waiter left: there is room for another.
+    waiters.send("A q3 0 30").await;
+    waiters.expect_silence(Duration::from_millis(300)).await;
+    // Freeing q2 and q3 hands them on; releasing those frees two slots.
+    assert_eq!(holder.request(&format!("R q2 {}", tokens[1])).await, "R q2");
+    let q2 = grant_token(&waiters.recv().await, "q2");
+    assert_eq!(holder.request(&format!("R q3 {}", tokens[2])).await, "R q3");
+    let q3 = grant_token(&waiters.recv().await, "q3");
+    assert_eq!(waiters.request(&format!("R q2 {q2}")).await, "R q2");
+    assert_eq!(waiters.request(&format!("R q3 {q3}")).await, "R q3");
+    grant_token(&holder.request("A q4 0 30").await, "q4");
+    let s = holder.status().await;
+    assert_eq!(
+        (status_u64(&s, "locks"), status_u64(&s, "waiters")),
+        (2, 0),
+        "{s:?}"
+    );
+    assert_eq!(waiters.request(&format!("R q1 {q1}")).await, "R q1");
+}
+
+const QUOTA: [&str; 4] = ["--max-locks", "3", "--max-waiters", "2"];
+
+#[tokio::test]
+async fn a_single_node_keeps_its_quota_of_locks_and_waiters() {
+    let node = Batond::start(&QUOTA);
+    quota_is_kept(node.addr()).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_priority_active_keeps_its_quota() {
+    let mut cluster = Cluster::start(2, &QUOTA);
+    let active = cluster.wait_single_active(Duration::from_secs(10)).await;
+    quota_is_kept(cluster.addr(active)).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_raft_leader_keeps_its_quota() {
+    let _serial = SERIAL.lock().await;
+    let mut cluster = RaftCluster::start_with(3, &QUOTA);
+    let (leader, _) = cluster.wait_leader(SETTLE).await;
+    quota_is_kept(cluster.peers[leader]).await;
+}
+
+#[tokio::test]
+async fn quota_flags_are_checked() {
+    let out = std::process::Command::new(baton_tests::batond_bin())
+        .args(["--max-locks", "0"])
+        .output()
+        .unwrap_or_else(|e| panic!("run batond: {e}"));
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("--max-locks"), "{err}");
 }

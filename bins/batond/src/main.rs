@@ -34,6 +34,14 @@ struct Flags {
     /// Queued acquires per connection; more are answered with an error.
     #[arg(long, value_name = "N", default_value_t = 10_000)]
     max_pending: usize,
+    /// Grants held at once, over every client; an acquire of a free key
+    /// past it is answered `E A <key> too many locks`.
+    #[arg(long, value_name = "N", default_value_t = baton_server::Quota::DEFAULT_MAX_LOCKS as u64, value_parser = clap::value_parser!(u64).range(1..))]
+    max_locks: u64,
+    /// Acquires queued at once, over every connection; one more that would
+    /// wait is answered `E A <key> too many waiters`.
+    #[arg(long, value_name = "N", default_value_t = baton_server::Quota::DEFAULT_MAX_WAITERS as u64, value_parser = clap::value_parser!(u64).range(0..))]
+    max_waiters: u64,
     /// How this node runs: alone, or in a priority or Raft cluster with --peers.
     #[arg(long, value_enum, default_value_t = Mode::Single)]
     mode: Mode,
@@ -106,6 +114,10 @@ impl Flags {
             },
             max_connections: self.max_connections,
             max_pending: self.max_pending,
+            quota: baton_server::Quota {
+                max_locks: usize::try_from(self.max_locks).unwrap_or(usize::MAX),
+                max_waiters: usize::try_from(self.max_waiters).unwrap_or(usize::MAX),
+            },
             advertise: self.advertise.clone(),
         };
         match self.mode {

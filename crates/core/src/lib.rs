@@ -11,8 +11,9 @@
 //!   local to the node that serves clients.
 //! - [`LockRules`] are the lock rules, once for every engine: first come,
 //!   first served, a freed key handed to the oldest waiter still in time,
-//!   timeouts before expiries, a grant nobody holds given back. It owns the
-//!   queues and answers in commands over a table its user owns.
+//!   timeouts before expiries, a grant nobody holds given back, and the
+//!   [`Quota`] on grants and waiters. It owns the queues and answers in
+//!   commands over a table its user owns.
 //! - [`LockService`] applies the rules' answers at once on the serving node
 //!   (single node, priority cluster) and journals the table's commands for
 //!   replication; the Raft engine proposes them to its log instead.
@@ -22,6 +23,7 @@
 mod event;
 pub mod invariant;
 mod key;
+mod quota;
 mod rules;
 mod service;
 mod table;
@@ -30,6 +32,7 @@ mod waiters;
 pub use event::{Change, Event, NodeIndex, NotServing};
 pub use invariant::Broken;
 pub use key::{validate as validate_key, Key, KeyError, MAX_KEY_LEN};
+pub use quota::{Quota, Refusal};
 pub use rules::{Handover, LockRules};
 pub use service::{AcquireOutcome, LockService};
 pub use table::{

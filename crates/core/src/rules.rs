@@ -15,6 +15,7 @@
 
 use crate::event::Event;
 use crate::invariant::{ensure, Broken};
+use crate::quota::{Quota, Refusal};
 use crate::table::{Command, LockTable, Outcome};
 use crate::waiters::{WaitQueues, Waiter, WaiterId};
 use crate::{FastSet, Key, Millis, Token};
@@ -34,6 +35,7 @@ pub struct LockRules<H> {
     queues: WaitQueues<H>,
     /// Keys whose hand-over is decided and not yet applied.
     granting: FastSet<Key>,
+    quota: Quota,
 }
 
 impl<H> Default for LockRules<H> {
@@ -41,6 +43,7 @@ impl<H> Default for LockRules<H> {
         LockRules {
             queues: WaitQueues::new(),
             granting: FastSet::default(),
+            quota: Quota::default(),
         }
     }
 }
@@ -48,6 +51,39 @@ impl<H> Default for LockRules<H> {
 impl<H> LockRules<H> {
     pub fn new() -> Self {
         Self::default()
+    }
+
+    /// The caps on grants and waiters from now on. Lowering them below
+    /// what is held or queued refuses new acquires until the state is
+    /// back under them; nothing held or queued is dropped.
+    pub fn set_quota(&mut self, quota: Quota) {
+        self.quota = quota;
+    }
+
+    pub fn quota(&self) -> Quota {
+        self.quota
+    }
+
+    /// Whether an acquire of `key` stays within the quota: one that would
+    /// be granted at once must find room for one more grant (counting
+    /// those decided and not yet applied), one that would wait room for
+    /// one more waiter. Call it before [`LockRules::grant_at_once`] or
+    /// [`LockRules::queue`]; a refused acquire changes nothing.
+    pub fn admit(&self, table: &LockTable, key: &Key) -> Result<(), Refusal> {
+        let at_once = self.is_free(table, key) && !self.queues.has_waiters(key);
+        if at_once {
+            let held = table.len().saturating_add(self.granting.len());
+            return if held < self.quota.max_locks {
+                Ok(())
+            } else {
+                Err(Refusal::TooManyLocks)
+            };
+        }
+        if self.queues.len() < self.quota.max_waiters {
+            Ok(())
+        } else {
+            Err(Refusal::TooManyWaiters)
+        }
     }
 
     /// Whether a grant of `key` could be decided now: not held, no grant

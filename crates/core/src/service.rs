@@ -8,6 +8,7 @@
 
 use crate::event::Event;
 use crate::invariant::{debug_check, Broken};
+use crate::quota::{Quota, Refusal};
 use crate::rules::LockRules;
 use crate::table::{Command, LockTable, Outcome};
 use crate::waiters::{Waiter, WaiterId};
@@ -23,6 +24,8 @@ pub enum AcquireOutcome {
     Queued {
         id: WaiterId,
     },
+    /// Past the [`Quota`]: nothing was granted or queued.
+    Refused(Refusal),
 }
 
 /// Table and queues of the serving node. `H` is an opaque handle the caller
@@ -77,6 +80,7 @@ impl<H> LockService<H> {
     /// wait_ms == 0 means wait without limit; else deadline = now + wait_ms.
     /// Key free AND no live waiters on it -> Grant applied now -> Granted.
     /// Otherwise queued (FIFO: a new acquire never overtakes queued waiters).
+    /// Past the quota, refused with nothing changed.
     /// The handle is dropped when granted at once.
     pub fn acquire(
         &mut self,
@@ -86,6 +90,9 @@ impl<H> LockService<H> {
         now: Millis,
         handle: H,
     ) -> AcquireOutcome {
+        if let Err(refusal) = self.rules.admit(&self.table, &key) {
+            return AcquireOutcome::Refused(refusal);
+        }
         if let Some(grant) = self.rules.grant_at_once(&self.table, &key, lease_ms) {
             if let Outcome::Granted { token } = self.apply(grant, now) {
                 self.debug_validate();
@@ -187,6 +194,11 @@ impl<H> LockService<H> {
     pub fn next_deadline(&self) -> Option<Millis> {
         let lease = self.table.next_expiry().map(|(at, _, _)| at);
         self.rules.next_deadline(lease)
+    }
+
+    /// The caps on grants and waiters (see [`LockRules::set_quota`]).
+    pub fn set_quota(&mut self, quota: Quota) {
+        self.rules.set_quota(quota);
     }
 
     pub fn table(&self) -> &LockTable {

@@ -17,8 +17,8 @@ mod model;
 use std::collections::HashMap;
 
 use baton_core::{
-    AcquireOutcome, Command, Event, Holder, Key, LockService, LockTable, Millis, Outcome,
-    TableSnapshot, Token, WaiterId,
+    AcquireOutcome, Command, Event, Holder, Key, LockService, LockTable, Millis, Outcome, Quota,
+    Refusal, TableSnapshot, Token, WaiterId,
 };
 use model::{MAcquire, MEvent, Model, K};
 use proptest::prelude::*;
@@ -113,11 +113,23 @@ struct Harness {
 
 impl Harness {
     fn new() -> Self {
+        Harness::with_quota(Quota {
+            max_locks: usize::MAX,
+            max_waiters: usize::MAX,
+        })
+    }
+
+    fn with_quota(quota: Quota) -> Self {
         let mut svc = LockService::new();
         svc.enable_journal();
+        svc.set_quota(quota);
         Harness {
             svc,
-            model: Model::default(),
+            model: Model {
+                max_locks: quota.max_locks,
+                max_waiters: quota.max_waiters,
+                ..Model::default()
+            },
             keys: (0..KEYS)
                 .map(|i| Key::try_from(format!("key-{i}").as_str()).unwrap())
                 .collect(),
@@ -166,6 +178,11 @@ impl Harness {
                         prop_assert_eq!(token, t);
                         self.record_grant(token)?;
                     }
+                    (AcquireOutcome::Refused(Refusal::TooManyLocks), MAcquire::TooManyLocks)
+                    | (
+                        AcquireOutcome::Refused(Refusal::TooManyWaiters),
+                        MAcquire::TooManyWaiters,
+                    ) => {}
                     (AcquireOutcome::Queued { id }, MAcquire::Queued) => {
                         if let Some(&(last, _, _)) = self.waiters.last() {
                             prop_assert!(id > last, "waiter id {} after {}", id, last);
@@ -391,6 +408,21 @@ proptest! {
         ops in proptest::collection::vec(op(), 1..150)
     ) {
         let mut h = Harness::new();
+        for op in &ops {
+            h.step(op)?;
+        }
+        h.finish()?;
+    }
+
+    /// Under a small quota, a refused acquire changes nothing and the rest
+    /// goes on as the model says (a hand-over at the cap adds no grant).
+    #[test]
+    fn service_matches_the_model_under_a_quota(
+        max_locks in 0usize..4,
+        max_waiters in 0usize..4,
+        ops in proptest::collection::vec(op(), 1..150)
+    ) {
+        let mut h = Harness::with_quota(Quota { max_locks, max_waiters });
         for op in &ops {
             h.step(op)?;
         }

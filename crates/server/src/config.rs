@@ -2,6 +2,7 @@
 
 use std::net::SocketAddr;
 
+use baton_core::Quota;
 use baton_proto::Limits;
 
 /// Settings of a single node. The defaults are the protocol's defaults.
@@ -15,6 +16,10 @@ pub struct ServerConfig {
     pub max_connections: usize,
     /// Acquires queued at once per connection; one more is answered `E`.
     pub max_pending: usize,
+    /// Grants held and acquires queued at once over every connection;
+    /// past them an acquire is answered `E A <key> too many locks` or
+    /// `too many waiters`.
+    pub quota: Quota,
     /// The address the node is known by (`self=` in `S`, the cluster's peer
     /// list) when it differs from the bound one, e.g. when bound to 0.0.0.0.
     pub advertise: Option<String>,
@@ -27,6 +32,7 @@ impl Default for ServerConfig {
             limits: Limits::default(),
             max_connections: 10_000,
             max_pending: 10_000,
+            quota: Quota::default(),
             advertise: None,
         }
     }

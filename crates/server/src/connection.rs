@@ -330,6 +330,13 @@ impl<N: LockNode, S: ServerStream> Connection<N, S> {
             Served::Done(AcquireOutcome::Queued { id }) => {
                 self.waiting.insert(id);
             }
+            Served::Done(AcquireOutcome::Refused(refusal)) => {
+                self.answer(&Response::Error(ErrorReply {
+                    op: Some(Op::Acquire),
+                    key: Some(key.as_bytes().to_vec()),
+                    reason: refusal.reason().to_string(),
+                }));
+            }
             Served::Redirect(addr) => self.answer(&Response::Moved {
                 op: Op::Acquire,
                 key,

@@ -27,6 +27,7 @@ mod timer;
 pub mod token_floor;
 
 pub use accept::{Accept, ServerStream};
+pub use baton_core::Quota;
 pub use clock::Clock;
 pub use config::ServerConfig;
 pub use data_dir::{DataDir, DataDirError, LOCK_FILE};

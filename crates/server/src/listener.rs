@@ -163,6 +163,8 @@ impl<N: LockNode, L: Accept> Server<N, L> {
         tasks: Tasks,
     ) -> Result<Server<N, L>, ServerError> {
         let local = listener.local_addr().map_err(ServerError::Unbound)?;
+        let quota = config.quota;
+        locks.with(|node, _, _| node.set_quota(quota));
         let self_addr = config
             .advertise
             .clone()

@@ -15,6 +15,8 @@
 //!   still queued;
 //! - [`LockNode::release`] with no mailbox, for a grant whose connection
 //!   was gone before it could be written (a ghost grant);
+//! - [`LockNode::set_quota`], once, from the server as it starts, with
+//!   the configured caps on grants and waiters;
 //! - [`LockNode::tick`], from the node's one timer, at (or after) the
 //!   instant [`LockNode::next_deadline`] named;
 //! - a cluster shell's input (a peer's message, a change of role, a
@@ -31,7 +33,8 @@
 //! both true of its state after every call.
 
 use baton_core::{
-    AcquireOutcome, Change, Event, Key, Millis, NodeIndex, NotServing, Outcome, Token, WaiterId,
+    AcquireOutcome, Change, Event, Key, Millis, NodeIndex, NotServing, Outcome, Quota, Token,
+    WaiterId,
 };
 use baton_proto::{Mode, Op, Response, Role};
 
@@ -198,6 +201,9 @@ pub trait LockNode: Send + 'static {
     /// When `tick` next has something to do.
     fn next_deadline(&self) -> Option<Millis>;
     fn status(&self) -> NodeStatus;
+    /// The caps on grants held and acquires queued (`--max-locks`,
+    /// `--max-waiters`); an acquire past them is refused.
+    fn set_quota(&mut self, quota: Quota);
     /// Whether the node has something for its peers (a cluster shell
     /// waits for this to send replication and heartbeats).
     fn has_output(&self) -> bool {

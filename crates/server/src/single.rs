@@ -16,8 +16,8 @@ use std::path::Path;
 use std::sync::Arc;
 
 use baton_core::{
-    AcquireOutcome, Event, Key, LockService, LockTable, Millis, Outcome, TableSnapshot, Token,
-    WaiterId,
+    AcquireOutcome, Event, Key, LockService, LockTable, Millis, Outcome, Quota, TableSnapshot,
+    Token, WaiterId,
 };
 use baton_proto::{Mode, Role};
 use serde::{Deserialize, Serialize};
@@ -150,6 +150,10 @@ impl LockNode for SingleNode {
 
     fn next_deadline(&self) -> Option<Millis> {
         self.service.next_deadline()
+    }
+
+    fn set_quota(&mut self, quota: Quota) {
+        self.service.set_quota(quota);
     }
 
     fn status(&self) -> NodeStatus {

@@ -57,7 +57,7 @@ mod validate;
 
 use std::collections::VecDeque;
 
-use baton_core::{Event, LockService, LockTable, Millis, TableSnapshot, Token};
+use baton_core::{Event, LockService, LockTable, Millis, Quota, TableSnapshot, Token};
 
 use super::messages::{Heartbeat, NodeIndex, PeerRole, PriorityMessage, Term, MAX_MESSAGE_BYTES};
 use super::token_floor::TokenBlocks;
@@ -217,6 +217,11 @@ impl<H> PriorityNode<H> {
     /// one item, even one larger than this.
     pub fn set_message_limit(&mut self, bytes: usize) {
         self.message_limit = bytes.min(MAX_MESSAGE_BYTES);
+    }
+
+    /// The caps on grants and waiters while this node is active.
+    pub fn set_quota(&mut self, quota: Quota) {
+        self.service.set_quota(quota);
     }
 
     pub fn config(&self) -> &PriorityConfig {

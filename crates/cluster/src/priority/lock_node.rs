@@ -27,7 +27,7 @@
 //! `recover` happens on the engine before it is wrapped here. Nothing else
 //! reaches the engine: there is no mutable access to it from outside.
 
-use baton_core::{AcquireOutcome, Key, Millis, NotServing, Outcome, Token, WaiterId};
+use baton_core::{AcquireOutcome, Key, Millis, NotServing, Outcome, Quota, Token, WaiterId};
 use baton_proto::{Mode, Role};
 use baton_server::{LockNode, Mailbox, NodeEvent, NodeStatus, Served};
 use tokio::sync::watch;
@@ -240,6 +240,10 @@ impl LockNode for PriorityLockNode {
 
     fn next_deadline(&self) -> Option<Millis> {
         Some(self.engine.poll_timeout())
+    }
+
+    fn set_quota(&mut self, quota: Quota) {
+        self.engine.set_quota(quota);
     }
 
     fn status(&self) -> NodeStatus {

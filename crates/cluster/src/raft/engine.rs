@@ -13,7 +13,7 @@ use std::collections::{HashMap, HashSet};
 
 use baton_core::{
     AcquireOutcome, Command, Event, Key, LockRules, LockTable, Millis, NodeIndex, NotServing,
-    Outcome, TableSnapshot, Token, Waiter, WaiterId,
+    Outcome, Quota, TableSnapshot, Token, Waiter, WaiterId,
 };
 
 use super::types::{NodeId, Proposal, Tagged};
@@ -81,11 +81,13 @@ struct Leading<H> {
 }
 
 impl<H> Leading<H> {
-    fn new(term: u64, first_tag: u64) -> Leading<H> {
+    fn new(term: u64, first_tag: u64, quota: Quota) -> Leading<H> {
+        let mut rules = LockRules::new();
+        rules.set_quota(quota);
         Leading {
             term,
             first_tag,
-            rules: LockRules::new(),
+            rules,
             expiring: HashSet::new(),
             expiries_resume_at: 0,
             outbox: Vec::new(),
@@ -134,6 +136,8 @@ pub struct RaftEngine<H> {
     /// The latest `now` an input brought (for the callers of the old
     /// `proposal_failed`, which brings none).
     latest_now: Millis,
+    /// The caps each leadership's rules start with.
+    quota: Quota,
 }
 
 impl<H> RaftEngine<H> {
@@ -152,6 +156,15 @@ impl<H> RaftEngine<H> {
             orphan_wait_ms: ORPHAN_WAIT_MS,
             renewing: HashMap::new(),
             latest_now: 0,
+            quota: Quota::default(),
+        }
+    }
+
+    /// The caps on grants and waiters, for this leadership and the next.
+    pub fn set_quota(&mut self, quota: Quota) {
+        self.quota = quota;
+        if let Standing::Leader(leading) = &mut self.standing {
+            leading.rules.set_quota(quota);
         }
     }
 
@@ -308,6 +321,9 @@ impl<H> RaftEngine<H> {
     ) -> Result<AcquireOutcome, NotServing> {
         self.saw(now);
         self.check_serving()?;
+        if let Some(Err(refusal)) = self.leading().map(|l| l.rules.admit(&self.table, &key)) {
+            return Ok(AcquireOutcome::Refused(refusal));
+        }
         let Some(leading) = self.serving_mut() else {
             return Err(self.not_serving());
         };

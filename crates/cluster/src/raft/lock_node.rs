@@ -3,7 +3,7 @@
 //! server's mutex.
 
 use baton_core::{
-    AcquireOutcome, Event, Key, Millis, NotServing, Outcome, TableSnapshot, Token, WaiterId,
+    AcquireOutcome, Event, Key, Millis, NotServing, Outcome, Quota, TableSnapshot, Token, WaiterId,
 };
 use baton_proto::{Mode, Role};
 use baton_server::{LockNode, Mailbox, NodeEvent, NodeStatus, Served, SharedLocks};
@@ -139,6 +139,10 @@ impl LockNode for RaftLockNode {
 
     fn next_deadline(&self) -> Option<Millis> {
         self.engine.next_deadline()
+    }
+
+    fn set_quota(&mut self, quota: Quota) {
+        self.engine.set_quota(quota);
     }
 
     fn status(&self) -> NodeStatus {

@@ -285,6 +285,9 @@ pub fn service_run(ops: &[Op]) -> (HashMap<u64, End>, LockTable) {
                     AcquireOutcome::Queued { id } => {
                         ids.insert(handles, id);
                     }
+                    AcquireOutcome::Refused(refusal) => {
+                        panic!("refused without a quota: {refusal:?}")
+                    }
                 }
                 handles += 1;
             }

@@ -25,12 +25,27 @@ pub struct MWaiter {
     pub deadline: Option<u64>,
 }
 
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Debug)]
 pub struct Model {
     pub last_token: u64,
     pub locks: Vec<MLock>,
     /// In arrival order.
     pub waiters: Vec<MWaiter>,
+    /// The quota: grants held and waiters queued at most.
+    pub max_locks: usize,
+    pub max_waiters: usize,
+}
+
+impl Default for Model {
+    fn default() -> Self {
+        Model {
+            last_token: 0,
+            locks: Vec::new(),
+            waiters: Vec::new(),
+            max_locks: usize::MAX,
+            max_waiters: usize::MAX,
+        }
+    }
 }
 
 /// What the model says an acquire does.
@@ -38,6 +53,10 @@ pub struct Model {
 pub enum MAcquire {
     Granted(u64),
     Queued,
+    /// Past the quota: the key was free but the grants are at their cap.
+    TooManyLocks,
+    /// Past the quota: the acquire would wait but the queue is full.
+    TooManyWaiters,
 }
 
 impl Model {
@@ -59,7 +78,12 @@ impl Model {
     pub fn acquire(&mut self, key: K, lease: u64, now: u64) -> MAcquire {
         let has_waiters = self.waiters.iter().any(|w| w.key == key);
         if self.holder(key).is_none() && !has_waiters {
+            if self.locks.len() >= self.max_locks {
+                return MAcquire::TooManyLocks;
+            }
             MAcquire::Granted(self.grant(key, lease, now))
+        } else if self.waiters.len() >= self.max_waiters {
+            MAcquire::TooManyWaiters
         } else {
             MAcquire::Queued
         }

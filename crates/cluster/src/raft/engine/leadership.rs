@@ -106,7 +106,7 @@ impl<H> RaftEngine<H> {
             RaftRole::Follower { leader } => Standing::Follower { leader },
             RaftRole::Candidate => Standing::Candidate,
             RaftRole::Leader { term } => {
-                Standing::Leader(Box::new(Leading::new(term, self.next_tag)))
+                Standing::Leader(Box::new(Leading::new(term, self.next_tag, self.quota)))
             }
         };
         if let Standing::Leader(ended) = std::mem::replace(&mut self.standing, standing) {

@@ -305,3 +305,36 @@ fn a_refused_expiry_is_proposed_again_only_after_a_pause() {
     assert_eq!(p.proposed(), [expire]);
     assert_eq!(p.told(), []);
 }
+
+/// The quota counts the grants on their way too: a second free key is
+/// refused while the first grant waits for its commit, and nothing is
+/// proposed for it.
+#[test]
+fn an_acquire_past_the_quota_is_refused_and_proposes_nothing() {
+    use baton_core::{AcquireOutcome, Quota, Refusal};
+    let mut p = Pair::new();
+    p.leader.set_quota(Quota {
+        max_locks: 1,
+        max_waiters: 1,
+    });
+    let first = p
+        .leader
+        .handle_acquire(key("a"), 0, 500, 0, "c1", &mut p.events);
+    assert!(matches!(first, Ok(AcquireOutcome::Queued { .. })));
+    let second = p
+        .leader
+        .handle_acquire(key("b"), 0, 500, 0, "c2", &mut p.events);
+    assert_eq!(second, Ok(AcquireOutcome::Refused(Refusal::TooManyLocks)));
+    assert_eq!(p.proposed(), [grant("a", 500)]);
+    let waiter = p
+        .leader
+        .handle_acquire(key("a"), 0, 500, 0, "c3", &mut p.events);
+    assert!(matches!(waiter, Ok(AcquireOutcome::Queued { .. })));
+    let another = p
+        .leader
+        .handle_acquire(key("a"), 0, 500, 0, "c4", &mut p.events);
+    assert_eq!(another, Ok(AcquireOutcome::Refused(Refusal::TooManyWaiters)));
+    assert_eq!(p.proposed(), []);
+    assert_eq!(p.told(), []);
+    assert_eq!(p.leader.validate(), Ok(()));
+}

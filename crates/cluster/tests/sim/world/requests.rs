@@ -46,6 +46,9 @@ impl World {
                     None => Answer::Gone,
                     Some(Err(to)) => Answer::Redirect(to.serving),
                     Some(Ok(AcquireOutcome::Queued { id })) => Answer::Queued(id),
+                    Some(Ok(AcquireOutcome::Refused(refusal))) => {
+                        panic!("refused under the default quota: {refusal:?}")
+                    }
                     Some(Ok(AcquireOutcome::Granted { token })) => {
                         self.record_grant(i, &key, token);
                         self.answer(c, i, Answer::Granted(token));

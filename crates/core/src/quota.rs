@@ -1,0 +1,47 @@
+//! The caps on what a node's lock state may hold: grants held, and
+//! acquires queued, over every client at once (`batond --max-locks`,
+//! `--max-waiters`). An acquire past a cap is refused and changes
+//! nothing, so one client cannot grow a node until it runs out of memory.
+
+/// The two caps. The defaults keep a node of a million locks and a
+/// million waiters, a few hundred megabytes, well inside a small machine.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Quota {
+    /// Grants held at once; an acquire that would add one more is refused.
+    pub max_locks: usize,
+    /// Acquires queued at once; an acquire that would wait is refused.
+    pub max_waiters: usize,
+}
+
+impl Quota {
+    pub const DEFAULT_MAX_LOCKS: usize = 1_000_000;
+    pub const DEFAULT_MAX_WAITERS: usize = 1_000_000;
+}
+
+impl Default for Quota {
+    fn default() -> Self {
+        Quota {
+            max_locks: Quota::DEFAULT_MAX_LOCKS,
+            max_waiters: Quota::DEFAULT_MAX_WAITERS,
+        }
+    }
+}
+
+/// Why an acquire was refused.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Refusal {
+    /// The key is free, but the node holds its maximum of grants.
+    TooManyLocks,
+    /// The acquire would wait, but the node queues its maximum of waiters.
+    TooManyWaiters,
+}
+
+impl Refusal {
+    /// The reason PROTOCOL.md gives for it in an `E A <key> ...` answer.
+    pub fn reason(self) -> &'static str {
+        match self {
+            Refusal::TooManyLocks => "too many locks",
+            Refusal::TooManyWaiters => "too many waiters",
+        }
+    }
+}
