@@ -1,4 +1,4 @@
-//! Baton's client protocol (PROTOCOL.md, version 1): request and response
+//! Baton's client protocol (PROTOCOL.md, version 1.1): request and response
 //! lines, parsed and formatted, and the tokio-util codecs that frame them.
 //!
 //! No I/O here: the server and the client plug [`ServerCodec`] and
@@ -17,6 +17,7 @@ mod request;
 mod request_error;
 mod response;
 mod response_error;
+mod secret;
 mod status;
 
 pub use codec::{ClientCodec, ServerCodec};
@@ -30,4 +31,5 @@ pub use request::Request;
 pub use request_error::{Field, RequestError, RequestErrorKind};
 pub use response::Response;
 pub use response_error::ResponseError;
+pub use secret::{validate_secret, Secret, SecretError, MAX_SECRET_LEN};
 pub use status::{Mode, Role, StatusReport, UnknownWord};

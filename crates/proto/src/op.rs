@@ -1,4 +1,4 @@
-//! The four request kinds, named by their one-letter wire code.
+//! The request kinds, named by their one-letter wire code.
 
 use std::fmt;
 
@@ -9,6 +9,8 @@ pub enum Op {
     Release,
     Renew,
     Status,
+    /// `U`: authenticate the connection (PROTOCOL.md 1.1).
+    Auth,
 }
 
 impl Op {
@@ -19,6 +21,7 @@ impl Op {
             Op::Release => b'R',
             Op::Renew => b'K',
             Op::Status => b'S',
+            Op::Auth => b'U',
         }
     }
 
@@ -28,6 +31,7 @@ impl Op {
             b'R' => Some(Op::Release),
             b'K' => Some(Op::Renew),
             b'S' => Some(Op::Status),
+            b'U' => Some(Op::Auth),
             _ => None,
         }
     }
@@ -48,6 +52,7 @@ impl fmt::Display for Op {
             Op::Release => "R",
             Op::Renew => "K",
             Op::Status => "S",
+            Op::Auth => "U",
         })
     }
 }
@@ -58,7 +63,7 @@ mod tests {
 
     #[test]
     fn letters_round_trip() {
-        for op in [Op::Acquire, Op::Release, Op::Renew, Op::Status] {
+        for op in [Op::Acquire, Op::Release, Op::Renew, Op::Status, Op::Auth] {
             assert_eq!(Op::from_byte(op.as_byte()), Some(op));
             assert_eq!(op.to_string().as_bytes(), [op.as_byte()]);
         }

@@ -12,6 +12,7 @@ use crate::number::parse_u64;
 use crate::op::Op;
 use crate::request::Request;
 use crate::request_error::{Field, RequestError, RequestErrorKind};
+use crate::secret::Secret;
 
 /// Parses one request line, given without its LF (and without the CR
 /// before it, which the codec drops). Allocates only the key.
@@ -65,6 +66,11 @@ pub fn parse_request(line: &[u8], limits: &Limits) -> Result<Request, RequestErr
             }
         }
         Op::Status => Request::Status,
+        Op::Auth => {
+            let user = cursor.user()?;
+            let secret = cursor.secret()?;
+            Request::Auth { user, secret }
+        }
     };
     cursor.finish()?;
     Ok(request)
@@ -99,6 +105,19 @@ impl<'a, I: Iterator<Item = &'a [u8]>> Cursor<'a, I> {
         let text = self.next(Field::Key)?;
         self.key = Some(text);
         Key::new(text).map_err(|e| self.error(e.into()))
+    }
+
+    /// A `U` request's user name: the key rules, echoed where a key is.
+    fn user(&mut self) -> Result<Key, RequestError> {
+        let text = self.next(Field::User)?;
+        self.key = Some(text);
+        Key::new(text).map_err(|e| self.error(RequestErrorKind::BadUser(e)))
+    }
+
+    /// Never echoed: the error names the rule broken, not the bytes.
+    fn secret(&mut self) -> Result<Secret, RequestError> {
+        let text = self.next(Field::Secret)?;
+        Secret::new(text).map_err(|e| self.error(RequestErrorKind::BadSecret(e)))
     }
 
     /// Reads a duration field; `allow_zero` is false for a lease, which

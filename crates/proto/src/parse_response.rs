@@ -63,6 +63,12 @@ pub fn parse_response(line: &[u8]) -> Result<Response, ResponseError> {
                 addr: addr_field(addr)?,
             })
         }
+        b"U" => {
+            let [user] = fields(rest)?;
+            Ok(Response::Authenticated {
+                user: Key::new(user)?,
+            })
+        }
         b"E" => error_reply(rest).map(Response::Error),
         b"S" => status(rest).map(Response::Status),
         _ => Err(ResponseError::UnknownKind),

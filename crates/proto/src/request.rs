@@ -1,4 +1,5 @@
-//! Requests a client sends: acquire, release, renew and status.
+//! Requests a client sends: acquire, release, renew, status and
+//! authenticate.
 
 use baton_core::{Key, Token};
 use bytes::{BufMut, BytesMut};
@@ -6,6 +7,7 @@ use bytes::{BufMut, BytesMut};
 use crate::duration::format_duration_ms;
 use crate::number::put_u64;
 use crate::op::Op;
+use crate::secret::Secret;
 
 /// One request line.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -28,6 +30,10 @@ pub enum Request {
     },
     /// `S`.
     Status,
+    /// `U <user> <secret>`: the user name follows the key rules and stands
+    /// where a key stands when responses are matched. `Debug` redacts the
+    /// secret.
+    Auth { user: Key, secret: Secret },
 }
 
 impl Request {
@@ -37,6 +43,7 @@ impl Request {
             Request::Release { .. } => Op::Release,
             Request::Renew { .. } => Op::Renew,
             Request::Status => Op::Status,
+            Request::Auth { .. } => Op::Auth,
         }
     }
 
@@ -45,14 +52,20 @@ impl Request {
             Request::Acquire { key, .. }
             | Request::Release { key, .. }
             | Request::Renew { key, .. } => Some(key),
+            Request::Auth { user, .. } => Some(user),
             Request::Status => None,
         }
     }
 
     /// Writes the request as one line, LF included, durations in seconds.
     pub fn encode(&self, dst: &mut BytesMut) {
-        // Op, key, two numbers of at most 21 bytes each, spaces and LF.
-        dst.reserve(self.key().map_or(0, Key::len) + 52);
+        // Op, key, two numbers of at most 21 bytes each (or a secret),
+        // spaces and LF.
+        let secret_len = match self {
+            Request::Auth { secret, .. } => secret.len(),
+            _ => 0,
+        };
+        dst.reserve(self.key().map_or(0, Key::len) + secret_len + 52);
         dst.put_u8(self.op().as_byte());
         if let Some(key) = self.key() {
             dst.put_u8(b' ');
@@ -78,6 +91,10 @@ impl Request {
                 put_u64(dst, *token);
                 dst.put_u8(b' ');
                 format_duration_ms(*lease_ms, dst);
+            }
+            Request::Auth { secret, .. } => {
+                dst.put_u8(b' ');
+                dst.put_slice(secret.as_bytes());
             }
             Request::Status => {}
         }
@@ -134,6 +151,26 @@ mod tests {
             b"K orders/43 1058 60\n"
         );
         assert_eq!(line(&Request::Status), b"S\n");
+        assert_eq!(
+            line(&Request::Auth {
+                user: key("billing"),
+                secret: Secret::new(b"s3cr3t-value").unwrap()
+            }),
+            b"U billing s3cr3t-value\n"
+        );
+    }
+
+    #[test]
+    fn debug_hides_the_secret() {
+        let auth = Request::Auth {
+            user: key("billing"),
+            secret: Secret::new(b"s3cr3t-value").unwrap(),
+        };
+        let shown = format!("{auth:?}");
+        assert!(shown.contains("billing"), "{shown}");
+        assert!(!shown.contains("s3cr3t"), "{shown}");
+        assert_eq!(auth.op(), Op::Auth);
+        assert_eq!(auth.key(), Some(&key("billing")));
     }
 
     #[test]

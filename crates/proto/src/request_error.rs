@@ -7,6 +7,7 @@ use baton_core::KeyError;
 use crate::duration::Seconds;
 use crate::error_reply::ErrorReply;
 use crate::op::Op;
+use crate::secret::SecretError;
 
 /// A field of a request line, named in error reasons.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -15,6 +16,8 @@ pub enum Field {
     Wait,
     Lease,
     Token,
+    User,
+    Secret,
 }
 
 impl fmt::Display for Field {
@@ -24,6 +27,8 @@ impl fmt::Display for Field {
             Field::Wait => "wait",
             Field::Lease => "lease",
             Field::Token => "token",
+            Field::User => "user",
+            Field::Secret => "secret",
         })
     }
 }
@@ -86,6 +91,18 @@ pub enum RequestErrorKind {
     LeaseZero,
     #[error("token must be a decimal integer greater than 0")]
     BadToken,
+    /// A `U` request's user name breaks the key rules.
+    #[error("user {}", user_reason(.0))]
+    BadUser(KeyError),
+    #[error("{0}")]
+    BadSecret(SecretError),
+}
+
+/// A key error's text with "key" turned into what it is about: "user is
+/// empty", not "user key is empty".
+fn user_reason(error: &KeyError) -> String {
+    let text = error.to_string();
+    text.strip_prefix("key ").map(str::to_owned).unwrap_or(text)
 }
 
 #[cfg(test)]
@@ -126,6 +143,18 @@ mod tests {
             ),
             (LeaseZero, "lease must be greater than 0"),
             (BadToken, "token must be a decimal integer greater than 0"),
+            (MissingField(Field::User), "missing user"),
+            (MissingField(Field::Secret), "missing secret"),
+            (BadUser(KeyError::Empty), "user is empty"),
+            (
+                BadUser(KeyError::ForbiddenByte { byte: 1 }),
+                "user has a forbidden byte 0x01",
+            ),
+            (BadSecret(SecretError::Empty), "secret is empty"),
+            (
+                BadSecret(SecretError::ForbiddenByte),
+                "secret has a space, a control character or DEL",
+            ),
         ] {
             assert_eq!(kind.to_string(), text);
         }

@@ -32,6 +32,8 @@ pub enum Response {
     Error(ErrorReply),
     /// `S field=value ...`.
     Status(StatusReport),
+    /// `U <user>`: the connection is now authenticated as `user`.
+    Authenticated { user: Key },
 }
 
 impl Response {
@@ -44,6 +46,7 @@ impl Response {
             Response::Renewed { key } => (b'K', key),
             Response::NotHeld { key, .. } => (b'N', key),
             Response::Moved { key, .. } => (b'M', key),
+            Response::Authenticated { user } => (b'U', user),
             Response::Error(reply) => return reply.encode(dst),
             Response::Status(report) => return report.encode(dst),
         };
@@ -76,7 +79,7 @@ impl Response {
 
     /// The op used to match this response to its request (PROTOCOL.md,
     /// "Matching"): `A` and `T` answer acquires, `R` releases, `K` renewals;
-    /// `N`, `M` and `E` name their op; `S` answers status.
+    /// `N`, `M` and `E` name their op; `S` answers status, `U` authenticate.
     pub fn op(&self) -> Option<Op> {
         match self {
             Response::Granted { .. } | Response::TimedOut { .. } => Some(Op::Acquire),
@@ -85,6 +88,7 @@ impl Response {
             Response::NotHeld { op, .. } | Response::Moved { op, .. } => Some(*op),
             Response::Error(reply) => reply.op,
             Response::Status(_) => Some(Op::Status),
+            Response::Authenticated { .. } => Some(Op::Auth),
         }
     }
 
@@ -96,7 +100,8 @@ impl Response {
             | Response::Released { key }
             | Response::Renewed { key }
             | Response::NotHeld { key, .. }
-            | Response::Moved { key, .. } => Some(key.as_bytes()),
+            | Response::Moved { key, .. }
+            | Response::Authenticated { user: key } => Some(key.as_bytes()),
             Response::Error(reply) => reply.key.as_deref(),
             Response::Status(_) => None,
         }

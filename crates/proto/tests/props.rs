@@ -7,8 +7,8 @@
 use baton_core::{Key, MAX_KEY_LEN};
 use baton_proto::{
     parse_request, parse_response, ClientCodec, ErrorReply, Limits, Mode, Op, Request,
-    RequestError, RequestErrorKind, Response, Role, ServerCodec, StatusReport, MAX_REQUEST_LINE,
-    MAX_RESPONSE_LINE,
+    RequestError, RequestErrorKind, Response, Role, Secret, ServerCodec, StatusReport,
+    MAX_REQUEST_LINE, MAX_RESPONSE_LINE, MAX_SECRET_LEN,
 };
 use bytes::BytesMut;
 use proptest::collection::vec;
@@ -30,8 +30,18 @@ fn op() -> impl Strategy<Value = Op> {
         Just(Op::Acquire),
         Just(Op::Release),
         Just(Op::Renew),
-        Just(Op::Status)
+        Just(Op::Status),
+        Just(Op::Auth)
     ]
+}
+
+/// Secrets follow the key rules' byte set, up to their own length.
+fn secret() -> impl Strategy<Value = Secret> {
+    vec(
+        prop_oneof![0x21u8..=0x7e, 0x80u8..=0xff],
+        1..=MAX_SECRET_LEN,
+    )
+    .prop_map(|s| Secret::new(&s).unwrap())
 }
 
 fn request() -> impl Strategy<Value = Request> {
@@ -48,6 +58,7 @@ fn request() -> impl Strategy<Value = Request> {
             lease_ms
         }),
         Just(Request::Status),
+        (key(), secret()).prop_map(|(user, secret)| Request::Auth { user, secret }),
     ]
 }
 
@@ -106,6 +117,7 @@ fn response() -> impl Strategy<Value = Response> {
         }),
         error_reply().prop_map(Response::Error),
         status().prop_map(Response::Status),
+        key().prop_map(|user| Response::Authenticated { user }),
     ]
 }
 
@@ -129,7 +141,7 @@ fn stream() -> impl Strategy<Value = Vec<u8>> {
         // Mostly protocol bytes, some noise; mapped from plain bytes
         // because that generates and shrinks far faster than a union.
         vec(any::<u8>(), 0..3000).prop_map(|bytes| {
-            const ALPHABET: &[u8] = b"\n\r AKRSTNMES=.01?-k";
+            const ALPHABET: &[u8] = b"\n\r AKRSTNMESU=.01?-k";
             bytes
                 .into_iter()
                 .map(|b| match ALPHABET.get(usize::from(b % 32)) {
@@ -373,6 +385,47 @@ proptest! {
                     }
                     other => prop_assert!(false, "read back as {:?}", other),
                 }
+            }
+        }
+    }
+
+    #[test]
+    fn malformed_auth_lines_are_one_e_u_line_without_the_secret(
+        user in key_bytes(),
+        secret in vec(any::<u8>(), 0..300),
+        extra in proptest::option::of("[a-z]{0,3}"),
+    ) {
+        let mut line = b"U ".to_vec();
+        line.extend_from_slice(&user);
+        line.push(b' ');
+        line.extend_from_slice(&secret);
+        if let Some(extra) = &extra {
+            line.push(b' ');
+            line.extend_from_slice(extra.as_bytes());
+        }
+        let line: Vec<u8> = line.into_iter().filter(|&b| b != b'\n').collect();
+        let valid = extra.is_none()
+            && !secret.is_empty()
+            && secret.len() <= MAX_SECRET_LEN
+            && secret.iter().all(|&b| b > b' ' && b != 0x7f);
+        match parse_request(&line, &Limits::default()) {
+            Ok(Request::Auth { user: got_user, secret: got }) => {
+                prop_assert!(valid, "accepted {:?}", line);
+                prop_assert_eq!(got_user.as_bytes(), &user[..]);
+                prop_assert_eq!(got.as_bytes(), &secret[..]);
+            }
+            Ok(other) => prop_assert!(false, "read as {:?}", other),
+            Err(err) => {
+                prop_assert!(!valid, "refused {:?}: {}", line, err);
+                prop_assert_eq!(err.op, Some(Op::Auth));
+                let mut dst = BytesMut::new();
+                Response::Error(err.to_reply()).encode(&mut dst);
+                prop_assert_eq!(dst.iter().filter(|&&b| b == b'\n').count(), 1);
+                // The reply names the user at most, never the secret.
+                if secret.len() >= 4 && !user.windows(secret.len()).any(|w| w == &secret[..]) {
+                    prop_assert!(!dst.windows(secret.len()).any(|w| w == &secret[..]));
+                }
+                prop_assert!(matches!(parse_response(content(&dst)), Ok(Response::Error(_))));
             }
         }
     }
