@@ -301,6 +301,11 @@ impl<N: LockNode, S: ServerStream> Connection<N, S> {
                 let report = self.node.status(self.locks.status());
                 self.answer(&Response::Status(report));
             }
+            Request::Auth { user, .. } => self.answer(&Response::Error(ErrorReply {
+                op: Some(Op::Auth),
+                key: Some(user.as_bytes().to_vec()),
+                reason: "authentication is not enabled".to_string(),
+            })),
         }
     }
 
