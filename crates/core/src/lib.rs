@@ -23,6 +23,7 @@
 mod event;
 pub mod invariant;
 mod key;
+mod query;
 mod quota;
 mod rules;
 mod service;
@@ -32,6 +33,7 @@ mod waiters;
 pub use event::{Change, Event, NodeIndex, NotServing};
 pub use invariant::Broken;
 pub use key::{validate as validate_key, Key, KeyError, MAX_KEY_LEN};
+pub use query::{KeyState, LiveGrant};
 pub use quota::{Quota, Refusal};
 pub use rules::{Handover, LockRules};
 pub use service::{AcquireOutcome, LockService};

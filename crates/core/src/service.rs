@@ -8,6 +8,7 @@
 
 use crate::event::Event;
 use crate::invariant::{debug_check, Broken};
+use crate::query::KeyState;
 use crate::quota::{Quota, Refusal};
 use crate::rules::LockRules;
 use crate::table::{Command, LockTable, Outcome};
@@ -194,6 +195,11 @@ impl<H> LockService<H> {
     pub fn next_deadline(&self) -> Option<Millis> {
         let lease = self.table.next_expiry().map(|(at, _, _)| at);
         self.rules.next_deadline(lease)
+    }
+
+    /// `Q <key>`: the key's live grant and waiters at `now`.
+    pub fn query(&self, key: &Key, now: Millis) -> KeyState {
+        KeyState::of(&self.table, key, self.rules.waiting_on(key), now)
     }
 
     /// The caps on grants and waiters (see [`LockRules::set_quota`]).

@@ -11,6 +11,8 @@ pub enum Op {
     Status,
     /// `U`: authenticate the connection (PROTOCOL.md 1.1).
     Auth,
+    /// `Q`: report one key's grant and waiters (PROTOCOL.md 1.1).
+    Query,
 }
 
 impl Op {
@@ -22,6 +24,7 @@ impl Op {
             Op::Renew => b'K',
             Op::Status => b'S',
             Op::Auth => b'U',
+            Op::Query => b'Q',
         }
     }
 
@@ -32,6 +35,7 @@ impl Op {
             b'K' => Some(Op::Renew),
             b'S' => Some(Op::Status),
             b'U' => Some(Op::Auth),
+            b'Q' => Some(Op::Query),
             _ => None,
         }
     }
@@ -53,6 +57,7 @@ impl fmt::Display for Op {
             Op::Renew => "K",
             Op::Status => "S",
             Op::Auth => "U",
+            Op::Query => "Q",
         })
     }
 }
@@ -63,7 +68,14 @@ mod tests {
 
     #[test]
     fn letters_round_trip() {
-        for op in [Op::Acquire, Op::Release, Op::Renew, Op::Status, Op::Auth] {
+        for op in [
+            Op::Acquire,
+            Op::Release,
+            Op::Renew,
+            Op::Status,
+            Op::Query,
+            Op::Auth,
+        ] {
             assert_eq!(Op::from_byte(op.as_byte()), Some(op));
             assert_eq!(op.to_string().as_bytes(), [op.as_byte()]);
         }

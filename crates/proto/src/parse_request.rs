@@ -66,6 +66,7 @@ pub fn parse_request(line: &[u8], limits: &Limits) -> Result<Request, RequestErr
             }
         }
         Op::Status => Request::Status,
+        Op::Query => Request::Query { key: cursor.key()? },
         Op::Auth => {
             let user = cursor.user()?;
             let secret = cursor.secret()?;

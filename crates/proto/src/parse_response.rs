@@ -2,7 +2,7 @@
 //! would not send is refused, because a client that guesses could match a
 //! response to the wrong request.
 
-use baton_core::{Key, Token};
+use baton_core::{Key, KeyState, LiveGrant, Token};
 
 use crate::error_reply::ErrorReply;
 use crate::number::parse_u64;
@@ -69,6 +69,13 @@ pub fn parse_response(line: &[u8]) -> Result<Response, ResponseError> {
                 user: Key::new(user)?,
             })
         }
+        b"Q" => {
+            let [key, token, lease, waiters] = fields(rest)?;
+            Ok(Response::Queried {
+                key: Key::new(key)?,
+                state: key_state(token, lease, waiters)?,
+            })
+        }
         b"E" => error_reply(rest).map(Response::Error),
         b"S" => status(rest).map(Response::Status),
         _ => Err(ResponseError::UnknownKind),
@@ -98,6 +105,31 @@ fn fields<const N: usize>(rest: Option<&[u8]>) -> Result<[&[u8]; N], ResponseErr
         None => Ok(out),
         Some(_) => Err(ResponseError::Malformed("too many fields")),
     }
+}
+
+/// `token=<t> lease=<s> waiters=<n>`, token and lease both `-` or both set.
+fn key_state(token: &[u8], lease: &[u8], waiters: &[u8]) -> Result<KeyState, ResponseError> {
+    let named = |field: &'static [u8], text: &[u8]| -> Result<Vec<u8>, ResponseError> {
+        text.strip_prefix(field)
+            .map(<[u8]>::to_vec)
+            .ok_or(ResponseError::Malformed("Q field out of place"))
+    };
+    let (token, lease) = (named(b"token=", token)?, named(b"lease=", lease)?);
+    let waiters = number_field(&named(b"waiters=", waiters)?)?;
+    let grant = match (token.as_slice(), lease.as_slice()) {
+        (b"-", b"-") => None,
+        (token, lease) => {
+            let lease_left_ms = crate::duration::parse_duration_ms(lease)
+                .ok()
+                .filter(|ms| *ms > 0)
+                .ok_or(ResponseError::Malformed("bad lease in Q"))?;
+            Some(LiveGrant {
+                token: token_field(token)?,
+                lease_left_ms,
+            })
+        }
+    };
+    Ok(KeyState { grant, waiters })
 }
 
 fn op_field(field: &[u8]) -> Result<Op, ResponseError> {

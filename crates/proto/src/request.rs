@@ -34,6 +34,8 @@ pub enum Request {
     /// where a key stands when responses are matched. `Debug` redacts the
     /// secret.
     Auth { user: Key, secret: Secret },
+    /// `Q <key>`: the key's live grant and waiters; changes nothing.
+    Query { key: Key },
 }
 
 impl Request {
@@ -44,6 +46,7 @@ impl Request {
             Request::Renew { .. } => Op::Renew,
             Request::Status => Op::Status,
             Request::Auth { .. } => Op::Auth,
+            Request::Query { .. } => Op::Query,
         }
     }
 
@@ -51,7 +54,8 @@ impl Request {
         match self {
             Request::Acquire { key, .. }
             | Request::Release { key, .. }
-            | Request::Renew { key, .. } => Some(key),
+            | Request::Renew { key, .. }
+            | Request::Query { key } => Some(key),
             Request::Auth { user, .. } => Some(user),
             Request::Status => None,
         }
@@ -96,7 +100,7 @@ impl Request {
                 dst.put_u8(b' ');
                 dst.put_slice(secret.as_bytes());
             }
-            Request::Status => {}
+            Request::Status | Request::Query { .. } => {}
         }
         dst.put_u8(b'\n');
     }

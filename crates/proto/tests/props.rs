@@ -4,7 +4,7 @@
 
 #![allow(clippy::unwrap_used)] // a failed unwrap in a test is a failed test
 
-use baton_core::{Key, MAX_KEY_LEN};
+use baton_core::{Key, KeyState, LiveGrant, MAX_KEY_LEN};
 use baton_proto::{
     parse_request, parse_response, ClientCodec, ErrorReply, Limits, Mode, Op, Request,
     RequestError, RequestErrorKind, Response, Role, Secret, ServerCodec, StatusReport,
@@ -31,7 +31,8 @@ fn op() -> impl Strategy<Value = Op> {
         Just(Op::Release),
         Just(Op::Renew),
         Just(Op::Status),
-        Just(Op::Auth)
+        Just(Op::Auth),
+        Just(Op::Query)
     ]
 }
 
@@ -59,6 +60,7 @@ fn request() -> impl Strategy<Value = Request> {
         }),
         Just(Request::Status),
         (key(), secret()).prop_map(|(user, secret)| Request::Auth { user, secret }),
+        key().prop_map(|key| Request::Query { key }),
     ]
 }
 
@@ -102,6 +104,20 @@ fn error_reply() -> impl Strategy<Value = ErrorReply> {
         .prop_map(|(op, key, reason)| ErrorReply { op, key, reason })
 }
 
+fn key_state() -> impl Strategy<Value = KeyState> {
+    (
+        proptest::option::of((1..=u64::MAX, 1..=u64::MAX / 2)),
+        0..=u64::MAX,
+    )
+        .prop_map(|(grant, waiters)| KeyState {
+            grant: grant.map(|(token, lease_left_ms)| LiveGrant {
+                token,
+                lease_left_ms,
+            }),
+            waiters,
+        })
+}
+
 fn response() -> impl Strategy<Value = Response> {
     prop_oneof![
         (key(), 1..=u64::MAX).prop_map(|(key, token)| Response::Granted { key, token }),
@@ -118,6 +134,7 @@ fn response() -> impl Strategy<Value = Response> {
         error_reply().prop_map(Response::Error),
         status().prop_map(Response::Status),
         key().prop_map(|user| Response::Authenticated { user }),
+        (key(), key_state()).prop_map(|(key, state)| Response::Queried { key, state }),
     ]
 }
 

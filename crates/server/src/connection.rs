@@ -301,6 +301,7 @@ impl<N: LockNode, S: ServerStream> Connection<N, S> {
                 let report = self.node.status(self.locks.status());
                 self.answer(&Response::Status(report));
             }
+            Request::Query { key } => self.on_query(key, now),
             Request::Auth { user, .. } => self.answer(&Response::Error(ErrorReply {
                 op: Some(Op::Auth),
                 key: Some(user.as_bytes().to_vec()),
@@ -403,6 +404,23 @@ impl<N: LockNode, S: ServerStream> Connection<N, S> {
             Served::Done(_) => Response::NotHeld { op: Op::Renew, key },
             Served::Redirect(addr) => Response::Moved {
                 op: Op::Renew,
+                key,
+                addr,
+            },
+        };
+        self.answer(&response);
+    }
+
+    fn on_query(&mut self, key: Key, now: Millis) {
+        let served = self.locks.query(&key, now, &self.mailbox, &mut self.events);
+        let response = match served {
+            Served::Later => {
+                self.deferred += 1;
+                return;
+            }
+            Served::Done(state) => Response::Queried { key, state },
+            Served::Redirect(addr) => Response::Moved {
+                op: Op::Query,
                 key,
                 addr,
             },

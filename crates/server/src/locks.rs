@@ -7,7 +7,7 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, MutexGuard, PoisonError};
 
-use baton_core::{AcquireOutcome, Key, Millis, Outcome, Token, WaiterId};
+use baton_core::{AcquireOutcome, Key, KeyState, Millis, Outcome, Token, WaiterId};
 use tokio::sync::Notify;
 
 use crate::clock::Clock;
@@ -144,6 +144,18 @@ impl<N: LockNode> SharedLocks<N> {
     ) -> Served<Outcome> {
         self.run(events, now, |node, now, events| {
             node.renew(key, token, lease_ms, now, mailbox, events)
+        })
+    }
+
+    pub(crate) fn query(
+        &self,
+        key: &Key,
+        now: Millis,
+        mailbox: &Mailbox,
+        events: &mut Events,
+    ) -> Served<KeyState> {
+        self.run(events, now, |node, now, events| {
+            node.query(key, now, mailbox, events)
         })
     }
 

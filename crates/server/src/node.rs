@@ -10,7 +10,8 @@
 //! which holds it behind one mutex, and is one of these:
 //!
 //! - a client request, from the connection that read it: [`LockNode::acquire`],
-//!   [`LockNode::release`], [`LockNode::renew`], [`LockNode::status`];
+//!   [`LockNode::release`], [`LockNode::renew`], [`LockNode::query`],
+//!   [`LockNode::status`];
 //! - [`LockNode::cancel`], from a connection that closed with acquires
 //!   still queued;
 //! - [`LockNode::release`] with no mailbox, for a grant whose connection
@@ -33,8 +34,8 @@
 //! both true of its state after every call.
 
 use baton_core::{
-    AcquireOutcome, Change, Event, Key, Millis, NodeIndex, NotServing, Outcome, Quota, Token,
-    WaiterId,
+    AcquireOutcome, Change, Event, Key, KeyState, Millis, NodeIndex, NotServing, Outcome, Quota,
+    Token, WaiterId,
 };
 use baton_proto::{Mode, Op, Response, Role};
 
@@ -194,6 +195,15 @@ pub trait LockNode: Send + 'static {
         reply_to: &Mailbox,
         events: &mut Vec<NodeEvent>,
     ) -> Served<Outcome>;
+    /// `Q <key>`: the key's live grant and waiters. A Raft leader answers
+    /// later, once it knows it still leads (a linearizable read).
+    fn query(
+        &mut self,
+        key: &Key,
+        now: Millis,
+        reply_to: &Mailbox,
+        events: &mut Vec<NodeEvent>,
+    ) -> Served<KeyState>;
     /// A queued acquire's connection closed.
     fn cancel(&mut self, id: WaiterId);
     /// Does whatever is due at `now`.

@@ -16,8 +16,8 @@ use std::path::Path;
 use std::sync::Arc;
 
 use baton_core::{
-    AcquireOutcome, Event, Key, LockService, LockTable, Millis, Outcome, Quota, TableSnapshot,
-    Token, WaiterId,
+    AcquireOutcome, Event, Key, KeyState, LockService, LockTable, Millis, Outcome, Quota,
+    TableSnapshot, Token, WaiterId,
 };
 use baton_proto::{Mode, Role};
 use serde::{Deserialize, Serialize};
@@ -150,6 +150,16 @@ impl LockNode for SingleNode {
 
     fn next_deadline(&self) -> Option<Millis> {
         self.service.next_deadline()
+    }
+
+    fn query(
+        &mut self,
+        key: &Key,
+        now: Millis,
+        _reply_to: &Mailbox,
+        _events: &mut Vec<NodeEvent>,
+    ) -> Served<KeyState> {
+        Served::Done(self.service.query(key, now))
     }
 
     fn set_quota(&mut self, quota: Quota) {

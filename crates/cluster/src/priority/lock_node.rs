@@ -27,7 +27,9 @@
 //! `recover` happens on the engine before it is wrapped here. Nothing else
 //! reaches the engine: there is no mutable access to it from outside.
 
-use baton_core::{AcquireOutcome, Key, Millis, NotServing, Outcome, Quota, Token, WaiterId};
+use baton_core::{
+    AcquireOutcome, Key, KeyState, Millis, NotServing, Outcome, Quota, Token, WaiterId,
+};
 use baton_proto::{Mode, Role};
 use baton_server::{LockNode, Mailbox, NodeEvent, NodeStatus, Served};
 use tokio::sync::watch;
@@ -225,6 +227,18 @@ impl LockNode for PriorityLockNode {
         events: &mut Vec<NodeEvent>,
     ) -> Served<Outcome> {
         let result = self.engine.handle_renew(key, token, lease_ms, now);
+        self.after_input(now, events);
+        self.served(result)
+    }
+
+    fn query(
+        &mut self,
+        key: &Key,
+        now: Millis,
+        _reply_to: &Mailbox,
+        events: &mut Vec<NodeEvent>,
+    ) -> Served<KeyState> {
+        let result = self.engine.handle_query(key, now);
         self.after_input(now, events);
         self.served(result)
     }

@@ -12,8 +12,8 @@
 use std::collections::{HashMap, HashSet};
 
 use baton_core::{
-    AcquireOutcome, Command, Event, Key, LockRules, LockTable, Millis, NodeIndex, NotServing,
-    Outcome, Quota, TableSnapshot, Token, Waiter, WaiterId,
+    AcquireOutcome, Command, Event, Key, KeyState, LockRules, LockTable, Millis, NodeIndex,
+    NotServing, Outcome, Quota, TableSnapshot, Token, Waiter, WaiterId,
 };
 
 use super::types::{NodeId, Proposal, Tagged};
@@ -202,6 +202,12 @@ impl<H> RaftEngine<H> {
         self.leading().map_or(0, |l| l.rules.waiting_on(key))
     }
 
+    /// `key`'s live grant and waiters in this node's table at `now`
+    /// (linearizable only once the shell confirmed the lead: see `reads`).
+    pub fn query(&self, key: &Key, now: Millis) -> KeyState {
+        KeyState::of(&self.table, key, self.waiting_on(key), now)
+    }
+
     fn leading(&self) -> Option<&Leading<H>> {
         match &self.standing {
             Standing::Leader(leading) => Some(leading),
@@ -238,7 +244,8 @@ impl<H> RaftEngine<H> {
         self.not_serving().serving.and_then(|i| self.addr_of(i))
     }
 
-    fn check_serving(&self) -> Result<(), NotServing> {
+    /// `Ok` while this node serves, else where to go.
+    pub fn check_serving(&self) -> Result<(), NotServing> {
         if self.serving() {
             Ok(())
         } else {

@@ -3,13 +3,15 @@
 //! server's mutex.
 
 use baton_core::{
-    AcquireOutcome, Event, Key, Millis, NotServing, Outcome, Quota, TableSnapshot, Token, WaiterId,
+    AcquireOutcome, Event, Key, KeyState, Millis, NotServing, Outcome, Quota, TableSnapshot, Token,
+    WaiterId,
 };
 use baton_proto::{Mode, Role};
 use baton_server::{LockNode, Mailbox, NodeEvent, NodeStatus, Served, SharedLocks};
 
 use super::engine::{RaftEngine, RaftRole};
 use super::observe::{self, PeerProgress};
+use super::reads::PendingReads;
 use super::state_machine::TableHost;
 use super::types::{Entry, Proposal};
 
@@ -21,6 +23,8 @@ pub struct RaftLockNode {
     replication: Vec<PeerProgress>,
     /// openraft's current term (for `S`): an election shows as a change.
     term: u64,
+    /// `Q` requests waiting for the lead to be confirmed.
+    reads: PendingReads,
 }
 
 impl RaftLockNode {
@@ -30,6 +34,7 @@ impl RaftLockNode {
             scratch: Vec::new(),
             replication: Vec::new(),
             term: 0,
+            reads: PendingReads::default(),
         }
     }
 
@@ -66,7 +71,16 @@ impl RaftLockNode {
         result
     }
 
-    fn redirect(&self, to: NotServing) -> Option<String> {
+    /// The read task's wake-up, for the shell.
+    pub fn reads_ready(&self) -> std::sync::Arc<tokio::sync::Notify> {
+        self.reads.ready()
+    }
+
+    pub(super) fn reads_mut(&mut self) -> &mut PendingReads {
+        &mut self.reads
+    }
+
+    pub(super) fn redirect(&self, to: NotServing) -> Option<String> {
         to.serving.and_then(|i| self.engine.addr_of(i))
     }
 
@@ -127,6 +141,25 @@ impl LockNode for RaftLockNode {
             .engine
             .handle_renew(key, token, lease_ms, reply_to.clone());
         self.late(proposed)
+    }
+
+    fn query(
+        &mut self,
+        key: &Key,
+        _now: Millis,
+        reply_to: &Mailbox,
+        _events: &mut Vec<NodeEvent>,
+    ) -> Served<KeyState> {
+        if let Err(to) = self.engine.check_serving() {
+            return Served::Redirect(self.redirect(to));
+        }
+        if self.reads.push(key.clone(), reply_to.clone()) {
+            Served::Later
+        } else {
+            // Too many queries wait already: `M Q <key> -` has the client
+            // ask again shortly, which bounds the queue.
+            Served::Redirect(None)
+        }
     }
 
     fn cancel(&mut self, id: WaiterId) {

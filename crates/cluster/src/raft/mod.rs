@@ -29,6 +29,7 @@ mod log_store_tests;
 pub mod network;
 mod node_inputs;
 pub mod observe;
+pub mod reads;
 pub mod rpc;
 mod segment;
 pub mod shell;

@@ -8,12 +8,14 @@
 //!
 //! [`LockNode`]: baton_server::LockNode
 
-use baton_core::{Millis, TableSnapshot};
+use baton_core::{Key, Millis, TableSnapshot};
+use baton_server::Mailbox;
 use baton_server::NodeEvent;
 
 use super::engine::RaftRole;
 use super::lock_node::RaftLockNode;
 use super::observe::PeerProgress;
+use super::reads;
 use super::types::{Entry, NodeId};
 
 impl RaftLockNode {
@@ -30,6 +32,43 @@ impl RaftLockNode {
     ) {
         self.set_progress(term, progress);
         self.drive(events, |engine, ev| engine.handle_role(role, now, ev));
+        if let Err(to) = self.engine().check_serving() {
+            // Queries not yet sent for confirmation go where the lead is.
+            let addr = self.redirect(to);
+            for (key, reply_to) in self.reads_mut().take() {
+                events.push(reads::answer(key, reply_to, Err(addr.clone())));
+            }
+        }
+    }
+
+    /// The queries to confirm the lead for, all that wait.
+    pub fn take_reads(&mut self) -> Vec<(Key, Mailbox)> {
+        self.reads_mut().take()
+    }
+
+    /// Answers `reads`: from the table if the lead was `confirmed` (the
+    /// table then holds everything committed before they arrived), else
+    /// with `M` to whoever leads now.
+    pub fn answer_reads(
+        &mut self,
+        reads: Vec<(Key, Mailbox)>,
+        confirmed: bool,
+        now: Millis,
+        events: &mut Vec<NodeEvent>,
+    ) {
+        let addr = self
+            .engine()
+            .check_serving()
+            .err()
+            .map(|to| self.redirect(to));
+        for (key, reply_to) in reads {
+            let state = match (&addr, confirmed) {
+                (None, true) => Ok(self.engine().query(&key, now)),
+                (Some(addr), _) => Err(addr.clone()),
+                (None, false) => Err(None),
+            };
+            events.push(reads::answer(key, reply_to, state));
+        }
     }
 
     /// The batch with these tags did not make it into the log; `leader`

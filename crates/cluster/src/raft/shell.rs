@@ -410,6 +410,12 @@ impl Opened {
             tasks.clone(),
         )?;
         tasks.spawn(follow_role(raft.clone(), locks.clone(), settings));
+        let reads_ready = locks.inspect(RaftLockNode::reads_ready);
+        tasks.spawn(super::reads::serve_reads(
+            raft.clone(),
+            locks.clone(),
+            reads_ready,
+        ));
         tasks.spawn(pump(raft.clone(), locks, tasks.clone()));
         tasks.spawn(unstick_replication(raft.clone(), settings));
         Ok(RaftCluster {

@@ -1,7 +1,7 @@
 //! Client requests: only an active serves them; any other role answers
 //! with where to go instead ([`NotServing`]).
 
-use baton_core::{AcquireOutcome, Key, Millis, NotServing, Outcome, Token, WaiterId};
+use baton_core::{AcquireOutcome, Key, KeyState, Millis, NotServing, Outcome, Token, WaiterId};
 
 use super::super::messages::MAX_TABLE_LOCKS;
 use super::super::token_floor::MAX_WAITERS;
@@ -84,6 +84,11 @@ impl<H> PriorityNode<H> {
             .map(|()| self.service.renew(key, token, lease_ms, now));
         self.checked();
         result
+    }
+
+    /// `Q <key>`: the key's grant and waiters, on the active node only.
+    pub fn handle_query(&mut self, key: &Key, now: Millis) -> Result<KeyState, NotServing> {
+        self.serving(now).map(|()| self.service.query(key, now))
     }
 
     /// A client stopped waiting (its connection closed).

@@ -333,7 +333,10 @@ fn an_acquire_past_the_quota_is_refused_and_proposes_nothing() {
     let another = p
         .leader
         .handle_acquire(key("a"), 0, 500, 0, "c4", &mut p.events);
-    assert_eq!(another, Ok(AcquireOutcome::Refused(Refusal::TooManyWaiters)));
+    assert_eq!(
+        another,
+        Ok(AcquireOutcome::Refused(Refusal::TooManyWaiters))
+    );
     assert_eq!(p.proposed(), []);
     assert_eq!(p.told(), []);
     assert_eq!(p.leader.validate(), Ok(()));
