@@ -30,7 +30,11 @@ fn parse_q(line: &str, key: &str) -> (Option<u64>, Option<f64>, u64) {
         (t, l) => {
             let (_, decimals) = l.split_once('.').expect("three decimals");
             assert_eq!(decimals.len(), 3, "{line:?}");
-            (Some(t.parse().expect("token")), Some(l.parse().expect("lease")), waiters)
+            (
+                Some(t.parse().expect("token")),
+                Some(l.parse().expect("lease")),
+                waiters,
+            )
         }
     }
 }

@@ -5,8 +5,9 @@
 //! connections and timer, `RaftLockNode`, the shell's pump, role and
 //! stuck-replication watchers, the peer links, handshake and handlers, the
 //! log store and snapshots, and openraft. Clients on each host speak the
-//! real protocol to their node and acquire, hold and release; a node that
-//! does not lead answers them `M`.
+//! real protocol to their node and acquire, hold and release, and after
+//! one release in three ask `Q` of the key; a node that does not lead
+//! answers them `M`.
 //!
 //! Checked as the run goes: at every step, that a token any node's table
 //! holds names the same key on every node and at every moment (no token
@@ -14,7 +15,9 @@
 //! 10 ms, that no two clients hold one key at once within their leases,
 //! that tokens never go back, and that every request is answered within
 //! the protocol's answer-time rule (an acquire by the end of its wait plus
-//! 3 s, a release within 3 s), on a leader that lost its majority too.
+//! 3 s, a release within 3 s), on a leader that lost its majority too; and
+//! that a `Q` sent after a release was acknowledged never shows the
+//! released grant (the leader's read is linearizable, never stale).
 //! After healing: every node holds the same table, nothing is held once
 //! the leases ran out, and every node applied every grant a client
 //! received.
@@ -69,6 +72,7 @@ struct Run {
     handovers: u64,
     handovers_while_cut: u64,
     redirects: u64,
+    queries: u64,
 }
 
 /// Every token seen in any node's table, with the key it named and where.
@@ -192,6 +196,7 @@ fn simulate(seed: u64) -> Result<Run, String> {
         handovers: Arc::new(AtomicU64::new(0)),
         handovers_while_cut: Arc::new(AtomicU64::new(0)),
         redirects: Arc::new(AtomicU64::new(0)),
+        queries: Arc::new(AtomicU64::new(0)),
     };
     let mut sim = turmoil::Builder::new()
         .simulation_duration(CHAOS + SETTLE + Duration::from_secs(5))
@@ -246,6 +251,7 @@ fn simulate(seed: u64) -> Result<Run, String> {
         handovers: world.handovers.load(Ordering::Relaxed),
         handovers_while_cut: world.handovers_while_cut.load(Ordering::Relaxed),
         redirects: world.redirects.load(Ordering::Relaxed),
+        queries: world.queries.load(Ordering::Relaxed),
     })
 }
 
@@ -394,9 +400,10 @@ fn raft_keeps_locks_exclusive_under_partitions_and_crashes() {
         match result {
             Ok(run) if run.grants > 20 => {
                 println!(
-                    "seed {seed}: {} grants, {} releases handed over to a waiter ({} with a follower cut off), {} redirects, every invariant held",
-                    run.grants, run.handovers, run.handovers_while_cut, run.redirects
+                    "seed {seed}: {} grants, {} releases handed over to a waiter ({} with a follower cut off), {} redirects, {} linearizable queries, every invariant held",
+                    run.grants, run.handovers, run.handovers_while_cut, run.redirects, run.queries
                 );
+                total.queries += run.queries;
                 total.grants += run.grants;
                 total.handovers += run.handovers;
                 total.handovers_while_cut += run.handovers_while_cut;
@@ -412,12 +419,13 @@ fn raft_keeps_locks_exclusive_under_partitions_and_crashes() {
         }
     }
     println!(
-        "{} seeds: {} grants, {} hand-overs behind a release ({} with a follower cut off), {} redirects",
+        "{} seeds: {} grants, {} hand-overs behind a release ({} with a follower cut off), {} redirects, {} queries",
         seeds.len(),
         total.grants,
         total.handovers,
         total.handovers_while_cut,
-        total.redirects
+        total.redirects,
+        total.queries
     );
     assert!(
         failures.is_empty(),

@@ -66,6 +66,8 @@ pub struct World {
     pub handovers_while_cut: Arc<AtomicU64>,
     /// Requests answered `M` (sent to a node that does not serve).
     pub redirects: Arc<AtomicU64>,
+    /// `Q` answered with the key's state (after a release).
+    pub queries: Arc<AtomicU64>,
 }
 
 impl World {
@@ -202,10 +204,36 @@ impl Client {
             }
         }
         let what = format!("node {}: R {name} {token}", self.me);
-        let release = Request::Release { key, token };
-        self.ask(conn, release, ANSWER_SLACK_MS, what)
-            .await
-            .is_some()
+        let release = Request::Release {
+            key: key.clone(),
+            token,
+        };
+        match self.ask(conn, release, ANSWER_SLACK_MS, what).await {
+            Some(Response::Released { .. }) if self.rng.below(3) == 0 => {
+                self.query_after_release(conn, key, token).await
+            }
+            Some(_) => true,
+            None => false,
+        }
+    }
+
+    /// A linearizable `Q` sent after a release was acknowledged never
+    /// shows the released grant (a stale table would).
+    async fn query_after_release(&mut self, conn: &mut Conn, key: Key, released: u64) -> bool {
+        let what = format!("node {}: Q {key} after R {released}", self.me);
+        let query = Request::Query { key };
+        match self.ask(conn, query, ANSWER_SLACK_MS, what.clone()).await {
+            Some(Response::Queried { state, .. }) => {
+                self.world.queries.fetch_add(1, Ordering::Relaxed);
+                if state.grant.is_some_and(|g| g.token == released) {
+                    self.world
+                        .breach(format!("{what}: a stale read shows the released grant"));
+                }
+                true
+            }
+            Some(_) => true,
+            None => false,
+        }
     }
 
     /// Sends `request` and waits for its answer; records a breach of the
