@@ -176,7 +176,7 @@ async fn the_cli_takes_the_secret_from_the_environment_or_a_file() {
 #[tokio::test]
 async fn a_priority_cluster_authenticates_on_every_node() {
     let dir = tempfile::tempdir().expect("temp dir");
-    let mut cluster = Cluster::start_each(2, |i| {
+    let cluster = Cluster::start_each(2, |i| {
         let path = dir.path().join(format!("users-{i}.toml"));
         write_users(&path, &users_toml());
         vec!["--auth-file".into(), path.to_str().expect("UTF-8").into()]
