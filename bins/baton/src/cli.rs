@@ -1,6 +1,7 @@
 //! The command line: subcommands, options and the help text.
 
 use std::ffi::OsString;
+use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::{Parser, Subcommand};
@@ -24,6 +25,16 @@ pub struct Cli {
         default_value = "127.0.0.1:7411"
     )]
     pub servers: Vec<String>,
+
+    /// Authenticate as this user (nodes run with --auth-file); the secret
+    /// comes from --secret-file or BATON_SECRET.
+    #[arg(long, global = true, env = "BATON_USER", value_name = "NAME")]
+    pub user: Option<String>,
+
+    /// Read the user's secret from this file (its final newline is
+    /// dropped); without it, from the BATON_SECRET environment variable.
+    #[arg(long, global = true, value_name = "PATH")]
+    pub secret_file: Option<PathBuf>,
 
     #[command(subcommand)]
     pub command: Command,

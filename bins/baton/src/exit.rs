@@ -23,6 +23,11 @@ pub enum Exit {
     NotHeld = 6,
     /// `run`: the lease was lost while the command ran; it was terminated.
     LeaseLost = 7,
+    /// The node refused the credentials, has no users while credentials
+    /// were given, or requires credentials and none were given.
+    AuthFailed = 8,
+    /// The user may not use that key (`E ... permission denied`).
+    PermissionDenied = 9,
 }
 
 /// The table shown at the end of `--help`.
@@ -36,6 +41,9 @@ Exit codes:
   5  rejected by the node (E: malformed or beyond a limit)
   6  not held: no live grant with that token (release, renew)
   7  run: lease lost while the command ran (it was terminated)
+  8  authentication failed (wrong user or secret, none given to a node
+     that requires one, or given to a node without users)
+  9  permission denied: the user may not use that key
   run otherwise exits with the command's status (128+N if killed by
   signal N; 126 if it cannot be executed, 127 if it is not found).";
 
@@ -47,6 +55,11 @@ impl Exit {
             Error::Rejected { .. } => Exit::Rejected,
             Error::NotHeld { .. } => Exit::NotHeld,
             Error::LeaseLost { .. } => Exit::LeaseLost,
+            Error::AuthenticationFailed
+            | Error::AuthenticationNotEnabled
+            | Error::AuthenticationRequired => Exit::AuthFailed,
+            Error::PermissionDenied { .. } => Exit::PermissionDenied,
+            Error::InvalidCredentials { .. } => Exit::Usage,
             Error::InvalidKey(_) | Error::InvalidDuration { .. } | Error::NoAddress => Exit::Usage,
             _ => Exit::Failure,
         }

@@ -3,6 +3,7 @@
 //! makes cluster keys.
 
 mod cli;
+mod credentials;
 mod exit;
 mod keygen;
 mod run;
@@ -49,7 +50,16 @@ async fn dispatch(cli: Cli) -> ExitCode {
         .map(|s| s.trim().to_owned())
         .filter(|s| !s.is_empty())
         .collect();
-    let client = Client::builder().servers(servers.clone()).build().await;
+    let mut builder = Client::builder().servers(servers.clone());
+    match credentials::credentials(cli.user.as_deref(), cli.secret_file.as_deref()) {
+        Ok(Some((user, secret))) => builder = builder.credentials(user, secret),
+        Ok(None) => {}
+        Err(message) => {
+            eprintln!("baton: {message}");
+            return Exit::Usage.code();
+        }
+    }
+    let client = builder.build().await;
     if let Command::Status = cli.command {
         return status(client, servers).await;
     }

@@ -1,6 +1,9 @@
 //! `batond`: the Baton lock server. Parses flags, sets up logging and the
 //! open-file limit, locks the data directory if there is one, and runs a
 //! node until SIGINT or SIGTERM, or until its state can no longer be saved.
+//! SIGHUP reloads what can be reloaded (`reload.rs`).
+
+mod reload;
 
 use std::future::Future;
 use std::net::SocketAddr;
@@ -79,6 +82,10 @@ struct Flags {
     /// snapshot lets the log be purged).
     #[arg(long, value_name = "N", default_value_t = 10_000)]
     snapshot_every: u64,
+    /// Clients must authenticate (`U <user> <secret>`) as one of the users
+    /// of this TOML file, and may then use only their keys. SIGHUP reloads it.
+    #[arg(long, value_name = "PATH")]
+    auth_file: Option<PathBuf>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -119,6 +126,12 @@ impl Flags {
                 max_waiters: usize::try_from(self.max_waiters).unwrap_or(usize::MAX),
             },
             advertise: self.advertise.clone(),
+            auth: match &self.auth_file {
+                Some(path) => Some(Arc::new(
+                    baton_server::Auth::load(path).map_err(|e| e.to_string())?,
+                )),
+                None => None,
+            },
         };
         match self.mode {
             Mode::Single => {
@@ -215,11 +228,24 @@ impl Plan {
     }
 
     fn listen(&self) -> SocketAddr {
+        self.config().listen
+    }
+
+    fn config(&self) -> &ServerConfig {
         match self {
             Plan::Single { config, .. }
             | Plan::Priority { config, .. }
-            | Plan::Raft { config, .. } => config.listen,
+            | Plan::Raft { config, .. } => config,
         }
+    }
+
+    /// What SIGHUP reloads.
+    fn reloadable(&self) -> Vec<Arc<dyn reload::Reload>> {
+        let mut items: Vec<Arc<dyn reload::Reload>> = Vec::new();
+        if let Some(auth) = &self.config().auth {
+            items.push(auth.clone());
+        }
+        items
     }
 }
 
@@ -279,6 +305,7 @@ fn main() -> ExitCode {
 async fn serve(plan: Plan) -> Result<(), String> {
     // Watch for signals before anyone can learn the node is up.
     let shutdown = shutdown_signal().map_err(|e| format!("cannot watch for signals: {e}"))?;
+    reload::on_sighup(plan.reloadable()).map_err(|e| format!("cannot watch for SIGHUP: {e}"))?;
     // Locked before any mode reads it, held until the process ends.
     let data_dir = lock_data_dir(&plan)?;
     let bound = Bound {

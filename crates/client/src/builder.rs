@@ -3,6 +3,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::auth::Credentials;
 use crate::client::Client;
 use crate::error::{Error, Result};
 use crate::pool::Pool;
@@ -13,6 +14,8 @@ pub struct ClientBuilder {
     servers: Vec<String>,
     connect_timeout: Duration,
     request_timeout: Duration,
+    /// Checked when given, reported by `build` (the builder stays `Clone`).
+    credentials: Option<Result<Credentials, String>>,
 }
 
 impl Default for ClientBuilder {
@@ -21,6 +24,7 @@ impl Default for ClientBuilder {
             servers: Vec::new(),
             connect_timeout: Duration::from_secs(3),
             request_timeout: Duration::from_secs(5),
+            credentials: None,
         }
     }
 }
@@ -50,19 +54,42 @@ impl ClientBuilder {
         self
     }
 
+    /// Authenticates every connection (and every reconnection) as `user`
+    /// with `secret` (`U <user> <secret>`) before using it, for nodes run
+    /// with `--auth-file`. A wrong pair makes [`build`](Self::build) fail
+    /// with [`Error::AuthenticationFailed`]; one that breaks the protocol's
+    /// rules with [`Error::InvalidCredentials`].
+    pub fn credentials(mut self, user: impl AsRef<[u8]>, secret: impl AsRef<[u8]>) -> Self {
+        self.credentials =
+            Some(Credentials::new(user.as_ref(), secret.as_ref()).map_err(|e| e.to_string()));
+        self
+    }
+
     /// Opens the connections and waits for their first attempt.
     ///
     /// Fails with [`Error::NoServer`] when not a single node could be
-    /// reached; once built, the client reconnects broken connections in the
+    /// reached, [`Error::AuthenticationFailed`] (or
+    /// [`Error::AuthenticationNotEnabled`]) when nodes were reached but
+    /// none took the credentials; once built, the client reconnects broken connections in the
     /// background every 3 seconds for as long as it lives.
     pub async fn build(self) -> Result<Client> {
         if self.servers.is_empty() {
             return Err(Error::NoAddress);
         }
-        let pool = Pool::start(&self.servers, self.connect_timeout, self.request_timeout);
+        let credentials = self
+            .credentials
+            .transpose()
+            .map_err(|why| Error::InvalidCredentials { why })?
+            .map(Arc::new);
+        let pool = Pool::start(
+            &self.servers,
+            self.connect_timeout,
+            self.request_timeout,
+            credentials,
+        );
         pool.settle().await;
         if pool.pick_now().is_none() {
-            return Err(Error::NoServer);
+            return Err(pool.auth_refusal().unwrap_or(Error::NoServer));
         }
         Ok(Client::from_pool(Arc::new(pool)))
     }

@@ -294,9 +294,7 @@ impl Client {
                     .await;
                 Ok(None)
             }
-            Ok(Response::Error(reply)) => Err(Error::Rejected {
-                reason: reply.reason,
-            }),
+            Ok(Response::Error(reply)) => Err(crate::auth::rejected(reply)),
             Ok(other) => Err(Error::Unexpected(line(&other))),
             Err(CallError::Broken) => {
                 tracing::debug!(%key, addr = %slot.addr, "connection broke during acquire; failing over");
@@ -400,9 +398,7 @@ impl Client {
         let limit = self.pool.request_timeout;
         match slot.call(Request::Status, Some(limit)).await {
             Ok(Response::Status(report)) => Ok(report),
-            Ok(Response::Error(reply)) => Err(Error::Rejected {
-                reason: reply.reason,
-            }),
+            Ok(Response::Error(reply)) => Err(crate::auth::rejected(reply)),
             Ok(other) => Err(Error::Unexpected(line(&other))),
             Err(CallError::Broken) => Err(Error::NoServer),
             Err(CallError::Unanswered) => Err(Error::Unanswered { after: limit }),
@@ -428,11 +424,7 @@ impl Client {
                             continue;
                         }
                     }
-                    Ok(Response::Error(reply)) => {
-                        return Err(Error::Rejected {
-                            reason: reply.reason,
-                        })
-                    }
+                    Ok(Response::Error(reply)) => return Err(crate::auth::rejected(reply)),
                     Ok(answer) => return Ok(answer),
                     Err(CallError::Unanswered) => unanswered = Some(limit),
                     Err(CallError::Broken) => {

@@ -56,6 +56,28 @@ pub enum Error {
     /// A node answered something that does not fit the request.
     #[error("unexpected answer from the node: {0}")]
     Unexpected(String),
+    /// The node refused the credentials (`E U <user> authentication
+    /// failed`): a wrong user name or secret. From
+    /// [`ClientBuilder::build`](crate::ClientBuilder::build).
+    #[error("authentication failed: wrong user name or secret")]
+    AuthenticationFailed,
+    /// Credentials were given, but the node has no users (`E U <user>
+    /// authentication is not enabled`): they would protect nothing.
+    #[error("authentication is not enabled on the node, yet credentials were given")]
+    AuthenticationNotEnabled,
+    /// The node requires authentication and the client has no credentials
+    /// (or the node no longer knows its user): see
+    /// [`ClientBuilder::credentials`](crate::ClientBuilder::credentials).
+    #[error("the node requires authentication: give a user name and secret")]
+    AuthenticationRequired,
+    /// The user may not use this key (`E <op> <key> permission denied`);
+    /// nothing changed on the node.
+    #[error("permission denied on {key}")]
+    PermissionDenied { key: Key },
+    /// The user name or secret given to the builder breaks the protocol's
+    /// rules; nothing was sent.
+    #[error("invalid credentials: {why}")]
+    InvalidCredentials { why: String },
 }
 
 /// Shorthand for results of client calls.

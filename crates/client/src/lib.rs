@@ -54,6 +54,7 @@
 //! Tokens fence the resource: see [`Fence`] for the check the resource
 //! makes so that a holder whose lease lapsed cannot do harm.
 
+mod auth;
 mod builder;
 mod client;
 mod connection;

@@ -7,6 +7,8 @@ use std::time::Duration;
 use tokio::sync::watch;
 use tokio::time::Instant;
 
+use crate::auth::Credentials;
+use crate::error::Error;
 use crate::lifecycle::Background;
 use crate::slot::{Shared, Slot, RECONNECT_INTERVAL};
 
@@ -21,6 +23,7 @@ pub(crate) struct Pool {
     pub(crate) background: Arc<Background>,
     pub(crate) connect_timeout: Duration,
     pub(crate) request_timeout: Duration,
+    credentials: Option<Arc<Credentials>>,
 }
 
 impl Pool {
@@ -30,6 +33,7 @@ impl Pool {
         addrs: &[String],
         connect_timeout: Duration,
         request_timeout: Duration,
+        credentials: Option<Arc<Credentials>>,
     ) -> Pool {
         let (changed, _) = watch::channel(0);
         let changed = Arc::new(changed);
@@ -40,6 +44,7 @@ impl Pool {
             changed: Arc::clone(&changed),
             shutdown: shutdown.subscribe(),
             background: Arc::clone(&background),
+            credentials: credentials.clone(),
         };
         let mut slots = Vec::new();
         let copies = if addrs.len() == 1 { 2 } else { 1 };
@@ -56,7 +61,14 @@ impl Pool {
             background,
             connect_timeout,
             request_timeout,
+            credentials,
         }
+    }
+
+    /// Why no connection is usable, if it is the node refusing the
+    /// credentials rather than no node being reachable.
+    pub(crate) fn auth_refusal(&self) -> Option<Error> {
+        self.slots().iter().find_map(|slot| slot.auth_refusal())
     }
 
     fn slots(&self) -> Vec<Arc<Slot>> {
@@ -143,6 +155,7 @@ impl Pool {
             changed: Arc::clone(&self.changed),
             shutdown: self.shutdown.subscribe(),
             background: Arc::clone(&self.background),
+            credentials: self.credentials.clone(),
         }
     }
 

@@ -9,7 +9,9 @@ use baton_proto::{Request, Response};
 use tokio::net::TcpStream;
 use tokio::sync::{mpsc, oneshot, watch};
 
+use crate::auth::{self, AuthOutcome, Credentials};
 use crate::connection::{self, closed, Call, End};
+use crate::error::Error;
 use crate::lifecycle::Background;
 
 /// How long a broken connection stays out before the next reconnect attempt.
@@ -29,6 +31,9 @@ pub(crate) enum CallError {
 pub(crate) struct SlotState {
     usable: AtomicBool,
     attempted: AtomicBool,
+    /// The last attempt reached the node, which refused the credentials.
+    auth_failed: AtomicBool,
+    auth_not_enabled: AtomicBool,
 }
 
 /// What every connection of one client shares: the signal that the client
@@ -39,6 +44,8 @@ pub(crate) struct Shared {
     pub(crate) changed: Arc<watch::Sender<u64>>,
     pub(crate) shutdown: watch::Receiver<bool>,
     pub(crate) background: Arc<Background>,
+    /// Sent first on every connection, when given.
+    pub(crate) credentials: Option<Arc<Credentials>>,
 }
 
 /// A connection as the pool sees it.
@@ -69,6 +76,18 @@ impl Slot {
         self.state.attempted.load(Ordering::Acquire)
     }
 
+    /// The error the node's refusal of the credentials stands for, if the
+    /// last attempt ended that way.
+    pub(crate) fn auth_refusal(&self) -> Option<Error> {
+        if self.state.auth_failed.load(Ordering::Acquire) {
+            Some(Error::AuthenticationFailed)
+        } else if self.state.auth_not_enabled.load(Ordering::Acquire) {
+            Some(Error::AuthenticationNotEnabled)
+        } else {
+            None
+        }
+    }
+
     /// Sends one request and waits for its answer, at most `limit` if given.
     pub(crate) async fn call(
         &self,
@@ -89,6 +108,20 @@ impl Slot {
     }
 }
 
+/// Records why the node would not take the credentials.
+fn note_refusal(state: &SlotState, addr: &str, outcome: &AuthOutcome) {
+    let (failed, not_enabled) = match outcome {
+        AuthOutcome::Failed => (true, false),
+        AuthOutcome::NotEnabled => (false, true),
+        AuthOutcome::Broken => (false, false),
+    };
+    if failed || not_enabled {
+        tracing::warn!(%addr, ?outcome, "the node did not accept the credentials");
+    }
+    state.auth_failed.store(failed, Ordering::Release);
+    state.auth_not_enabled.store(not_enabled, Ordering::Release);
+}
+
 fn publish(changed: &watch::Sender<u64>) {
     changed.send_modify(|generation| *generation = generation.wrapping_add(1));
 }
@@ -106,6 +139,7 @@ async fn supervise(
         changed,
         mut shutdown,
         background,
+        credentials,
     } = shared;
     loop {
         if *shutdown.borrow() {
@@ -118,8 +152,22 @@ async fn supervise(
             connected = connect => connected,
             () = closed(&mut shutdown) => continue,
         };
+        let connected = match (connected, &credentials) {
+            (Ok(Ok(mut stream)), Some(credentials)) => {
+                match auth::authenticate(&mut stream, credentials, connect_timeout).await {
+                    Ok(()) => Ok(Ok(stream)),
+                    Err(outcome) => {
+                        note_refusal(&state, &addr, &outcome);
+                        Ok(Err(std::io::Error::other("authentication did not succeed")))
+                    }
+                }
+            }
+            (other, _) => other,
+        };
         match connected {
             Ok(Ok(stream)) => {
+                state.auth_failed.store(false, Ordering::Release);
+                state.auth_not_enabled.store(false, Ordering::Release);
                 // Requests are small and latency-bound; Nagle would only delay them.
                 let _ = stream.set_nodelay(true);
                 state.usable.store(true, Ordering::Release);

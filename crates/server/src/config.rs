@@ -1,9 +1,12 @@
 //! What a node is told at start-up.
 
 use std::net::SocketAddr;
+use std::sync::Arc;
 
 use baton_core::Quota;
 use baton_proto::Limits;
+
+use crate::auth::Auth;
 
 /// Settings of a single node. The defaults are the protocol's defaults.
 #[derive(Debug, Clone)]
@@ -23,6 +26,9 @@ pub struct ServerConfig {
     /// The address the node is known by (`self=` in `S`, the cluster's peer
     /// list) when it differs from the bound one, e.g. when bound to 0.0.0.0.
     pub advertise: Option<String>,
+    /// The users of `--auth-file`: with them every connection must
+    /// authenticate (`U`) and is limited to its user's keys.
+    pub auth: Option<Arc<Auth>>,
 }
 
 impl Default for ServerConfig {
@@ -34,6 +40,7 @@ impl Default for ServerConfig {
             max_pending: 10_000,
             quota: Quota::default(),
             advertise: None,
+            auth: None,
         }
     }
 }

@@ -18,6 +18,7 @@ use tokio_util::codec::{Decoder, Encoder};
 use tokio_util::sync::CancellationToken;
 
 use crate::accept::ServerStream;
+use crate::auth::session::{self as auth, Gated, Session};
 use crate::delivery::{Delivery, Mailbox};
 use crate::listener::NodeInfo;
 use crate::locks::{Events, SharedLocks};
@@ -59,6 +60,10 @@ pub(crate) struct Connection<N, S> {
     encoded_total: u64,
     written_total: u64,
     events: Events,
+    /// With `--auth-file`: who the client is, and the gate on its requests.
+    auth: Option<Box<Session>>,
+    /// A failed `U` holds the input until its answer goes out.
+    held: bool,
 }
 
 impl<N: LockNode, S: ServerStream> Connection<N, S> {
@@ -68,6 +73,7 @@ impl<N: LockNode, S: ServerStream> Connection<N, S> {
     ) -> (Connection<N, S>, mpsc::UnboundedReceiver<Delivery>) {
         let (tx, rx) = mpsc::unbounded_channel();
         let codec = ServerCodec::new(node.config.limits);
+        let auth = node.config.auth.clone().map(|a| Box::new(Session::new(a)));
         let connection = Connection {
             locks,
             node,
@@ -81,6 +87,8 @@ impl<N: LockNode, S: ServerStream> Connection<N, S> {
             encoded_total: 0,
             written_total: 0,
             events: Vec::new(),
+            auth,
+            held: false,
         };
         (connection, rx)
     }
@@ -93,6 +101,9 @@ impl<N: LockNode, S: ServerStream> Connection<N, S> {
         mut deliveries: mpsc::UnboundedReceiver<Delivery>,
         shutdown: CancellationToken,
     ) {
+        if let Some(session) = &mut self.auth {
+            session.set_peer(stream.peer_addr().ok().map(|a| a.ip()));
+        }
         let Some(stream) = self.client_stream(stream, &shutdown).await else {
             return;
         };
@@ -182,7 +193,9 @@ impl<N: LockNode, S: ServerStream> Connection<N, S> {
     /// keeps the output buffer and the mailbox bounded (see `Mailbox`).
     #[inline]
     fn may_read(&self) -> bool {
-        self.output.len() < OUTPUT_HIGH_WATER && self.deferred < self.node.config.max_pending
+        self.output.len() < OUTPUT_HIGH_WATER
+            && self.deferred < self.node.config.max_pending
+            && !self.held
     }
 
     /// Takes `received` deliveries from `batch`; `still_queued` are left
@@ -268,7 +281,7 @@ impl<N: LockNode, S: ServerStream> Connection<N, S> {
         // One clock read for the whole burst: every request in it was
         // received at once, and the read showed up in profiles.
         let now = self.locks.clock().now();
-        loop {
+        while !self.held {
             match self.codec.decode(&mut self.input) {
                 Ok(Some(Ok(request))) => self.on_request(request, now),
                 Ok(Some(Err(error))) => self.answer(&Response::Error(error.to_reply())),
@@ -285,6 +298,12 @@ impl<N: LockNode, S: ServerStream> Connection<N, S> {
     }
 
     fn on_request(&mut self, request: Request, now: Millis) {
+        if let Some(session) = &mut self.auth {
+            if let Some(gated) = session.gate(&request) {
+                self.on_gated(gated);
+                return;
+            }
+        }
         match request {
             Request::Acquire {
                 key,
@@ -302,11 +321,21 @@ impl<N: LockNode, S: ServerStream> Connection<N, S> {
                 self.answer(&Response::Status(report));
             }
             Request::Query { key } => self.on_query(key, now),
-            Request::Auth { user, .. } => self.answer(&Response::Error(ErrorReply {
-                op: Some(Op::Auth),
-                key: Some(user.as_bytes().to_vec()),
-                reason: "authentication is not enabled".to_string(),
-            })),
+            // Only without `--auth-file`: with it the session answers `U`.
+            Request::Auth { user, .. } => self.answer(&auth::not_enabled(&user)),
+        }
+    }
+
+    /// Answers a request the session refused, now or after a hold.
+    #[cold]
+    fn on_gated(&mut self, gated: Gated) {
+        match gated {
+            Gated::Answer(response) => self.answer(&response),
+            Gated::Hold(response, delay) => {
+                self.deferred += 1;
+                self.held = true;
+                auth::answer_later(&self.mailbox, response, delay);
+            }
         }
     }
 
@@ -444,6 +473,13 @@ impl<N: LockNode, S: ServerStream> Connection<N, S> {
             Delivery::TimedOut { id, key } => {
                 self.waiting.remove(&id);
                 self.answer(&Response::TimedOut { key });
+            }
+            Delivery::Resume(response) => {
+                self.deferred = self.deferred.saturating_sub(1);
+                self.held = false;
+                self.answer(&response);
+                // What arrived during the hold is served now.
+                self.on_input();
             }
             Delivery::Moved { id, key, to } => {
                 self.waiting.remove(&id);

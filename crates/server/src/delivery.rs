@@ -26,6 +26,9 @@ pub(crate) enum Delivery {
     },
     /// The late answer to a request the node answered `Served::Later`.
     Reply(baton_proto::Response),
+    /// The late answer to a failed `U`, which held the connection's input
+    /// until now (see `auth::session`).
+    Resume(baton_proto::Response),
 }
 
 /// The wait-queue handle of a queued acquire: its connection's mailbox.

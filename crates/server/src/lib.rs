@@ -11,6 +11,7 @@
 //! [`Persister`]) and the token floor at a restart ([`token_floor`]).
 
 mod accept;
+pub mod auth;
 mod clock;
 mod config;
 mod connection;
@@ -27,6 +28,7 @@ mod timer;
 pub mod token_floor;
 
 pub use accept::{Accept, ServerStream};
+pub use auth::{Auth, AuthFileError};
 pub use baton_core::Quota;
 pub use clock::Clock;
 pub use config::ServerConfig;
