@@ -30,6 +30,10 @@ async fn every_request_needs_authentication_first_and_changes_nothing() {
         c.request("K billing/1 5 10").await,
         "E K billing/1 authentication required"
     );
+    assert_eq!(
+        c.request("Q billing/1").await,
+        "E Q billing/1 authentication required"
+    );
     // Malformed requests are still answered as malformed.
     assert_eq!(
         c.request("A billing/1 0 0").await,
@@ -133,6 +137,15 @@ async fn keys_outside_the_prefixes_are_refused_and_admin_has_every_key() {
         billing.request(&format!("K orders/42 {theirs} 60")).await,
         "E K orders/42 permission denied"
     );
+    // Q would show the stranger's token: refused too.
+    assert_eq!(
+        billing.request("Q orders/42").await,
+        "E Q orders/42 permission denied"
+    );
+    assert!(ops
+        .request("Q orders/42")
+        .await
+        .starts_with(&format!("Q orders/42 token={theirs} ")));
     assert_eq!(
         billing.request("A billing 0 30").await,
         "E A billing permission denied"
