@@ -64,6 +64,23 @@ pub enum Command {
     },
     /// Show every node: address, role, active node, last token, locks, waiters.
     Status,
+    /// Show who holds KEY: `KEY token=<t> lease=<seconds left> waiters=<n>`,
+    /// or `token=- lease=-` while it is free (the protocol's `Q`).
+    Inspect {
+        key: OsString,
+        /// One JSON object instead.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Break a stuck lock: release whatever grant holds KEY now (`Q`, then
+    /// `R` with the token it showed). Asks first on a terminal; elsewhere
+    /// needs --yes. Exits 6 if KEY is not held.
+    ForceRelease {
+        key: OsString,
+        /// Do not ask.
+        #[arg(long)]
+        yes: bool,
+    },
     /// Hold the lock while a command runs: BATON_KEY and BATON_TOKEN are set
     /// in its environment, the lease is renewed while it runs, the lock is
     /// released when it ends, and baton exits with its status. If the lease

@@ -39,7 +39,8 @@ Exit codes:
   3  wait timed out: the lock was not granted
   4  no server reachable
   5  rejected by the node (E: malformed or beyond a limit)
-  6  not held: no live grant with that token (release, renew)
+  6  not held: no live grant with that token (release, renew), or
+     nothing to force-release
   7  run: lease lost while the command ran (it was terminated)
   8  authentication failed (wrong user or secret, none given to a node
      that requires one, or given to a node without users)

@@ -5,6 +5,7 @@
 mod cli;
 mod credentials;
 mod exit;
+mod inspect;
 mod keygen;
 mod run;
 mod seconds;
@@ -99,6 +100,12 @@ async fn command(client: &Client, command: Command) -> ExitCode {
             lease,
             command,
         } => return run::run(client, &key, wait, lease, &command).await,
+        Command::Inspect { key, json } => {
+            return inspect::inspect(client, key.as_encoded_bytes(), json).await
+        }
+        Command::ForceRelease { key, yes } => {
+            return inspect::force_release(client, key.as_encoded_bytes(), yes).await
+        }
         Command::Status | Command::Keygen => Ok(()),
     };
     match outcome {

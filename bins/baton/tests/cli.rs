@@ -265,3 +265,43 @@ fn run_reports_a_command_that_cannot_start() {
     // And the lock was given back.
     expect_code(&baton(&servers, &["acquire", "nocmd", "--wait", "1"]), 0);
 }
+
+#[test]
+fn inspect_shows_the_holder_and_force_release_breaks_the_lock() {
+    let node = Batond::start(&[]);
+    let servers = node.addr().to_string();
+    let out = baton(&servers, &["inspect", "cli/q"]);
+    expect_code(&out, 0);
+    assert_eq!(stdout(&out), "cli/q token=- lease=- waiters=0\n");
+    let out = baton(&servers, &["acquire", "cli/q", "--lease", "30"]);
+    expect_code(&out, 0);
+    let token: u64 = stdout(&out).trim().parse().unwrap();
+    let out = baton(&servers, &["inspect", "cli/q"]);
+    expect_code(&out, 0);
+    let shown = stdout(&out);
+    assert!(
+        shown.starts_with(&format!("cli/q token={token} lease="))
+            && shown.ends_with(" waiters=0\n"),
+        "{shown:?}"
+    );
+    let out = baton(&servers, &["inspect", "cli/q", "--json"]);
+    expect_code(&out, 0);
+    assert!(
+        stdout(&out).starts_with(&format!(
+            "{{\"key\":\"cli/q\",\"held\":true,\"token\":{token},"
+        )),
+        "{}",
+        stdout(&out)
+    );
+    // Not on a terminal (the test's stdin is not one): --yes is needed.
+    let out = baton(&servers, &["force-release", "cli/q"]);
+    expect_code(&out, 2);
+    assert!(stderr(&out).contains("--yes"), "{}", stderr(&out));
+    let out = baton(&servers, &["force-release", "cli/q", "--yes"]);
+    expect_code(&out, 0);
+    assert_eq!(stdout(&out), format!("released cli/q (token {token})\n"));
+    let out = baton(&servers, &["force-release", "cli/q", "--yes"]);
+    expect_code(&out, 6);
+    let out = baton(&servers, &["inspect", "cli/q"]);
+    assert_eq!(stdout(&out), "cli/q token=- lease=- waiters=0\n");
+}

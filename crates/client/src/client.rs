@@ -3,7 +3,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use baton_core::{Key, Token};
+use baton_core::{Key, KeyState, Token};
 use baton_proto::{Request, Response, StatusReport};
 use bytes::BytesMut;
 use tokio::time::Instant;
@@ -379,6 +379,19 @@ impl Client {
         match self.call_retrying(req, window).await? {
             Response::Renewed { .. } => Ok(()),
             Response::NotHeld { .. } => Err(Error::LeaseLost { key, token }),
+            other => Err(Error::Unexpected(line(&other))),
+        }
+    }
+
+    /// `Q <key>`: the key's live grant (token, lease left) and waiters, as
+    /// the serving node sees them; in a Raft cluster a linearizable read.
+    /// Redirects are followed within the request timeout.
+    pub async fn inspect(&self, key: impl AsRef<[u8]>) -> Result<KeyState> {
+        self.check_open()?;
+        let key = Key::new(key.as_ref())?;
+        let req = Request::Query { key };
+        match self.call_retrying(req, self.pool.request_timeout).await? {
+            Response::Queried { state, .. } => Ok(state),
             other => Err(Error::Unexpected(line(&other))),
         }
     }

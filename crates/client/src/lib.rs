@@ -66,7 +66,7 @@ mod lifecycle;
 mod pool;
 mod slot;
 
-pub use baton_core::{Key, Token};
+pub use baton_core::{Key, KeyState, LiveGrant, Token};
 pub use baton_proto::{Mode, Role, StatusReport};
 pub use builder::ClientBuilder;
 pub use client::{Client, NodeStatus};

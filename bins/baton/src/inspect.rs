@@ -1,0 +1,99 @@
+//! `baton inspect KEY` and `baton force-release KEY`: an operator's look
+//! at one lock (`Q`), and breaking a stuck one (`Q` then `R` with the
+//! token it showed, so a grant made in between is never released).
+
+use std::io::{BufRead, IsTerminal, Write};
+use std::process::ExitCode;
+
+use baton_client::{Client, KeyState};
+
+use crate::exit::Exit;
+use crate::fail;
+
+/// `token=<t> lease=<s> waiters=<n>`, as the protocol writes it (`-` while free).
+fn describe(state: &KeyState) -> String {
+    match &state.grant {
+        Some(grant) => format!(
+            "token={} lease={}.{:03} waiters={}",
+            grant.token,
+            grant.lease_left_ms / 1000,
+            grant.lease_left_ms % 1000,
+            state.waiters
+        ),
+        None => format!("token=- lease=- waiters={}", state.waiters),
+    }
+}
+
+fn json(key: &str, state: &KeyState) -> String {
+    let key = key.replace('\\', "\\\\").replace('"', "\\\"");
+    match &state.grant {
+        Some(grant) => format!(
+            "{{\"key\":\"{key}\",\"held\":true,\"token\":{},\"lease_left_ms\":{},\"waiters\":{}}}",
+            grant.token, grant.lease_left_ms, state.waiters
+        ),
+        None => format!(
+            "{{\"key\":\"{key}\",\"held\":false,\"waiters\":{}}}",
+            state.waiters
+        ),
+    }
+}
+
+/// Prints the key's state; exits 0 whether it is held or free.
+pub async fn inspect(client: &Client, key: &[u8], as_json: bool) -> ExitCode {
+    match client.inspect(key).await {
+        Ok(state) => {
+            let name = String::from_utf8_lossy(key);
+            if as_json {
+                println!("{}", json(&name, &state));
+            } else {
+                println!("{name} {}", describe(&state));
+            }
+            Exit::Ok.code()
+        }
+        Err(err) => fail(&err),
+    }
+}
+
+/// Releases whatever grant holds `key` now. Asks on a terminal unless
+/// `yes`; off a terminal, refuses without `yes`.
+pub async fn force_release(client: &Client, key: &[u8], yes: bool) -> ExitCode {
+    let name = String::from_utf8_lossy(key).into_owned();
+    let state = match client.inspect(key).await {
+        Ok(state) => state,
+        Err(err) => return fail(&err),
+    };
+    let Some(grant) = state.grant else {
+        eprintln!("baton: {name} is not held");
+        return Exit::NotHeld.code();
+    };
+    if !yes && !confirmed(&name, grant.token) {
+        return Exit::Usage.code();
+    }
+    match client.release(key, grant.token).await {
+        Ok(()) => {
+            println!("released {name} (token {})", grant.token);
+            Exit::Ok.code()
+        }
+        Err(err) => fail(&err),
+    }
+}
+
+/// Asks on the terminal; `false` (with the reason printed) if the answer
+/// is not yes or there is no terminal to ask on.
+fn confirmed(name: &str, token: u64) -> bool {
+    if !std::io::stdin().is_terminal() {
+        eprintln!("baton: not on a terminal: give --yes to release {name} (token {token})");
+        return false;
+    }
+    eprint!("release {name}, held with token {token}? [y/N] ");
+    let _ = std::io::stderr().flush();
+    let mut answer = String::new();
+    if std::io::stdin().lock().read_line(&mut answer).is_err() {
+        return false;
+    }
+    let yes = matches!(answer.trim(), "y" | "Y" | "yes" | "YES");
+    if !yes {
+        eprintln!("baton: not released");
+    }
+    yes
+}
