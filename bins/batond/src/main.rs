@@ -14,6 +14,8 @@ use baton_server::{DataDir, ServerConfig, StateFileError};
 use clap::Parser;
 use tokio::sync::oneshot;
 
+mod tls;
+
 /// Baton lock server: exclusive locks with fencing tokens, FIFO waiters and
 /// leases, over a pipelined text protocol.
 #[derive(Debug, Parser)]
@@ -71,6 +73,8 @@ struct Flags {
     /// snapshot lets the log be purged).
     #[arg(long, value_name = "N", default_value_t = 10_000)]
     snapshot_every: u64,
+    #[command(flatten)]
+    tls: tls::TlsFlags,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -98,6 +102,7 @@ enum Plan {
 
 impl Flags {
     fn plan(self) -> Result<Plan, String> {
+        self.tls.check()?;
         let config = ServerConfig {
             listen: self.listen,
             limits: Limits {
@@ -107,6 +112,9 @@ impl Flags {
             max_connections: self.max_connections,
             max_pending: self.max_pending,
             advertise: self.advertise.clone(),
+            tls: self.tls.load()?,
+            line_timeout: self.tls.line_timeout(),
+            idle_timeout: self.tls.idle_timeout(),
         };
         match self.mode {
             Mode::Single => {
@@ -203,10 +211,14 @@ impl Plan {
     }
 
     fn listen(&self) -> SocketAddr {
+        self.config().listen
+    }
+
+    fn config(&self) -> &ServerConfig {
         match self {
             Plan::Single { config, .. }
             | Plan::Priority { config, .. }
-            | Plan::Raft { config, .. } => config.listen,
+            | Plan::Raft { config, .. } => config,
         }
     }
 }
@@ -267,6 +279,9 @@ fn main() -> ExitCode {
 async fn serve(plan: Plan) -> Result<(), String> {
     // Watch for signals before anyone can learn the node is up.
     let shutdown = shutdown_signal().map_err(|e| format!("cannot watch for signals: {e}"))?;
+    if let Some(tls) = &plan.config().tls {
+        tls::reload_on_hangup(tls.clone()).map_err(|e| format!("cannot watch for SIGHUP: {e}"))?;
+    }
     // Locked before any mode reads it, held until the process ends.
     let data_dir = lock_data_dir(&plan)?;
     let bound = Bound {

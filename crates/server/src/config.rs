@@ -1,8 +1,12 @@
 //! What a node is told at start-up.
 
 use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
 
 use baton_proto::Limits;
+
+use crate::tls::ServerTls;
 
 /// Settings of a single node. The defaults are the protocol's defaults.
 #[derive(Debug, Clone)]
@@ -18,6 +22,15 @@ pub struct ServerConfig {
     /// The address the node is known by (`self=` in `S`, the cluster's peer
     /// list) when it differs from the bound one, e.g. when bound to 0.0.0.0.
     pub advertise: Option<String>,
+    /// With it the client port speaks TLS only (cluster peers still come in
+    /// with their own hello); reloadable.
+    pub tls: Option<Arc<ServerTls>>,
+    /// A connection whose line has been unfinished this long (its first
+    /// line: since connect) is closed. `None`: never.
+    pub line_timeout: Option<Duration>,
+    /// A connection with nothing pending that sent nothing this long is
+    /// closed. `None` (the default): never.
+    pub idle_timeout: Option<Duration>,
 }
 
 impl Default for ServerConfig {
@@ -28,6 +41,9 @@ impl Default for ServerConfig {
             max_connections: 10_000,
             max_pending: 10_000,
             advertise: None,
+            tls: None,
+            line_timeout: Some(Duration::from_secs(10)),
+            idle_timeout: None,
         }
     }
 }
