@@ -25,6 +25,9 @@ pub struct Cli {
     )]
     pub servers: Vec<String>,
 
+    #[command(flatten)]
+    pub tls: crate::tls::TlsFlags,
+
     #[command(subcommand)]
     pub command: Command,
 }

@@ -8,6 +8,7 @@ mod keygen;
 mod run;
 mod seconds;
 mod status_table;
+mod tls;
 
 use std::process::ExitCode;
 
@@ -49,7 +50,11 @@ async fn dispatch(cli: Cli) -> ExitCode {
         .map(|s| s.trim().to_owned())
         .filter(|s| !s.is_empty())
         .collect();
-    let client = Client::builder().servers(servers.clone()).build().await;
+    let builder = match cli.tls.apply(Client::builder().servers(servers.clone())) {
+        Ok(builder) => builder,
+        Err(err) => return fail(&err),
+    };
+    let client = builder.build().await;
     if let Command::Status = cli.command {
         return status(client, servers).await;
     }

@@ -6,6 +6,7 @@ use std::time::Duration;
 use crate::client::Client;
 use crate::error::{Error, Result};
 use crate::pool::Pool;
+use crate::tls::TlsConfig;
 
 /// Builds a [`Client`]; obtained from [`Client::builder`].
 #[derive(Debug, Clone)]
@@ -13,6 +14,7 @@ pub struct ClientBuilder {
     servers: Vec<String>,
     connect_timeout: Duration,
     request_timeout: Duration,
+    tls: Option<TlsConfig>,
 }
 
 impl Default for ClientBuilder {
@@ -21,6 +23,7 @@ impl Default for ClientBuilder {
             servers: Vec::new(),
             connect_timeout: Duration::from_secs(3),
             request_timeout: Duration::from_secs(5),
+            tls: None,
         }
     }
 }
@@ -50,6 +53,14 @@ impl ClientBuilder {
         self
     }
 
+    /// Speaks TLS to every node, trusting `tls`'s CA (and showing its
+    /// client certificate, if it has one). A node that does not speak TLS,
+    /// or whose certificate does not verify, is an [`Error::Tls`].
+    pub fn tls(mut self, tls: TlsConfig) -> Self {
+        self.tls = Some(tls);
+        self
+    }
+
     /// Opens the connections and waits for their first attempt.
     ///
     /// Fails with [`Error::NoServer`] when not a single node could be
@@ -59,10 +70,20 @@ impl ClientBuilder {
         if self.servers.is_empty() {
             return Err(Error::NoAddress);
         }
-        let pool = Pool::start(&self.servers, self.connect_timeout, self.request_timeout);
+        let tls = self
+            .tls
+            .as_ref()
+            .map(TlsConfig::client_config)
+            .transpose()?;
+        let pool = Pool::start(
+            &self.servers,
+            self.connect_timeout,
+            self.request_timeout,
+            tls,
+        );
         pool.settle().await;
         if pool.pick_now().is_none() {
-            return Err(Error::NoServer);
+            return Err(pool.no_server());
         }
         Ok(Client::from_pool(Arc::new(pool)))
     }

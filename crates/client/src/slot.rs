@@ -2,15 +2,15 @@
 //! keeps a socket to it open, and the channel callers use to reach it.
 
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use baton_proto::{Request, Response};
-use tokio::net::TcpStream;
 use tokio::sync::{mpsc, oneshot, watch};
 
 use crate::connection::{self, closed, Call, End};
 use crate::lifecycle::Background;
+use crate::tls::{self, ConnectError};
 
 /// How long a broken connection stays out before the next reconnect attempt.
 pub(crate) const RECONNECT_INTERVAL: Duration = Duration::from_secs(3);
@@ -29,6 +29,17 @@ pub(crate) enum CallError {
 pub(crate) struct SlotState {
     usable: AtomicBool,
     attempted: AtomicBool,
+    /// Why the last attempt failed, when it failed for a TLS reason.
+    tls_failure: Mutex<Option<String>>,
+}
+
+impl SlotState {
+    fn set_tls_failure(&self, why: Option<String>) {
+        *self
+            .tls_failure
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner) = why;
+    }
 }
 
 /// What every connection of one client shares: the signal that the client
@@ -39,6 +50,8 @@ pub(crate) struct Shared {
     pub(crate) changed: Arc<watch::Sender<u64>>,
     pub(crate) shutdown: watch::Receiver<bool>,
     pub(crate) background: Arc<Background>,
+    /// TLS to every node, when the builder was given it.
+    pub(crate) tls: Option<Arc<rustls::ClientConfig>>,
 }
 
 /// A connection as the pool sees it.
@@ -62,6 +75,15 @@ impl Slot {
 
     pub(crate) fn is_usable(&self) -> bool {
         self.state.usable.load(Ordering::Acquire)
+    }
+
+    /// Why the last attempt failed, if it was for a TLS reason.
+    pub(crate) fn tls_failure(&self) -> Option<String> {
+        self.state
+            .tls_failure
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
     }
 
     /// True once the first connection attempt finished, either way.
@@ -106,6 +128,7 @@ async fn supervise(
         changed,
         mut shutdown,
         background,
+        tls,
     } = shared;
     loop {
         if *shutdown.borrow() {
@@ -113,27 +136,49 @@ async fn supervise(
             publish(&changed);
             return;
         }
-        let connect = tokio::time::timeout(connect_timeout, TcpStream::connect(&addr));
+        let connect = tokio::time::timeout(connect_timeout, tls::connect(&addr, tls.as_ref()));
         let connected = tokio::select! {
             connected = connect => connected,
             () = closed(&mut shutdown) => continue,
         };
         match connected {
             Ok(Ok(stream)) => {
-                // Requests are small and latency-bound; Nagle would only delay them.
-                let _ = stream.set_nodelay(true);
+                state.set_tls_failure(None);
                 state.usable.store(true, Ordering::Release);
                 state.attempted.store(true, Ordering::Release);
                 publish(&changed);
                 tracing::debug!(%addr, "connected");
-                let end = connection::serve(stream, &mut calls, &mut shutdown, &background).await;
+                let end = match stream {
+                    tls::Connected::Plain(stream) => {
+                        let (read, write) = stream.into_split();
+                        connection::serve(read, write, &mut calls, &mut shutdown, &background).await
+                    }
+                    tls::Connected::Tls(stream) => {
+                        let (read, write) = tokio::io::split(stream);
+                        connection::serve(read, write, &mut calls, &mut shutdown, &background).await
+                    }
+                };
                 state.usable.store(false, Ordering::Release);
-                if end == End::ClientGone {
-                    return;
+                match end {
+                    End::ClientGone => return,
+                    End::Broken => {
+                        tracing::info!(%addr, "connection lost; reconnecting in the background")
+                    }
+                    End::Tls(why) => {
+                        tracing::warn!(%addr, %why, "TLS failure");
+                        state.set_tls_failure(Some(why));
+                        publish(&changed);
+                    }
                 }
-                tracing::info!(%addr, "connection lost; reconnecting in the background");
             }
-            Ok(Err(err)) => tracing::debug!(%addr, %err, "connect failed"),
+            Ok(Err(ConnectError::Tls(why))) => {
+                tracing::warn!(%addr, %why, "TLS failure");
+                state.set_tls_failure(Some(why));
+            }
+            Ok(Err(ConnectError::Io(err))) => {
+                state.set_tls_failure(None);
+                tracing::debug!(%addr, %err, "connect failed")
+            }
             Err(_) => tracing::debug!(%addr, "connect timed out"),
         }
         if !state.attempted.swap(true, Ordering::AcqRel) {
