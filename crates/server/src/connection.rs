@@ -217,7 +217,8 @@ impl<N: LockNode, S: ServerStream> Connection<N, S> {
                 },
                 () = &mut check => {
                     let now = Instant::now();
-                    if let Some(expired) = self.deadlines.check(now, self.busy()) {
+                    let held_back = !self.may_read();
+                    if let Some(expired) = self.deadlines.check(now, self.busy(), held_back) {
                         tracing::debug!(?expired, "closing a connection past its deadline");
                         self.output.extend_from_slice(expired.farewell());
                         break;

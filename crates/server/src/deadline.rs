@@ -121,8 +121,13 @@ impl Deadlines {
     }
 
     /// Whether a deadline has passed at `now`; `busy` whether the
-    /// connection has anything pending.
-    pub(crate) fn check(&mut self, now: Instant, busy: bool) -> Option<Expired> {
+    /// connection has anything pending, `held_back` whether the node
+    /// stopped reading it (its client does not take its answers): an
+    /// unfinished line is then the node's doing, and its clock restarts.
+    pub(crate) fn check(&mut self, now: Instant, busy: bool, held_back: bool) -> Option<Expired> {
+        if held_back && self.line_since.is_some() {
+            self.started_line(now);
+        }
         if let (Some(timeout), Some(since)) = (self.line_timeout, self.line_since) {
             if now.saturating_duration_since(since) >= timeout {
                 return Some(Expired::Line);
@@ -145,6 +150,19 @@ mod tests {
     use super::*;
 
     const LINE: Duration = Duration::from_secs(10);
+
+    #[tokio::test(start_paused = true)]
+    async fn a_line_held_back_by_the_node_does_not_time_out() {
+        let start = Instant::now();
+        let mut d = deadlines(None, start);
+        // Half a line is buffered while the node does not read (its client
+        // does not take its answers): the clock restarts at each check.
+        d.after_input(true, true, false);
+        let later = start + LINE;
+        assert_eq!(d.check(later, true, true), None);
+        assert_eq!(d.next_check(later), later + LINE);
+        assert_eq!(d.check(later + LINE, true, false), Some(Expired::Line));
+    }
     const IDLE: Duration = Duration::from_secs(8);
 
     fn deadlines(idle: Option<Duration>, at: Instant) -> Deadlines {
@@ -157,10 +175,10 @@ mod tests {
         let mut d = deadlines(None, start);
         assert_eq!(d.next_check(start), start + LINE);
         assert_eq!(
-            d.check(start + LINE - Duration::from_millis(1), false),
+            d.check(start + LINE - Duration::from_millis(1), false, false),
             None
         );
-        assert_eq!(d.check(start + LINE, false), Some(Expired::Line));
+        assert_eq!(d.check(start + LINE, false, false), Some(Expired::Line));
     }
 
     #[tokio::test(start_paused = true)]
@@ -169,7 +187,7 @@ mod tests {
         let mut d = deadlines(None, start);
         tokio::time::advance(Duration::from_secs(3)).await;
         d.after_input(true, false, false);
-        assert_eq!(d.check(start + LINE, false), None);
+        assert_eq!(d.check(start + LINE, false, false), None);
         tokio::time::advance(Duration::from_secs(5)).await;
         // Half a line: its clock starts now, 8 s after connect.
         d.after_input(false, true, false);
@@ -178,7 +196,7 @@ mod tests {
         // More bytes of the same line do not restart it.
         tokio::time::advance(Duration::from_secs(5)).await;
         d.after_input(false, true, false);
-        assert_eq!(d.check(began + LINE, false), Some(Expired::Line));
+        assert_eq!(d.check(began + LINE, false, false), Some(Expired::Line));
     }
 
     #[tokio::test(start_paused = true)]
@@ -188,9 +206,9 @@ mod tests {
         tokio::time::advance(Duration::from_secs(9)).await;
         // "S\nA k" at 9 s: the first line is done, the second began at 9 s.
         d.after_input(true, true, false);
-        assert_eq!(d.check(start + LINE, false), None);
+        assert_eq!(d.check(start + LINE, false, false), None);
         assert_eq!(
-            d.check(start + Duration::from_secs(19), false),
+            d.check(start + Duration::from_secs(19), false, false),
             Some(Expired::Line)
         );
     }
@@ -201,7 +219,7 @@ mod tests {
         let mut d = deadlines(None, start);
         // 2000 bytes without LF: answered `E`, then discarded to its LF.
         d.after_input(true, true, true);
-        assert_eq!(d.check(start + LINE, false), Some(Expired::Line));
+        assert_eq!(d.check(start + LINE, false, false), Some(Expired::Line));
     }
 
     #[tokio::test(start_paused = true)]
@@ -211,12 +229,12 @@ mod tests {
         d.after_input(true, false, false);
         let tick = Duration::from_secs(2);
         assert_eq!(d.next_check(start), start + tick);
-        assert_eq!(d.check(start + tick, false), None);
+        assert_eq!(d.check(start + tick, false, false), None);
         // A queued acquire keeps it alive however long it waits.
-        assert_eq!(d.check(start + Duration::from_secs(30), true), None);
-        assert_eq!(d.check(start + Duration::from_secs(37), false), None);
+        assert_eq!(d.check(start + Duration::from_secs(30), true, false), None);
+        assert_eq!(d.check(start + Duration::from_secs(37), false, false), None);
         assert_eq!(
-            d.check(start + Duration::from_secs(38), false),
+            d.check(start + Duration::from_secs(38), false, false),
             Some(Expired::Idle)
         );
     }
@@ -227,6 +245,6 @@ mod tests {
         let mut d = Deadlines::new(None, None, Arc::new(ConnWatch::for_test()), start);
         let much_later = start + Duration::from_secs(86_000);
         assert!(d.next_check(start) >= much_later);
-        assert_eq!(d.check(much_later, false), None);
+        assert_eq!(d.check(much_later, false, false), None);
     }
 }
