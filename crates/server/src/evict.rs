@@ -127,10 +127,14 @@ impl Connections {
     /// Closes the connection whose unfinished line is the oldest, if it is
     /// older than `grace` at `now`; whether one was.
     pub(crate) fn evict_oldest(&self, now: Instant, grace: Duration) -> bool {
-        let Some(cutoff) = now.checked_sub(grace) else {
+        // No line began before the registry did.
+        let Some(cutoff) = now
+            .checked_sub(grace)
+            .and_then(|cutoff| cutoff.checked_duration_since(self.epoch))
+        else {
             return false;
         };
-        let cutoff_ms = cutoff.saturating_duration_since(self.epoch).as_millis() as u64 + 1;
+        let cutoff_ms = cutoff.as_millis() as u64 + 1;
         let open = self.locked();
         let oldest = open
             .values()
@@ -170,6 +174,16 @@ mod tests {
         assert!(newer.watch.evicted());
         assert!(!finished.watch.evicted());
         assert!(!connections.evict_oldest(Instant::now(), EVICT_GRACE));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn nothing_is_past_the_grace_in_the_first_second() {
+        let connections = Connections::new();
+        let _silent = connections.register(CancellationToken::new());
+        tokio::time::advance(Duration::from_millis(999)).await;
+        assert!(!connections.evict_oldest(Instant::now(), EVICT_GRACE));
+        tokio::time::advance(Duration::from_millis(1)).await;
+        assert!(connections.evict_oldest(Instant::now(), EVICT_GRACE));
     }
 
     #[tokio::test(start_paused = true)]

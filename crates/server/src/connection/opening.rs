@@ -113,7 +113,13 @@ impl<N: LockNode, S: ServerStream> Connection<N, S> {
                 }
             };
             tokio::select! {
-                () = shutdown.cancelled() => return None,
+                () = shutdown.cancelled() => {
+                    // A plaintext client is told why (a TLS one could not read it).
+                    if self.registered.watch.evicted() && self.node.config.tls.is_none() {
+                        refuse(stream, EVICTED).await;
+                    }
+                    return None;
+                }
                 () = expired => {
                     tracing::debug!("closed a connection silent past its deadline");
                     if self.node.config.tls.is_none() && hello_until.is_none() {
