@@ -33,7 +33,10 @@ async fn uncontended(client: &Client) -> f64 {
     let end = Instant::now() + ROUND;
     while Instant::now() < end {
         let started = Instant::now();
-        let guard = client.acquire("cost/u", WAIT, LEASE).await.expect("acquire");
+        let guard = client
+            .acquire("cost/u", WAIT, LEASE)
+            .await
+            .expect("acquire");
         let acquired = started.elapsed();
         let started = Instant::now();
         guard.release().await.expect("release");
@@ -77,7 +80,9 @@ async fn main() {
     let pki = tls_support::Pki::new();
     let plain_node = Batond::start(&[]);
     let tls_node = Batond::start(&tls_support::strs(&pki.main.node_flags()));
-    let plain = tls_support::client(plain_node.addr(), None).await.expect("plain client");
+    let plain = tls_support::client(plain_node.addr(), None)
+        .await
+        .expect("plain client");
     let tls = tls_support::client(tls_node.addr(), Some(pki.main.client_tls()))
         .await
         .expect("TLS client");
@@ -96,11 +101,15 @@ async fn main() {
     println!("|---|---|---|---|");
     println!(
         "| uncontended, median request latency | {:.1} us | {:.1} us | {:.2} |",
-        lat[0], lat[1], lat[1] / lat[0]
+        lat[0],
+        lat[1],
+        lat[1] / lat[0]
     );
     println!(
         "| pipelined ({IN_FLIGHT} in flight), requests/s | {:.0} | {:.0} | {:.2} |",
-        rate[0], rate[1], rate[1] / rate[0]
+        rate[0],
+        rate[1],
+        rate[1] / rate[0]
     );
     plain.close().await.expect("close");
     tls.close().await.expect("close");

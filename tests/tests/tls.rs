@@ -329,6 +329,52 @@ async fn a_tls_priority_cluster_links_its_peers_and_fails_over() {
     client.close().await.expect("close");
 }
 
+#[tokio::test]
+async fn a_tls_raft_cluster_elects_replicates_and_fails_over() {
+    let pki = Pki::new();
+    let flags = pki.main.node_flags();
+    let mut cluster = baton_tests::raft::RaftCluster::start_with(3, &strs(&flags));
+    let peers: Vec<String> = cluster.peers.iter().map(|p| p.to_string()).collect();
+    let client = baton_client::Client::builder()
+        .servers(peers.clone())
+        .tls(pki.main.client_tls())
+        .build()
+        .await
+        .expect("TLS client of the cluster");
+    let leader_with = |nodes: &[baton_client::NodeStatus], locks: u64| {
+        nodes.iter().position(|n| {
+            n.status
+                .as_ref()
+                .is_ok_and(|s| s.role == Role::Leader && s.locks == locks)
+        })
+    };
+    wait_for(Duration::from_secs(20), || async {
+        leader_with(&client.status_all().await, 0).is_some()
+    })
+    .await;
+    client
+        .acquire("raft/k", Duration::from_secs(5), Duration::from_secs(60))
+        .await
+        .expect("acquire through the leader")
+        .into_token();
+    let leader = leader_with(&client.status_all().await, 1).expect("the leader holds it");
+    cluster.nodes[leader].kill();
+    // A new leader, elected over the TLS node's peer path, has the lock.
+    wait_for(Duration::from_secs(20), || async {
+        leader_with(&client.status_all().await, 1).is_some_and(|i| i != leader)
+    })
+    .await;
+    client
+        .acquire(
+            "raft/after",
+            Duration::from_secs(10),
+            Duration::from_secs(30),
+        )
+        .await
+        .expect("served after the failover");
+    client.close().await.expect("close");
+}
+
 async fn wait_for<F, Fut>(within: Duration, mut condition: F)
 where
     F: FnMut() -> Fut,
