@@ -134,7 +134,7 @@ async fn write_batch<W: AsyncWrite + Unpin>(
         }
         if let Err(err) = SinkExt::<Request>::feed(writer, call.req).await {
             tracing::debug!(%err, "write failed");
-            return Err(End::Broken);
+            return Err(broken(&err));
         }
         written += 1;
         if written < WRITE_BATCH {
@@ -143,7 +143,7 @@ async fn write_batch<W: AsyncWrite + Unpin>(
     }
     if let Err(err) = SinkExt::<Request>::flush(writer).await {
         tracing::debug!(%err, "flush failed");
-        return Err(End::Broken);
+        return Err(broken(&err));
     }
     Ok(())
 }
@@ -161,10 +161,8 @@ async fn read_answers<R: AsyncRead + Unpin>(
         let response = match reader.next().await {
             Some(Ok(response)) => response,
             Some(Err(ResponseError::Io(err))) => {
-                return match crate::tls::tls_failure(&err) {
-                    Some(why) => End::Tls(why),
-                    None => End::Broken,
-                };
+                tracing::debug!(%err, "read failed");
+                return broken(&err);
             }
             Some(Err(err)) => {
                 tracing::warn!(%err, "bad response line; dropping the connection");
@@ -186,6 +184,15 @@ async fn read_answers<R: AsyncRead + Unpin>(
         if let Err(Response::Granted { key, token }) = reply.send(response) {
             release_orphan(key, token, &orphans, background);
         }
+    }
+}
+
+/// How a connection whose I/O failed with `err` ends: a TLS failure (the
+/// node refused the client's certificate, say) is not worth a reconnect.
+fn broken(err: &std::io::Error) -> End {
+    match crate::tls::tls_failure(err) {
+        Some(why) => End::Tls(why),
+        None => End::Broken,
     }
 }
 

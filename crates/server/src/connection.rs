@@ -190,6 +190,8 @@ impl<N: LockNode, S: ServerStream> Connection<N, S> {
         // One sleep for every deadline, reset only when it fires.
         let check = tokio::time::sleep_until(self.deadlines.next_check(Instant::now()));
         tokio::pin!(check);
+        // The first bytes were read while telling what the connection is.
+        self.keep_room_to_read();
         loop {
             let may_read = reading && self.may_read();
             tokio::select! {
