@@ -174,10 +174,10 @@ async fn a_required_client_certificate_is_checked() {
     let addr = node.addr();
     let request = |tls| async move {
         let client = client(addr, Some(tls)).await?;
-        client
+        let guard = client
             .acquire("mtls", Duration::from_secs(1), Duration::from_secs(5))
-            .await
-            .map(|g| g.into_token())
+            .await?;
+        guard.release().await
     };
     // Without a certificate, and with one from another CA: refused, fast.
     let started = Instant::now();
@@ -188,6 +188,12 @@ async fn a_required_client_certificate_is_checked() {
     request(pki.main.client_tls_as(&pki.main))
         .await
         .expect("a client with a certificate of the CA is served");
+    // The same, from PEM text in memory.
+    let read = |path: &std::path::Path| std::fs::read(path).expect("read PEM");
+    let from_pem = baton_client::TlsConfig::from_ca_pem(&read(&pki.main.ca))
+        .and_then(|tls| tls.identity_pem(&read(&pki.main.client_cert), &read(&pki.main.client_key)))
+        .expect("PEM in memory");
+    request(from_pem).await.expect("served with in-memory PEM");
 }
 
 #[tokio::test]
