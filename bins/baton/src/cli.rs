@@ -35,6 +35,8 @@ pub struct Cli {
     /// dropped); without it, from the BATON_SECRET environment variable.
     #[arg(long, global = true, value_name = "PATH")]
     pub secret_file: Option<PathBuf>,
+    #[command(flatten)]
+    pub tls: crate::tls::TlsFlags,
 
     #[command(subcommand)]
     pub command: Command,

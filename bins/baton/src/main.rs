@@ -10,6 +10,7 @@ mod keygen;
 mod run;
 mod seconds;
 mod status_table;
+mod tls;
 
 use std::process::ExitCode;
 
@@ -51,7 +52,10 @@ async fn dispatch(cli: Cli) -> ExitCode {
         .map(|s| s.trim().to_owned())
         .filter(|s| !s.is_empty())
         .collect();
-    let mut builder = Client::builder().servers(servers.clone());
+    let mut builder = match cli.tls.apply(Client::builder().servers(servers.clone())) {
+        Ok(builder) => builder,
+        Err(err) => return fail(&err),
+    };
     match credentials::credentials(cli.user.as_deref(), cli.secret_file.as_deref()) {
         Ok(Some((user, secret))) => builder = builder.credentials(user, secret),
         Ok(None) => {}

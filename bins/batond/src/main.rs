@@ -17,6 +17,8 @@ use baton_server::{DataDir, ServerConfig, StateFileError};
 use clap::Parser;
 use tokio::sync::oneshot;
 
+mod tls;
+
 /// Baton lock server: exclusive locks with fencing tokens, FIFO waiters and
 /// leases, over a pipelined text protocol.
 #[derive(Debug, Parser)]
@@ -86,6 +88,8 @@ struct Flags {
     /// of this TOML file, and may then use only their keys. SIGHUP reloads it.
     #[arg(long, value_name = "PATH")]
     auth_file: Option<PathBuf>,
+    #[command(flatten)]
+    tls: tls::TlsFlags,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -113,6 +117,7 @@ enum Plan {
 
 impl Flags {
     fn plan(self) -> Result<Plan, String> {
+        self.tls.check()?;
         let config = ServerConfig {
             listen: self.listen,
             limits: Limits {
@@ -132,6 +137,9 @@ impl Flags {
                 )),
                 None => None,
             },
+            tls: self.tls.load()?,
+            line_timeout: self.tls.line_timeout(),
+            idle_timeout: self.tls.idle_timeout(),
         };
         match self.mode {
             Mode::Single => {
@@ -244,6 +252,9 @@ impl Plan {
         let mut items: Vec<Arc<dyn reload::Reload>> = Vec::new();
         if let Some(auth) = &self.config().auth {
             items.push(auth.clone());
+        }
+        if let Some(tls) = &self.config().tls {
+            items.push(tls.clone());
         }
         items
     }

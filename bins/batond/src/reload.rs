@@ -1,10 +1,10 @@
 //! SIGHUP: reads the node's reloadable files again (the `--auth-file`
-//! users, later the TLS certificate). Each thing reloads on its own; one
+//! users, the TLS certificate, key and client CA). Each thing reloads on its own; one
 //! that fails keeps what it had and says why in one log line.
 
 use std::sync::Arc;
 
-use baton_server::Auth;
+use baton_server::{Auth, ServerTls};
 
 /// Something SIGHUP reloads.
 pub trait Reload: Send + Sync + 'static {
@@ -23,6 +23,19 @@ impl Reload for Auth {
         Auth::reload(self)
             .map(|users| format!("{users} users"))
             .map_err(|e| e.problem)
+    }
+}
+
+impl Reload for ServerTls {
+    fn what(&self) -> String {
+        format!("TLS certificate {}", self.paths().cert.display())
+    }
+
+    fn reload(&self) -> Result<String, String> {
+        ServerTls::reload(self)
+            .map(|()| "in place for new connections".to_string())
+            // The words an operator (and the tests) look for in the log.
+            .map_err(|e| format!("TLS reload failed: {e}"))
     }
 }
 

@@ -45,6 +45,8 @@ pub(crate) enum AuthOutcome {
     NotEnabled,
     /// The socket failed or the node answered something else.
     Broken,
+    /// A TLS node's `E ? ? TLS required...` to a plaintext client.
+    TlsRequired(String),
 }
 
 /// Sends `U` on a fresh connection and reads its one answer (the node
@@ -75,6 +77,9 @@ where
                 Err(AuthOutcome::NotEnabled)
             }
             Ok(Response::Error(reply)) if reply.reason == AUTH_FAILED => Err(AuthOutcome::Failed),
+            Ok(Response::Error(reply)) if crate::tls::is_tls_required(&reply.reason) => {
+                Err(AuthOutcome::TlsRequired(reply.reason))
+            }
             _ => Err(AuthOutcome::Broken),
         }
     };

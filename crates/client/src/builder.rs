@@ -7,6 +7,7 @@ use crate::auth::Credentials;
 use crate::client::Client;
 use crate::error::{Error, Result};
 use crate::pool::Pool;
+use crate::tls::TlsConfig;
 
 /// Builds a [`Client`]; obtained from [`Client::builder`].
 #[derive(Debug, Clone)]
@@ -16,6 +17,7 @@ pub struct ClientBuilder {
     request_timeout: Duration,
     /// Checked when given, reported by `build` (the builder stays `Clone`).
     credentials: Option<Result<Credentials, String>>,
+    tls: Option<TlsConfig>,
 }
 
 impl Default for ClientBuilder {
@@ -25,6 +27,7 @@ impl Default for ClientBuilder {
             connect_timeout: Duration::from_secs(3),
             request_timeout: Duration::from_secs(5),
             credentials: None,
+            tls: None,
         }
     }
 }
@@ -65,13 +68,22 @@ impl ClientBuilder {
         self
     }
 
+    /// Speaks TLS to every node, trusting `tls`'s CA (and showing its
+    /// client certificate, if it has one). A node that does not speak TLS,
+    /// or whose certificate does not verify, is an [`Error::Tls`].
+    pub fn tls(mut self, tls: TlsConfig) -> Self {
+        self.tls = Some(tls);
+        self
+    }
+
     /// Opens the connections and waits for their first attempt.
     ///
     /// Fails with [`Error::NoServer`] when not a single node could be
     /// reached, [`Error::AuthenticationFailed`] (or
     /// [`Error::AuthenticationNotEnabled`]) when nodes were reached but
-    /// none took the credentials; once built, the client reconnects broken connections in the
-    /// background every 3 seconds for as long as it lives.
+    /// none took the credentials, [`Error::Tls`] when every node failed for
+    /// a TLS reason; once built, the client reconnects broken connections
+    /// in the background every 3 seconds for as long as it lives.
     pub async fn build(self) -> Result<Client> {
         if self.servers.is_empty() {
             return Err(Error::NoAddress);
@@ -81,15 +93,21 @@ impl ClientBuilder {
             .transpose()
             .map_err(|why| Error::InvalidCredentials { why })?
             .map(Arc::new);
+        let tls = self
+            .tls
+            .as_ref()
+            .map(TlsConfig::client_config)
+            .transpose()?;
         let pool = Pool::start(
             &self.servers,
             self.connect_timeout,
             self.request_timeout,
             credentials,
+            tls,
         );
         pool.settle().await;
         if pool.pick_now().is_none() {
-            return Err(pool.auth_refusal().unwrap_or(Error::NoServer));
+            return Err(pool.auth_refusal().unwrap_or_else(|| pool.no_server()));
         }
         Ok(Client::from_pool(Arc::new(pool)))
     }

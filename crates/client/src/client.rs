@@ -234,11 +234,11 @@ impl Client {
             .deadline
             .is_some_and(|deadline| Instant::now() >= deadline)
         {
-            return Err(Error::NoServer);
+            return Err(self.pool.no_server());
         }
         attempt.failures += 1;
         if attempt.failures >= self.pool.len() {
-            return Err(Error::NoServer);
+            return Err(self.pool.no_server());
         }
         Ok(None)
     }
@@ -302,7 +302,7 @@ impl Client {
                 if attempt.failures >= self.pool.len()
                     && self.pool.pick(attempt.deadline).await.is_none()
                 {
-                    return Err(Error::NoServer);
+                    return Err(self.pool.no_server());
                 }
                 Ok(None)
             }
@@ -407,13 +407,16 @@ impl Client {
     }
 
     async fn status_of(&self, addr: &str) -> Result<StatusReport> {
-        let slot = self.pool.usable_to(addr).ok_or(Error::NoServer)?;
+        let slot = self
+            .pool
+            .usable_to(addr)
+            .ok_or_else(|| self.pool.no_server_at(addr))?;
         let limit = self.pool.request_timeout;
         match slot.call(Request::Status, Some(limit)).await {
             Ok(Response::Status(report)) => Ok(report),
             Ok(Response::Error(reply)) => Err(crate::auth::rejected(reply)),
             Ok(other) => Err(Error::Unexpected(line(&other))),
-            Err(CallError::Broken) => Err(Error::NoServer),
+            Err(CallError::Broken) => Err(self.pool.no_server_at(addr)),
             Err(CallError::Unanswered) => Err(Error::Unanswered { after: limit }),
         }
     }
@@ -445,10 +448,10 @@ impl Client {
                     }
                 }
             }
-            if Instant::now() + RETRY_INTERVAL > end {
+            if Instant::now() + RETRY_INTERVAL > end || self.pool.tls_failure().is_some() {
                 return Err(match unanswered {
                     Some(after) => Error::Unanswered { after },
-                    None => Error::NoServer,
+                    None => self.pool.no_server(),
                 });
             }
             tokio::time::sleep(RETRY_INTERVAL).await;

@@ -6,10 +6,9 @@ use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
 
 use baton_core::{Key, Token};
-use baton_proto::{ClientCodec, Op, Request, Response};
+use baton_proto::{ClientCodec, Op, Request, Response, ResponseError};
 use futures_util::{SinkExt, StreamExt};
-use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
-use tokio::net::TcpStream;
+use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::sync::{mpsc, oneshot, watch};
 use tokio_util::codec::{FramedRead, FramedWrite};
 
@@ -31,6 +30,9 @@ pub(crate) enum End {
     ClientGone,
     /// The socket failed, closed, or the node sent a line that does not parse.
     Broken,
+    /// The TLS side failed, or the node said it wants TLS: reconnecting
+    /// the same way will not help. The words for `Error::Tls`.
+    Tls(String),
 }
 
 /// Requests are written in batches of at most this many before a flush, so
@@ -54,21 +56,25 @@ pub(crate) async fn closed(shutdown: &mut watch::Receiver<bool>) {
 
 /// Pairs a request's match key with where its answer goes.
 type Registration = (MatchKey, oneshot::Sender<Response>);
-type Reader = FramedRead<OwnedReadHalf, ClientCodec>;
-type Writer = FramedWrite<OwnedWriteHalf, ClientCodec>;
+type Reader<R> = FramedRead<R, ClientCodec>;
+type Writer<W> = FramedWrite<W, ClientCodec>;
 
 /// Runs the connection until it breaks, the client goes away or is closed.
 ///
 /// Reading and writing are two futures inside this one task, so a large
 /// pipelined burst can never deadlock with a node that blocks writing its
 /// answers while we block writing requests.
-pub(crate) async fn serve(
-    stream: TcpStream,
+pub(crate) async fn serve<R, W>(
+    read_half: R,
+    write_half: W,
     calls: &mut mpsc::UnboundedReceiver<Call>,
     shutdown: &mut watch::Receiver<bool>,
     background: &Arc<Background>,
-) -> End {
-    let (read_half, write_half) = stream.into_split();
+) -> End
+where
+    R: AsyncRead + Unpin,
+    W: AsyncWrite + Unpin,
+{
     let reader = FramedRead::new(read_half, ClientCodec::default());
     let writer = FramedWrite::new(write_half, ClientCodec::default());
     // The writer registers a request before writing it, so its registration
@@ -90,8 +96,8 @@ pub(crate) async fn serve(
 
 /// The writing half: writes calls (releases of orphaned grants first) in
 /// batches, registering each before it is written.
-async fn write_calls(
-    mut writer: Writer,
+async fn write_calls<W: AsyncWrite + Unpin>(
+    mut writer: Writer<W>,
     calls: &mut mpsc::UnboundedReceiver<Call>,
     mut orphans: mpsc::UnboundedReceiver<Call>,
     register: mpsc::UnboundedSender<Registration>,
@@ -113,8 +119,8 @@ async fn write_calls(
 
 /// Writes `first` and whatever calls are already queued behind it, up to
 /// [`WRITE_BATCH`], then flushes.
-async fn write_batch(
-    writer: &mut Writer,
+async fn write_batch<W: AsyncWrite + Unpin>(
+    writer: &mut Writer<W>,
     first: Call,
     calls: &mut mpsc::UnboundedReceiver<Call>,
     register: &mpsc::UnboundedSender<Registration>,
@@ -128,7 +134,7 @@ async fn write_batch(
         }
         if let Err(err) = SinkExt::<Request>::feed(writer, call.req).await {
             tracing::debug!(%err, "write failed");
-            return Err(End::Broken);
+            return Err(broken(&err));
         }
         written += 1;
         if written < WRITE_BATCH {
@@ -137,15 +143,15 @@ async fn write_batch(
     }
     if let Err(err) = SinkExt::<Request>::flush(writer).await {
         tracing::debug!(%err, "flush failed");
-        return Err(End::Broken);
+        return Err(broken(&err));
     }
     Ok(())
 }
 
 /// The reading half: hands each response to the oldest request it matches,
 /// and sends a grant whose caller is gone back to the node.
-async fn read_answers(
-    mut reader: Reader,
+async fn read_answers<R: AsyncRead + Unpin>(
+    mut reader: Reader<R>,
     mut registrations: mpsc::UnboundedReceiver<Registration>,
     orphans: mpsc::UnboundedSender<Call>,
     background: &Background,
@@ -154,12 +160,23 @@ async fn read_answers(
     loop {
         let response = match reader.next().await {
             Some(Ok(response)) => response,
+            Some(Err(ResponseError::Io(err))) => {
+                tracing::debug!(%err, "read failed");
+                return broken(&err);
+            }
             Some(Err(err)) => {
                 tracing::warn!(%err, "bad response line; dropping the connection");
                 return End::Broken;
             }
             None => return End::Broken,
         };
+        if let Response::Error(reply) = &response {
+            if reply.op.is_none() && crate::tls::is_tls_required(&reply.reason) {
+                return End::Tls(
+                    "the node serves TLS only: give the client its CA (--tls-ca)".into(),
+                );
+            }
+        }
         pending.take_registrations(&mut registrations);
         let Some(reply) = pending.reply_for(&response) else {
             continue;
@@ -167,6 +184,15 @@ async fn read_answers(
         if let Err(Response::Granted { key, token }) = reply.send(response) {
             release_orphan(key, token, &orphans, background);
         }
+    }
+}
+
+/// How a connection whose I/O failed with `err` ends: a TLS failure (the
+/// node refused the client's certificate, say) is not worth a reconnect.
+fn broken(err: &std::io::Error) -> End {
+    match crate::tls::tls_failure(err) {
+        Some(why) => End::Tls(why),
+        None => End::Broken,
     }
 }
 

@@ -53,6 +53,15 @@ pub enum Error {
     /// `close` already released this lock.
     #[error("the client was closed")]
     Closed,
+    /// The TLS side of the connection to `addr` failed: the node speaks TLS
+    /// and the client does not (or the reverse), or a certificate does not
+    /// verify. Retrying will not help; the configuration must change.
+    #[error("TLS with {addr}: {why}")]
+    Tls { addr: String, why: String },
+    /// The TLS material given to the builder is unusable (a file that
+    /// cannot be read, PEM without a certificate, a key that does not fit).
+    #[error("TLS setup: {why}")]
+    TlsConfig { why: String },
     /// A node answered something that does not fit the request.
     #[error("unexpected answer from the node: {0}")]
     Unexpected(String),

@@ -65,6 +65,7 @@ mod guard;
 mod lifecycle;
 mod pool;
 mod slot;
+mod tls;
 
 pub use baton_core::{Key, KeyState, LiveGrant, Token};
 pub use baton_proto::{Mode, Role, StatusReport};
@@ -73,3 +74,4 @@ pub use client::{Client, NodeStatus};
 pub use error::{Error, Result};
 pub use fence::{Fence, FenceError};
 pub use guard::Guard;
+pub use tls::TlsConfig;

@@ -24,6 +24,7 @@ pub(crate) struct Pool {
     pub(crate) connect_timeout: Duration,
     pub(crate) request_timeout: Duration,
     credentials: Option<Arc<Credentials>>,
+    tls: Option<Arc<rustls::ClientConfig>>,
 }
 
 impl Pool {
@@ -34,6 +35,7 @@ impl Pool {
         connect_timeout: Duration,
         request_timeout: Duration,
         credentials: Option<Arc<Credentials>>,
+        tls: Option<Arc<rustls::ClientConfig>>,
     ) -> Pool {
         let (changed, _) = watch::channel(0);
         let changed = Arc::new(changed);
@@ -45,6 +47,7 @@ impl Pool {
             shutdown: shutdown.subscribe(),
             background: Arc::clone(&background),
             credentials: credentials.clone(),
+            tls,
         };
         let mut slots = Vec::new();
         let copies = if addrs.len() == 1 { 2 } else { 1 };
@@ -62,6 +65,7 @@ impl Pool {
             connect_timeout,
             request_timeout,
             credentials,
+            tls: shared.tls,
         }
     }
 
@@ -124,6 +128,10 @@ impl Pool {
             if let Some(slot) = self.pick_now() {
                 return Some(slot);
             }
+            // A TLS mismatch does not heal by waiting for a reconnect.
+            if self.tls_failure().is_some() {
+                return None;
+            }
             match tokio::time::timeout_at(until, changed.changed()).await {
                 Ok(Ok(())) => {}
                 _ => return None,
@@ -156,7 +164,46 @@ impl Pool {
             shutdown: self.shutdown.subscribe(),
             background: Arc::clone(&self.background),
             credentials: self.credentials.clone(),
+            tls: self.tls.clone(),
         }
+    }
+
+    /// The error for "no usable connection": [`Error::Tls`] when every
+    /// connection failed for a TLS reason (retrying will not help), else
+    /// [`Error::NoServer`].
+    pub(crate) fn no_server(&self) -> Error {
+        match self.tls_failure() {
+            Some((addr, why)) => Error::Tls { addr, why },
+            None => Error::NoServer,
+        }
+    }
+
+    /// [`Pool::no_server`] for the connections to one address.
+    pub(crate) fn no_server_at(&self, addr: &str) -> Error {
+        let why = self
+            .slots()
+            .iter()
+            .filter(|slot| slot.addr == addr)
+            .find_map(|slot| slot.tls_failure());
+        match why {
+            Some(why) => Error::Tls {
+                addr: addr.to_owned(),
+                why,
+            },
+            None => Error::NoServer,
+        }
+    }
+
+    /// The TLS failure of the connections, if every one's last attempt
+    /// failed for a TLS reason.
+    pub(crate) fn tls_failure(&self) -> Option<(String, String)> {
+        let slots = self.slots();
+        let mut first = None;
+        for slot in &slots {
+            let why = slot.tls_failure()?;
+            first.get_or_insert((slot.addr.clone(), why));
+        }
+        first
     }
 
     /// Closes every connection for good (their supervisors end).

@@ -2,17 +2,17 @@
 //! keeps a socket to it open, and the channel callers use to reach it.
 
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use baton_proto::{Request, Response};
-use tokio::net::TcpStream;
 use tokio::sync::{mpsc, oneshot, watch};
 
 use crate::auth::{self, AuthOutcome, Credentials};
 use crate::connection::{self, closed, Call, End};
 use crate::error::Error;
 use crate::lifecycle::Background;
+use crate::tls::{self, ConnectError};
 
 /// How long a broken connection stays out before the next reconnect attempt.
 pub(crate) const RECONNECT_INTERVAL: Duration = Duration::from_secs(3);
@@ -34,6 +34,17 @@ pub(crate) struct SlotState {
     /// The last attempt reached the node, which refused the credentials.
     auth_failed: AtomicBool,
     auth_not_enabled: AtomicBool,
+    /// Why the last attempt failed, when it failed for a TLS reason.
+    tls_failure: Mutex<Option<String>>,
+}
+
+impl SlotState {
+    fn set_tls_failure(&self, why: Option<String>) {
+        *self
+            .tls_failure
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner) = why;
+    }
 }
 
 /// What every connection of one client shares: the signal that the client
@@ -46,6 +57,8 @@ pub(crate) struct Shared {
     pub(crate) background: Arc<Background>,
     /// Sent first on every connection, when given.
     pub(crate) credentials: Option<Arc<Credentials>>,
+    /// TLS to every node, when the builder was given it.
+    pub(crate) tls: Option<Arc<rustls::ClientConfig>>,
 }
 
 /// A connection as the pool sees it.
@@ -69,6 +82,15 @@ impl Slot {
 
     pub(crate) fn is_usable(&self) -> bool {
         self.state.usable.load(Ordering::Acquire)
+    }
+
+    /// Why the last attempt failed, if it was for a TLS reason.
+    pub(crate) fn tls_failure(&self) -> Option<String> {
+        self.state
+            .tls_failure
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
     }
 
     /// True once the first connection attempt finished, either way.
@@ -113,13 +135,41 @@ fn note_refusal(state: &SlotState, addr: &str, outcome: &AuthOutcome) {
     let (failed, not_enabled) = match outcome {
         AuthOutcome::Failed => (true, false),
         AuthOutcome::NotEnabled => (false, true),
-        AuthOutcome::Broken => (false, false),
+        AuthOutcome::Broken | AuthOutcome::TlsRequired(_) => (false, false),
     };
     if failed || not_enabled {
         tracing::warn!(%addr, ?outcome, "the node did not accept the credentials");
     }
     state.auth_failed.store(failed, Ordering::Release);
     state.auth_not_enabled.store(not_enabled, Ordering::Release);
+}
+
+/// Sends `U` first on a fresh connection, plain or TLS; the stream back
+/// if the node took the credentials.
+async fn authenticated(
+    mut stream: tls::Connected,
+    credentials: &Credentials,
+    within: Duration,
+    state: &SlotState,
+    addr: &str,
+) -> Result<tls::Connected, ConnectError> {
+    let outcome = match &mut stream {
+        tls::Connected::Plain(plain) => auth::authenticate(plain, credentials, within).await,
+        tls::Connected::Tls(secure) => {
+            auth::authenticate(secure.as_mut(), credentials, within).await
+        }
+    };
+    match outcome {
+        Ok(()) => Ok(stream),
+        // A TLS node answers a plaintext `U` that it wants TLS.
+        Err(AuthOutcome::TlsRequired(why)) => Err(ConnectError::Tls(why)),
+        Err(outcome) => {
+            note_refusal(state, addr, &outcome);
+            Err(ConnectError::Io(std::io::Error::other(
+                "authentication did not succeed",
+            )))
+        }
+    }
 }
 
 fn publish(changed: &watch::Sender<u64>) {
@@ -140,6 +190,7 @@ async fn supervise(
         mut shutdown,
         background,
         credentials,
+        tls,
     } = shared;
     loop {
         if *shutdown.borrow() {
@@ -147,20 +198,14 @@ async fn supervise(
             publish(&changed);
             return;
         }
-        let connect = tokio::time::timeout(connect_timeout, TcpStream::connect(&addr));
+        let connect = tokio::time::timeout(connect_timeout, tls::connect(&addr, tls.as_ref()));
         let connected = tokio::select! {
             connected = connect => connected,
             () = closed(&mut shutdown) => continue,
         };
         let connected = match (connected, &credentials) {
-            (Ok(Ok(mut stream)), Some(credentials)) => {
-                match auth::authenticate(&mut stream, credentials, connect_timeout).await {
-                    Ok(()) => Ok(Ok(stream)),
-                    Err(outcome) => {
-                        note_refusal(&state, &addr, &outcome);
-                        Ok(Err(std::io::Error::other("authentication did not succeed")))
-                    }
-                }
+            (Ok(Ok(stream)), Some(credentials)) => {
+                Ok(authenticated(stream, credentials, connect_timeout, &state, &addr).await)
             }
             (other, _) => other,
         };
@@ -168,20 +213,42 @@ async fn supervise(
             Ok(Ok(stream)) => {
                 state.auth_failed.store(false, Ordering::Release);
                 state.auth_not_enabled.store(false, Ordering::Release);
-                // Requests are small and latency-bound; Nagle would only delay them.
-                let _ = stream.set_nodelay(true);
+                state.set_tls_failure(None);
                 state.usable.store(true, Ordering::Release);
                 state.attempted.store(true, Ordering::Release);
                 publish(&changed);
                 tracing::debug!(%addr, "connected");
-                let end = connection::serve(stream, &mut calls, &mut shutdown, &background).await;
+                let end = match stream {
+                    tls::Connected::Plain(stream) => {
+                        let (read, write) = stream.into_split();
+                        connection::serve(read, write, &mut calls, &mut shutdown, &background).await
+                    }
+                    tls::Connected::Tls(stream) => {
+                        let (read, write) = tokio::io::split(stream);
+                        connection::serve(read, write, &mut calls, &mut shutdown, &background).await
+                    }
+                };
                 state.usable.store(false, Ordering::Release);
-                if end == End::ClientGone {
-                    return;
+                match end {
+                    End::ClientGone => return,
+                    End::Broken => {
+                        tracing::info!(%addr, "connection lost; reconnecting in the background")
+                    }
+                    End::Tls(why) => {
+                        tracing::warn!(%addr, %why, "TLS failure");
+                        state.set_tls_failure(Some(why));
+                        publish(&changed);
+                    }
                 }
-                tracing::info!(%addr, "connection lost; reconnecting in the background");
             }
-            Ok(Err(err)) => tracing::debug!(%addr, %err, "connect failed"),
+            Ok(Err(ConnectError::Tls(why))) => {
+                tracing::warn!(%addr, %why, "TLS failure");
+                state.set_tls_failure(Some(why));
+            }
+            Ok(Err(ConnectError::Io(err))) => {
+                state.set_tls_failure(None);
+                tracing::debug!(%addr, %err, "connect failed")
+            }
             Err(_) => tracing::debug!(%addr, "connect timed out"),
         }
         if !state.attempted.swap(true, Ordering::AcqRel) {

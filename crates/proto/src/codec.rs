@@ -33,6 +33,20 @@ impl ServerCodec {
     pub fn limits(&self) -> &Limits {
         &self.limits
     }
+
+    /// Whether a request line is unfinished: bytes of it are buffered in
+    /// `src`, or a too-long one is being discarded up to its LF (the
+    /// node's line timeout runs while it is).
+    #[inline]
+    pub fn mid_line(&self, src: &[u8]) -> bool {
+        !src.is_empty() || self.lines.discarding()
+    }
+
+    /// Whether a too-long line is being discarded up to its LF.
+    #[inline]
+    pub fn discarding(&self) -> bool {
+        self.lines.discarding()
+    }
 }
 
 impl Default for ServerCodec {

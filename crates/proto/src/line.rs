@@ -40,6 +40,12 @@ impl Lines {
         self.max
     }
 
+    /// Whether the bytes of a too-long line are being thrown away up to
+    /// its LF: the line is still unfinished although nothing is buffered.
+    pub(crate) fn discarding(&self) -> bool {
+        self.discarding
+    }
+
     /// Finds the next line. After [`Next::Line`] the caller must consume
     /// the line with [`Lines::consume`] before calling again.
     pub(crate) fn next(&mut self, src: &mut BytesMut) -> Next {

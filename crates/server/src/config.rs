@@ -2,11 +2,13 @@
 
 use std::net::SocketAddr;
 use std::sync::Arc;
+use std::time::Duration;
 
 use baton_core::Quota;
 use baton_proto::Limits;
 
 use crate::auth::Auth;
+use crate::tls::ServerTls;
 
 /// Settings of a single node. The defaults are the protocol's defaults.
 #[derive(Debug, Clone)]
@@ -29,6 +31,15 @@ pub struct ServerConfig {
     /// The users of `--auth-file`: with them every connection must
     /// authenticate (`U`) and is limited to its user's keys.
     pub auth: Option<Arc<Auth>>,
+    /// With it the client port speaks TLS only (cluster peers still come in
+    /// with their own hello); reloadable.
+    pub tls: Option<Arc<ServerTls>>,
+    /// A connection whose line has been unfinished this long (its first
+    /// line: since connect) is closed. `None`: never.
+    pub line_timeout: Option<Duration>,
+    /// A connection with nothing pending that sent nothing this long is
+    /// closed. `None` (the default): never.
+    pub idle_timeout: Option<Duration>,
 }
 
 impl Default for ServerConfig {
@@ -41,6 +52,9 @@ impl Default for ServerConfig {
             quota: Quota::default(),
             advertise: None,
             auth: None,
+            tls: None,
+            line_timeout: Some(Duration::from_secs(10)),
+            idle_timeout: None,
         }
     }
 }

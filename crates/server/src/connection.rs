@@ -12,17 +12,23 @@ use std::sync::Arc;
 use baton_core::{AcquireOutcome, FastSet, Key, Millis, Outcome, Token, WaiterId};
 use baton_proto::{ErrorReply, Op, Request, Response, ServerCodec};
 use bytes::BytesMut;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::sync::mpsc;
+use tokio::time::Instant;
 use tokio_util::codec::{Decoder, Encoder};
 use tokio_util::sync::CancellationToken;
 
 use crate::accept::ServerStream;
 use crate::auth::session::{self as auth, Gated, Session};
+use crate::deadline::Deadlines;
 use crate::delivery::{Delivery, Mailbox};
+use crate::evict::Registered;
 use crate::listener::NodeInfo;
 use crate::locks::{Events, SharedLocks};
 use crate::node::{LockNode, Served};
+
+mod opening;
+use opening::Opened;
 
 /// Output past which the connection stops reading until the client takes
 /// its answers: a client that never reads cannot make the node buffer
@@ -37,10 +43,25 @@ pub(crate) const HELLO_TIMEOUT: std::time::Duration = std::time::Duration::from_
 /// already encoded.
 const CLOSE_FLUSH_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(1);
 
-enum Sniffed {
-    Peer,
-    Client,
-    Gone,
+/// What one step of output did.
+enum Out {
+    Wrote(usize),
+    Flushed,
+}
+
+/// Writes some of `output`, or with nothing left to write flushes what a
+/// TLS session still holds. Either is cancel-safe, as a `select!` branch
+/// must be.
+#[inline]
+async fn write_or_flush<W: AsyncWrite + Unpin>(
+    writer: &mut W,
+    output: &[u8],
+) -> std::io::Result<Out> {
+    if output.is_empty() {
+        writer.flush().await.map(|()| Out::Flushed)
+    } else {
+        writer.write(output).await.map(Out::Wrote)
+    }
 }
 
 pub(crate) struct Connection<N, S> {
@@ -64,16 +85,32 @@ pub(crate) struct Connection<N, S> {
     auth: Option<Box<Session>>,
     /// A failed `U` holds the input until its answer goes out.
     held: bool,
+    /// The line and idle timeouts.
+    deadlines: Deadlines,
+    /// Its entry among the node's connections (for eviction), left on drop.
+    registered: Registered,
+    /// Written bytes may sit in the TLS session until flushed (never set
+    /// on plain TCP, where a write is a send).
+    unflushed: bool,
+    /// Set for TLS: every write is followed by a flush.
+    flush_writes: bool,
 }
 
 impl<N: LockNode, S: ServerStream> Connection<N, S> {
     pub(crate) fn new(
         locks: Arc<SharedLocks<N>>,
         node: Arc<NodeInfo<S>>,
+        registered: Registered,
     ) -> (Connection<N, S>, mpsc::UnboundedReceiver<Delivery>) {
         let (tx, rx) = mpsc::unbounded_channel();
         let codec = ServerCodec::new(node.config.limits);
         let auth = node.config.auth.clone().map(|a| Box::new(Session::new(a)));
+        let deadlines = Deadlines::new(
+            node.config.line_timeout,
+            node.config.idle_timeout,
+            registered.watch.clone(),
+            tokio::time::Instant::now(),
+        );
         let connection = Connection {
             locks,
             node,
@@ -89,12 +126,17 @@ impl<N: LockNode, S: ServerStream> Connection<N, S> {
             events: Vec::new(),
             auth,
             held: false,
+            deadlines,
+            registered,
+            unflushed: false,
+            flush_writes: false,
         };
         (connection, rx)
     }
 
-    /// Serves the connection until the client leaves, the socket fails or
-    /// the node shuts down; then cleans up after it.
+    /// Serves the connection until the client leaves, the socket fails,
+    /// a deadline passes or the node shuts down (or evicts it: `shutdown`
+    /// is the connection's own token); then cleans up after it.
     pub(crate) async fn serve(
         mut self,
         stream: S,
@@ -104,57 +146,63 @@ impl<N: LockNode, S: ServerStream> Connection<N, S> {
         if let Some(session) = &mut self.auth {
             session.set_peer(stream.peer_addr().ok().map(|a| a.ip()));
         }
-        let Some(stream) = self.client_stream(stream, &shutdown).await else {
-            return;
-        };
-        let (reader, mut writer) = stream.into_split();
-        self.pump(reader, &mut writer, &mut deliveries, &shutdown)
-            .await;
-        self.flush_before_close(&mut writer).await;
-        let _ = writer.shutdown().await;
+        match self.open(stream, &shutdown).await {
+            None => return,
+            Some(Opened::Plain(stream)) => {
+                let (reader, writer) = stream.into_split();
+                self.run(reader, writer, &mut deliveries, &shutdown).await;
+            }
+            Some(Opened::Tls(stream)) => {
+                // Split by a lock: TLS reads and writes share one session.
+                let (reader, writer) = tokio::io::split(stream);
+                self.run(reader, writer, &mut deliveries, &shutdown).await;
+            }
+        }
         self.close(deliveries);
     }
 
-    /// The stream back if it carries a client. A peer's connection goes to
-    /// the peer acceptor, with what was read of it; one that leaves first
-    /// is dropped.
-    async fn client_stream(&mut self, mut stream: S, shutdown: &CancellationToken) -> Option<S> {
-        let Some(acceptor) = self.node.peer_acceptor.clone() else {
-            return Some(stream);
-        };
-        match self
-            .sniff_peer(&mut stream, acceptor.hello(), shutdown)
-            .await
-        {
-            Sniffed::Peer => {
-                let already_read = self.input.split();
-                acceptor.accept(stream, already_read);
-                None
-            }
-            Sniffed::Client => {
-                self.on_input();
-                Some(stream)
-            }
-            Sniffed::Gone => None,
+    async fn run<R, W>(
+        &mut self,
+        reader: R,
+        mut writer: W,
+        deliveries: &mut mpsc::UnboundedReceiver<Delivery>,
+        shutdown: &CancellationToken,
+    ) where
+        R: AsyncRead + Unpin,
+        W: AsyncWrite + Unpin,
+    {
+        self.pump(reader, &mut writer, deliveries, shutdown).await;
+        if self.registered.watch.evicted() {
+            self.output.extend_from_slice(opening::EVICTED);
         }
+        self.flush_before_close(&mut writer).await;
+        let _ = writer.shutdown().await;
     }
 
     /// Reads requests, writes answers and takes deliveries until the client
     /// has closed its side and has every answer it is due, the socket fails
     /// or the node shuts down.
-    async fn pump(
+    async fn pump<R, W>(
         &mut self,
-        mut reader: S::Read,
-        writer: &mut S::Write,
+        mut reader: R,
+        writer: &mut W,
         deliveries: &mut mpsc::UnboundedReceiver<Delivery>,
         shutdown: &CancellationToken,
-    ) {
+    ) where
+        R: AsyncRead + Unpin,
+        W: AsyncWrite + Unpin,
+    {
         let mut batch = Vec::with_capacity(DELIVERY_BATCH);
         let mut reading = true;
         // Made once: a fresh `cancelled()` per turn would register and
         // unregister a waiter on the token's mutex for every burst.
         let stopping = shutdown.cancelled();
         tokio::pin!(stopping);
+        // One sleep for every deadline, reset only when it fires.
+        let check = tokio::time::sleep_until(self.deadlines.next_check(Instant::now()));
+        tokio::pin!(check);
+        // The first bytes were read while telling what the connection is.
+        self.keep_room_to_read();
         loop {
             let may_read = reading && self.may_read();
             tokio::select! {
@@ -171,14 +219,25 @@ impl<N: LockNode, S: ServerStream> Connection<N, S> {
                         break;
                     }
                 },
-                written = writer.write(&self.output), if !self.output.is_empty() => match written {
-                    Ok(0) => break,
-                    Ok(n) => self.on_written(n),
+                out = write_or_flush(writer, &self.output), if !self.output.is_empty() || self.unflushed => match out {
+                    Ok(Out::Wrote(0)) => break,
+                    Ok(Out::Wrote(n)) => self.on_written(n),
+                    Ok(Out::Flushed) => self.unflushed = false,
                     Err(error) => {
                         tracing::debug!(%error, "write failed");
                         break;
                     }
                 },
+                () = &mut check => {
+                    let now = Instant::now();
+                    let held_back = !self.may_read();
+                    if let Some(expired) = self.deadlines.check(now, self.busy(), held_back) {
+                        tracing::debug!(?expired, "closing a connection past its deadline");
+                        self.output.extend_from_slice(expired.farewell());
+                        break;
+                    }
+                    check.as_mut().reset(self.deadlines.next_check(now));
+                }
             }
             if !reading && self.output.is_empty() {
                 // The client closed its side and has every answer it is due.
@@ -212,6 +271,12 @@ impl<N: LockNode, S: ServerStream> Connection<N, S> {
         }
     }
 
+    /// Whether the connection has anything pending: the idle timeout
+    /// does not run while it has.
+    fn busy(&self) -> bool {
+        !self.waiting.is_empty() || self.deferred > 0 || !self.output.is_empty()
+    }
+
     #[inline]
     fn keep_room_to_read(&mut self) {
         if self.input.capacity() - self.input.len() < 1024 {
@@ -220,8 +285,8 @@ impl<N: LockNode, S: ServerStream> Connection<N, S> {
     }
 
     /// Whatever is already encoded goes out if it can, quickly.
-    async fn flush_before_close(&mut self, writer: &mut S::Write) {
-        if self.output.is_empty() {
+    async fn flush_before_close<W: AsyncWrite + Unpin>(&mut self, writer: &mut W) {
+        if self.output.is_empty() && !self.unflushed {
             return;
         }
         let flush = async {
@@ -231,60 +296,26 @@ impl<N: LockNode, S: ServerStream> Connection<N, S> {
                     Ok(n) => self.on_written(n),
                 }
             }
+            let _ = writer.flush().await;
         };
         let _ = tokio::time::timeout(CLOSE_FLUSH_TIMEOUT, flush).await;
-    }
-
-    /// Reads until the first bytes tell a peer's hello from a client's
-    /// request. A client's first byte already differs from the hello's, so
-    /// clients wait for nothing. A connection that stops partway through
-    /// the hello is closed after [`HELLO_TIMEOUT`]: it is neither.
-    async fn sniff_peer(
-        &mut self,
-        stream: &mut S,
-        hello: &[u8],
-        shutdown: &CancellationToken,
-    ) -> Sniffed {
-        let mut deadline = None;
-        loop {
-            let n = self.input.len().min(hello.len());
-            if self.input[..n] != hello[..n] {
-                return Sniffed::Client;
-            }
-            if n == hello.len() {
-                return Sniffed::Peer;
-            }
-            if n > 0 && deadline.is_none() {
-                deadline = Some(tokio::time::Instant::now() + HELLO_TIMEOUT);
-            }
-            let expired = async {
-                match deadline {
-                    Some(at) => tokio::time::sleep_until(at).await,
-                    None => std::future::pending().await,
-                }
-            };
-            tokio::select! {
-                _ = shutdown.cancelled() => return Sniffed::Gone,
-                () = expired => {
-                    tracing::debug!("closed a connection stuck in a peer hello");
-                    return Sniffed::Gone;
-                }
-                read = stream.read_buf(&mut self.input) => match read {
-                    Ok(0) | Err(_) => return Sniffed::Gone,
-                    Ok(_) => {}
-                },
-            }
-        }
     }
 
     fn on_input(&mut self) {
         // One clock read for the whole burst: every request in it was
         // received at once, and the read showed up in profiles.
         let now = self.locks.clock().now();
+        let mut finished = false;
         while !self.held {
             match self.codec.decode(&mut self.input) {
-                Ok(Some(Ok(request))) => self.on_request(request, now),
-                Ok(Some(Err(error))) => self.answer(&Response::Error(error.to_reply())),
+                Ok(Some(Ok(request))) => {
+                    finished = true;
+                    self.on_request(request, now);
+                }
+                Ok(Some(Err(error))) => {
+                    finished = true;
+                    self.answer(&Response::Error(error.to_reply()));
+                }
                 Ok(None) => break,
                 Err(error) => {
                     // The request codec reports malformed lines as items;
@@ -295,6 +326,9 @@ impl<N: LockNode, S: ServerStream> Connection<N, S> {
                 }
             }
         }
+        let mid_line = self.codec.mid_line(&self.input);
+        self.deadlines
+            .after_input(finished, mid_line, self.codec.discarding());
     }
 
     fn on_request(&mut self, request: Request, now: Millis) {
@@ -509,6 +543,7 @@ impl<N: LockNode, S: ServerStream> Connection<N, S> {
     }
 
     fn on_written(&mut self, n: usize) {
+        self.unflushed = self.flush_writes;
         let _ = self.output.split_to(n);
         self.written_total += n as u64;
         while let Some((end, _, _)) = self.unwritten_grants.front() {

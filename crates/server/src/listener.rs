@@ -17,6 +17,7 @@ use crate::accept::{Accept, ServerStream};
 use crate::clock::Clock;
 use crate::config::ServerConfig;
 use crate::connection::Connection;
+use crate::evict::{Connections, EVICT_GRACE};
 use crate::locks::SharedLocks;
 use crate::node::{LockNode, NodeStatus};
 use crate::single::SingleNode;
@@ -208,12 +209,13 @@ impl<N: LockNode, L: Accept> Server<N, L> {
         let tasks = self.tasks.clone();
         tasks.spawn(timer::run(self.locks.clone()));
         let open = Arc::new(AtomicUsize::new(0));
+        let connections = Connections::new();
         tokio::pin!(shutdown);
         loop {
             tokio::select! {
                 _ = &mut shutdown => break,
                 accepted = self.listener.accept() => match accepted {
-                    Ok((stream, peer)) => self.admit(stream, peer, &open),
+                    Ok((stream, peer)) => self.admit(stream, peer, &open, &connections),
                     Err(error) => {
                         // Out of file descriptors and the like: pause rather
                         // than spin; the node keeps serving who it has.
@@ -230,8 +232,19 @@ impl<N: LockNode, L: Accept> Server<N, L> {
         }
     }
 
-    fn admit(&self, mut stream: L::Stream, peer: SocketAddr, open: &Arc<AtomicUsize>) {
-        if open.fetch_add(1, Ordering::AcqRel) >= self.node.config.max_connections {
+    fn admit(
+        &self,
+        mut stream: L::Stream,
+        peer: SocketAddr,
+        open: &Arc<AtomicUsize>,
+        connections: &Arc<Connections>,
+    ) {
+        // At the limit, a connection stuck in an unfinished line makes
+        // room (see `evict`); it closes at once, so the count exceeds the
+        // limit by at most the evicted connections still closing.
+        if open.fetch_add(1, Ordering::AcqRel) >= self.node.config.max_connections
+            && !connections.evict_oldest(tokio::time::Instant::now(), EVICT_GRACE)
+        {
             open.fetch_sub(1, Ordering::AcqRel);
             tracing::debug!(%peer, "refused: too many connections");
             self.tasks.spawn(async move {
@@ -246,9 +259,12 @@ impl<N: LockNode, L: Accept> Server<N, L> {
             return;
         }
         stream.set_nodelay();
-        let (connection, deliveries) = Connection::new(self.locks.clone(), self.node.clone());
+        // Its own token: the node's shutdown, or its eviction.
+        let stopping = self.tasks.stopping().child_token();
+        let registered = connections.register(stopping.clone());
+        let (connection, deliveries) =
+            Connection::new(self.locks.clone(), self.node.clone(), registered);
         let open = open.clone();
-        let stopping = self.tasks.stopping().clone();
         self.tasks.spawn_graceful(async move {
             connection.serve(stream, deliveries, stopping).await;
             open.fetch_sub(1, Ordering::AcqRel);

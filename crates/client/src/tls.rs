@@ -1,0 +1,240 @@
+//! TLS to the nodes: the CA their certificates must be signed by, an
+//! optional client certificate, the handshake, and the one clear error a
+//! mismatch gives (a TLS client of a plaintext node, a plaintext client of
+//! a TLS node, a certificate that does not verify).
+//!
+//! rustls with the `ring` provider (no OpenSSL), TLS 1.2 and 1.3. The name
+//! checked against the node's certificate is the host part of the address
+//! it is reached at; IP addresses work (the certificate must list them).
+
+use std::io;
+use std::path::Path;
+use std::sync::Arc;
+
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
+use tokio::net::TcpStream;
+use tokio_rustls::client::TlsStream;
+
+use crate::error::{Error, Result};
+
+/// What a client trusts and shows when it speaks TLS; give it to
+/// [`ClientBuilder::tls`](crate::ClientBuilder::tls).
+#[derive(Clone)]
+pub struct TlsConfig {
+    roots: Arc<rustls::RootCertStore>,
+    identity: Option<(Vec<CertificateDer<'static>>, Arc<PrivateKeyDer<'static>>)>,
+}
+
+impl std::fmt::Debug for TlsConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TlsConfig")
+            .field("roots", &self.roots.len())
+            .field("client_certificate", &self.identity.is_some())
+            .finish()
+    }
+}
+
+fn setup(what: impl std::fmt::Display, why: impl std::fmt::Display) -> Error {
+    Error::TlsConfig {
+        why: format!("{what}: {why}"),
+    }
+}
+
+impl TlsConfig {
+    /// Trusts the CA certificates of a PEM file.
+    pub fn from_ca_file(path: impl AsRef<Path>) -> Result<TlsConfig> {
+        let path = path.as_ref();
+        let pem = std::fs::read(path).map_err(|e| setup(path.display(), e))?;
+        TlsConfig::ca_certs(&pem, &path.display().to_string())
+    }
+
+    /// Trusts the CA certificates of PEM text.
+    pub fn from_ca_pem(pem: &[u8]) -> Result<TlsConfig> {
+        TlsConfig::ca_certs(pem, "the CA PEM")
+    }
+
+    fn ca_certs(pem: &[u8], name: &str) -> Result<TlsConfig> {
+        let mut roots = rustls::RootCertStore::empty();
+        for cert in certs(pem, name)? {
+            roots.add(cert).map_err(|e| setup(name, e))?;
+        }
+        Ok(TlsConfig {
+            roots: Arc::new(roots),
+            identity: None,
+        })
+    }
+
+    /// Shows this client certificate (chain, PEM) and key (PEM) to nodes
+    /// that ask for one, from files.
+    pub fn identity_files(
+        self,
+        cert: impl AsRef<Path>,
+        key: impl AsRef<Path>,
+    ) -> Result<TlsConfig> {
+        let (cert, key) = (cert.as_ref(), key.as_ref());
+        let cert_pem = std::fs::read(cert).map_err(|e| setup(cert.display(), e))?;
+        let key_pem = std::fs::read(key).map_err(|e| setup(key.display(), e))?;
+        self.identity(
+            &cert_pem,
+            &key_pem,
+            &cert.display().to_string(),
+            &key.display().to_string(),
+        )
+    }
+
+    /// Shows this client certificate and key, as PEM text.
+    pub fn identity_pem(self, cert_pem: &[u8], key_pem: &[u8]) -> Result<TlsConfig> {
+        self.identity(
+            cert_pem,
+            key_pem,
+            "the client certificate PEM",
+            "the client key PEM",
+        )
+    }
+
+    fn identity(
+        mut self,
+        cert_pem: &[u8],
+        key_pem: &[u8],
+        cert: &str,
+        key: &str,
+    ) -> Result<TlsConfig> {
+        let chain = certs(cert_pem, cert)?;
+        let private = PrivateKeyDer::from_pem_slice(key_pem).map_err(|e| setup(key, e))?;
+        self.identity = Some((chain, Arc::new(private)));
+        // Checked now, so a mismatched pair fails here rather than per connection.
+        self.client_config()?;
+        Ok(self)
+    }
+
+    /// The rustls configuration every connection of a client shares.
+    pub(crate) fn client_config(&self) -> Result<Arc<rustls::ClientConfig>> {
+        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let builder = rustls::ClientConfig::builder_with_provider(provider)
+            .with_protocol_versions(&[&rustls::version::TLS13, &rustls::version::TLS12])
+            .map_err(|e| setup("TLS", e))?
+            .with_root_certificates(self.roots.clone());
+        let config = match &self.identity {
+            None => builder.with_no_client_auth(),
+            Some((chain, key)) => builder
+                .with_client_auth_cert(chain.clone(), key.clone_key())
+                .map_err(|e| setup("the client certificate and key", e))?,
+        };
+        Ok(Arc::new(config))
+    }
+}
+
+fn certs(pem: &[u8], name: &str) -> Result<Vec<CertificateDer<'static>>> {
+    let certs = CertificateDer::pem_slice_iter(pem)
+        .collect::<std::result::Result<Vec<_>, _>>()
+        .map_err(|e| setup(name, e))?;
+    if certs.is_empty() {
+        return Err(setup(name, "no certificate in it"));
+    }
+    Ok(certs)
+}
+
+/// A connection to a node, with or without TLS.
+pub(crate) enum Connected {
+    Plain(TcpStream),
+    Tls(Box<TlsStream<TcpStream>>),
+}
+
+/// Why a connection could not be made.
+#[derive(Debug)]
+pub(crate) enum ConnectError {
+    Io(io::Error),
+    /// The TLS side failed: the words for [`Error::Tls`].
+    Tls(String),
+}
+
+/// Connects to `addr`, through a TLS handshake when `tls` is given.
+pub(crate) async fn connect(
+    addr: &str,
+    tls: Option<&Arc<rustls::ClientConfig>>,
+) -> std::result::Result<Connected, ConnectError> {
+    let stream = TcpStream::connect(addr).await.map_err(ConnectError::Io)?;
+    // Requests are small and latency-bound; Nagle would only delay them.
+    let _ = stream.set_nodelay(true);
+    let Some(config) = tls else {
+        return Ok(Connected::Plain(stream));
+    };
+    let name = server_name(addr).map_err(ConnectError::Tls)?;
+    tokio_rustls::TlsConnector::from(config.clone())
+        .connect(name, stream)
+        .await
+        .map(|stream| Connected::Tls(Box::new(stream)))
+        .map_err(|e| ConnectError::Tls(describe(&e)))
+}
+
+/// The host part of `host:port` (`[v6]:port` too), as the name the node's
+/// certificate must carry.
+fn server_name(addr: &str) -> std::result::Result<ServerName<'static>, String> {
+    let host = addr.rsplit_once(':').map_or(addr, |(host, _)| host);
+    let host = host.trim_start_matches('[').trim_end_matches(']');
+    ServerName::try_from(host.to_owned())
+        .map_err(|_| format!("{host} is neither a DNS name nor an IP address"))
+}
+
+/// The clear words for a failed TLS exchange, or `None` when `error` is
+/// not a TLS one.
+pub(crate) fn tls_failure(error: &io::Error) -> Option<String> {
+    let tls = error.get_ref()?.downcast_ref::<rustls::Error>()?;
+    Some(match tls {
+        rustls::Error::InvalidMessage(_) => {
+            "the node does not speak TLS (it answered in plain text): connect without TLS".into()
+        }
+        rustls::Error::InvalidCertificate(why) => {
+            format!("the node's certificate does not verify: {why:?}")
+        }
+        rustls::Error::AlertReceived(rustls::AlertDescription::CertificateRequired) => {
+            "the node requires a client certificate (--tls-cert/--tls-key)".into()
+        }
+        rustls::Error::AlertReceived(alert) => {
+            format!("the node refused the TLS session ({alert:?}): is the client certificate signed by the CA the node trusts?")
+        }
+        other => other.to_string(),
+    })
+}
+
+fn describe(error: &io::Error) -> String {
+    tls_failure(error).unwrap_or_else(|| match error.kind() {
+        io::ErrorKind::UnexpectedEof | io::ErrorKind::ConnectionReset => {
+            "the node closed the connection during the TLS handshake".into()
+        }
+        _ => format!("TLS handshake failed: {error}"),
+    })
+}
+
+/// Whether an `E ? ?` line says the node wants TLS (a plaintext client of
+/// a TLS node reads it before the node closes).
+pub(crate) fn is_tls_required(reason: &str) -> bool {
+    reason.starts_with("TLS required")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_server_name_is_the_host_part() {
+        let name = |addr| server_name(addr).map(|n| n.to_str().into_owned());
+        assert_eq!(name("127.0.0.1:7411"), Ok("127.0.0.1".into()));
+        assert_eq!(name("node-1.example:7411"), Ok("node-1.example".into()));
+        assert_eq!(name("[::1]:7411"), Ok("::1".into()));
+        assert!(name("bad host:1").is_err());
+    }
+
+    #[test]
+    fn bad_pem_is_a_setup_error() {
+        let error = TlsConfig::from_ca_pem(b"not pem")
+            .err()
+            .map(|e| e.to_string());
+        assert!(error.is_some_and(|e| e.contains("no certificate")));
+        let missing = TlsConfig::from_ca_file("/nonexistent/ca.pem")
+            .err()
+            .map(|e| e.to_string());
+        assert!(missing.is_some_and(|e| e.contains("/nonexistent/ca.pem")));
+    }
+}
