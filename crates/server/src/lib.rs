@@ -17,14 +17,17 @@ mod config;
 mod connection;
 mod data_dir;
 mod delivery;
+pub mod inspect;
 mod listener;
 mod locks;
+pub mod metrics;
 mod node;
 mod persister;
 mod single;
 mod state_file;
 mod tasks;
 mod timer;
+mod timing;
 pub mod token_floor;
 
 pub use accept::{Accept, ServerStream};
@@ -36,7 +39,8 @@ pub use data_dir::{DataDir, DataDirError, LOCK_FILE};
 pub use delivery::Mailbox;
 pub use listener::{run, PeerAcceptor, Server, ServerError};
 pub use locks::{Events, SharedLocks};
-pub use node::{LockNode, NodeEvent, NodeStatus, Served};
+pub use metrics::Metrics;
+pub use node::{LockNode, NodeCounters, NodeEvent, NodeStatus, Served};
 pub use persister::{Persister, TakeState, PERSIST_EVERY};
 pub use single::{
     start_single, SingleNode, SinglePersister, SingleRunning, SingleStartError, SingleState,

@@ -40,6 +40,7 @@ use baton_core::{
 use baton_proto::{Mode, Op, Response, Role};
 
 use crate::delivery::Mailbox;
+use crate::inspect::{LockPage, LockQuery, Member};
 
 /// The answer of a node that may not be the one serving.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -219,4 +220,31 @@ pub trait LockNode: Send + 'static {
     fn has_output(&self) -> bool {
         false
     }
+    /// What only the engine can count, for the node's metrics (read by a
+    /// scrape under the mutex). By default nothing is known.
+    fn counters(&self) -> NodeCounters {
+        NodeCounters::default()
+    }
+    /// A page of the held locks (the HTTP endpoint's `/v1/locks`); a node
+    /// that does not serve redirects. One pass over the table: see
+    /// [`crate::inspect`].
+    fn list_locks(&self, _query: &LockQuery, _now: Millis) -> Served<LockPage> {
+        Served::Done(LockPage::default())
+    }
+    /// The cluster's members as this node knows them (none for a single node).
+    fn members(&self, _now: Millis) -> Vec<Member> {
+        Vec::new()
+    }
+}
+
+/// Counts and positions only the engine knows (see [`LockNode::counters`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct NodeCounters {
+    /// Grants whose lease ran out, since the node started.
+    pub expiries: u64,
+    /// Times this node's role changed (took over, stepped down, handed off).
+    pub role_changes: u64,
+    /// Raft: the last log index known committed, and the last applied.
+    pub commit_index: Option<u64>,
+    pub applied_index: Option<u64>,
 }

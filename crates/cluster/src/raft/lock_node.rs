@@ -25,6 +25,10 @@ pub struct RaftLockNode {
     term: u64,
     /// `Q` requests waiting for the lead to be confirmed.
     reads: PendingReads,
+    /// For the metrics: changes of role, and openraft's last committed
+    /// and applied log indexes.
+    role_changes: u64,
+    indexes: observe::LogIndexes,
 }
 
 impl RaftLockNode {
@@ -35,6 +39,8 @@ impl RaftLockNode {
             replication: Vec::new(),
             term: 0,
             reads: PendingReads::default(),
+            role_changes: 0,
+            indexes: observe::LogIndexes::default(),
         }
     }
 
@@ -47,6 +53,16 @@ impl RaftLockNode {
     pub fn set_progress(&mut self, term: u64, progress: Vec<PeerProgress>) {
         self.term = term;
         self.replication = progress;
+    }
+
+    /// openraft's committed and applied indexes, as last reported (metrics).
+    pub fn set_indexes(&mut self, indexes: observe::LogIndexes) {
+        self.indexes = indexes;
+    }
+
+    /// Counts a change of role (metrics).
+    pub(super) fn count_role_change(&mut self) {
+        self.role_changes += 1;
     }
 
     /// The next batch of commands to propose as one log entry, with their tags.
@@ -202,6 +218,27 @@ impl LockNode for RaftLockNode {
 
     fn has_output(&self) -> bool {
         self.engine.has_output()
+    }
+
+    fn counters(&self) -> baton_server::NodeCounters {
+        baton_server::NodeCounters {
+            expiries: self.engine.expiries(),
+            role_changes: self.role_changes,
+            commit_index: self.indexes.committed,
+            applied_index: self.indexes.applied,
+        }
+    }
+
+    fn list_locks(
+        &self,
+        query: &baton_server::inspect::LockQuery,
+        now: Millis,
+    ) -> Served<baton_server::inspect::LockPage> {
+        super::inspect::list_locks(&self.engine, query, now)
+    }
+
+    fn members(&self, _now: Millis) -> Vec<baton_server::inspect::Member> {
+        super::inspect::members(&self.engine, &self.replication)
     }
 }
 

@@ -20,6 +20,7 @@ pub mod engine;
 #[cfg(test)]
 mod engine_tests;
 pub mod inbound;
+mod inspect;
 pub mod limits;
 pub mod link;
 pub mod lock_node;

@@ -440,7 +440,10 @@ fn follow_role(
     observe::follow_role(raft, step_down_after, tick, move |role, metrics| {
         let progress = observe::replication(metrics);
         let term = metrics.current_term;
-        locks.with(|node, now, events| node.role_changed(role, term, progress, now, events));
+        let indexes = observe::LogIndexes::of(metrics);
+        locks.with(|node, now, events| {
+            node.role_changed(role, term, progress, indexes, now, events)
+        });
     })
 }
 

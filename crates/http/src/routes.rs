@@ -1,0 +1,70 @@
+//! The endpoint's routes and the bounds every request passes: at most
+//! [`MAX_CONCURRENT_REQUESTS`] answered at once (503 past it, at once),
+//! each within [`REQUEST_TIMEOUT`] (503 past it), bodies of at most
+//! [`MAX_BODY_BYTES`].
+
+use std::sync::Arc;
+
+use axum::extract::{DefaultBodyLimit, Request, State};
+use axum::http::{header, StatusCode};
+use axum::middleware::{self, Next};
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use axum::{Json, Router};
+use tokio::sync::Semaphore;
+
+use crate::limits::{MAX_BODY_BYTES, MAX_CONCURRENT_REQUESTS, REQUEST_TIMEOUT};
+use crate::v1::error;
+use crate::view::HttpContext;
+use crate::{basic_auth, health, metrics_text, v1};
+
+/// The endpoint's router over `ctx`.
+pub fn router(ctx: HttpContext) -> Router {
+    let ctx = Arc::new(ctx);
+    let admin = Router::new()
+        .route("/v1/locks", get(v1::locks))
+        .route("/v1/cluster", get(v1::cluster))
+        .route_layer(middleware::from_fn_with_state(
+            ctx.clone(),
+            basic_auth::require_admin,
+        ));
+    let slots = Arc::new(Semaphore::new(MAX_CONCURRENT_REQUESTS));
+    Router::new()
+        .route("/health", get(health_route))
+        .route("/metrics", get(metrics_route))
+        .merge(admin)
+        .fallback(|| async {
+            error(
+                StatusCode::NOT_FOUND,
+                "no such route: /health, /metrics, /v1/locks, /v1/cluster",
+            )
+        })
+        .with_state(ctx)
+        .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
+        .layer(middleware::from_fn_with_state(slots, bounded))
+}
+
+/// Every request: a slot among the concurrent ones, and a deadline.
+async fn bounded(State(slots): State<Arc<Semaphore>>, request: Request, next: Next) -> Response {
+    let Ok(_slot) = slots.try_acquire() else {
+        return error(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "too many requests at once; retry shortly",
+        );
+    };
+    match tokio::time::timeout(REQUEST_TIMEOUT, next.run(request)).await {
+        Ok(response) => response,
+        Err(_) => error(StatusCode::SERVICE_UNAVAILABLE, "the request took too long"),
+    }
+}
+
+async fn health_route(State(ctx): State<Arc<HttpContext>>) -> Response {
+    let (status, _, _) = ctx.node.observe();
+    let (code, body) = health::assess(&status, &ctx.self_addr, ctx.storage.failure());
+    (code, Json(body)).into_response()
+}
+
+async fn metrics_route(State(ctx): State<Arc<HttpContext>>) -> Response {
+    let text = metrics_text::render(&ctx);
+    ([(header::CONTENT_TYPE, metrics_text::CONTENT_TYPE)], text).into_response()
+}
