@@ -3,6 +3,7 @@
 //! node until SIGINT or SIGTERM, or until its state can no longer be saved.
 //! SIGHUP reloads what can be reloaded (`reload.rs`).
 
+mod http;
 mod reload;
 
 use std::future::Future;
@@ -86,6 +87,11 @@ struct Flags {
     /// of this TOML file, and may then use only their keys. SIGHUP reloads it.
     #[arg(long, value_name = "PATH")]
     auth_file: Option<PathBuf>,
+    /// Serve the operator's HTTP endpoint on this address: /health,
+    /// /metrics (Prometheus), /v1/locks and /v1/cluster (admin users only
+    /// with --auth-file). Off unless given.
+    #[arg(long, value_name = "ADDR")]
+    http_listen: Option<SocketAddr>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -284,6 +290,7 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
+    let http_listen = flags.http_listen;
     let plan = match flags.plan() {
         Ok(plan) => plan,
         Err(message) => {
@@ -291,7 +298,7 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    match runtime.block_on(serve(plan)) {
+    match runtime.block_on(serve(plan, http_listen)) {
         Ok(()) => ExitCode::SUCCESS,
         Err(message) => {
             eprintln!("batond: {message}");
@@ -302,7 +309,7 @@ fn main() -> ExitCode {
 
 /// Runs the node the plan describes until it is told to stop, or can no
 /// longer serve; the error is what `batond` prints before it exits non-zero.
-async fn serve(plan: Plan) -> Result<(), String> {
+async fn serve(plan: Plan, http: Option<SocketAddr>) -> Result<(), String> {
     // Watch for signals before anyone can learn the node is up.
     let shutdown = shutdown_signal().map_err(|e| format!("cannot watch for signals: {e}"))?;
     reload::on_sighup(plan.reloadable()).map_err(|e| format!("cannot watch for SIGHUP: {e}"))?;
@@ -311,6 +318,7 @@ async fn serve(plan: Plan) -> Result<(), String> {
     let bound = Bound {
         plan: &plan,
         data_dir: data_dir.as_ref(),
+        http,
     };
     match &plan {
         Plan::Single { config, .. } => serve_single(config, bound, shutdown).await,
@@ -336,6 +344,8 @@ fn lock_data_dir(plan: &Plan) -> Result<Option<DataDir>, String> {
 struct Bound<'a> {
     plan: &'a Plan,
     data_dir: Option<&'a DataDir>,
+    /// `--http-listen`.
+    http: Option<SocketAddr>,
 }
 
 impl Bound<'_> {
@@ -348,6 +358,19 @@ impl Bound<'_> {
         }
         announce(addr);
         Ok(())
+    }
+
+    /// Starts the HTTP endpoint (if asked for) among `server`'s tasks,
+    /// then announces the node and the endpoint.
+    async fn serving<N: baton_server::LockNode>(
+        self,
+        server: &baton_server::Server<N>,
+        config: &ServerConfig,
+    ) -> Result<Option<http::Started>, String> {
+        let started = http::start(self.http, server, config).await?;
+        self.at(server.local_addr())?;
+        http::announce(&started);
+        Ok(started)
     }
 }
 
@@ -362,7 +385,7 @@ async fn serve_single(
     let single = baton_server::start_single(config.clone(), dir)
         .await
         .map_err(|e| e.to_string())?;
-    bound.at(single.server.local_addr())?;
+    let endpoint = bound.serving(&single.server, config).await?;
     let persister = single.persister;
     let watched = persister.clone();
     let (stopped, stop_reason) = oneshot::channel::<Option<Arc<StateFileError>>>();
@@ -376,6 +399,9 @@ async fn serve_single(
                 }
             })
             .await;
+            if let Some(error) = &failure {
+                http::storage_failed(&endpoint, error);
+            }
             let _ = stopped.send(failure);
         })
         .await;
@@ -401,7 +427,7 @@ async fn serve_priority(
     let cluster = priority::start(config.clone(), settings.clone())
         .await
         .map_err(|e| e.to_string())?;
-    bound.at(cluster.server.local_addr())?;
+    let endpoint = bound.serving(&cluster.server, config).await?;
     let handle = cluster.handle;
     let shell = handle.clone();
     let (stopped, stop_reason) = oneshot::channel::<Option<Arc<StateFileError>>>();
@@ -412,6 +438,9 @@ async fn serve_priority(
         .server
         .run(async move {
             let mut failure = first_of(shutdown, handle.storage_failed()).await;
+            if let Some(error) = &failure {
+                http::storage_failed(&endpoint, error);
+            }
             handle.hand_off().await;
             if failure.is_none() {
                 failure = handle.persist().await.err();
@@ -435,7 +464,7 @@ async fn serve_raft(
     let cluster = raft::start(config.clone(), settings.clone())
         .await
         .map_err(|e| e.to_string())?;
-    bound.at(cluster.server.local_addr())?;
+    let endpoint = bound.serving(&cluster.server, config).await?;
     let handle = cluster.handle;
     let stopping = handle.clone();
     let core_died = handle.core_died();
@@ -450,6 +479,7 @@ async fn serve_raft(
     tokio::select! {
         () = serving => {}
         reason = core_died => {
+            http::storage_failed(&endpoint, &reason);
             return Err(format!("the Raft core stopped, exiting: {reason}"));
         }
     }
