@@ -55,4 +55,3 @@ pub fn storage_failed(started: &Option<Started>, error: &impl std::fmt::Display)
         started.storage.failed(error.to_string());
     }
 }
-

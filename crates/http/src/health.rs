@@ -6,6 +6,7 @@
 //! | priority standby or Raft follower that knows the serving node | 200 | `standby` |
 //! | standby or follower that knows no serving node | 503 | `unavailable` |
 //! | Raft candidate: an election, or a leader cut off from its majority | 503 | `unavailable` |
+//! | Raft follower that has not heard its leader for two election timeouts | 503 | `unavailable` |
 //! | the node's state could no longer be saved (it is stopping) | 503 | `unavailable` |
 //!
 //! The body, in every case: `{"status", "reason" (503 only), "role",
@@ -77,11 +78,14 @@ pub fn term_of(status: &NodeStatus) -> Option<u64> {
 pub fn assess(
     status: &NodeStatus,
     self_addr: &str,
+    issue: Option<&str>,
     storage_failure: Option<&str>,
 ) -> (StatusCode, HealthBody) {
     let active = active_of(status, self_addr);
     let reason = if let Some(failure) = storage_failure {
         Some(format!("storage failed: {failure}"))
+    } else if let Some(issue) = issue {
+        Some(issue.to_string())
     } else if status.role == Role::Candidate {
         Some("no leader: an election is under way or no majority answers".to_string())
     } else if active.is_none() {
@@ -183,12 +187,20 @@ mod tests {
             ),
         ];
         for (s, failure, code, word) in cases {
-            let (got, body) = assess(&s, me, failure);
+            let (got, body) = assess(&s, me, None, failure);
             assert_eq!(got.as_u16(), code, "{s:?} {failure:?}");
             assert_eq!(body.status, word);
             assert_eq!(body.reason.is_some(), code == 503);
         }
-        let (_, body) = assess(&status(Role::Leader, Mode::Raft, None), me, None);
+        let heard_nothing = Some("the leader has not been heard from");
+        let (code, _) = assess(
+            &status(Role::Follower, Mode::Raft, other),
+            me,
+            heard_nothing,
+            None,
+        );
+        assert_eq!(code.as_u16(), 503, "a follower that hears no leader");
+        let (_, body) = assess(&status(Role::Leader, Mode::Raft, None), me, None, None);
         assert_eq!(body.active.as_deref(), Some(me));
         assert_eq!(body.term, Some(4));
     }

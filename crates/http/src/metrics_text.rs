@@ -8,7 +8,7 @@ use std::fmt::Error as FmtError;
 use baton_proto::Role;
 use baton_server::inspect::Member;
 use baton_server::metrics::{Count, ErrorReason, HistogramSnapshot, Metrics, RequestOp};
-use baton_server::{NodeCounters, NodeStatus};
+use baton_server::{NodeCounters, NodeStatus, Observed};
 use prometheus_client::collector::Collector;
 use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric, NoLabelSet};
 use prometheus_client::metrics::counter::ConstCounter;
@@ -47,7 +47,12 @@ struct Scrape {
 
 impl Scrape {
     fn take(ctx: &HttpContext) -> Scrape {
-        let (status, counters, members) = ctx.node.observe();
+        let Observed {
+            status,
+            counters,
+            members,
+            ..
+        } = ctx.node.observe();
         let m: &Metrics = ctx.node.metrics();
         let count = |name, help, c| (name, help, m.count(c));
         Scrape {

@@ -59,8 +59,13 @@ async fn bounded(State(slots): State<Arc<Semaphore>>, request: Request, next: Ne
 }
 
 async fn health_route(State(ctx): State<Arc<HttpContext>>) -> Response {
-    let (status, _, _) = ctx.node.observe();
-    let (code, body) = health::assess(&status, &ctx.self_addr, ctx.storage.failure());
+    let observed = ctx.node.observe();
+    let (code, body) = health::assess(
+        &observed.status,
+        &ctx.self_addr,
+        observed.health_issue.as_deref(),
+        ctx.storage.failure(),
+    );
     (code, Json(body)).into_response()
 }
 

@@ -259,3 +259,28 @@ fn basic_credentials_are_read_from_the_header() {
         assert!(crate::basic_auth::credentials(&headers).is_none(), "{bad}");
     }
 }
+
+#[tokio::test]
+async fn histogram_buckets_are_cumulative_in_the_text() {
+    let locks = locks_with(&[]);
+    for ms in [0, 3, 3, 7_000] {
+        locks.metrics().acquire_wait.observe(ms);
+    }
+    let app = router(HttpContext::new(locks, SELF.to_string(), None));
+    let (_, _, text) = get(&app, "/metrics", None).await;
+    for line in [
+        "baton_acquire_wait_seconds_bucket{le=\"0.001\"} 1",
+        "baton_acquire_wait_seconds_bucket{le=\"0.002\"} 1",
+        "baton_acquire_wait_seconds_bucket{le=\"0.005\"} 3",
+        "baton_acquire_wait_seconds_bucket{le=\"2.5\"} 3",
+        "baton_acquire_wait_seconds_bucket{le=\"10\"} 4",
+        "baton_acquire_wait_seconds_bucket{le=\"+Inf\"} 4",
+        "baton_acquire_wait_seconds_count 4",
+        "baton_acquire_wait_seconds_sum 7.006",
+    ] {
+        assert!(
+            text.lines().any(|l| l == line),
+            "no line {line:?} in\n{text}"
+        );
+    }
+}

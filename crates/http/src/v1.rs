@@ -142,7 +142,8 @@ struct MemberJson {
 
 /// `GET /v1/cluster`.
 pub async fn cluster(State(ctx): State<Arc<HttpContext>>) -> Response {
-    let (status, _, members) = ctx.node.observe();
+    let observed = ctx.node.observe();
+    let (status, members) = (observed.status, observed.members);
     let members: Vec<MemberJson> = if members.is_empty() {
         // A single node is its own cluster.
         vec![MemberJson {

@@ -5,14 +5,14 @@
 
 use std::sync::{Arc, OnceLock};
 
-use baton_server::inspect::{LockPage, LockQuery, Member};
-use baton_server::{Auth, LockNode, Metrics, NodeCounters, NodeStatus, Served, SharedLocks};
+use baton_server::inspect::{LockPage, LockQuery};
+use baton_server::{Auth, LockNode, Metrics, Observed, Served, SharedLocks};
 
 /// A node as the endpoint sees it. Every call takes the node's mutex
 /// once, for one read.
 pub trait NodeView: Send + Sync + 'static {
-    /// Status, engine counters and members, read together.
-    fn observe(&self) -> (NodeStatus, NodeCounters, Vec<Member>);
+    /// Status, engine counters, members and health issue, read together.
+    fn observe(&self) -> Observed;
     /// One page of held locks.
     fn list_locks(&self, query: &LockQuery) -> Served<LockPage>;
     /// The node's counts (atomics, read without the mutex).
@@ -20,7 +20,7 @@ pub trait NodeView: Send + Sync + 'static {
 }
 
 impl<N: LockNode> NodeView for SharedLocks<N> {
-    fn observe(&self) -> (NodeStatus, NodeCounters, Vec<Member>) {
+    fn observe(&self) -> Observed {
         SharedLocks::observe(self)
     }
 

@@ -40,7 +40,7 @@ pub use delivery::Mailbox;
 pub use listener::{run, PeerAcceptor, Server, ServerError};
 pub use locks::{Events, SharedLocks};
 pub use metrics::Metrics;
-pub use node::{LockNode, NodeCounters, NodeEvent, NodeStatus, Served};
+pub use node::{LockNode, NodeCounters, NodeEvent, NodeStatus, Observed, Served};
 pub use persister::{Persister, TakeState, PERSIST_EVERY};
 pub use single::{
     start_single, SingleNode, SinglePersister, SingleRunning, SingleStartError, SingleState,

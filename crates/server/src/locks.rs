@@ -12,9 +12,9 @@ use tokio::sync::Notify;
 
 use crate::clock::Clock;
 use crate::delivery::{Delivery, Mailbox};
-use crate::inspect::{LockPage, LockQuery, Member};
+use crate::inspect::{LockPage, LockQuery};
 use crate::metrics::{Metrics, RequestOp};
-use crate::node::{LockNode, NodeCounters, NodeEvent, NodeStatus, Served};
+use crate::node::{LockNode, NodeEvent, NodeStatus, Observed, Served};
 use crate::timing::Timing;
 
 /// Events produced under the lock, delivered after it is dropped.
@@ -263,12 +263,18 @@ impl<N: LockNode> SharedLocks<N> {
         self.lock().status()
     }
 
-    /// The node's status, its engine's counters and its members, read at
-    /// once under the lock for the HTTP endpoint (not counted as an `S`).
-    pub fn observe(&self) -> (NodeStatus, NodeCounters, Vec<Member>) {
+    /// The node's status, its engine's counters, its members and any
+    /// health issue, read at once under the lock for the HTTP endpoint
+    /// (not counted as an `S`).
+    pub fn observe(&self) -> Observed {
         let now = self.clock.now();
         let node = self.lock();
-        (node.status(), node.counters(), node.members(now))
+        Observed {
+            status: node.status(),
+            counters: node.counters(),
+            members: node.members(now),
+            health_issue: node.health_issue(now),
+        }
     }
 
     /// A page of the held locks (see [`crate::inspect`]); the lock is held

@@ -107,11 +107,12 @@ pub struct Histogram {
     sum_ms: AtomicU64,
 }
 
-/// A histogram's values at one moment, cumulative as Prometheus wants.
+/// A histogram's values at one moment.
 #[derive(Debug, Clone, PartialEq)]
 pub struct HistogramSnapshot {
-    /// `(upper bound in seconds, observations at or below it)`, the last
-    /// bound `+Inf`.
+    /// `(upper bound in seconds, observations in this bucket alone)`, the
+    /// last bound `+Inf`: not cumulative, as `prometheus-client`'s encoder
+    /// takes them (it writes the cumulative `_bucket` series).
     pub buckets: Vec<(f64, u64)>,
     pub count: u64,
     pub sum_seconds: f64,
@@ -136,8 +137,9 @@ impl Histogram {
         let buckets = bounds
             .zip(&self.buckets)
             .map(|(bound, n)| {
-                total += n.load(Relaxed);
-                (bound, total)
+                let n = n.load(Relaxed);
+                total += n;
+                (bound, n)
             })
             .collect();
         HistogramSnapshot {
@@ -245,7 +247,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_histogram_is_cumulative_with_an_infinite_last_bucket() {
+    fn a_histogram_counts_each_bucket_with_an_infinite_last_one() {
         let h = Histogram::default();
         for ms in [0, 1, 2, 3, 1_000, 4_000_000] {
             h.observe(ms);
@@ -253,12 +255,13 @@ mod tests {
         let s = h.snapshot();
         assert_eq!(s.count, 6);
         assert_eq!(s.buckets[0], (0.001, 2), "0 and 1 ms are at most 1 ms");
-        assert_eq!(s.buckets[1], (0.002, 3));
-        assert_eq!(s.buckets[2], (0.005, 4));
-        assert_eq!(s.buckets[BUCKETS_MS.len() - 1].1, 5);
+        assert_eq!(s.buckets[1], (0.002, 1));
+        assert_eq!(s.buckets[2], (0.005, 1));
+        assert_eq!(s.buckets[9], (1.0, 1));
+        assert_eq!(s.buckets[BUCKETS_MS.len() - 1].1, 0);
         let last = s.buckets[BUCKETS_MS.len()];
         assert!(last.0.is_infinite());
-        assert_eq!(last.1, 6);
+        assert_eq!(last.1, 1);
         assert!((s.sum_seconds - 4_001.006).abs() < 1e-9);
     }
 

@@ -235,6 +235,22 @@ pub trait LockNode: Send + 'static {
     fn members(&self, _now: Millis) -> Vec<Member> {
         Vec::new()
     }
+    /// Why this node cannot do its job although its role looks fine (a
+    /// Raft follower that no longer hears its leader), for the HTTP
+    /// endpoint's `/health`. By default nothing.
+    fn health_issue(&self, _now: Millis) -> Option<String> {
+        None
+    }
+}
+
+/// One read of a node for the HTTP endpoint (see [`SharedLocks::observe`](crate::SharedLocks::observe)).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Observed {
+    pub status: NodeStatus,
+    pub counters: NodeCounters,
+    pub members: Vec<Member>,
+    /// See [`LockNode::health_issue`].
+    pub health_issue: Option<String>,
 }
 
 /// Counts and positions only the engine knows (see [`LockNode::counters`]).

@@ -9,6 +9,7 @@ use baton_core::{
 use baton_proto::{Mode, Role};
 use baton_server::{LockNode, Mailbox, NodeEvent, NodeStatus, Served, SharedLocks};
 
+use super::contact::LeaderContact;
 use super::engine::{RaftEngine, RaftRole};
 use super::observe::{self, PeerProgress};
 use super::reads::PendingReads;
@@ -29,6 +30,8 @@ pub struct RaftLockNode {
     /// and applied log indexes.
     role_changes: u64,
     indexes: observe::LogIndexes,
+    /// When a follower last heard its leader (for `/health`).
+    contact: LeaderContact,
 }
 
 impl RaftLockNode {
@@ -41,6 +44,7 @@ impl RaftLockNode {
             reads: PendingReads::default(),
             role_changes: 0,
             indexes: observe::LogIndexes::default(),
+            contact: LeaderContact::default(),
         }
     }
 
@@ -58,6 +62,20 @@ impl RaftLockNode {
     /// openraft's committed and applied indexes, as last reported (metrics).
     pub fn set_indexes(&mut self, indexes: observe::LogIndexes) {
         self.indexes = indexes;
+    }
+
+    /// The leader was last heard `age` ago (`None`: never), and is
+    /// stale after `stale_after` (see [`super::contact`]).
+    pub fn leader_heard(
+        &mut self,
+        age: Option<std::time::Duration>,
+        stale_after: std::time::Duration,
+        now: Millis,
+    ) {
+        self.contact = LeaderContact {
+            heard_at: age.map(|a| now.saturating_sub(a.as_millis() as u64)),
+            stale_after_ms: stale_after.as_millis() as u64,
+        };
     }
 
     /// Counts a change of role (metrics).
@@ -239,6 +257,15 @@ impl LockNode for RaftLockNode {
 
     fn members(&self, _now: Millis) -> Vec<baton_server::inspect::Member> {
         super::inspect::members(&self.engine, &self.replication)
+    }
+
+    fn health_issue(&self, now: Millis) -> Option<String> {
+        // Only a follower that names a leader can be wrong about it; a
+        // leader without a majority steps down (see `observe`).
+        match self.engine.role() {
+            RaftRole::Follower { leader: Some(_) } => self.contact.issue(now),
+            _ => None,
+        }
     }
 }
 

@@ -16,6 +16,7 @@
 //!   shell and the state machine feed the node.
 
 pub mod bounds;
+pub mod contact;
 pub mod engine;
 #[cfg(test)]
 mod engine_tests;
