@@ -6,9 +6,13 @@ use std::time::Duration;
 
 /// Connections open at once; one more is closed at once, unanswered.
 pub const MAX_CONNECTIONS: usize = 256;
-/// Requests being answered at once, over every connection; one more is
-/// answered 503 at once.
+/// Requests to `/health`, `/metrics` (and unknown routes) answered at
+/// once, over every connection; one more is answered 503 at once.
 pub const MAX_CONCURRENT_REQUESTS: usize = 64;
+/// Requests to the `/v1/` routes answered at once, apart: clients that
+/// guess passwords (each failure waits 250 ms) or list large tables
+/// cannot take the slots `/health` needs.
+pub const MAX_CONCURRENT_ADMIN_REQUESTS: usize = 16;
 /// Time a client has to send a request's headers (idle keep-alive
 /// connections included) and to finish a TLS handshake.
 pub const HEADER_TIMEOUT: Duration = Duration::from_secs(10);

@@ -1,6 +1,7 @@
 //! The endpoint's routes and the bounds every request passes: at most
-//! [`MAX_CONCURRENT_REQUESTS`] answered at once (503 past it, at once),
-//! each within [`REQUEST_TIMEOUT`] (503 past it), bodies of at most
+//! [`MAX_CONCURRENT_REQUESTS`] answered at once, and apart from them
+//! [`MAX_CONCURRENT_ADMIN_REQUESTS`] on the `/v1/` routes (503 past it, at
+//! once), each within [`REQUEST_TIMEOUT`] (503 past it), bodies of at most
 //! [`MAX_BODY_BYTES`].
 
 use std::sync::Arc;
@@ -13,7 +14,9 @@ use axum::routing::get;
 use axum::{Json, Router};
 use tokio::sync::Semaphore;
 
-use crate::limits::{MAX_BODY_BYTES, MAX_CONCURRENT_REQUESTS, REQUEST_TIMEOUT};
+use crate::limits::{
+    MAX_BODY_BYTES, MAX_CONCURRENT_ADMIN_REQUESTS, MAX_CONCURRENT_REQUESTS, REQUEST_TIMEOUT,
+};
 use crate::v1::error;
 use crate::view::HttpContext;
 use crate::{basic_auth, health, metrics_text, v1};
@@ -21,27 +24,30 @@ use crate::{basic_auth, health, metrics_text, v1};
 /// The endpoint's router over `ctx`.
 pub fn router(ctx: HttpContext) -> Router {
     let ctx = Arc::new(ctx);
+    let admin_slots = Arc::new(Semaphore::new(MAX_CONCURRENT_ADMIN_REQUESTS));
     let admin = Router::new()
         .route("/v1/locks", get(v1::locks))
         .route("/v1/cluster", get(v1::cluster))
+        // Inside the slot: a guesser's 250 ms waits take admin slots only.
         .route_layer(middleware::from_fn_with_state(
             ctx.clone(),
             basic_auth::require_admin,
-        ));
+        ))
+        .route_layer(middleware::from_fn_with_state(admin_slots, bounded));
     let slots = Arc::new(Semaphore::new(MAX_CONCURRENT_REQUESTS));
-    Router::new()
+    let open = Router::new()
         .route("/health", get(health_route))
         .route("/metrics", get(metrics_route))
-        .merge(admin)
         .fallback(|| async {
             error(
                 StatusCode::NOT_FOUND,
                 "no such route: /health, /metrics, /v1/locks, /v1/cluster",
             )
         })
+        .layer(middleware::from_fn_with_state(slots, bounded));
+    open.merge(admin)
         .with_state(ctx)
         .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
-        .layer(middleware::from_fn_with_state(slots, bounded))
 }
 
 /// Every request: a slot among the concurrent ones, and a deadline.
