@@ -20,6 +20,11 @@
 //!   the configured caps on grants and waiters;
 //! - [`LockNode::tick`], from the node's one timer, at (or after) the
 //!   instant [`LockNode::next_deadline`] named;
+//! - reads for the HTTP endpoint, which change nothing:
+//!   [`LockNode::status`], [`LockNode::counters`], [`LockNode::members`]
+//!   and [`LockNode::health_issue`] together
+//!   ([`SharedLocks::observe`](crate::SharedLocks::observe)), and
+//!   [`LockNode::list_locks`], one page per call;
 //! - a cluster shell's input (a peer's message, a change of role, a
 //!   committed log entry), as a named method of the cluster's node type
 //!   called through [`SharedLocks::with`](crate::SharedLocks::with), one
