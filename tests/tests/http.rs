@@ -391,3 +391,64 @@ fn an_http_address_in_use_stops_batond_at_start_with_one_line() {
         "{stderr}"
     );
 }
+
+#[tokio::test]
+async fn connections_past_the_limit_are_closed_and_the_endpoint_recovers() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let http = free_addr();
+    let _node = Batond::start(&["--http-listen", &http.to_string()]);
+    let _ = wait_http(http, "/health", Duration::from_secs(5), |r| r.code == 200).await;
+    // 256 connections that send nothing hold every slot.
+    let mut idle = Vec::new();
+    for _ in 0..256 {
+        idle.push(tokio::net::TcpStream::connect(http).await.expect("connect"));
+    }
+    // Give the endpoint time to take them all (each is accepted in turn).
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let mut extra = tokio::net::TcpStream::connect(http).await.expect("connect");
+        let _ = extra
+            .write_all(b"GET /health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+            .await;
+        let mut answer = Vec::new();
+        let read =
+            tokio::time::timeout(Duration::from_secs(5), extra.read_to_end(&mut answer)).await;
+        if matches!(read, Ok(Ok(_)) | Ok(Err(_))) && answer.is_empty() {
+            break; // closed unanswered: the limit holds
+        }
+        assert!(
+            Instant::now() < deadline,
+            "a connection past the limit was answered: {:?}",
+            String::from_utf8_lossy(&answer)
+        );
+        idle.push(extra);
+    }
+    drop(idle);
+    let back = wait_http(http, "/health", Duration::from_secs(5), |r| r.code == 200).await;
+    assert_eq!(json(&back)["status"], "serving");
+}
+
+#[tokio::test]
+async fn a_client_that_never_finishes_its_headers_is_closed() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let http = free_addr();
+    let _node = Batond::start(&["--http-listen", &http.to_string()]);
+    let _ = wait_http(http, "/health", Duration::from_secs(5), |r| r.code == 200).await;
+    let mut slow = tokio::net::TcpStream::connect(http).await.expect("connect");
+    slow.write_all(b"GET /health HTTP/1.1\r\nHost: x\r\n")
+        .await
+        .expect("write");
+    let started = Instant::now();
+    let mut rest = Vec::new();
+    let read = tokio::time::timeout(Duration::from_secs(20), slow.read_to_end(&mut rest)).await;
+    assert!(read.is_ok(), "still open after 20 s");
+    let took = started.elapsed();
+    assert!(
+        took >= Duration::from_secs(9) && took < Duration::from_secs(15),
+        "closed after {took:?}"
+    );
+    assert!(
+        !String::from_utf8_lossy(&rest).contains("200 OK"),
+        "{rest:?}"
+    );
+}
