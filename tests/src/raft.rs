@@ -41,6 +41,13 @@ impl RaftCluster {
 
     /// Starts `n` nodes with `extra` arguments each.
     pub fn start_with(n: usize, extra: &[&str]) -> RaftCluster {
+        let extra: Vec<String> = extra.iter().map(|s| s.to_string()).collect();
+        RaftCluster::start_each(n, |_| extra.clone())
+    }
+
+    /// As [`RaftCluster::start_with`], with arguments of its own for node
+    /// `i` (an HTTP address each, say).
+    pub fn start_each(n: usize, extra: impl Fn(usize) -> Vec<String>) -> RaftCluster {
         let peers = distinct_free_addrs(n);
         let dirs: Vec<TempDir> = (0..n)
             .map(|_| {
@@ -53,7 +60,7 @@ impl RaftCluster {
         let nodes = start_cluster_nodes(&peers, "raft", |i| {
             let data = dirs[i].path().to_string_lossy().into_owned();
             let mut args = vec!["--data-dir".to_string(), data];
-            args.extend(extra.iter().map(|s| s.to_string()));
+            args.extend(extra(i));
             args
         });
         RaftCluster { nodes, peers, dirs }

@@ -450,3 +450,36 @@ async fn credentials_travel_inside_tls() {
         other => panic!("expected AuthenticationFailed, got {other:?}"),
     }
 }
+
+/// With TLS on the client port the HTTP endpoint speaks HTTPS with the same
+/// certificate, and plain HTTP to it gets no answer.
+#[tokio::test]
+async fn the_http_endpoint_speaks_tls_with_the_client_port() {
+    let pki = Pki::new();
+    let http = baton_tests::free_addr();
+    let http_text = http.to_string();
+    let node = tls_node(&pki, &["--http-listen", &http_text]);
+    let mut https = TlsLines::connect(http, &pki.main.ca)
+        .await
+        .expect("HTTPS handshake");
+    https
+        .send_raw(b"GET /health HTTP/1.1\r\nHost: baton\r\nConnection: close\r\n\r\n")
+        .await;
+    let status = https.recv().await.expect("a status line");
+    assert!(status.starts_with("HTTP/1.1 200"), "{status:?}");
+    // Plain HTTP to it: the handshake fails, no HTTP answer comes back.
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut plain = tokio::net::TcpStream::connect(http).await.expect("connect");
+    plain
+        .write_all(b"GET /health HTTP/1.1\r\nHost: baton\r\n\r\n")
+        .await
+        .expect("write");
+    let mut answer = Vec::new();
+    let _ = tokio::time::timeout(Duration::from_secs(10), plain.read_to_end(&mut answer)).await;
+    assert!(
+        !answer.starts_with(b"HTTP/"),
+        "plain HTTP was served: {:?}",
+        String::from_utf8_lossy(&answer)
+    );
+    drop(node);
+}

@@ -3,6 +3,7 @@
 //! node until SIGINT or SIGTERM, or until its state can no longer be saved.
 //! SIGHUP reloads what can be reloaded (`reload.rs`).
 
+mod http;
 mod reload;
 
 use std::future::Future;
@@ -90,6 +91,11 @@ struct Flags {
     auth_file: Option<PathBuf>,
     #[command(flatten)]
     tls: tls::TlsFlags,
+    /// Serve the operator's HTTP endpoint on this address: /health,
+    /// /metrics (Prometheus), /v1/locks and /v1/cluster (admin users only
+    /// with --auth-file). Off unless given.
+    #[arg(long, value_name = "ADDR")]
+    http_listen: Option<SocketAddr>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -295,6 +301,7 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
+    let http_listen = flags.http_listen;
     let plan = match flags.plan() {
         Ok(plan) => plan,
         Err(message) => {
@@ -302,7 +309,7 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    match runtime.block_on(serve(plan)) {
+    match runtime.block_on(serve(plan, http_listen)) {
         Ok(()) => ExitCode::SUCCESS,
         Err(message) => {
             eprintln!("batond: {message}");
@@ -313,7 +320,7 @@ fn main() -> ExitCode {
 
 /// Runs the node the plan describes until it is told to stop, or can no
 /// longer serve; the error is what `batond` prints before it exits non-zero.
-async fn serve(plan: Plan) -> Result<(), String> {
+async fn serve(plan: Plan, http: Option<SocketAddr>) -> Result<(), String> {
     // Watch for signals before anyone can learn the node is up.
     let shutdown = shutdown_signal().map_err(|e| format!("cannot watch for signals: {e}"))?;
     reload::on_sighup(plan.reloadable()).map_err(|e| format!("cannot watch for SIGHUP: {e}"))?;
@@ -322,6 +329,7 @@ async fn serve(plan: Plan) -> Result<(), String> {
     let bound = Bound {
         plan: &plan,
         data_dir: data_dir.as_ref(),
+        http,
     };
     match &plan {
         Plan::Single { config, .. } => serve_single(config, bound, shutdown).await,
@@ -347,6 +355,8 @@ fn lock_data_dir(plan: &Plan) -> Result<Option<DataDir>, String> {
 struct Bound<'a> {
     plan: &'a Plan,
     data_dir: Option<&'a DataDir>,
+    /// `--http-listen`.
+    http: Option<SocketAddr>,
 }
 
 impl Bound<'_> {
@@ -359,6 +369,19 @@ impl Bound<'_> {
         }
         announce(addr);
         Ok(())
+    }
+
+    /// Starts the HTTP endpoint (if asked for) among `server`'s tasks,
+    /// then announces the node and the endpoint.
+    async fn serving<N: baton_server::LockNode>(
+        self,
+        server: &baton_server::Server<N>,
+        config: &ServerConfig,
+    ) -> Result<Option<http::Started>, String> {
+        let started = http::start(self.http, server, config).await?;
+        self.at(server.local_addr())?;
+        http::announce(&started);
+        Ok(started)
     }
 }
 
@@ -373,7 +396,7 @@ async fn serve_single(
     let single = baton_server::start_single(config.clone(), dir)
         .await
         .map_err(|e| e.to_string())?;
-    bound.at(single.server.local_addr())?;
+    let endpoint = bound.serving(&single.server, config).await?;
     let persister = single.persister;
     let watched = persister.clone();
     let (stopped, stop_reason) = oneshot::channel::<Option<Arc<StateFileError>>>();
@@ -387,6 +410,9 @@ async fn serve_single(
                 }
             })
             .await;
+            if let Some(error) = &failure {
+                http::storage_failed(&endpoint, error);
+            }
             let _ = stopped.send(failure);
         })
         .await;
@@ -412,7 +438,7 @@ async fn serve_priority(
     let cluster = priority::start(config.clone(), settings.clone())
         .await
         .map_err(|e| e.to_string())?;
-    bound.at(cluster.server.local_addr())?;
+    let endpoint = bound.serving(&cluster.server, config).await?;
     let handle = cluster.handle;
     let shell = handle.clone();
     let (stopped, stop_reason) = oneshot::channel::<Option<Arc<StateFileError>>>();
@@ -423,6 +449,9 @@ async fn serve_priority(
         .server
         .run(async move {
             let mut failure = first_of(shutdown, handle.storage_failed()).await;
+            if let Some(error) = &failure {
+                http::storage_failed(&endpoint, error);
+            }
             handle.hand_off().await;
             if failure.is_none() {
                 failure = handle.persist().await.err();
@@ -446,7 +475,7 @@ async fn serve_raft(
     let cluster = raft::start(config.clone(), settings.clone())
         .await
         .map_err(|e| e.to_string())?;
-    bound.at(cluster.server.local_addr())?;
+    let endpoint = bound.serving(&cluster.server, config).await?;
     let handle = cluster.handle;
     let stopping = handle.clone();
     let core_died = handle.core_died();
@@ -461,6 +490,7 @@ async fn serve_raft(
     tokio::select! {
         () = serving => {}
         reason = core_died => {
+            http::storage_failed(&endpoint, &reason);
             return Err(format!("the Raft core stopped, exiting: {reason}"));
         }
     }

@@ -25,6 +25,7 @@ use crate::delivery::{Delivery, Mailbox};
 use crate::evict::Registered;
 use crate::listener::NodeInfo;
 use crate::locks::{Events, SharedLocks};
+use crate::metrics::{ErrorReason, RequestOp};
 use crate::node::{LockNode, Served};
 
 mod opening;
@@ -314,6 +315,7 @@ impl<N: LockNode, S: ServerStream> Connection<N, S> {
                 }
                 Ok(Some(Err(error))) => {
                     finished = true;
+                    self.locks.metrics().error(ErrorReason::Malformed);
                     self.answer(&Response::Error(error.to_reply()));
                 }
                 Ok(None) => break,
@@ -332,6 +334,9 @@ impl<N: LockNode, S: ServerStream> Connection<N, S> {
     }
 
     fn on_request(&mut self, request: Request, now: Millis) {
+        if let Request::Auth { .. } = request {
+            self.locks.metrics().request(RequestOp::Authenticate);
+        }
         if let Some(session) = &mut self.auth {
             if let Some(gated) = session.gate(&request) {
                 self.on_gated(gated);
@@ -363,6 +368,9 @@ impl<N: LockNode, S: ServerStream> Connection<N, S> {
     /// Answers a request the session refused, now or after a hold.
     #[cold]
     fn on_gated(&mut self, gated: Gated) {
+        if !matches!(gated, Gated::Answer(Response::Authenticated { .. })) {
+            self.locks.metrics().error(ErrorReason::Unauthorized);
+        }
         match gated {
             Gated::Answer(response) => self.answer(&response),
             Gated::Hold(response, delay) => {

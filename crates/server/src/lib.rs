@@ -19,8 +19,10 @@ mod data_dir;
 mod deadline;
 mod delivery;
 mod evict;
+pub mod inspect;
 mod listener;
 mod locks;
+pub mod metrics;
 mod node;
 mod persister;
 mod single;
@@ -28,6 +30,7 @@ mod sniff;
 mod state_file;
 mod tasks;
 mod timer;
+mod timing;
 pub mod tls;
 pub mod token_floor;
 
@@ -41,7 +44,8 @@ pub use delivery::Mailbox;
 pub use evict::EVICT_GRACE;
 pub use listener::{run, PeerAcceptor, Server, ServerError};
 pub use locks::{Events, SharedLocks};
-pub use node::{LockNode, NodeEvent, NodeStatus, Served};
+pub use metrics::Metrics;
+pub use node::{LockNode, NodeCounters, NodeEvent, NodeStatus, Observed, Served};
 pub use persister::{Persister, TakeState, PERSIST_EVERY};
 pub use single::{
     start_single, SingleNode, SinglePersister, SingleRunning, SingleStartError, SingleState,
@@ -49,4 +53,4 @@ pub use single::{
 };
 pub use state_file::{StateFile, StateFileError};
 pub use tasks::Tasks;
-pub use tls::{ServerTls, TlsError, TlsPaths};
+pub use tls::{Prefixed, ServerTls, TlsError, TlsPaths};

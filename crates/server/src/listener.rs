@@ -265,9 +265,12 @@ impl<N: LockNode, L: Accept> Server<N, L> {
         let (connection, deliveries) =
             Connection::new(self.locks.clone(), self.node.clone(), registered);
         let open = open.clone();
+        let locks = self.locks.clone();
+        locks.metrics().connection_opened();
         self.tasks.spawn_graceful(async move {
             connection.serve(stream, deliveries, stopping).await;
             open.fetch_sub(1, Ordering::AcqRel);
+            locks.metrics().connection_closed();
         });
     }
 }

@@ -12,7 +12,10 @@ use tokio::sync::Notify;
 
 use crate::clock::Clock;
 use crate::delivery::{Delivery, Mailbox};
-use crate::node::{LockNode, NodeEvent, NodeStatus, Served};
+use crate::inspect::{LockPage, LockQuery};
+use crate::metrics::{Metrics, RequestOp};
+use crate::node::{LockNode, NodeEvent, NodeStatus, Observed, Served};
+use crate::timing::Timing;
 
 /// Events produced under the lock, delivered after it is dropped.
 pub type Events = Vec<NodeEvent>;
@@ -20,7 +23,9 @@ pub type Events = Vec<NodeEvent>;
 /// A node's lock logic behind its mutex, with the timer's wake-up.
 #[derive(Debug)]
 pub struct SharedLocks<N> {
-    node: Mutex<N>,
+    node: Mutex<Guarded<N>>,
+    /// The node's counts (`/metrics`): relaxed atomics, read without the lock.
+    metrics: Metrics,
     clock: Clock,
     /// The deadline the timer task sleeps until (`u64::MAX`: none). Written
     /// under the service lock, so a request that makes an earlier deadline
@@ -30,10 +35,35 @@ pub struct SharedLocks<N> {
     output_ready: Notify,
 }
 
+/// The node and the times behind its metrics, under one mutex (derefs
+/// to the node).
+#[derive(Debug)]
+struct Guarded<N> {
+    node: N,
+    timing: Timing,
+}
+
+impl<N> std::ops::Deref for Guarded<N> {
+    type Target = N;
+    fn deref(&self) -> &N {
+        &self.node
+    }
+}
+
+impl<N> std::ops::DerefMut for Guarded<N> {
+    fn deref_mut(&mut self) -> &mut N {
+        &mut self.node
+    }
+}
+
 impl<N: LockNode> SharedLocks<N> {
     pub fn new(node: N, clock: Clock) -> SharedLocks<N> {
         SharedLocks {
-            node: Mutex::new(node),
+            node: Mutex::new(Guarded {
+                node,
+                timing: Timing::default(),
+            }),
+            metrics: Metrics::default(),
             clock,
             armed: AtomicU64::new(u64::MAX),
             wake_timer: Notify::new(),
@@ -45,7 +75,12 @@ impl<N: LockNode> SharedLocks<N> {
         &self.clock
     }
 
-    fn lock(&self) -> MutexGuard<'_, N> {
+    /// The node's counts.
+    pub fn metrics(&self) -> &Metrics {
+        &self.metrics
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Guarded<N>> {
         // Each method leaves the node consistent before it can panic, and a
         // node that keeps serving beats one that dies with its locks.
         self.node.lock().unwrap_or_else(PoisonError::into_inner)
@@ -74,10 +109,34 @@ impl<N: LockNode> SharedLocks<N> {
         now: Millis,
         f: impl FnOnce(&mut N, Millis, &mut Events) -> R,
     ) -> R {
+        self.run_counted(
+            events,
+            now,
+            |g, now, ev| f(&mut g.node, now, ev),
+            |_, _, _| {},
+        )
+    }
+
+    /// [`Self::run`], then, still under the lock, the events and the
+    /// result are counted in the metrics (`count` gets the result).
+    fn run_counted<R>(
+        &self,
+        events: &mut Events,
+        now: Millis,
+        f: impl FnOnce(&mut Guarded<N>, Millis, &mut Events) -> R,
+        count: impl FnOnce(&mut Timing, &Metrics, &R),
+    ) -> R {
         let result = {
-            let mut node = self.lock();
-            let result = f(&mut node, now, events);
-            self.after_change(&node);
+            let mut guarded = self.lock();
+            let result = f(&mut guarded, now, events);
+            if !events.is_empty() {
+                // The events are delivered after the lock; counted now,
+                // at the time they happened.
+                let at = self.clock.now().max(now);
+                guarded.timing.events(&self.metrics, events, at);
+            }
+            count(&mut guarded.timing, &self.metrics, &result);
+            self.after_change(&guarded.node);
             result
         };
         if !events.is_empty() {
@@ -115,9 +174,20 @@ impl<N: LockNode> SharedLocks<N> {
         mailbox: &Mailbox,
         events: &mut Events,
     ) -> Served<AcquireOutcome> {
-        self.run(events, received_at, |node, _, events| {
-            node.acquire(key, wait_ms, lease_ms, received_at, mailbox, events)
-        })
+        self.metrics.request(RequestOp::Acquire);
+        let counted_key = key.clone();
+        let now = self.clock.now().max(received_at);
+        self.run_counted(
+            events,
+            received_at,
+            |g, _, events| {
+                g.node
+                    .acquire(key, wait_ms, lease_ms, received_at, mailbox, events)
+            },
+            |timing, metrics, outcome| {
+                timing.acquired(metrics, counted_key, outcome, received_at, now)
+            },
+        )
     }
 
     pub(crate) fn release(
@@ -128,9 +198,17 @@ impl<N: LockNode> SharedLocks<N> {
         mailbox: &Mailbox,
         events: &mut Events,
     ) -> Served<Outcome> {
-        self.run(events, now, |node, now, events| {
-            node.release(key, token, now, Some(mailbox), events)
-        })
+        self.metrics.request(RequestOp::Release);
+        self.run_counted(
+            events,
+            now,
+            |g, now, events| {
+                // Before the node hands the key on, in this call or later.
+                g.timing.releasing(key, now);
+                g.node.release(key, token, now, Some(mailbox), events)
+            },
+            |timing, metrics, outcome| timing.released(metrics, key, outcome, now),
+        )
     }
 
     pub(crate) fn renew(
@@ -142,9 +220,13 @@ impl<N: LockNode> SharedLocks<N> {
         mailbox: &Mailbox,
         events: &mut Events,
     ) -> Served<Outcome> {
-        self.run(events, now, |node, now, events| {
-            node.renew(key, token, lease_ms, now, mailbox, events)
-        })
+        self.metrics.request(RequestOp::Renew);
+        self.run_counted(
+            events,
+            now,
+            |g, now, events| g.node.renew(key, token, lease_ms, now, mailbox, events),
+            |_, metrics, outcome| Timing::renewed(metrics, outcome),
+        )
     }
 
     pub(crate) fn query(
@@ -154,9 +236,17 @@ impl<N: LockNode> SharedLocks<N> {
         mailbox: &Mailbox,
         events: &mut Events,
     ) -> Served<KeyState> {
-        self.run(events, now, |node, now, events| {
-            node.query(key, now, mailbox, events)
-        })
+        self.metrics.request(RequestOp::Query);
+        self.run_counted(
+            events,
+            now,
+            |g, now, events| g.node.query(key, now, mailbox, events),
+            |_, metrics, outcome| {
+                if matches!(outcome, Served::Redirect(_)) {
+                    metrics.error(crate::metrics::ErrorReason::Redirected);
+                }
+            },
+        )
     }
 
     /// Takes a closed connection's queued acquires out of their queues.
@@ -164,11 +254,34 @@ impl<N: LockNode> SharedLocks<N> {
         let mut service = self.lock();
         for id in ids {
             service.cancel(id);
+            service.timing.cancelled(id);
         }
     }
 
     pub(crate) fn status(&self) -> NodeStatus {
+        self.metrics.request(RequestOp::Status);
         self.lock().status()
+    }
+
+    /// The node's status, its engine's counters, its members and any
+    /// health issue, read at once under the lock for the HTTP endpoint
+    /// (not counted as an `S`).
+    pub fn observe(&self) -> Observed {
+        let now = self.clock.now();
+        let node = self.lock();
+        Observed {
+            status: node.status(),
+            counters: node.counters(),
+            members: node.members(now),
+            health_issue: node.health_issue(now),
+        }
+    }
+
+    /// A page of the held locks (see [`crate::inspect`]); the lock is held
+    /// for that one page.
+    pub fn list_locks(&self, query: &LockQuery) -> Served<LockPage> {
+        let now = self.clock.now();
+        self.lock().list_locks(query, now)
     }
 
     /// Runs everything due now; returns the next deadline to sleep until.
@@ -237,6 +350,7 @@ impl<N: LockNode> SharedLocks<N> {
                 // A node that no longer serves has nothing to release.
                 let _ = node.release(&key, token, now, None, events);
             }
+            node.timing.events(&self.metrics, events, now);
             self.after_change(&node);
         }
     }
@@ -251,6 +365,7 @@ impl<N: LockNode> SharedLocks<N> {
                 tracing::debug!(%key, token, "releasing a grant its connection never took");
                 let _ = service.release(&key, token, now, None, &mut events);
             }
+            service.timing.events(&self.metrics, &events, now);
             self.after_change(&service);
         }
         self.deliver(&mut events);

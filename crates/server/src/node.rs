@@ -20,6 +20,11 @@
 //!   the configured caps on grants and waiters;
 //! - [`LockNode::tick`], from the node's one timer, at (or after) the
 //!   instant [`LockNode::next_deadline`] named;
+//! - reads for the HTTP endpoint, which change nothing:
+//!   [`LockNode::status`], [`LockNode::counters`], [`LockNode::members`]
+//!   and [`LockNode::health_issue`] together
+//!   ([`SharedLocks::observe`](crate::SharedLocks::observe)), and
+//!   [`LockNode::list_locks`], one page per call;
 //! - a cluster shell's input (a peer's message, a change of role, a
 //!   committed log entry), as a named method of the cluster's node type
 //!   called through [`SharedLocks::with`](crate::SharedLocks::with), one
@@ -40,6 +45,7 @@ use baton_core::{
 use baton_proto::{Mode, Op, Response, Role};
 
 use crate::delivery::Mailbox;
+use crate::inspect::{LockPage, LockQuery, Member};
 
 /// The answer of a node that may not be the one serving.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -219,4 +225,47 @@ pub trait LockNode: Send + 'static {
     fn has_output(&self) -> bool {
         false
     }
+    /// What only the engine can count, for the node's metrics (read by a
+    /// scrape under the mutex). By default nothing is known.
+    fn counters(&self) -> NodeCounters {
+        NodeCounters::default()
+    }
+    /// A page of the held locks (the HTTP endpoint's `/v1/locks`); a node
+    /// that does not serve redirects. One pass over the table: see
+    /// [`crate::inspect`].
+    fn list_locks(&self, _query: &LockQuery, _now: Millis) -> Served<LockPage> {
+        Served::Done(LockPage::default())
+    }
+    /// The cluster's members as this node knows them (none for a single node).
+    fn members(&self, _now: Millis) -> Vec<Member> {
+        Vec::new()
+    }
+    /// Why this node cannot do its job although its role looks fine (a
+    /// Raft follower that no longer hears its leader), for the HTTP
+    /// endpoint's `/health`. By default nothing.
+    fn health_issue(&self, _now: Millis) -> Option<String> {
+        None
+    }
+}
+
+/// One read of a node for the HTTP endpoint (see [`SharedLocks::observe`](crate::SharedLocks::observe)).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Observed {
+    pub status: NodeStatus,
+    pub counters: NodeCounters,
+    pub members: Vec<Member>,
+    /// See [`LockNode::health_issue`].
+    pub health_issue: Option<String>,
+}
+
+/// Counts and positions only the engine knows (see [`LockNode::counters`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct NodeCounters {
+    /// Grants whose lease ran out, since the node started.
+    pub expiries: u64,
+    /// Times this node's role changed (took over, stepped down, handed off).
+    pub role_changes: u64,
+    /// Raft: the last log index known committed, and the last applied.
+    pub commit_index: Option<u64>,
+    pub applied_index: Option<u64>,
 }

@@ -50,6 +50,8 @@ pub struct SingleNode {
     /// Counts the changes of the table, when they are saved (the journal
     /// is on only then).
     version: u64,
+    /// Grants whose lease ran out (for the metrics).
+    expiries: u64,
 }
 
 impl SingleNode {
@@ -71,6 +73,7 @@ impl SingleNode {
             service,
             scratch: Vec::new(),
             version: 1,
+            expiries: 0,
         }
     }
 
@@ -143,8 +146,18 @@ impl LockNode for SingleNode {
     }
 
     fn tick(&mut self, now: Millis, events: &mut Vec<NodeEvent>) {
+        let before = self.service.table().len();
         self.service.tick(now, &mut self.scratch);
         self.count_changes();
+        // A tick ends leases (a key whose next waiter got it stays held)
+        // and times waits out (which changes no grant).
+        let handed_on = self
+            .scratch
+            .iter()
+            .filter(|e| matches!(e, Event::Granted { .. }))
+            .count();
+        let expired = (before + handed_on).saturating_sub(self.service.table().len());
+        self.expiries += expired as u64;
         events.extend(self.scratch.drain(..).map(NodeEvent::from));
     }
 
@@ -164,6 +177,28 @@ impl LockNode for SingleNode {
 
     fn set_quota(&mut self, quota: Quota) {
         self.service.set_quota(quota);
+    }
+
+    fn counters(&self) -> crate::node::NodeCounters {
+        crate::node::NodeCounters {
+            expiries: self.expiries,
+            ..Default::default()
+        }
+    }
+
+    fn list_locks(
+        &self,
+        query: &crate::inspect::LockQuery,
+        now: Millis,
+    ) -> Served<crate::inspect::LockPage> {
+        let service = &self.service;
+        let waiters = |key: &Key| service.query(key, now).waiters;
+        Served::Done(crate::inspect::list_page(
+            service.table(),
+            waiters,
+            query,
+            now,
+        ))
     }
 
     fn status(&self) -> NodeStatus {

@@ -97,6 +97,15 @@ impl ServerTls {
         }
     }
 
+    /// Runs the handshake over a fresh `stream` (the HTTP endpoint's, which
+    /// speaks TLS from its first byte when the client port does).
+    pub async fn accept_fresh<S: AsyncRead + AsyncWrite + Unpin>(
+        &self,
+        stream: S,
+    ) -> io::Result<TlsStream<Prefixed<S>>> {
+        self.accept(stream, BytesMut::new()).await
+    }
+
     /// Runs the handshake over `stream`, whose first bytes (`already_read`)
     /// were read to tell TLS from the rest, within [`HANDSHAKE_TIMEOUT`].
     pub(crate) async fn accept<S: AsyncRead + AsyncWrite + Unpin>(
@@ -206,7 +215,7 @@ pub fn load_key(path: &Path) -> Result<PrivateKeyDer<'static>, TlsError> {
 /// A stream whose first bytes were already read: they are read again
 /// first, then the stream's own.
 #[derive(Debug)]
-pub(crate) struct Prefixed<S> {
+pub struct Prefixed<S> {
     head: BytesMut,
     stream: S,
 }

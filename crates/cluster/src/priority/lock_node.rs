@@ -69,6 +69,9 @@ pub struct PriorityLockNode {
     role: watch::Sender<RoleView>,
     /// A graceful stop is under way: the view also carries its prospects.
     stopping: bool,
+    /// For the metrics: changes of role, and leases that ran out here.
+    role_changes: u64,
+    expiries: u64,
 }
 
 impl PriorityLockNode {
@@ -83,6 +86,8 @@ impl PriorityLockNode {
             engine,
             role: watch::channel(view).0,
             stopping: false,
+            role_changes: 0,
+            expiries: 0,
         }
     }
 
@@ -158,6 +163,7 @@ impl PriorityLockNode {
         }
         let engine = &self.engine;
         let stopping = self.stopping;
+        let mut role_changed = false;
         self.role.send_if_modified(|view| {
             let now_view = RoleView {
                 role: engine.role(),
@@ -171,9 +177,11 @@ impl PriorityLockNode {
                 live_peer: stopping && engine.has_live_peer(now),
             };
             let changed = *view != now_view;
+            role_changed = view.role != now_view.role;
             *view = now_view;
             changed
         });
+        self.role_changes += u64::from(role_changed);
     }
 
     fn served<T>(&self, result: Result<T, NotServing>) -> Served<T> {
@@ -248,8 +256,18 @@ impl LockNode for PriorityLockNode {
     }
 
     fn tick(&mut self, now: Millis, events: &mut Vec<NodeEvent>) {
+        let (before, first) = (self.engine.table().len(), events.len());
         self.engine.handle_tick(now);
         self.after_input(now, events);
+        // On the active a tick ends leases (a key handed to its next
+        // waiter stays held) and times waits out; a standby's table
+        // changes only by replication.
+        let handed_on = events[first..]
+            .iter()
+            .filter(|e| matches!(e, NodeEvent::Granted { .. }))
+            .count();
+        let expired = (before + handed_on).saturating_sub(self.engine.table().len());
+        self.expiries += expired as u64;
     }
 
     fn next_deadline(&self) -> Option<Millis> {
@@ -280,5 +298,25 @@ impl LockNode for PriorityLockNode {
 
     fn has_output(&self) -> bool {
         self.engine.has_transmits()
+    }
+
+    fn counters(&self) -> baton_server::NodeCounters {
+        baton_server::NodeCounters {
+            expiries: self.expiries,
+            role_changes: self.role_changes,
+            ..Default::default()
+        }
+    }
+
+    fn list_locks(
+        &self,
+        query: &baton_server::inspect::LockQuery,
+        now: Millis,
+    ) -> Served<baton_server::inspect::LockPage> {
+        super::inspect::list_locks(&self.engine, query, now)
+    }
+
+    fn members(&self, now: Millis) -> Vec<baton_server::inspect::Member> {
+        super::inspect::members(&self.engine, now)
     }
 }

@@ -4,6 +4,7 @@
 #[cfg(any(test, feature = "test-support"))]
 pub mod driver;
 mod engine;
+mod inspect;
 mod link_frames;
 mod lock_node;
 mod messages;

@@ -138,6 +138,8 @@ pub struct RaftEngine<H> {
     latest_now: Millis,
     /// The caps each leadership's rules start with.
     quota: Quota,
+    /// Committed expiries that ended a grant, applied here (for the metrics).
+    expiries: u64,
 }
 
 impl<H> RaftEngine<H> {
@@ -157,6 +159,7 @@ impl<H> RaftEngine<H> {
             renewing: HashMap::new(),
             latest_now: 0,
             quota: Quota::default(),
+            expiries: 0,
         }
     }
 
@@ -170,6 +173,11 @@ impl<H> RaftEngine<H> {
 
     pub fn table(&self) -> &LockTable {
         &self.table
+    }
+
+    /// Grants ended by a committed expiry, as applied on this node.
+    pub fn expiries(&self) -> u64 {
+        self.expiries
     }
 
     pub fn role(&self) -> RaftRole {

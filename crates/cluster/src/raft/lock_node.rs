@@ -9,6 +9,7 @@ use baton_core::{
 use baton_proto::{Mode, Role};
 use baton_server::{LockNode, Mailbox, NodeEvent, NodeStatus, Served, SharedLocks};
 
+use super::contact::LeaderContact;
 use super::engine::{RaftEngine, RaftRole};
 use super::observe::{self, PeerProgress};
 use super::reads::PendingReads;
@@ -25,6 +26,12 @@ pub struct RaftLockNode {
     term: u64,
     /// `Q` requests waiting for the lead to be confirmed.
     reads: PendingReads,
+    /// For the metrics: changes of role, and openraft's last committed
+    /// and applied log indexes.
+    role_changes: u64,
+    indexes: observe::LogIndexes,
+    /// When a follower last heard its leader (for `/health`).
+    contact: LeaderContact,
 }
 
 impl RaftLockNode {
@@ -35,6 +42,9 @@ impl RaftLockNode {
             replication: Vec::new(),
             term: 0,
             reads: PendingReads::default(),
+            role_changes: 0,
+            indexes: observe::LogIndexes::default(),
+            contact: LeaderContact::default(),
         }
     }
 
@@ -47,6 +57,30 @@ impl RaftLockNode {
     pub fn set_progress(&mut self, term: u64, progress: Vec<PeerProgress>) {
         self.term = term;
         self.replication = progress;
+    }
+
+    /// openraft's committed and applied indexes, as last reported (metrics).
+    pub fn set_indexes(&mut self, indexes: observe::LogIndexes) {
+        self.indexes = indexes;
+    }
+
+    /// The leader was last heard `age` ago (`None`: never), and is
+    /// stale after `stale_after` (see [`super::contact`]).
+    pub fn leader_heard(
+        &mut self,
+        age: Option<std::time::Duration>,
+        stale_after: std::time::Duration,
+        now: Millis,
+    ) {
+        self.contact = LeaderContact {
+            heard_at: age.map(|a| now.saturating_sub(a.as_millis() as u64)),
+            stale_after_ms: stale_after.as_millis() as u64,
+        };
+    }
+
+    /// Counts a change of role (metrics).
+    pub(super) fn count_role_change(&mut self) {
+        self.role_changes += 1;
     }
 
     /// The next batch of commands to propose as one log entry, with their tags.
@@ -202,6 +236,36 @@ impl LockNode for RaftLockNode {
 
     fn has_output(&self) -> bool {
         self.engine.has_output()
+    }
+
+    fn counters(&self) -> baton_server::NodeCounters {
+        baton_server::NodeCounters {
+            expiries: self.engine.expiries(),
+            role_changes: self.role_changes,
+            commit_index: self.indexes.committed,
+            applied_index: self.indexes.applied,
+        }
+    }
+
+    fn list_locks(
+        &self,
+        query: &baton_server::inspect::LockQuery,
+        now: Millis,
+    ) -> Served<baton_server::inspect::LockPage> {
+        super::inspect::list_locks(&self.engine, query, now)
+    }
+
+    fn members(&self, _now: Millis) -> Vec<baton_server::inspect::Member> {
+        super::inspect::members(&self.engine, &self.replication)
+    }
+
+    fn health_issue(&self, now: Millis) -> Option<String> {
+        // Only a follower that names a leader can be wrong about it; a
+        // leader without a majority steps down (see `observe`).
+        match self.engine.role() {
+            RaftRole::Follower { leader: Some(_) } => self.contact.issue(now),
+            _ => None,
+        }
     }
 }
 

@@ -16,10 +16,12 @@
 //!   shell and the state machine feed the node.
 
 pub mod bounds;
+pub mod contact;
 pub mod engine;
 #[cfg(test)]
 mod engine_tests;
 pub mod inbound;
+mod inspect;
 pub mod limits;
 pub mod link;
 pub mod lock_node;

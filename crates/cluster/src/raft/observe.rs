@@ -198,6 +198,23 @@ pub fn answers(metrics: &Metrics, node: NodeId, now: TokioInstant, within: Durat
         .is_some_and(|acked| now.saturating_duration_since(*acked) < within)
 }
 
+/// openraft's last committed and last applied log indexes (`None`:
+/// nothing yet), for the metrics.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct LogIndexes {
+    pub committed: Option<u64>,
+    pub applied: Option<u64>,
+}
+
+impl LogIndexes {
+    pub fn of(metrics: &Metrics) -> LogIndexes {
+        LogIndexes {
+            committed: metrics.cluster_committed.as_ref().map(|l| l.index),
+            applied: metrics.last_applied.as_ref().map(|l| l.index),
+        }
+    }
+}
+
 /// One follower's replication as the leader sees it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PeerProgress {

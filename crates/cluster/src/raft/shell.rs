@@ -416,6 +416,7 @@ impl Opened {
             locks.clone(),
             reads_ready,
         ));
+        tasks.spawn(watch_leader_contact(raft.clone(), locks.clone(), settings));
         tasks.spawn(pump(raft.clone(), locks, tasks.clone()));
         tasks.spawn(unstick_replication(raft.clone(), settings));
         Ok(RaftCluster {
@@ -440,7 +441,23 @@ fn follow_role(
     observe::follow_role(raft, step_down_after, tick, move |role, metrics| {
         let progress = observe::replication(metrics);
         let term = metrics.current_term;
-        locks.with(|node, now, events| node.role_changed(role, term, progress, now, events));
+        let indexes = observe::LogIndexes::of(metrics);
+        locks.with(|node, now, events| {
+            node.role_changed(role, term, progress, indexes, now, events)
+        });
+    })
+}
+
+/// Tells the lock node when its leader was last heard (see
+/// [`super::contact`]): stale after two election timeouts.
+fn watch_leader_contact(
+    raft: Raft,
+    locks: Shared,
+    settings: &RaftSettings,
+) -> impl std::future::Future<Output = ()> + Send + 'static {
+    let stale_after = settings.step_down_after() * 2;
+    super::contact::watch(raft, move |age| {
+        locks.with(|node, now, _| node.leader_heard(age, stale_after, now));
     })
 }
 

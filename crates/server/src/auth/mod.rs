@@ -10,6 +10,7 @@
 //! `--auth-file` there is no session and a connection pays one branch per
 //! request.
 
+mod admin;
 mod file;
 pub(crate) mod session;
 mod throttle;
@@ -19,6 +20,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, PoisonError, RwLock};
 
+pub use admin::AdminCheck;
 pub use file::{AuthFileError, MAX_AUTH_FILE_BYTES, MAX_PREFIXES, MAX_USERS};
 pub use throttle::{FAIL_BURST, FAIL_DELAY, FAIL_REFILL_PER_SEC, LOG_INTERVAL};
 

@@ -3,7 +3,7 @@
 
 use baton_core::{AcquireOutcome, Key, KeyState, Millis, NotServing, Outcome, Token, WaiterId};
 
-use super::super::messages::MAX_TABLE_LOCKS;
+use super::super::messages::{NodeIndex, MAX_TABLE_LOCKS};
 use super::super::token_floor::MAX_WAITERS;
 use super::PriorityNode;
 
@@ -84,6 +84,16 @@ impl<H> PriorityNode<H> {
             .map(|()| self.service.renew(key, token, lease_ms, now));
         self.checked();
         result
+    }
+
+    /// How many acquires wait for `key` (an operator's listing; changes nothing).
+    pub fn key_waiters(&self, key: &Key, now: Millis) -> u64 {
+        self.service.query(key, now).waiters
+    }
+
+    /// Whether `peer` was heard within a failure timeout (an operator's view).
+    pub fn peer_live(&self, peer: NodeIndex, now: Millis) -> bool {
+        self.is_live(peer, now)
     }
 
     /// `Q <key>`: the key's grant and waiters, on the active node only.

@@ -62,6 +62,7 @@ impl<H> RaftEngine<H> {
         events: &mut Vec<Event<H>>,
     ) {
         let outcome = self.table.apply(command, now);
+        self.expiries += u64::from(outcome == Outcome::Expired { existed: true });
         match (command, pending) {
             (Command::Grant { .. }, Some(Pending::Grant(waiter))) => {
                 self.grant_applied(waiter, outcome, applied.current, events)

@@ -1,0 +1,59 @@
+//! What a Raft node tells an operator beyond `S` (the HTTP endpoint): the
+//! leader's held locks, page by page, and the members with their roles and,
+//! on a leader, each follower's replication.
+
+use baton_core::{Key, Millis};
+use baton_server::inspect::{list_page, LockPage, LockQuery, Member};
+use baton_server::{Mailbox, Served};
+
+use super::engine::{RaftEngine, RaftRole};
+use super::observe::PeerProgress;
+
+/// A page of the leader's table (every change it applied; not a read
+/// confirmed with a majority as `Q` is); any other node redirects.
+pub(super) fn list_locks(
+    engine: &RaftEngine<Mailbox>,
+    query: &LockQuery,
+    now: Millis,
+) -> Served<LockPage> {
+    if let Err(to) = engine.check_serving() {
+        return Served::Redirect(to.serving.and_then(|i| engine.addr_of(i)));
+    }
+    let waiters = |key: &Key| engine.waiting_on(key) as u64;
+    Served::Done(list_page(engine.table(), waiters, query, now))
+}
+
+/// Every node of the peer list: `leader` for the one this node knows
+/// leads, `follower` for the others (`unknown` while no leader is known),
+/// `candidate` for this node while it runs for the lead; followers carry
+/// their matched index and lag on a leader.
+pub(super) fn members(engine: &RaftEngine<Mailbox>, progress: &[PeerProgress]) -> Vec<Member> {
+    let me = engine.me() as usize;
+    let leader = match engine.role() {
+        RaftRole::Leader { .. } => Some(me),
+        RaftRole::Follower { leader } => leader.map(|l| l as usize),
+        RaftRole::Candidate => None,
+    };
+    engine
+        .peers()
+        .iter()
+        .enumerate()
+        .map(|(i, addr)| {
+            let state = match (leader, engine.role()) {
+                (Some(l), _) if l == i => "leader",
+                (_, RaftRole::Candidate) if i == me => "candidate",
+                (Some(_), _) => "follower",
+                (None, _) if i == me => "follower",
+                (None, _) => "unknown",
+            };
+            let seen = progress.iter().find(|p| p.node as usize == i);
+            Member {
+                addr: addr.clone(),
+                is_self: i == me,
+                state,
+                matched: seen.and_then(|p| p.matched),
+                lag: seen.map(|p| p.lag),
+            }
+        })
+        .collect()
+}

@@ -1,0 +1,81 @@
+//! The endpoint's routes and the bounds every request passes: at most
+//! [`MAX_CONCURRENT_REQUESTS`] answered at once, and apart from them
+//! [`MAX_CONCURRENT_ADMIN_REQUESTS`] on the `/v1/` routes (503 past it, at
+//! once), each within [`REQUEST_TIMEOUT`] (503 past it), bodies of at most
+//! [`MAX_BODY_BYTES`].
+
+use std::sync::Arc;
+
+use axum::extract::{DefaultBodyLimit, Request, State};
+use axum::http::{header, StatusCode};
+use axum::middleware::{self, Next};
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use axum::{Json, Router};
+use tokio::sync::Semaphore;
+
+use crate::limits::{
+    MAX_BODY_BYTES, MAX_CONCURRENT_ADMIN_REQUESTS, MAX_CONCURRENT_REQUESTS, REQUEST_TIMEOUT,
+};
+use crate::v1::error;
+use crate::view::HttpContext;
+use crate::{basic_auth, health, metrics_text, v1};
+
+/// The endpoint's router over `ctx`.
+pub fn router(ctx: HttpContext) -> Router {
+    let ctx = Arc::new(ctx);
+    let admin_slots = Arc::new(Semaphore::new(MAX_CONCURRENT_ADMIN_REQUESTS));
+    let admin = Router::new()
+        .route("/v1/locks", get(v1::locks))
+        .route("/v1/cluster", get(v1::cluster))
+        // Inside the slot: a guesser's 250 ms waits take admin slots only.
+        .route_layer(middleware::from_fn_with_state(
+            ctx.clone(),
+            basic_auth::require_admin,
+        ))
+        .route_layer(middleware::from_fn_with_state(admin_slots, bounded));
+    let slots = Arc::new(Semaphore::new(MAX_CONCURRENT_REQUESTS));
+    let open = Router::new()
+        .route("/health", get(health_route))
+        .route("/metrics", get(metrics_route))
+        .fallback(|| async {
+            error(
+                StatusCode::NOT_FOUND,
+                "no such route: /health, /metrics, /v1/locks, /v1/cluster",
+            )
+        })
+        .layer(middleware::from_fn_with_state(slots, bounded));
+    open.merge(admin)
+        .with_state(ctx)
+        .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
+}
+
+/// Every request: a slot among the concurrent ones, and a deadline.
+async fn bounded(State(slots): State<Arc<Semaphore>>, request: Request, next: Next) -> Response {
+    let Ok(_slot) = slots.try_acquire() else {
+        return error(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "too many requests at once; retry shortly",
+        );
+    };
+    match tokio::time::timeout(REQUEST_TIMEOUT, next.run(request)).await {
+        Ok(response) => response,
+        Err(_) => error(StatusCode::SERVICE_UNAVAILABLE, "the request took too long"),
+    }
+}
+
+async fn health_route(State(ctx): State<Arc<HttpContext>>) -> Response {
+    let observed = ctx.node.observe();
+    let (code, body) = health::assess(
+        &observed.status,
+        &ctx.self_addr,
+        observed.health_issue.as_deref(),
+        ctx.storage.failure(),
+    );
+    (code, Json(body)).into_response()
+}
+
+async fn metrics_route(State(ctx): State<Arc<HttpContext>>) -> Response {
+    let text = metrics_text::render(&ctx);
+    ([(header::CONTENT_TYPE, metrics_text::CONTENT_TYPE)], text).into_response()
+}

@@ -1,0 +1,286 @@
+//! The handlers, driven through the router with tower's `oneshot` over a
+//! real single node's state.
+
+use std::sync::Arc;
+
+use axum::body::Body;
+use axum::http::{header, Request, StatusCode};
+use axum::Router;
+use base64::Engine;
+use baton_core::{Command, Key, LockTable};
+use baton_server::{Auth, Clock, SharedLocks, SingleNode};
+use serde_json::Value;
+use tower::ServiceExt;
+
+use crate::{router, HttpContext};
+
+const SELF: &str = "127.0.0.1:7411";
+
+fn locks_with(keys: &[&str]) -> Arc<SharedLocks<SingleNode>> {
+    let mut table = LockTable::new();
+    for k in keys {
+        let key = Key::new(k.as_bytes()).expect("key");
+        // Leases counted from 0 on the node's clock, which starts at 0.
+        table.apply(
+            &Command::Grant {
+                key,
+                lease_ms: 600_000,
+            },
+            0,
+        );
+    }
+    let node = SingleNode::starting_above(table, 1 << 40, false);
+    Arc::new(SharedLocks::new(node, Clock::new()))
+}
+
+fn app(keys: &[&str], auth: Option<Arc<Auth>>) -> Router {
+    router(HttpContext::new(locks_with(keys), SELF.to_string(), auth))
+}
+
+async fn get(
+    app: &Router,
+    uri: &str,
+    basic: Option<(&str, &str)>,
+) -> (StatusCode, axum::http::HeaderMap, String) {
+    let mut request = Request::get(uri);
+    if let Some((user, secret)) = basic {
+        let encoded = base64::engine::general_purpose::STANDARD.encode(format!("{user}:{secret}"));
+        request = request.header(header::AUTHORIZATION, format!("Basic {encoded}"));
+    }
+    let response = app
+        .clone()
+        .oneshot(request.body(Body::empty()).expect("request"))
+        .await
+        .expect("infallible");
+    let (parts, body) = response.into_parts();
+    let bytes = axum::body::to_bytes(body, 1 << 24).await.expect("body");
+    (
+        parts.status,
+        parts.headers,
+        String::from_utf8(bytes.to_vec()).expect("utf-8"),
+    )
+}
+
+fn json(text: &str) -> Value {
+    serde_json::from_str(text).unwrap_or_else(|e| panic!("{e}: {text}"))
+}
+
+#[tokio::test]
+async fn health_of_a_single_node_is_200_serving() {
+    let app = app(&[], None);
+    let (code, headers, body) = get(&app, "/health", None).await;
+    assert_eq!(code, StatusCode::OK);
+    assert_eq!(headers[header::CONTENT_TYPE], "application/json");
+    let body = json(&body);
+    assert_eq!(body["status"], "serving");
+    assert_eq!(body["role"], "single");
+    assert_eq!(body["mode"], "single");
+    assert_eq!(body["self"], SELF);
+    assert_eq!(body["active"], SELF);
+    assert!(body.get("term").is_none());
+}
+
+#[tokio::test]
+async fn metrics_are_prometheus_text_with_the_node_state() {
+    let app = app(&["a", "b"], None);
+    let (code, headers, text) = get(&app, "/metrics", None).await;
+    assert_eq!(code, StatusCode::OK);
+    assert!(headers[header::CONTENT_TYPE]
+        .to_str()
+        .expect("ascii")
+        .starts_with("text/plain; version=0.0.4"));
+    for line in [
+        "# TYPE baton_requests_total counter",
+        "baton_requests_total{op=\"acquire\"} 0",
+        "baton_errors_total{reason=\"not_held\"} 0",
+        "baton_grants_total 0",
+        "baton_expiries_total 0",
+        "baton_locks_held 2",
+        "baton_waiters_queued 0",
+        "baton_role{role=\"single\"} 1",
+        "baton_role{role=\"leader\"} 0",
+        "# TYPE baton_acquire_wait_seconds histogram",
+        "baton_acquire_wait_seconds_bucket{le=\"+Inf\"} 0",
+        "baton_hold_seconds_count 0",
+        "baton_handover_seconds_sum 0.0",
+    ] {
+        assert!(
+            text.lines().any(|l| l == line),
+            "no line {line:?} in\n{text}"
+        );
+    }
+    let token = text
+        .lines()
+        .find_map(|l| l.strip_prefix("baton_last_token "))
+        .expect("token");
+    // The floor was raised above the two grants of the table.
+    assert_eq!(token.parse::<u64>().expect("integer"), 1 << 40);
+}
+
+#[tokio::test]
+async fn locks_are_listed_by_key_with_prefix_limit_and_paging() {
+    let app = app(&["jobs/3", "jobs/1", "orders/1", "jobs/2", "jobs/10"], None);
+    let (code, _, body) = get(&app, "/v1/locks?prefix=jobs/&limit=2", None).await;
+    assert_eq!(code, StatusCode::OK);
+    let page = json(&body);
+    let keys: Vec<&str> = page["locks"]
+        .as_array()
+        .expect("array")
+        .iter()
+        .map(|l| l["key"].as_str().expect("key"))
+        .collect();
+    assert_eq!(keys, ["jobs/1", "jobs/10"]);
+    assert_eq!(page["next"], "jobs/10");
+    let first = &page["locks"][0];
+    assert!(first["token"]
+        .as_str()
+        .expect("a string")
+        .parse::<u64>()
+        .is_ok());
+    assert!(first["lease_left_ms"].as_u64().expect("ms") > 590_000);
+    assert_eq!(first["waiters"], 0);
+    let (_, _, body) = get(&app, "/v1/locks?prefix=jobs/&limit=2&after=jobs/10", None).await;
+    let page = json(&body);
+    assert_eq!(page["locks"].as_array().expect("array").len(), 2);
+    assert_eq!(page["next"], Value::Null);
+    let (_, _, body) = get(&app, "/v1/locks", None).await;
+    assert_eq!(json(&body)["locks"].as_array().expect("array").len(), 5);
+    // Percent-encoded prefixes are decoded.
+    let (_, _, body) = get(&app, "/v1/locks?prefix=orders%2F", None).await;
+    assert_eq!(json(&body)["locks"][0]["key"], "orders/1");
+}
+
+#[tokio::test]
+async fn bad_listing_parameters_are_400_and_huge_limits_are_capped() {
+    let app = app(&["a"], None);
+    for uri in [
+        "/v1/locks?limit=0",
+        "/v1/locks?limit=-1",
+        "/v1/locks?limit=x",
+        "/v1/locks?bogus=1",
+    ] {
+        let (code, _, body) = get(&app, uri, None).await;
+        assert_eq!(code, StatusCode::BAD_REQUEST, "{uri}: {body}");
+    }
+    let long = "x".repeat(251);
+    let (code, _, _) = get(&app, &format!("/v1/locks?prefix={long}"), None).await;
+    assert_eq!(code, StatusCode::BAD_REQUEST);
+    let (code, _, body) = get(&app, "/v1/locks?limit=99999999999999999999", None).await;
+    assert_eq!(code, StatusCode::BAD_REQUEST, "{body}");
+    let (code, _, body) = get(&app, "/v1/locks?limit=1000000", None).await;
+    assert_eq!(code, StatusCode::OK, "{body}");
+}
+
+#[tokio::test]
+async fn the_cluster_of_a_single_node_is_itself() {
+    let app = app(&["a"], None);
+    let (code, _, body) = get(&app, "/v1/cluster", None).await;
+    assert_eq!(code, StatusCode::OK);
+    let c = json(&body);
+    assert_eq!(c["role"], "single");
+    assert_eq!(c["locks"], 1);
+    assert_eq!(c["members"][0]["addr"], SELF);
+    assert_eq!(c["members"][0]["self"], true);
+}
+
+#[tokio::test]
+async fn unknown_routes_are_404_and_other_methods_405() {
+    let app = app(&[], None);
+    let (code, _, _) = get(&app, "/nope", None).await;
+    assert_eq!(code, StatusCode::NOT_FOUND);
+    let response = app
+        .clone()
+        .oneshot(
+            Request::post("/health")
+                .body(Body::from("x"))
+                .expect("request"),
+        )
+        .await
+        .expect("infallible");
+    assert_eq!(response.status(), StatusCode::METHOD_NOT_ALLOWED);
+}
+
+fn users() -> (Arc<Auth>, tempfile::TempDir) {
+    let dir = tempfile::tempdir().expect("dir");
+    let path = dir.path().join("users.toml");
+    let file = "[[user]]\nname = \"ops\"\nsecret = \"ops-secret\"\nadmin = true\n\n[[user]]\nname = \"billing\"\nsecret = \"billing-secret\"\nprefixes = [\"billing/\"]\n";
+    std::fs::write(&path, file).expect("write");
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).expect("chmod");
+    }
+    (Arc::new(Auth::load(&path).expect("users")), dir)
+}
+
+#[tokio::test(start_paused = true)]
+async fn with_users_the_v1_routes_need_an_admin_and_the_others_stay_open() {
+    let (auth, _dir) = users();
+    let app = app(&["billing/1"], Some(auth));
+    for uri in ["/v1/locks", "/v1/cluster"] {
+        let (code, headers, _) = get(&app, uri, None).await;
+        assert_eq!(code, StatusCode::UNAUTHORIZED, "{uri}");
+        assert_eq!(
+            headers[header::WWW_AUTHENTICATE],
+            crate::basic_auth::CHALLENGE
+        );
+        let (code, headers, _) = get(&app, uri, Some(("ops", "wrong"))).await;
+        assert_eq!(code, StatusCode::UNAUTHORIZED, "{uri}");
+        assert!(headers.contains_key(header::WWW_AUTHENTICATE));
+        let (code, _, _) = get(&app, uri, Some(("nobody", "ops-secret"))).await;
+        assert_eq!(code, StatusCode::UNAUTHORIZED, "{uri}");
+        let (code, _, _) = get(&app, uri, Some(("billing", "billing-secret"))).await;
+        assert_eq!(code, StatusCode::FORBIDDEN, "{uri}");
+        let (code, _, _) = get(&app, uri, Some(("ops", "ops-secret"))).await;
+        assert_eq!(code, StatusCode::OK, "{uri}");
+    }
+    let (code, _, _) = get(&app, "/health", None).await;
+    assert_eq!(code, StatusCode::OK);
+    let (code, _, _) = get(&app, "/metrics", None).await;
+    assert_eq!(code, StatusCode::OK);
+}
+
+#[test]
+fn basic_credentials_are_read_from_the_header() {
+    use axum::http::{HeaderMap, HeaderValue};
+    let mut headers = HeaderMap::new();
+    let encoded = base64::engine::general_purpose::STANDARD.encode("ops:a:b");
+    headers.insert(
+        header::AUTHORIZATION,
+        HeaderValue::from_str(&format!("basic {encoded}")).expect("ascii"),
+    );
+    let (user, secret) = crate::basic_auth::credentials(&headers).expect("read");
+    assert_eq!(
+        (user.as_slice(), secret.as_slice()),
+        (&b"ops"[..], &b"a:b"[..])
+    );
+    for bad in ["Bearer x", "Basic !!!", "Basic", "Basic b3Bz"] {
+        headers.insert(header::AUTHORIZATION, HeaderValue::from_static(bad));
+        assert!(crate::basic_auth::credentials(&headers).is_none(), "{bad}");
+    }
+}
+
+#[tokio::test]
+async fn histogram_buckets_are_cumulative_in_the_text() {
+    let locks = locks_with(&[]);
+    for ms in [0, 3, 3, 7_000] {
+        locks.metrics().acquire_wait.observe(ms);
+    }
+    let app = router(HttpContext::new(locks, SELF.to_string(), None));
+    let (_, _, text) = get(&app, "/metrics", None).await;
+    for line in [
+        "baton_acquire_wait_seconds_bucket{le=\"0.001\"} 1",
+        "baton_acquire_wait_seconds_bucket{le=\"0.002\"} 1",
+        "baton_acquire_wait_seconds_bucket{le=\"0.005\"} 3",
+        "baton_acquire_wait_seconds_bucket{le=\"2.5\"} 3",
+        "baton_acquire_wait_seconds_bucket{le=\"10\"} 4",
+        "baton_acquire_wait_seconds_bucket{le=\"+Inf\"} 4",
+        "baton_acquire_wait_seconds_count 4",
+        "baton_acquire_wait_seconds_sum 7.006",
+    ] {
+        assert!(
+            text.lines().any(|l| l == line),
+            "no line {line:?} in\n{text}"
+        );
+    }
+}

@@ -1,0 +1,181 @@
+//! The `/v1/` routes: `GET /v1/locks` (a page of held locks) and
+//! `GET /v1/cluster` (this node and the members it knows). Tokens are JSON
+//! strings: they pass 2^53, where a JSON number read as a float (`jq`,
+//! JavaScript) would lose its last digits. Keys are shown as UTF-8 (bytes
+//! that are not are replaced by U+FFFD).
+
+use std::sync::Arc;
+
+use axum::extract::{Query, State};
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use baton_server::inspect::{LockPage, LockQuery, Member};
+use baton_server::Served;
+use serde::{Deserialize, Serialize};
+use serde_json::json;
+
+use crate::health::{active_of, mode_name, role_name, term_of};
+use crate::limits::{DEFAULT_PAGE, MAX_PAGE};
+use crate::view::HttpContext;
+
+/// The query string of `/v1/locks`; any other parameter is refused.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LocksParams {
+    /// Only keys that start with this (default: every key).
+    pub prefix: Option<String>,
+    /// Only keys after this one: the `next` of the page before.
+    pub after: Option<String>,
+    /// At most this many locks, 1 to 10000 (larger is capped); default 1000.
+    pub limit: Option<String>,
+}
+
+/// A client error, as JSON: `{"error": "..."}`.
+pub fn error(code: StatusCode, message: impl Into<String>) -> Response {
+    (code, Json(json!({ "error": message.into() }))).into_response()
+}
+
+fn not_serving(active: Option<String>) -> Response {
+    let body = json!({
+        "error": "this node does not serve clients: ask the serving node",
+        "active": active,
+    });
+    (StatusCode::SERVICE_UNAVAILABLE, Json(body)).into_response()
+}
+
+impl LocksParams {
+    /// The node's query, or what is wrong with the parameters.
+    pub fn query(&self) -> Result<LockQuery, String> {
+        let limit = match self.limit.as_deref() {
+            None => DEFAULT_PAGE,
+            Some(text) => match text.parse::<u64>() {
+                Ok(0) => return Err("limit must be at least 1".into()),
+                Ok(n) => usize::try_from(n).unwrap_or(MAX_PAGE).min(MAX_PAGE),
+                Err(_) => return Err(format!("limit must be a number from 1 to {MAX_PAGE}")),
+            },
+        };
+        let max = baton_core::MAX_KEY_LEN;
+        let prefix = self.prefix.clone().unwrap_or_default().into_bytes();
+        if prefix.len() > max {
+            return Err(format!("prefix is longer than a key ({max} bytes)"));
+        }
+        let after = self.after.clone().map(String::into_bytes);
+        if after.as_ref().is_some_and(|a| a.len() > max) {
+            return Err(format!("after is longer than a key ({max} bytes)"));
+        }
+        Ok(LockQuery {
+            prefix,
+            after,
+            limit,
+        })
+    }
+}
+
+#[derive(Debug, Serialize)]
+struct LockJson {
+    key: String,
+    token: String,
+    lease_left_ms: u64,
+    waiters: u64,
+}
+
+#[derive(Debug, Serialize)]
+struct PageJson {
+    locks: Vec<LockJson>,
+    /// Pass as `after` for the next page; null on the last page.
+    next: Option<String>,
+}
+
+fn key_text(key: &baton_core::Key) -> String {
+    String::from_utf8_lossy(key.as_bytes()).into_owned()
+}
+
+fn page_json(page: LockPage) -> PageJson {
+    PageJson {
+        locks: page
+            .locks
+            .into_iter()
+            .map(|l| LockJson {
+                key: key_text(&l.key),
+                token: l.token.to_string(),
+                lease_left_ms: l.lease_left_ms,
+                waiters: l.waiters,
+            })
+            .collect(),
+        next: page.next.as_ref().map(key_text),
+    }
+}
+
+/// `GET /v1/locks`.
+pub async fn locks(
+    State(ctx): State<Arc<HttpContext>>,
+    Query(params): Query<LocksParams>,
+) -> Response {
+    let query = match params.query() {
+        Ok(query) => query,
+        Err(message) => return error(StatusCode::BAD_REQUEST, message),
+    };
+    // One pass over the table under the node's mutex: off the async
+    // workers, so a large table delays no connection's task.
+    let node = ctx.node.clone();
+    let listed = tokio::task::spawn_blocking(move || node.list_locks(&query)).await;
+    match listed {
+        Ok(Served::Done(page)) => Json(page_json(page)).into_response(),
+        Ok(Served::Redirect(active)) => not_serving(active),
+        Ok(Served::Later) => not_serving(None),
+        Err(_) => error(StatusCode::INTERNAL_SERVER_ERROR, "the listing failed"),
+    }
+}
+
+#[derive(Debug, Serialize)]
+struct MemberJson {
+    addr: String,
+    #[serde(rename = "self")]
+    is_self: bool,
+    state: &'static str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    matched_index: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    lag: Option<u64>,
+}
+
+/// `GET /v1/cluster`.
+pub async fn cluster(State(ctx): State<Arc<HttpContext>>) -> Response {
+    let observed = ctx.node.observe();
+    let (status, members) = (observed.status, observed.members);
+    let members: Vec<MemberJson> = if members.is_empty() {
+        // A single node is its own cluster.
+        vec![MemberJson {
+            addr: ctx.self_addr.clone(),
+            is_self: true,
+            state: role_name(status.role),
+            matched_index: None,
+            lag: None,
+        }]
+    } else {
+        members.into_iter().map(member_json).collect()
+    };
+    let body = json!({
+        "role": role_name(status.role),
+        "mode": mode_name(status.mode),
+        "self": ctx.self_addr,
+        "active": active_of(&status, &ctx.self_addr),
+        "term": term_of(&status),
+        "token": status.token.to_string(),
+        "locks": status.locks,
+        "waiters": status.waiters,
+        "members": members,
+    });
+    Json(body).into_response()
+}
+
+fn member_json(m: Member) -> MemberJson {
+    MemberJson {
+        addr: m.addr,
+        is_self: m.is_self,
+        state: m.state,
+        matched_index: m.matched,
+        lag: m.lag,
+    }
+}

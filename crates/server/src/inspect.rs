@@ -1,0 +1,179 @@
+//! What an operator may ask a node beyond the protocol (the HTTP
+//! endpoint's `/v1/locks` and `/v1/cluster`): a page of its held locks,
+//! sorted by key, and the cluster's members as this node knows them.
+//!
+//! The lock table is a hash map, so a page costs one pass over it under
+//! the node's mutex, keeping only the `limit` smallest keys after the
+//! cursor (a bounded heap: O(n log limit), no copy of the table); the
+//! mutex is released between pages.
+
+use std::collections::BinaryHeap;
+
+use baton_core::{Key, LockTable, Millis, Token};
+
+/// The most locks one page may hold (a larger `limit` is capped to it).
+pub const MAX_PAGE: usize = 10_000;
+
+/// Which held locks to list.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LockQuery {
+    /// Only keys that start with these bytes.
+    pub prefix: Vec<u8>,
+    /// Only keys after this one (the `next` of the page before).
+    pub after: Option<Vec<u8>>,
+    /// At most this many (1 to [`MAX_PAGE`]).
+    pub limit: usize,
+}
+
+/// One held lock.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LockEntry {
+    pub key: Key,
+    pub token: Token,
+    pub lease_left_ms: Millis,
+    pub waiters: u64,
+}
+
+/// A page of held locks, by key.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct LockPage {
+    pub locks: Vec<LockEntry>,
+    /// The key to continue after, when more locks match.
+    pub next: Option<Key>,
+}
+
+/// A page of `table`'s live grants at `now` (leases that ended but are
+/// not yet expired by the timer are left out, as `Q` leaves them out).
+pub fn list_page(
+    table: &LockTable,
+    waiters: impl Fn(&Key) -> u64,
+    query: &LockQuery,
+    now: Millis,
+) -> LockPage {
+    let limit = query.limit.clamp(1, MAX_PAGE);
+    let after = query.after.as_deref();
+    // The `limit + 1` smallest matching keys: one more tells there is a next page.
+    let mut smallest: BinaryHeap<(&[u8], &Key)> = BinaryHeap::with_capacity(limit + 1);
+    for (key, holder) in table.iter() {
+        let bytes = key.as_bytes();
+        if holder.expires_at <= now
+            || !bytes.starts_with(&query.prefix)
+            || after.is_some_and(|a| bytes <= a)
+        {
+            continue;
+        }
+        if smallest.len() <= limit {
+            smallest.push((bytes, key));
+        } else if smallest.peek().is_some_and(|(top, _)| bytes < *top) {
+            smallest.pop();
+            smallest.push((bytes, key));
+        }
+    }
+    let mut keys: Vec<&Key> = smallest
+        .into_sorted_vec()
+        .into_iter()
+        .map(|(_, k)| k)
+        .collect();
+    let more = keys.len() > limit;
+    keys.truncate(limit);
+    let locks: Vec<LockEntry> = keys
+        .iter()
+        .filter_map(|key| {
+            let holder = table.holder(key)?;
+            Some(LockEntry {
+                key: (*key).clone(),
+                token: holder.token,
+                lease_left_ms: holder.expires_at.saturating_sub(now),
+                waiters: waiters(key),
+            })
+        })
+        .collect();
+    let next = if more {
+        locks.last().map(|l| l.key.clone())
+    } else {
+        None
+    };
+    debug_assert!(locks.windows(2).all(|w| w[0].key < w[1].key));
+    LockPage { locks, next }
+}
+
+/// How this node sees one member of its cluster.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Member {
+    /// Its client address, as in the peer list.
+    pub addr: String,
+    /// This node itself.
+    pub is_self: bool,
+    /// `active`/`leader` for the node that serves as far as this node
+    /// knows, `standby`/`follower` for the others, `unknown` when this
+    /// node does not know (no serving node known).
+    pub state: &'static str,
+    /// On a Raft leader, for a follower: the last log index known to be on it.
+    pub matched: Option<u64>,
+    /// On a Raft leader, for a follower: entries of the leader's log not yet on it.
+    pub lag: Option<u64>,
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)] // a failed unwrap in a test is a failed test
+mod tests {
+    use super::*;
+    use baton_core::Command;
+
+    fn table(keys: &[&str]) -> LockTable {
+        let mut t = LockTable::new();
+        for k in keys {
+            let key = Key::new(k.as_bytes()).unwrap();
+            t.apply(
+                &Command::Grant {
+                    key,
+                    lease_ms: 10_000,
+                },
+                0,
+            );
+        }
+        t
+    }
+
+    fn query(prefix: &str, after: Option<&str>, limit: usize) -> LockQuery {
+        LockQuery {
+            prefix: prefix.as_bytes().to_vec(),
+            after: after.map(|a| a.as_bytes().to_vec()),
+            limit,
+        }
+    }
+
+    fn keys(page: &LockPage) -> Vec<String> {
+        page.locks.iter().map(|l| l.key.to_string()).collect()
+    }
+
+    #[test]
+    fn pages_are_sorted_filtered_and_continue_after_the_last_key() {
+        let t = table(&["b/2", "a/1", "b/1", "c", "b/3", "b/10"]);
+        let first = list_page(&t, |_| 0, &query("b/", None, 2), 5);
+        assert_eq!(keys(&first), ["b/1", "b/10"]);
+        assert_eq!(
+            first.next.as_ref().map(Key::to_string).as_deref(),
+            Some("b/10")
+        );
+        let second = list_page(&t, |_| 0, &query("b/", Some("b/10"), 2), 5);
+        assert_eq!(keys(&second), ["b/2", "b/3"]);
+        assert_eq!(second.next, None, "nothing after b/3");
+        assert_eq!(second.locks[0].lease_left_ms, 9_995);
+        let all = list_page(&t, |k| k.len() as u64, &query("", None, 100), 0);
+        assert_eq!(keys(&all), ["a/1", "b/1", "b/10", "b/2", "b/3", "c"]);
+        assert_eq!(all.locks[2].waiters, 4);
+    }
+
+    #[test]
+    fn ended_leases_and_silly_limits_are_handled() {
+        let t = table(&["a", "b"]);
+        assert!(list_page(&t, |_| 0, &query("", None, 10), 10_000)
+            .locks
+            .is_empty());
+        let one = list_page(&t, |_| 0, &query("", None, 0), 0);
+        assert_eq!(keys(&one), ["a"], "a limit of 0 is 1");
+        let capped = list_page(&t, |_| 0, &query("", None, usize::MAX), 0);
+        assert_eq!(keys(&capped), ["a", "b"]);
+    }
+}

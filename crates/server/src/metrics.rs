@@ -1,0 +1,285 @@
+//! What a node counts for its operator (`/metrics` of the HTTP endpoint,
+//! `baton-http`): requests by op, outcomes, errors by reason, and three
+//! latency histograms.
+//!
+//! Everything is a relaxed atomic: the counts are read by a scrape that
+//! wants totals, not an order between them, and the hot path pays one
+//! uncontended `fetch_add` per count (no lock, no allocation). The
+//! histograms have fixed buckets in milliseconds, one `fetch_add` per
+//! bucket hit and two for the count and sum. [`SharedLocks`] updates these
+//! where requests and events already pass; the counts that only a
+//! connection sees (malformed lines, `U`, connections) have hooks here for
+//! the connection code.
+//!
+//! [`SharedLocks`]: crate::SharedLocks
+
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering::Relaxed};
+
+use baton_core::Millis;
+
+/// The requests a node counts, by op.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RequestOp {
+    Acquire,
+    Release,
+    Renew,
+    Query,
+    Status,
+    Authenticate,
+}
+
+impl RequestOp {
+    pub const ALL: [RequestOp; 6] = [
+        RequestOp::Acquire,
+        RequestOp::Release,
+        RequestOp::Renew,
+        RequestOp::Query,
+        RequestOp::Status,
+        RequestOp::Authenticate,
+    ];
+
+    /// The `op` label value.
+    pub fn label(self) -> &'static str {
+        match self {
+            RequestOp::Acquire => "acquire",
+            RequestOp::Release => "release",
+            RequestOp::Renew => "renew",
+            RequestOp::Query => "query",
+            RequestOp::Status => "status",
+            RequestOp::Authenticate => "authenticate",
+        }
+    }
+}
+
+/// Why a request was not served as asked, by reason.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ErrorReason {
+    /// `N`: no live grant with that token.
+    NotHeld,
+    /// `M`: this node does not serve (a standby, a follower).
+    Redirected,
+    /// `E A <key> too many locks`.
+    TooManyLocks,
+    /// `E A <key> too many waiters`.
+    TooManyWaiters,
+    /// `E`: a malformed line or a value past a limit (connection hook).
+    Malformed,
+    /// `E ... authentication failed / required`, `permission denied`
+    /// (connection hook).
+    Unauthorized,
+}
+
+impl ErrorReason {
+    pub const ALL: [ErrorReason; 6] = [
+        ErrorReason::NotHeld,
+        ErrorReason::Redirected,
+        ErrorReason::TooManyLocks,
+        ErrorReason::TooManyWaiters,
+        ErrorReason::Malformed,
+        ErrorReason::Unauthorized,
+    ];
+
+    /// The `reason` label value.
+    pub fn label(self) -> &'static str {
+        match self {
+            ErrorReason::NotHeld => "not_held",
+            ErrorReason::Redirected => "redirected",
+            ErrorReason::TooManyLocks => "too_many_locks",
+            ErrorReason::TooManyWaiters => "too_many_waiters",
+            ErrorReason::Malformed => "malformed",
+            ErrorReason::Unauthorized => "unauthorized",
+        }
+    }
+}
+
+/// Upper bounds of the histogram buckets, in milliseconds (a last,
+/// unbounded bucket is implied): 1 ms to 1 h, about 2.5x apart.
+pub const BUCKETS_MS: [u64; 15] = [
+    1, 2, 5, 10, 25, 50, 100, 250, 500, 1_000, 2_500, 10_000, 60_000, 600_000, 3_600_000,
+];
+
+/// A latency histogram over [`BUCKETS_MS`].
+#[derive(Debug, Default)]
+pub struct Histogram {
+    /// Per bucket (not cumulative); the last is "above every bound".
+    buckets: [AtomicU64; BUCKETS_MS.len() + 1],
+    count: AtomicU64,
+    sum_ms: AtomicU64,
+}
+
+/// A histogram's values at one moment.
+#[derive(Debug, Clone, PartialEq)]
+pub struct HistogramSnapshot {
+    /// `(upper bound in seconds, observations in this bucket alone)`, the
+    /// last bound `+Inf`: not cumulative, as `prometheus-client`'s encoder
+    /// takes them (it writes the cumulative `_bucket` series).
+    pub buckets: Vec<(f64, u64)>,
+    pub count: u64,
+    pub sum_seconds: f64,
+}
+
+impl Histogram {
+    /// Counts one observation of `ms` milliseconds.
+    #[inline]
+    pub fn observe(&self, ms: Millis) {
+        let i = BUCKETS_MS.partition_point(|&bound| bound < ms);
+        self.buckets[i].fetch_add(1, Relaxed);
+        self.count.fetch_add(1, Relaxed);
+        self.sum_ms.fetch_add(ms, Relaxed);
+    }
+
+    pub fn snapshot(&self) -> HistogramSnapshot {
+        let mut total = 0;
+        let bounds = BUCKETS_MS
+            .iter()
+            .map(|&ms| ms as f64 / 1000.0)
+            .chain(std::iter::once(f64::INFINITY));
+        let buckets = bounds
+            .zip(&self.buckets)
+            .map(|(bound, n)| {
+                let n = n.load(Relaxed);
+                total += n;
+                (bound, n)
+            })
+            .collect();
+        HistogramSnapshot {
+            buckets,
+            // The buckets' total, so that `+Inf` and `_count` agree even
+            // while observations land during the scrape.
+            count: total,
+            sum_seconds: self.sum_ms.load(Relaxed) as f64 / 1000.0,
+        }
+    }
+}
+
+/// The node's counts. One per node, inside its [`SharedLocks`](crate::SharedLocks).
+#[derive(Debug, Default)]
+pub struct Metrics {
+    requests: [AtomicU64; RequestOp::ALL.len()],
+    errors: [AtomicU64; ErrorReason::ALL.len()],
+    grants: AtomicU64,
+    releases: AtomicU64,
+    renewals: AtomicU64,
+    wait_timeouts: AtomicU64,
+    /// Waiters sent elsewhere because this node stopped serving.
+    waiters_moved: AtomicU64,
+    connections_open: AtomicI64,
+    connections_total: AtomicU64,
+    /// Request received to grant.
+    pub acquire_wait: Histogram,
+    /// Grant to release (releases only: an expiry is not a hold that ended well).
+    pub hold: Histogram,
+    /// Release received to the next waiter's grant of the same key.
+    pub handover: Histogram,
+}
+
+/// A plain count of [`Metrics`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Count {
+    Grants,
+    Releases,
+    Renewals,
+    WaitTimeouts,
+    WaitersMoved,
+    ConnectionsTotal,
+}
+
+impl Metrics {
+    #[inline]
+    pub fn request(&self, op: RequestOp) {
+        self.requests[op as usize].fetch_add(1, Relaxed);
+    }
+
+    #[inline]
+    pub fn error(&self, reason: ErrorReason) {
+        self.errors[reason as usize].fetch_add(1, Relaxed);
+    }
+
+    #[inline]
+    pub(crate) fn add(&self, count: Count, n: u64) {
+        self.counter(count).fetch_add(n, Relaxed);
+    }
+
+    fn counter(&self, count: Count) -> &AtomicU64 {
+        match count {
+            Count::Grants => &self.grants,
+            Count::Releases => &self.releases,
+            Count::Renewals => &self.renewals,
+            Count::WaitTimeouts => &self.wait_timeouts,
+            Count::WaitersMoved => &self.waiters_moved,
+            Count::ConnectionsTotal => &self.connections_total,
+        }
+    }
+
+    /// Hook for the accept loop: a client connection was admitted.
+    #[inline]
+    pub fn connection_opened(&self) {
+        self.connections_open.fetch_add(1, Relaxed);
+        self.connections_total.fetch_add(1, Relaxed);
+    }
+
+    /// Hook for the accept loop: an admitted client connection ended.
+    #[inline]
+    pub fn connection_closed(&self) {
+        self.connections_open.fetch_sub(1, Relaxed);
+    }
+
+    pub fn requests(&self, op: RequestOp) -> u64 {
+        self.requests[op as usize].load(Relaxed)
+    }
+
+    pub fn errors(&self, reason: ErrorReason) -> u64 {
+        self.errors[reason as usize].load(Relaxed)
+    }
+
+    pub fn count(&self, count: Count) -> u64 {
+        self.counter(count).load(Relaxed)
+    }
+
+    /// Client connections open now (0 until the accept loop calls the hooks).
+    pub fn connections_open(&self) -> i64 {
+        self.connections_open.load(Relaxed).max(0)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_histogram_counts_each_bucket_with_an_infinite_last_one() {
+        let h = Histogram::default();
+        for ms in [0, 1, 2, 3, 1_000, 4_000_000] {
+            h.observe(ms);
+        }
+        let s = h.snapshot();
+        assert_eq!(s.count, 6);
+        assert_eq!(s.buckets[0], (0.001, 2), "0 and 1 ms are at most 1 ms");
+        assert_eq!(s.buckets[1], (0.002, 1));
+        assert_eq!(s.buckets[2], (0.005, 1));
+        assert_eq!(s.buckets[9], (1.0, 1));
+        assert_eq!(s.buckets[BUCKETS_MS.len() - 1].1, 0);
+        let last = s.buckets[BUCKETS_MS.len()];
+        assert!(last.0.is_infinite());
+        assert_eq!(last.1, 1);
+        assert!((s.sum_seconds - 4_001.006).abs() < 1e-9);
+    }
+
+    #[test]
+    fn counts_are_kept_apart() {
+        let m = Metrics::default();
+        m.request(RequestOp::Acquire);
+        m.request(RequestOp::Acquire);
+        m.error(ErrorReason::NotHeld);
+        m.add(Count::Grants, 3);
+        m.connection_opened();
+        m.connection_opened();
+        m.connection_closed();
+        assert_eq!(m.requests(RequestOp::Acquire), 2);
+        assert_eq!(m.requests(RequestOp::Release), 0);
+        assert_eq!(m.errors(ErrorReason::NotHeld), 1);
+        assert_eq!(m.count(Count::Grants), 3);
+        assert_eq!(m.connections_open(), 1);
+        assert_eq!(m.count(Count::ConnectionsTotal), 2);
+    }
+}
