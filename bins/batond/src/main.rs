@@ -123,8 +123,29 @@ enum Plan {
 
 impl Flags {
     fn plan(self) -> Result<Plan, String> {
+        let config = self.server_config()?;
+        match self.mode {
+            Mode::Single => {
+                if !self.peers.is_empty() {
+                    return Err("--peers needs --mode priority or --mode raft".into());
+                }
+                if !self.cluster_key_file.is_empty() {
+                    return Err("--cluster-key-file needs --mode priority or --mode raft".into());
+                }
+                Ok(Plan::Single {
+                    config,
+                    data_dir: self.data_dir,
+                })
+            }
+            Mode::Priority | Mode::Raft => self.cluster_plan(config),
+        }
+    }
+
+    /// What every mode's server is told: the client port, its limits,
+    /// users, TLS and timeouts.
+    fn server_config(&self) -> Result<ServerConfig, String> {
         self.tls.check()?;
-        let config = ServerConfig {
+        Ok(ServerConfig {
             listen: self.listen,
             limits: Limits {
                 max_wait_ms: self.max_wait,
@@ -146,63 +167,52 @@ impl Flags {
             tls: self.tls.load()?,
             line_timeout: self.tls.line_timeout(),
             idle_timeout: self.tls.idle_timeout(),
-        };
-        match self.mode {
-            Mode::Single => {
-                if !self.peers.is_empty() {
-                    return Err("--peers needs --mode priority or --mode raft".into());
-                }
-                if !self.cluster_key_file.is_empty() {
-                    return Err("--cluster-key-file needs --mode priority or --mode raft".into());
-                }
-                Ok(Plan::Single {
-                    config,
-                    data_dir: self.data_dir,
-                })
-            }
-            Mode::Priority | Mode::Raft => {
-                let me_addr = self.advertise.unwrap_or_else(|| self.listen.to_string());
-                let me = self
-                    .peers
-                    .iter()
-                    .position(|p| *p == me_addr)
-                    .ok_or_else(|| {
-                        format!(
-                            "--peers must list this node's address {me_addr} (or give --advertise)"
-                        )
-                    })?;
-                if self.heartbeat_interval == 0 || self.failure_timeout <= self.heartbeat_interval {
-                    return Err("--failure-timeout must be longer than --heartbeat-interval, which must be above 0".into());
-                }
-                let keys = cluster_keys(self.mode, &self.cluster_key_file)?;
-                let mut seen = std::collections::HashSet::new();
-                if let Some(dup) = self.peers.iter().find(|p| !seen.insert(*p)) {
-                    return Err(format!("--peers lists {dup} twice"));
-                }
-                if self.mode == Mode::Priority {
-                    let settings = priority::PrioritySettings {
-                        peers: self.peers,
-                        me,
-                        heartbeat_ms: self.heartbeat_interval,
-                        failure_timeout_ms: self.failure_timeout,
-                        data_dir: self.data_dir,
-                        keys,
-                    };
-                    return Ok(Plan::Priority { config, settings });
-                }
-                let data_dir = self
-                    .data_dir
-                    .ok_or_else(|| "--mode raft needs --data-dir".to_string())?;
-                if self.snapshot_every == 0 {
-                    return Err("--snapshot-every must be above 0".into());
-                }
-                let mut settings = raft::RaftSettings::new(me as u64, self.peers, data_dir, keys);
-                settings.heartbeat_ms = self.heartbeat_interval;
-                settings.election_timeout_ms = self.failure_timeout;
-                settings.snapshot_every = self.snapshot_every;
-                Ok(Plan::Raft { config, settings })
-            }
+        })
+    }
+
+    /// A priority or Raft node: its place in `--peers`, its key, timings.
+    fn cluster_plan(self, config: ServerConfig) -> Result<Plan, String> {
+        let me_addr = self.advertise.unwrap_or_else(|| self.listen.to_string());
+        let me = self
+            .peers
+            .iter()
+            .position(|p| *p == me_addr)
+            .ok_or_else(|| {
+                format!("--peers must list this node's address {me_addr} (or give --advertise)")
+            })?;
+        if self.heartbeat_interval == 0 || self.failure_timeout <= self.heartbeat_interval {
+            return Err(
+                "--failure-timeout must be longer than --heartbeat-interval, which must be above 0"
+                    .into(),
+            );
         }
+        let keys = cluster_keys(self.mode, &self.cluster_key_file)?;
+        let mut seen = std::collections::HashSet::new();
+        if let Some(dup) = self.peers.iter().find(|p| !seen.insert(*p)) {
+            return Err(format!("--peers lists {dup} twice"));
+        }
+        if self.mode == Mode::Priority {
+            let settings = priority::PrioritySettings {
+                peers: self.peers,
+                me,
+                heartbeat_ms: self.heartbeat_interval,
+                failure_timeout_ms: self.failure_timeout,
+                data_dir: self.data_dir,
+                keys,
+            };
+            return Ok(Plan::Priority { config, settings });
+        }
+        let data_dir = self
+            .data_dir
+            .ok_or_else(|| "--mode raft needs --data-dir".to_string())?;
+        if self.snapshot_every == 0 {
+            return Err("--snapshot-every must be above 0".into());
+        }
+        let mut settings = raft::RaftSettings::new(me as u64, self.peers, data_dir, keys);
+        settings.heartbeat_ms = self.heartbeat_interval;
+        settings.election_timeout_ms = self.failure_timeout;
+        settings.snapshot_every = self.snapshot_every;
+        Ok(Plan::Raft { config, settings })
     }
 }
 

@@ -172,6 +172,47 @@ async fn authenticated(
     }
 }
 
+/// Serves a connection that is up (and authenticated) until it ends;
+/// publishes its state on the way.
+async fn serve_connected(
+    stream: tls::Connected,
+    addr: &str,
+    state: &SlotState,
+    changed: &watch::Sender<u64>,
+    calls: &mut mpsc::UnboundedReceiver<Call>,
+    shutdown: &mut watch::Receiver<bool>,
+    background: &Arc<Background>,
+) -> End {
+    state.auth_failed.store(false, Ordering::Release);
+    state.auth_not_enabled.store(false, Ordering::Release);
+    state.set_tls_failure(None);
+    state.usable.store(true, Ordering::Release);
+    state.attempted.store(true, Ordering::Release);
+    publish(changed);
+    tracing::debug!(%addr, "connected");
+    let end = match stream {
+        tls::Connected::Plain(stream) => {
+            let (read, write) = stream.into_split();
+            connection::serve(read, write, calls, shutdown, background).await
+        }
+        tls::Connected::Tls(stream) => {
+            let (read, write) = tokio::io::split(stream);
+            connection::serve(read, write, calls, shutdown, background).await
+        }
+    };
+    state.usable.store(false, Ordering::Release);
+    match &end {
+        End::ClientGone => {}
+        End::Broken => tracing::info!(%addr, "connection lost; reconnecting in the background"),
+        End::Tls(why) => {
+            tracing::warn!(%addr, %why, "TLS failure");
+            state.set_tls_failure(Some(why.clone()));
+            publish(changed);
+        }
+    }
+    end
+}
+
 fn publish(changed: &watch::Sender<u64>) {
     changed.send_modify(|generation| *generation = generation.wrapping_add(1));
 }
@@ -211,34 +252,18 @@ async fn supervise(
         };
         match connected {
             Ok(Ok(stream)) => {
-                state.auth_failed.store(false, Ordering::Release);
-                state.auth_not_enabled.store(false, Ordering::Release);
-                state.set_tls_failure(None);
-                state.usable.store(true, Ordering::Release);
-                state.attempted.store(true, Ordering::Release);
-                publish(&changed);
-                tracing::debug!(%addr, "connected");
-                let end = match stream {
-                    tls::Connected::Plain(stream) => {
-                        let (read, write) = stream.into_split();
-                        connection::serve(read, write, &mut calls, &mut shutdown, &background).await
-                    }
-                    tls::Connected::Tls(stream) => {
-                        let (read, write) = tokio::io::split(stream);
-                        connection::serve(read, write, &mut calls, &mut shutdown, &background).await
-                    }
-                };
-                state.usable.store(false, Ordering::Release);
-                match end {
-                    End::ClientGone => return,
-                    End::Broken => {
-                        tracing::info!(%addr, "connection lost; reconnecting in the background")
-                    }
-                    End::Tls(why) => {
-                        tracing::warn!(%addr, %why, "TLS failure");
-                        state.set_tls_failure(Some(why));
-                        publish(&changed);
-                    }
+                let end = serve_connected(
+                    stream,
+                    &addr,
+                    &state,
+                    &changed,
+                    &mut calls,
+                    &mut shutdown,
+                    &background,
+                )
+                .await;
+                if end == End::ClientGone {
+                    return;
                 }
             }
             Ok(Err(ConnectError::Tls(why))) => {
