@@ -25,6 +25,7 @@ mod locks;
 pub mod metrics;
 mod node;
 mod persister;
+pub mod secret_file;
 mod single;
 mod sniff;
 mod state_file;

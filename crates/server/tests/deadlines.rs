@@ -2,99 +2,21 @@
 //! tokio's paused time: the real server on an in-memory listener, so the
 //! instants are exact and a 60 s wait costs no real time.
 
-use std::io;
-use std::net::SocketAddr;
+mod memory;
+
 use std::time::Duration;
 
-use baton_server::{Accept, Clock, ServerConfig, SingleNode};
-use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader, DuplexStream};
-use tokio::sync::{mpsc, oneshot, Mutex};
+use baton_server::ServerConfig;
+use memory::start;
+use tokio::io::AsyncWriteExt;
 use tokio::time::Instant;
-
-/// A listener whose connections come from [`Dial`].
-#[derive(Debug)]
-struct Listener(Mutex<mpsc::Receiver<DuplexStream>>);
-
-impl Accept for Listener {
-    type Stream = DuplexStream;
-
-    async fn accept(&self) -> io::Result<(DuplexStream, SocketAddr)> {
-        match self.0.lock().await.recv().await {
-            Some(stream) => Ok((stream, SocketAddr::from(([127, 0, 0, 1], 1)))),
-            None => std::future::pending().await,
-        }
-    }
-
-    fn local_addr(&self) -> io::Result<SocketAddr> {
-        Ok(SocketAddr::from(([127, 0, 0, 1], 7411)))
-    }
-}
-
-struct Dial(mpsc::Sender<DuplexStream>);
-
-/// A client connection that sends a line and reads one.
-struct Client(BufReader<DuplexStream>);
-
-impl Dial {
-    async fn connect(&self) -> Client {
-        let (ours, theirs) = tokio::io::duplex(64 * 1024);
-        self.0.send(theirs).await.expect("server runs");
-        Client(BufReader::new(ours))
-    }
-}
-
-impl Client {
-    async fn send(&mut self, line: &str) {
-        let stream = self.0.get_mut();
-        stream.write_all(line.as_bytes()).await.expect("write");
-        stream.write_all(b"\n").await.expect("write");
-    }
-
-    async fn line(&mut self) -> String {
-        let mut line = String::new();
-        self.0.read_line(&mut line).await.expect("read");
-        line.trim_end().to_string()
-    }
-
-    async fn ask(&mut self, line: &str) -> String {
-        self.send(line).await;
-        self.line().await
-    }
-}
-
-impl Client {
-    /// Everything until the node closes the connection.
-    async fn rest(&mut self) -> String {
-        let mut all = String::new();
-        tokio::io::AsyncReadExt::read_to_string(&mut self.0, &mut all)
-            .await
-            .expect("read");
-        all
-    }
-}
-
-/// Starts a single node with `config` on an in-memory listener.
-fn start(config: ServerConfig) -> (Dial, oneshot::Sender<()>) {
-    let (dial, accepted) = mpsc::channel(16);
-    let (stop, stopped) = oneshot::channel::<()>();
-    let listener = Listener(Mutex::new(accepted));
-    tokio::spawn(async move {
-        let shutdown = async move {
-            let _ = stopped.await;
-        };
-        baton_server::run(listener, Clock::new(), SingleNode::new(), config, shutdown)
-            .await
-            .expect("served");
-    });
-    (Dial(dial), stop)
-}
 
 const LINE_TIMEOUT: &str = "E ? ? line timeout: closing the connection\n";
 const IDLE_TIMEOUT: &str = "E ? ? idle timeout: closing the connection\n";
 
 #[tokio::test(start_paused = true)]
 async fn a_silent_connection_is_closed_at_the_line_timeout() {
-    let (dial, _stop) = start(ServerConfig::default());
+    let (dial, _stop, _server) = start(ServerConfig::default());
     let started = Instant::now();
     let mut silent = dial.connect().await;
     assert_eq!(silent.rest().await, LINE_TIMEOUT);
@@ -107,7 +29,7 @@ async fn a_silent_connection_is_closed_at_the_line_timeout() {
 
 #[tokio::test(start_paused = true)]
 async fn half_a_line_is_closed_a_line_timeout_after_its_first_byte() {
-    let (dial, _stop) = start(ServerConfig::default());
+    let (dial, _stop, _server) = start(ServerConfig::default());
     let mut client = dial.connect().await;
     assert!(client.ask("S").await.starts_with("S "));
     tokio::time::sleep(Duration::from_secs(7)).await;
@@ -131,7 +53,7 @@ async fn idle_connections_close_but_a_waiting_acquire_keeps_its_own() {
         idle_timeout: Some(Duration::from_secs(8)),
         ..ServerConfig::default()
     };
-    let (dial, _stop) = start(config);
+    let (dial, _stop, _server) = start(config);
     let mut holder = dial.connect().await;
     let mut waiter = dial.connect().await;
     let started = Instant::now();
@@ -156,7 +78,7 @@ async fn at_the_limit_a_newcomer_evicts_the_oldest_unfinished_line() {
         max_connections: 3,
         ..ServerConfig::default()
     };
-    let (dial, _stop) = start(config);
+    let (dial, _stop, _server) = start(config);
     let mut good = dial.connect().await;
     assert!(good.ask("S").await.starts_with("S "));
     let mut oldest = dial.connect().await;

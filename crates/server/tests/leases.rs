@@ -2,65 +2,13 @@
 //! (`baton_server::run`, its connections and its timer) on an in-memory
 //! listener, so a 30 s lease costs no real time and the instants are exact.
 
-use std::io;
-use std::net::SocketAddr;
+mod memory;
+
 use std::time::Duration;
 
-use baton_server::{Accept, Clock, ServerConfig, SingleNode};
-use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader, DuplexStream};
-use tokio::sync::{mpsc, oneshot, Mutex};
+use baton_server::ServerConfig;
+use tokio::sync::oneshot;
 use tokio::time::Instant;
-
-/// A listener whose connections come from [`Dial`].
-#[derive(Debug)]
-struct Listener(Mutex<mpsc::Receiver<DuplexStream>>);
-
-impl Accept for Listener {
-    type Stream = DuplexStream;
-
-    async fn accept(&self) -> io::Result<(DuplexStream, SocketAddr)> {
-        match self.0.lock().await.recv().await {
-            Some(stream) => Ok((stream, SocketAddr::from(([127, 0, 0, 1], 1)))),
-            None => std::future::pending().await,
-        }
-    }
-
-    fn local_addr(&self) -> io::Result<SocketAddr> {
-        Ok(SocketAddr::from(([127, 0, 0, 1], 7411)))
-    }
-}
-
-struct Dial(mpsc::Sender<DuplexStream>);
-
-/// A client connection that sends a line and reads one.
-struct Client(BufReader<DuplexStream>);
-
-impl Dial {
-    async fn connect(&self) -> Client {
-        let (ours, theirs) = tokio::io::duplex(64 * 1024);
-        self.0.send(theirs).await.expect("server runs");
-        Client(BufReader::new(ours))
-    }
-}
-
-impl Client {
-    async fn send(&mut self, line: &str) {
-        let stream = self.0.get_mut();
-        stream.write_all(line.as_bytes()).await.expect("write");
-        stream.write_all(b"\n").await.expect("write");
-    }
-
-    async fn line(&mut self) -> String {
-        let mut line = String::new();
-        self.0.read_line(&mut line).await.expect("read");
-        line.trim_end().to_string()
-    }
-
-    async fn ask(&mut self, line: &str) -> String {
-        self.send(line).await;
-        self.line().await
-    }
-}
 
 fn token(answer: &str) -> u64 {
     answer
@@ -70,27 +18,13 @@ fn token(answer: &str) -> u64 {
         .unwrap_or_else(|| panic!("no token in {answer:?}"))
 }
 
-/// Starts a single node on an in-memory listener; stops it when the
-/// returned sender is dropped or sent to.
-fn start() -> (Dial, oneshot::Sender<()>, tokio::task::JoinHandle<()>) {
-    let (dial, accepted) = mpsc::channel(16);
-    let (stop, stopped) = oneshot::channel::<()>();
-    let listener = Listener(Mutex::new(accepted));
-    let server = tokio::spawn(async move {
-        let shutdown = async move {
-            let _ = stopped.await;
-        };
-        baton_server::run(
-            listener,
-            Clock::new(),
-            SingleNode::new(),
-            ServerConfig::default(),
-            shutdown,
-        )
-        .await
-        .expect("served");
-    });
-    (Dial(dial), stop, server)
+/// A node with the default settings.
+fn start() -> (
+    memory::Dial,
+    oneshot::Sender<()>,
+    tokio::task::JoinHandle<()>,
+) {
+    memory::start(ServerConfig::default())
 }
 
 #[tokio::test(start_paused = true)]

@@ -83,7 +83,7 @@ impl ClusterKey {
             source,
         };
         let file = std::fs::File::open(path).map_err(read_error)?;
-        warn_if_readable_by_others(path, &file);
+        baton_server::secret_file::warn_if_readable_by_others("the cluster key file", path, &file);
         let mut bytes = Vec::new();
         file.take(MAX_KEY_FILE_BYTES + 1)
             .read_to_end(&mut bytes)
@@ -106,22 +106,6 @@ impl ClusterKey {
         &self.psk
     }
 }
-
-#[cfg(unix)]
-fn warn_if_readable_by_others(path: &Path, file: &std::fs::File) {
-    use std::os::unix::fs::PermissionsExt;
-    if let Ok(meta) = file.metadata() {
-        if meta.permissions().mode() & 0o077 != 0 {
-            tracing::warn!(
-                path = %path.display(),
-                "the cluster key file can be read by other users; chmod 600 it"
-            );
-        }
-    }
-}
-
-#[cfg(not(unix))]
-fn warn_if_readable_by_others(_path: &Path, _file: &std::fs::File) {}
 
 /// The keys a node holds: it dials with the first and accepts any.
 #[derive(Debug, Clone, PartialEq, Eq)]

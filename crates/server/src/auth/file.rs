@@ -53,7 +53,7 @@ pub(crate) fn load(path: &Path) -> Result<Users, AuthFileError> {
         problem,
     };
     let file = std::fs::File::open(path).map_err(|e| fail(format!("cannot open: {e}")))?;
-    warn_if_readable_by_others(path, &file);
+    crate::secret_file::warn_if_readable_by_others("the auth file", path, &file);
     let mut bytes = Vec::new();
     file.take(MAX_AUTH_FILE_BYTES + 1)
         .read_to_end(&mut bytes)
@@ -188,19 +188,3 @@ fn parse_sha256(hex: &str) -> Option<[u8; 32]> {
     }
     Some(out)
 }
-
-#[cfg(unix)]
-fn warn_if_readable_by_others(path: &Path, file: &std::fs::File) {
-    use std::os::unix::fs::PermissionsExt;
-    if let Ok(meta) = file.metadata() {
-        if meta.permissions().mode() & 0o077 != 0 {
-            tracing::warn!(
-                path = %path.display(),
-                "the auth file can be read by other users; chmod 600 it"
-            );
-        }
-    }
-}
-
-#[cfg(not(unix))]
-fn warn_if_readable_by_others(_path: &Path, _file: &std::fs::File) {}
