@@ -293,7 +293,11 @@ fn main() -> ExitCode {
         .with_writer(std::io::stderr)
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+                // openraft's own lines are its internals: a failed heartbeat
+                // every 50 ms per dead peer (about 500 MB of log a day). Baton
+                // logs what an operator needs (role changes, a peer out of
+                // reach and back) itself; RUST_LOG=info,openraft=info shows all.
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info,openraft=error")),
         )
         .init();
     // The default connection limit needs as many descriptors.

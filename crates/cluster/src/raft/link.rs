@@ -107,6 +107,11 @@ fn waiters_of(
 impl Link {
     /// The link to the peer at `addr`, greeting it with `hello` and
     /// proving to hold `key`; its connections' tasks run among `tasks`.
+    /// The peer's address, as in `--peers`.
+    pub fn addr(&self) -> &str {
+        &self.addr
+    }
+
     pub fn new(
         addr: String,
         hello: LinkHello,

@@ -5,7 +5,7 @@
 
 use std::collections::HashMap;
 use std::future::Future;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -49,6 +49,9 @@ pub struct Network {
     key: ClusterKey,
     dialer: Arc<dyn Dialer>,
     links: HashMap<NodeId, Arc<Link>>,
+    /// Per peer: whether its last call got through (shared by the clients
+    /// openraft makes for it), so a change is logged once, not per call.
+    reachable: HashMap<NodeId, Arc<AtomicBool>>,
     complaints: Arc<Complaints>,
     tasks: Tasks,
 }
@@ -75,6 +78,7 @@ impl Network {
             key,
             dialer,
             links: HashMap::new(),
+            reachable: HashMap::new(),
             complaints: Arc::new(Complaints::default()),
             tasks: Tasks::new(),
         }
@@ -109,9 +113,15 @@ impl RaftNetworkFactory<TypeConfig> for Network {
                 ))
             })
             .clone();
+        let reachable = self
+            .reachable
+            .entry(target)
+            .or_insert_with(|| Arc::new(AtomicBool::new(true)))
+            .clone();
         PeerClient {
             target,
             link,
+            reachable,
             complaints: self.complaints.clone(),
         }
     }
@@ -122,6 +132,7 @@ impl RaftNetworkFactory<TypeConfig> for Network {
 pub struct PeerClient {
     target: NodeId,
     link: Arc<Link>,
+    reachable: Arc<AtomicBool>,
     complaints: Arc<Complaints>,
 }
 
@@ -140,21 +151,44 @@ impl PeerClient {
         body: RequestBody,
         ttl: Duration,
     ) -> Result<ReplyBody, RPCError<TypeConfig>> {
-        self.link
-            .call(body, ttl)
-            .await
-            .map_err(|error| match error {
-                CallError::Timeout(_) => RPCError::Timeout(Timeout {
-                    action: openraft::RPCTypes::AppendEntries,
-                    id: self.target,
-                    target: self.target,
-                    timeout: ttl,
-                }),
-                CallError::Broken => RPCError::Network(NetworkError::new(&error)),
-                CallError::Unreachable(_) | CallError::Refused(_) | CallError::Overloaded => {
-                    RPCError::Unreachable(Unreachable::new(&error))
-                }
-            })
+        let called = self.link.call(body, ttl).await;
+        self.note_reachability(&called);
+        called.map_err(|error| match error {
+            CallError::Timeout(_) => RPCError::Timeout(Timeout {
+                action: openraft::RPCTypes::AppendEntries,
+                id: self.target,
+                target: self.target,
+                timeout: ttl,
+            }),
+            CallError::Broken => RPCError::Network(NetworkError::new(&error)),
+            CallError::Unreachable(_) | CallError::Refused(_) | CallError::Overloaded => {
+                RPCError::Unreachable(Unreachable::new(&error))
+            }
+        })
+    }
+
+    /// Logs a peer going out of reach, and coming back, once each: openraft
+    /// logs every failed heartbeat (20 a second per dead peer, half a
+    /// gigabyte of log a day), so its own lines are filtered out by default
+    /// (see batond) and this says the same once.
+    fn note_reachability<T>(&self, called: &Result<T, CallError>) {
+        let now_reachable = match called {
+            Ok(_) => true,
+            Err(CallError::Unreachable(_) | CallError::Refused(_) | CallError::Broken) => false,
+            // Slow or busy: still there.
+            Err(CallError::Timeout(_) | CallError::Overloaded) => return,
+        };
+        if self.reachable.swap(now_reachable, Ordering::Relaxed) == now_reachable {
+            return;
+        }
+        match called {
+            Ok(_) => {
+                tracing::info!(peer = self.target, addr = %self.link.addr(), "peer reachable again")
+            }
+            Err(error) => {
+                tracing::warn!(peer = self.target, addr = %self.link.addr(), %error, "peer unreachable")
+            }
+        }
     }
 
     /// Refuses an implausible reply: logged (rate limited), and to

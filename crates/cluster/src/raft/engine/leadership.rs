@@ -99,9 +99,11 @@ impl<H> RaftEngine<H> {
     /// held by nobody until its lease ends).
     pub fn handle_role(&mut self, role: RaftRole, now: Millis, events: &mut Vec<Event<H>>) {
         self.saw(now);
-        if role == self.role() {
+        let before = self.role();
+        if role == before {
             return;
         }
+        log_role_change(before, role);
         let standing = match role {
             RaftRole::Follower { leader } => Standing::Follower { leader },
             RaftRole::Candidate => Standing::Candidate,
@@ -173,5 +175,23 @@ fn moved_answer<H>(handle: H, change: Change, key: Key, to: NotServing) -> Event
         key,
         change,
         answer: Err(to),
+    }
+}
+
+/// A change that involves a leader (one leading, one known or lost) at
+/// info, once per change; the back and forth of a node cut off from its
+/// majority (candidate, follower of nobody, candidate...) at debug, so a
+/// partition does not fill the log.
+fn log_role_change(before: RaftRole, after: RaftRole) {
+    let leaderless = |role: RaftRole| {
+        matches!(
+            role,
+            RaftRole::Candidate | RaftRole::Follower { leader: None }
+        )
+    };
+    if leaderless(before) && leaderless(after) {
+        tracing::debug!(?before, ?after, "raft role changed");
+    } else {
+        tracing::info!(?before, ?after, "raft role changed");
     }
 }
