@@ -45,6 +45,21 @@ pub async fn http_get(addr: SocketAddr, path: &str, basic: Option<(&str, &str)>)
 
 /// Sends `request` as it is and reads the answer to the end.
 pub async fn http_raw(addr: SocketAddr, request: &[u8]) -> HttpReply {
+    match try_http_raw(addr, request).await {
+        Ok(reply) => reply,
+        Err(why) => panic!("{why}"),
+    }
+}
+
+/// [`http_get`] that reports a failed exchange (a connection reset or
+/// closed unanswered, no HTTP answer) instead of panicking: for polls
+/// that wait for an endpoint to take connections again.
+pub async fn try_http_get(addr: SocketAddr, path: &str) -> Result<HttpReply, String> {
+    let request = format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n");
+    try_http_raw(addr, request.as_bytes()).await
+}
+
+async fn try_http_raw(addr: SocketAddr, request: &[u8]) -> Result<HttpReply, String> {
     let exchange = async {
         let mut stream = TcpStream::connect(addr).await?;
         stream.write_all(request).await?;
@@ -54,11 +69,11 @@ pub async fn http_raw(addr: SocketAddr, request: &[u8]) -> HttpReply {
     };
     let bytes = match timeout(HTTP_TIMEOUT, exchange).await {
         Ok(Ok(bytes)) => bytes,
-        Ok(Err(e)) => panic!("HTTP to {addr} failed: {e}"),
-        Err(_) => panic!("HTTP to {addr} took over {HTTP_TIMEOUT:?}"),
+        Ok(Err(e)) => return Err(format!("HTTP to {addr} failed: {e}")),
+        Err(_) => return Err(format!("HTTP to {addr} took over {HTTP_TIMEOUT:?}")),
     };
     parse_reply(&bytes)
-        .unwrap_or_else(|| panic!("not an HTTP answer: {:?}", String::from_utf8_lossy(&bytes)))
+        .ok_or_else(|| format!("not an HTTP answer: {:?}", String::from_utf8_lossy(&bytes)))
 }
 
 fn parse_reply(bytes: &[u8]) -> Option<HttpReply> {

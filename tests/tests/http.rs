@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use auth_support::{users_toml, write_users, BILLING_SECRET, OPS_SECRET};
 use baton_tests::cluster::Cluster;
-use baton_tests::http::{http_get, http_raw, HttpReply, Scrape};
+use baton_tests::http::{http_get, http_raw, try_http_get, HttpReply, Scrape};
 use baton_tests::raft::RaftCluster;
 use baton_tests::refused::start_refused;
 use baton_tests::{free_addr, free_addrs, grant_token, Batond};
@@ -33,9 +33,13 @@ async fn wait_http(
 ) -> HttpReply {
     let deadline = Instant::now() + within;
     loop {
-        let reply = http_get(addr, path, None).await;
-        if accept(&reply) {
-            return reply;
+        // An endpoint still at its connection limit closes (or resets) a
+        // newcomer unanswered: not yet, ask again.
+        let reply = try_http_get(addr, path).await;
+        if let Ok(reply) = &reply {
+            if accept(reply) {
+                return reply.clone();
+            }
         }
         assert!(
             Instant::now() < deadline,
