@@ -389,19 +389,26 @@ mod tests {
         assert_eq!(saved.table.locks[0].token, ahead + 1);
     }
 
-    #[tokio::test]
-    async fn a_failed_write_is_reported_and_every_later_write_fails() {
+    /// A single node on a fresh data directory, and its state writer.
+    async fn started_on_a_data_dir() -> (tempfile::TempDir, SingleRunning, Arc<SinglePersister>) {
         let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
         let config = ServerConfig {
             listen: ([127, 0, 0, 1], 0).into(),
             ..ServerConfig::default()
         };
-        let running = start_single(config, Some(dir.path()))
+        let mut running = start_single(config, Some(dir.path()))
             .await
             .unwrap_or_else(|e| panic!("{e}"));
         let persister = running
             .persister
+            .take()
             .unwrap_or_else(|| panic!("a data dir has a writer"));
+        (dir, running, persister)
+    }
+
+    #[tokio::test]
+    async fn a_failed_write_is_reported_and_every_later_write_fails() {
+        let (dir, running, persister) = started_on_a_data_dir().await;
         assert!(persister.write_if_changed().await.is_ok(), "nothing new");
         let tmp = dir.path().join(format!("{STATE_FILE}.tmp"));
         std::fs::create_dir(&tmp).unwrap_or_else(|e| panic!("{e}"));
@@ -426,17 +433,7 @@ mod tests {
     /// fail on the temporary file nor be overwritten by the older state.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_write_dropped_midway_does_not_race_the_next_one() {
-        let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
-        let config = ServerConfig {
-            listen: ([127, 0, 0, 1], 0).into(),
-            ..ServerConfig::default()
-        };
-        let running = start_single(config, Some(dir.path()))
-            .await
-            .unwrap_or_else(|e| panic!("{e}"));
-        let persister = running
-            .persister
-            .unwrap_or_else(|| panic!("a data dir has a writer"));
+        let (dir, running, persister) = started_on_a_data_dir().await;
         let file = StateFile::<SingleState>::open(dir.path(), STATE_FILE)
             .unwrap_or_else(|e| panic!("{e}"));
         for round in 0..50 {
