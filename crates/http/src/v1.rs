@@ -134,6 +134,8 @@ struct MemberJson {
     #[serde(rename = "self")]
     is_self: bool,
     state: &'static str,
+    /// `voter`, or `learner` for a Raft member still catching up.
+    membership: &'static str,
     #[serde(skip_serializing_if = "Option::is_none")]
     matched_index: Option<u64>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -150,6 +152,7 @@ pub async fn cluster(State(ctx): State<Arc<HttpContext>>) -> Response {
             addr: ctx.self_addr.clone(),
             is_self: true,
             state: role_name(status.role),
+            membership: "voter",
             matched_index: None,
             lag: None,
         }]
@@ -175,6 +178,7 @@ fn member_json(m: Member) -> MemberJson {
         addr: m.addr,
         is_self: m.is_self,
         state: m.state,
+        membership: if m.voter { "voter" } else { "learner" },
         matched_index: m.matched,
         lag: m.lag,
     }

@@ -108,6 +108,9 @@ pub struct Member {
     /// knows, `standby`/`follower` for the others, `unknown` when this
     /// node does not know (no serving node known).
     pub state: &'static str,
+    /// It votes (every priority node; a Raft member unless it is a learner
+    /// still catching up).
+    pub voter: bool,
     /// On a Raft leader, for a follower: the last log index known to be on it.
     pub matched: Option<u64>,
     /// On a Raft leader, for a follower: entries of the leader's log not yet on it.

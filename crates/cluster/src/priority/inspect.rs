@@ -48,6 +48,7 @@ pub(super) fn members(engine: &PriorityNode<Mailbox>, now: Millis) -> Vec<Member
                 addr: addr.clone(),
                 is_self: i == me,
                 state,
+                voter: true,
                 matched: None,
                 lag: None,
             }

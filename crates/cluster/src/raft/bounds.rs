@@ -24,7 +24,8 @@
 //!   has a token over `(i + 1) * MAX_BATCH` ([`max_token_at`]): a snapshot
 //!   or a token floor beyond it is refused. (Raft tokens count grants, not
 //!   time, so the log, not the wall clock, is what bounds them.)
-//! - **Membership.** Fixed: the peer list, nothing else.
+//! - **Membership.** Node ids a node can have, well-formed addresses, at
+//!   most [`super::members::MAX_MEMBERS`] nodes (see [`super::members`]).
 //!
 //! Refusals are logged at most once per peer per [`COMPLAINT_INTERVAL`]
 //! ([`Complaints`]), never per frame.
@@ -63,7 +64,7 @@ pub enum Implausible {
     Term { term: u64, current: u64 },
     #[error("log index {0} is beyond any log a cluster can have written")]
     Index(u64),
-    #[error("node id {0} is not in --peers")]
+    #[error("node id {0} is not one a node can have")]
     Node(u64),
     #[error("a log id of term {term} from the leader of term {leader}")]
     LaterThanLeader { term: u64, leader: u64 },
@@ -75,8 +76,8 @@ pub enum Implausible {
     TooManyCommands(usize),
     #[error("token {token} at log index {index:?}, beyond any token that log can have granted")]
     Token { token: Token, index: Option<u64> },
-    #[error("a membership other than --peers")]
-    Membership,
+    #[error("a membership no cluster can have: {0}")]
+    Membership(#[from] super::members::BadMembership),
     #[error("snapshot data does not decode: {0}")]
     SnapshotData(String),
     #[error("a reply that matches nothing sent")]
@@ -91,13 +92,12 @@ pub fn max_token_at(index: Option<u64>) -> Token {
 
 /// What a message is checked against: this node's view.
 #[derive(Debug, Clone, Copy)]
-pub struct Bounds<'a> {
+pub struct Bounds {
     /// This node's current term.
     pub term: u64,
-    pub peers: &'a [String],
 }
 
-impl Bounds<'_> {
+impl Bounds {
     fn term(&self, term: u64) -> Result<(), Implausible> {
         if term >= TERM_CEILING || term > self.term.saturating_add(MAX_TERM_LEAP) {
             return Err(Implausible::Term {
@@ -109,7 +109,7 @@ impl Bounds<'_> {
     }
 
     fn node(&self, node: NodeId) -> Result<(), Implausible> {
-        if node as usize >= self.peers.len() || usize::try_from(node).is_err() {
+        if !super::members::plausible_id(node) {
             return Err(Implausible::Node(node));
         }
         Ok(())
@@ -123,20 +123,12 @@ impl Bounds<'_> {
     }
 
     fn membership(&self, membership: &StoredMembership) -> Result<(), Implausible> {
-        let nodes_match = membership.nodes().all(|(id, node)| {
-            usize::try_from(*id)
-                .ok()
-                .and_then(|i| self.peers.get(i))
-                .is_some_and(|addr| *addr == node.addr)
-        });
-        let voters_known = membership
-            .voter_ids()
-            .all(|id| (id as usize) < self.peers.len());
-        if nodes_match && voters_known {
-            Ok(())
-        } else {
-            Err(Implausible::Membership)
-        }
+        let membership = membership.membership();
+        super::members::check(
+            membership.nodes().map(|(id, node)| (*id, node.addr.as_str())),
+            membership.get_joint_config().iter(),
+        )?;
+        Ok(())
     }
 
     pub fn check_vote(&self, rpc: &VoteRequest<TypeConfig>) -> Result<(), Implausible> {
@@ -242,11 +234,7 @@ pub fn check_table(meta: &SnapshotMeta, table: &TableSnapshot) -> Result<(), Imp
 /// A reply's term against the term of the request it answers: a peer
 /// may be ahead (then this node steps down), never implausibly far.
 pub fn check_reply_term(sent: u64, got: u64) -> Result<(), Implausible> {
-    Bounds {
-        term: sent,
-        peers: &[],
-    }
-    .term(got)
+    Bounds { term: sent }.term(got)
 }
 
 pub fn check_vote_reply(sent: u64, reply: &VoteResponse<TypeConfig>) -> Result<(), Implausible> {

@@ -64,11 +64,7 @@ fn append(entries: Vec<Entry>) -> AppendEntriesRequest<TypeConfig> {
 
 #[test]
 fn a_term_far_beyond_this_nodes_is_refused_whatever_the_message() {
-    let peers = peers();
-    let at = |term| Bounds {
-        term,
-        peers: &peers,
-    };
+    let at = |term| Bounds { term };
     // The attack: a vote near 2^64, at every node's term.
     for current in [0, 7, 1 << 40] {
         assert!(matches!(
@@ -100,15 +96,15 @@ fn a_term_far_beyond_this_nodes_is_refused_whatever_the_message() {
 }
 
 #[test]
-fn nodes_outside_the_peer_list_and_log_ids_past_the_leader_are_refused() {
-    let peers = peers();
-    let bounds = Bounds {
-        term: 5,
-        peers: &peers,
-    };
+fn node_ids_no_node_can_have_and_log_ids_past_the_leader_are_refused() {
+    let bounds = Bounds { term: 5 };
     let mut rpc = vote_request(6);
-    rpc.vote = vote(6, 3);
-    assert_eq!(bounds.check_vote(&rpc), Err(Implausible::Node(3)));
+    rpc.vote = vote(6, 64);
+    assert_eq!(bounds.check_vote(&rpc), Err(Implausible::Node(64)));
+    rpc.vote = vote(6, u64::MAX);
+    assert_eq!(bounds.check_vote(&rpc), Err(Implausible::Node(u64::MAX)));
+    rpc.vote = vote(6, crate::raft::members::joined_id("d:1"));
+    assert_eq!(bounds.check_vote(&rpc), Ok(()));
     let mut rpc = vote_request(6);
     rpc.last_log_id = Some(log_id(7, 1));
     assert!(matches!(
@@ -121,17 +117,14 @@ fn nodes_outside_the_peer_list_and_log_ids_past_the_leader_are_refused() {
         bounds.check_vote(&rpc),
         Err(Implausible::Index(INDEX_CEILING))
     );
-    let transfer = TransferLeaderRequest::new(vote(5, 0), 9, None);
-    assert_eq!(bounds.check_transfer(&transfer), Err(Implausible::Node(9)));
+    let transfer = TransferLeaderRequest::new(vote(5, 0), 99, None);
+    assert_eq!(bounds.check_transfer(&transfer), Err(Implausible::Node(99)));
 }
 
 #[test]
 fn appends_carry_what_a_leader_sends_and_nothing_more() {
     let peers = peers();
-    let bounds = Bounds {
-        term: 5,
-        peers: &peers,
-    };
+    let bounds = Bounds { term: 5 };
     let key = Key::new(b"k").expect("key");
     let grant = || Command::Grant {
         key: key.clone(),
@@ -186,14 +179,23 @@ fn appends_carry_what_a_leader_sends_and_nothing_more() {
         proposal(vec![Command::RaiseTokenFloor { floor: 100 }]),
     )]);
     assert_eq!(bounds.check_append(&modest), Ok(()));
-    let mut others = peers.clone();
-    others[2] = "evil:1".into();
-    let foreign = append(vec![entry(
-        5,
-        10,
-        EntryPayload::Membership(membership(&others)),
-    )]);
-    assert_eq!(bounds.check_append(&foreign), Err(Implausible::Membership));
+    // A joined node's id under an address that does not give it.
+    let forged_id = crate::raft::members::joined_id("c:1");
+    let forged = openraft::Membership::new(
+        vec![[0, forged_id].into_iter().collect()],
+        [
+            (0, BasicNode { addr: "a:1".into() }),
+            (forged_id, BasicNode { addr: "evil:1".into() }),
+        ]
+        .into_iter()
+        .collect::<std::collections::BTreeMap<_, _>>(),
+    )
+    .expect("membership");
+    let foreign = append(vec![entry(5, 10, EntryPayload::Membership(forged))]);
+    assert!(matches!(
+        bounds.check_append(&foreign),
+        Err(Implausible::Membership(_))
+    ));
 }
 
 #[test]

@@ -16,6 +16,7 @@ use baton_core::{
     NotServing, Outcome, Quota, TableSnapshot, Token, Waiter, WaiterId,
 };
 
+use super::members::Members;
 use super::types::{NodeId, Proposal, Tagged};
 
 mod apply;
@@ -113,7 +114,9 @@ enum Standing<H> {
 #[derive(Debug)]
 pub struct RaftEngine<H> {
     me: NodeId,
-    peers: Vec<String>,
+    /// The cluster's nodes and voters, as the log last said (the seeds
+    /// until it says anything): where to redirect clients.
+    members: Members,
     /// This process's name in the tags of the entries it proposes.
     origin: u64,
     table: LockTable,
@@ -143,11 +146,12 @@ pub struct RaftEngine<H> {
 }
 
 impl<H> RaftEngine<H> {
-    /// `origin` must differ between two runs of the same node.
+    /// `origin` must differ between two runs of the same node; `peers`
+    /// are the seeds (empty for a node that joins a running cluster).
     pub fn new(me: NodeId, peers: Vec<String>, origin: u64) -> RaftEngine<H> {
         RaftEngine {
             me,
-            peers,
+            members: Members::seeded(&peers),
             origin,
             table: LockTable::new(),
             standing: Standing::Follower { leader: None },
@@ -192,13 +196,20 @@ impl<H> RaftEngine<H> {
         self.me
     }
 
-    pub fn peers(&self) -> &[String] {
-        &self.peers
+    pub fn members(&self) -> &Members {
+        &self.members
     }
 
-    /// The address of node `index` in the peer list.
+    /// The membership the log holds now (a committed membership entry, or
+    /// one still in joint consensus).
+    pub fn set_members(&mut self, members: Members) {
+        self.members = members;
+    }
+
+    /// The address of node `index` (a node id) in the membership.
     pub fn addr_of(&self, index: NodeIndex) -> Option<String> {
-        self.peers.get(index).cloned()
+        let id = NodeId::try_from(index).ok()?;
+        self.members.addr_of(id).map(str::to_string)
     }
 
     pub fn waiter_count(&self) -> usize {

@@ -58,7 +58,6 @@ fn refused(error: impl std::fmt::Display) -> LinkEnd {
 pub struct RaftAcceptor<H: TableHost> {
     raft: RaftOf<H>,
     me: NodeId,
-    peers: Vec<String>,
     keys: ClusterKeys,
     caps: FrameCaps,
     gate: PeerGate,
@@ -79,8 +78,8 @@ impl<H: TableHost> std::fmt::Debug for RaftAcceptor<H> {
 }
 
 impl<H: TableHost> RaftAcceptor<H> {
-    /// The acceptor of node `me` of `peers`, taking peers that hold one
-    /// of `keys`.
+    /// The acceptor of node `me` of a cluster seeded with `peers` (which
+    /// size its handshake limit), taking peers that hold one of `keys`.
     pub fn new(raft: RaftOf<H>, me: NodeId, peers: Vec<String>, keys: ClusterKeys) -> Arc<Self> {
         RaftAcceptor::new_in(raft, me, peers, keys, Tasks::new())
     }
@@ -96,9 +95,8 @@ impl<H: TableHost> RaftAcceptor<H> {
         Arc::new(RaftAcceptor {
             raft,
             me,
-            caps: FrameCaps::for_peers(&peers),
+            caps: FrameCaps::for_cluster(),
             gate: PeerGate::new(GateLimits::for_cluster(peers.len())),
-            peers,
             keys,
             budget: AssemblyBudget::default(),
             complaints: Complaints::default(),
@@ -145,13 +143,15 @@ impl<H: TableHost> RaftAcceptor<H> {
         .await
         .map_err(refused)?;
         let hello: LinkHello = peer::decode(&first).map_err(refused)?;
-        if hello.peers != self.peers {
+        // The peer list is not compared: it seeds a fresh cluster only,
+        // and a node that joined later may have been given another one.
+        if hello.to != self.me {
             return Err(refused(format_args!(
-                "a raft peer with another peer list ({:?}); every node needs the same --peers",
-                hello.peers
+                "a raft peer dials this node as node {}, but it is node {}: a node added with `baton member add` must run with --join",
+                hello.to, self.me
             )));
         }
-        if hello.from == self.me || hello.from as usize >= self.peers.len() {
+        if hello.from == self.me || !super::members::plausible_id(hello.from) {
             return Err(refused(format_args!(
                 "a raft peer that says it is node {}",
                 hello.from
@@ -231,10 +231,7 @@ impl<H: TableHost> RaftAcceptor<H> {
         slots: (OwnedSemaphorePermit, OwnedSemaphorePermit),
     ) {
         let term = self.raft.metrics().borrow_watched().current_term;
-        let bounds = Bounds {
-            term,
-            peers: &self.peers,
-        };
+        let bounds = Bounds { term };
         let id = request.id;
         let refuse = |what: &str, why: Implausible| {
             self.complaints.refused(from, what, &why);

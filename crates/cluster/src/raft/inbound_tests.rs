@@ -16,6 +16,7 @@ use tokio::io::{AsyncReadExt, DuplexStream};
 use super::*;
 use crate::peer::gate::LINKS_PER_PEER;
 use crate::peer::{ClusterKey, SecureFramed};
+use crate::raft::members::joined_id;
 use crate::raft::snapshot_transfer::parts;
 use crate::raft::test_host::{self, TestHost, TEST_KEY};
 use crate::raft::types::{SnapshotMeta, StoredMembership, TypeConfig, Vote};
@@ -71,10 +72,10 @@ fn open(acceptor: &Arc<RaftAcceptor<TestHost>>) -> DuplexStream {
 async fn dial(
     node: &Node,
     from: NodeId,
-    peers: Vec<String>,
+    to: NodeId,
     key: &ClusterKey,
 ) -> Result<SecureFramed<DuplexStream>, PeerError> {
-    let hello = peer::encode(&LinkHello { from, peers })?;
+    let hello = peer::encode(&LinkHello { from, to })?;
     peer::connect(open(&node.acceptor), RAFT_HELLO, key, hello, 64 * 1024).await
 }
 
@@ -124,7 +125,7 @@ pub(super) fn winning_vote(term: u64) -> VoteRequest<TypeConfig> {
 #[tokio::test]
 async fn a_vote_with_a_term_near_2_64_is_refused_and_elections_go_on() {
     let node = node().await;
-    let mut link = dial(&node, 1, peers(), &key()).await.expect("dials");
+    let mut link = dial(&node, 1, 0, &key()).await.expect("dials");
     let reply = call(&mut link, 1, RequestBody::Vote(winning_vote(u64::MAX))).await;
     assert!(
         matches!(&reply, Some(ReplyBody::Failed(why)) if why.contains("far beyond")),
@@ -151,19 +152,20 @@ async fn a_vote_with_a_term_near_2_64_is_refused_and_elections_go_on() {
 }
 
 #[tokio::test]
-async fn hellos_of_another_cluster_or_node_and_wrong_keys_are_refused() {
+async fn hellos_for_another_node_or_from_no_node_and_wrong_keys_are_refused() {
     let node = node().await;
-    let others = vec!["n0:1".to_string(), "n9:1".to_string()];
-    for (from, peers) in [(1, others), (0, peers()), (2, peers()), (u64::MAX, peers())] {
-        let mut link = dial(&node, from, peers.clone(), &key())
+    // Node 0 is dialled as another node (one added but started without
+    // --join), or by itself, or by ids no node has.
+    for (from, to) in [(1, 5), (1, joined_id("n0:1")), (0, 0), (u64::MAX, 0), (64, 0)] {
+        let mut link = dial(&node, from, to, &key())
             .await
             .expect("the handshake itself is fine");
         let reply = call(&mut link, 1, RequestBody::Vote(winning_vote(1))).await;
-        assert!(reply.is_none(), "{from} {peers:?}: {reply:?}");
+        assert!(reply.is_none(), "{from} -> {to}: {reply:?}");
     }
     let wrong = ClusterKey::from_text(&"w".repeat(40)).expect("key");
     // The node closes without answering the handshake.
-    assert!(dial(&node, 1, peers(), &wrong).await.is_err());
+    assert!(dial(&node, 1, 0, &wrong).await.is_err());
     assert_eq!(node.acceptor.gate().links_of(1), 0);
     assert_eq!(node.acceptor.gate().links_of(0), 0);
 }
@@ -173,7 +175,7 @@ async fn a_newer_link_of_a_peer_supersedes_its_oldest() {
     let node = node().await;
     let mut links = Vec::new();
     for i in 0..=LINKS_PER_PEER {
-        let mut link = dial(&node, 1, peers(), &key()).await.expect("dials");
+        let mut link = dial(&node, 1, 0, &key()).await.expect("dials");
         // Answered: admitted (in this order).
         let reply = call(&mut link, 1, RequestBody::Vote(winning_vote(1))).await;
         assert!(
@@ -262,7 +264,7 @@ async fn send_snapshot(
 #[tokio::test]
 async fn a_snapshot_comes_in_parts_and_never_lowers_the_token_counter() {
     let node = node().await;
-    let mut link = dial(&node, 1, peers(), &key()).await.expect("dials");
+    let mut link = dial(&node, 1, 0, &key()).await.expect("dials");
     let term = current_term(&node.raft) + 1;
     // Over two parts' worth of locks.
     let big = snapshot(term, 100, 9_000, 9_000);
@@ -315,7 +317,6 @@ async fn the_leaders_network_sends_a_large_snapshot_in_parts_over_the_real_link(
     let node = node().await;
     let mut network = crate::raft::network::Network::new(
         1,
-        peers(),
         key(),
         Arc::new(ToNode(node.acceptor.clone())),
     );

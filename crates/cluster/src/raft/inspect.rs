@@ -23,34 +23,35 @@ pub(super) fn list_locks(
     Served::Done(list_page(engine.table(), waiters, query, now))
 }
 
-/// Every node of the peer list: `leader` for the one this node knows
+/// Every node of the membership: `leader` for the one this node knows
 /// leads, `follower` for the others (`unknown` while no leader is known),
 /// `candidate` for this node while it runs for the lead; followers carry
 /// their matched index and lag on a leader.
 pub(super) fn members(engine: &RaftEngine<Mailbox>, progress: &[PeerProgress]) -> Vec<Member> {
-    let me = engine.me() as usize;
+    let me = engine.me();
     let leader = match engine.role() {
         RaftRole::Leader { .. } => Some(me),
-        RaftRole::Follower { leader } => leader.map(|l| l as usize),
+        RaftRole::Follower { leader } => leader,
         RaftRole::Candidate => None,
     };
-    engine
-        .peers()
+    let members = engine.members();
+    members
+        .nodes
         .iter()
-        .enumerate()
-        .map(|(i, addr)| {
+        .map(|(&id, addr)| {
             let state = match (leader, engine.role()) {
-                (Some(l), _) if l == i => "leader",
-                (_, RaftRole::Candidate) if i == me => "candidate",
+                (Some(l), _) if l == id => "leader",
+                (_, RaftRole::Candidate) if id == me => "candidate",
                 (Some(_), _) => "follower",
-                (None, _) if i == me => "follower",
+                (None, _) if id == me => "follower",
                 (None, _) => "unknown",
             };
-            let seen = progress.iter().find(|p| p.node as usize == i);
+            let seen = progress.iter().find(|p| p.node == id);
             Member {
                 addr: addr.clone(),
-                is_self: i == me,
+                is_self: id == me,
                 state,
+                voter: members.is_voter(id),
                 matched: seen.and_then(|p| p.matched),
                 lag: seen.map(|p| p.lag),
             }

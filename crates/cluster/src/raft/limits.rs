@@ -11,10 +11,13 @@
 //! and a leader never exceeds it; `limits_tests` encodes the worst case to
 //! check the arithmetic. Snapshot parts are far smaller
 //! ([`super::snapshot_transfer::SNAPSHOT_PART_BYTES`] of data). Replies are
-//! small and fixed in shape. The first frame, the [`LinkHello`], has
-//! exactly one valid content per sender: this node's peer list.
+//! small and fixed in shape. The first frame, the [`LinkHello`], is two
+//! node ids. A membership (in a log entry or a snapshot's head) names at
+//! most [`MAX_MEMBERS`] nodes with addresses of at most [`MAX_ADDR_LEN`]
+//! bytes.
 
 use super::engine::MAX_BATCH;
+use super::members::{MAX_ADDR_LEN, MAX_MEMBERS};
 use super::rpc::{LinkHello, MAX_FAILED_REASON};
 use super::snapshot_transfer::SNAPSHOT_PART_BYTES;
 
@@ -34,6 +37,11 @@ pub const MAX_TAGGED_BYTES: usize = MAX_VARINT + baton_core::MAX_ENCODED_COMMAND
 /// An entry around its commands: log id (term, node, index), payload
 /// variant, the proposal's origin and command count, with room to spare.
 const ENTRY_HEAD_BYTES: usize = 64;
+
+/// A membership encoded, at most: in a joint one, two voter sets of every
+/// node, and every node with its address.
+pub(crate) const MAX_MEMBERSHIP_BYTES: usize =
+    2 * MAX_VARINT * (1 + MAX_MEMBERS) + MAX_VARINT + MAX_MEMBERS * (2 * MAX_VARINT + MAX_ADDR_LEN);
 
 /// One proposal entry encoded, at most.
 pub const MAX_PROPOSAL_ENTRY_BYTES: usize = ENTRY_HEAD_BYTES + MAX_BATCH * MAX_TAGGED_BYTES;
@@ -78,21 +86,21 @@ pub struct FrameCaps {
 }
 
 impl FrameCaps {
-    /// The caps for a cluster of `peers`: the hello is this node's own
-    /// peer list with the widest `from`, and a membership entry (which
-    /// names every peer) may outgrow a proposal only for a very long list.
-    pub fn for_peers(peers: &[String]) -> FrameCaps {
+    /// The caps of every Raft link: the hello is two ids, and a
+    /// membership entry may outgrow a proposal only with very many members.
+    pub fn for_cluster() -> FrameCaps {
         let hello = LinkHello {
             from: u64::MAX,
-            peers: peers.to_vec(),
+            to: u64::MAX,
         };
-        // Encoding a Vec<String> cannot fail; the floor keeps a link
+        // Encoding two integers cannot fail; the floor keeps a link
         // possible whatever happens.
-        let hello = postcard::to_allocvec(&hello).map_or(256, |bytes| bytes.len());
-        let entry = MAX_PROPOSAL_ENTRY_BYTES.max(ENTRY_HEAD_BYTES + 2 * hello);
+        let hello = postcard::to_allocvec(&hello).map_or(32, |bytes| bytes.len());
+        let entry = MAX_PROPOSAL_ENTRY_BYTES.max(ENTRY_HEAD_BYTES + MAX_MEMBERSHIP_BYTES);
         let append = REQUEST_HEAD_BYTES + MAX_PAYLOAD_ENTRIES as usize * entry;
-        // A part's head carries the snapshot's membership.
-        let part = REQUEST_HEAD_BYTES + 2 * hello + MAX_VARINT + SNAPSHOT_PART_BYTES;
+        // A part's head carries the snapshot's membership (twice: the log
+        // id's and the one stored).
+        let part = REQUEST_HEAD_BYTES + MAX_MEMBERSHIP_BYTES + MAX_VARINT + SNAPSHOT_PART_BYTES;
         FrameCaps {
             hello,
             request: append.max(part),

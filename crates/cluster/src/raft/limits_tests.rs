@@ -77,7 +77,7 @@ fn every_command_fits_its_bound() {
 
 #[test]
 fn the_largest_append_a_leader_sends_fits_the_request_cap_with_little_to_spare() {
-    let caps = FrameCaps::for_peers(&peers(5));
+    let caps = FrameCaps::for_cluster();
     let entry = widest_proposal_entry();
     assert!(len(&entry) <= MAX_PROPOSAL_ENTRY_BYTES);
     let request = RpcRequest {
@@ -101,10 +101,16 @@ fn the_largest_append_a_leader_sends_fits_the_request_cap_with_little_to_spare()
 }
 
 #[test]
-fn a_membership_entry_and_a_snapshot_part_fit_even_for_a_long_peer_list() {
-    for n in [1, 3, 7, 300] {
+fn a_membership_entry_and_a_snapshot_part_fit_even_for_the_most_members() {
+    let caps = FrameCaps::for_cluster();
+    let longest = |i: usize| {
+        let host = format!("{i}-{}", "h".repeat(MAX_ADDR_LEN));
+        format!("{}:65535", &host[..MAX_ADDR_LEN - 6])
+    };
+    let most: Vec<String> = (0..MAX_MEMBERS).map(longest).collect();
+    assert!(most.iter().all(|a| a.len() == MAX_ADDR_LEN));
+    for n in [1, 3, 7] {
         let peers = peers(n);
-        let caps = FrameCaps::for_peers(&peers);
         let entry = Entry {
             log_id: widest_log_id(),
             payload: EntryPayload::Membership(membership(&peers)),
@@ -140,25 +146,33 @@ fn a_membership_entry_and_a_snapshot_part_fit_even_for_a_long_peer_list() {
         };
         assert!(len(&part) <= caps.request, "{n} peers");
     }
+    // The widest: MAX_MEMBERS longest addresses, every one in both voter
+    // sets of a joint membership, with the widest ids.
+    let nodes: std::collections::BTreeMap<u64, openraft::BasicNode> = most
+        .iter()
+        .enumerate()
+        .map(|(i, addr)| (u64::MAX - i as u64, openraft::BasicNode { addr: addr.clone() }))
+        .collect();
+    let ids: std::collections::BTreeSet<u64> = nodes.keys().copied().collect();
+    let joint = openraft::Membership::new(vec![ids.clone(), ids], nodes).expect("membership");
+    let entry = Entry {
+        log_id: widest_log_id(),
+        payload: EntryPayload::Membership(joint),
+    };
+    let encoded = len(&entry);
+    assert!(encoded <= MAX_PROPOSAL_ENTRY_BYTES.max(64 + MAX_MEMBERSHIP_BYTES), "{encoded}");
+    assert!(encoded + 64 >= MAX_MEMBERSHIP_BYTES / 2, "sized near the need: {encoded}");
 }
 
 #[test]
 fn the_hello_cap_is_exactly_the_widest_valid_hello() {
-    let peers = peers(3);
-    let caps = FrameCaps::for_peers(&peers);
+    let caps = FrameCaps::for_cluster();
     let widest = LinkHello {
         from: u64::MAX,
-        peers: peers.clone(),
+        to: u64::MAX,
     };
     assert_eq!(len(&widest), caps.hello);
-    assert!(caps.hello < 256, "a few hundred bytes for three peers");
-    let mut longer = peers;
-    longer.push("node-3.example.com:7411".into());
-    let other = LinkHello {
-        from: 0,
-        peers: longer,
-    };
-    assert!(len(&other) > caps.hello, "another peer list does not fit");
+    assert!(caps.hello <= 20, "two ids: {}", caps.hello);
 }
 
 #[test]

@@ -119,7 +119,7 @@ impl Link {
         dialer: Arc<dyn Dialer>,
         tasks: Tasks,
     ) -> Link {
-        let caps = FrameCaps::for_peers(&hello.peers);
+        let caps = FrameCaps::for_cluster();
         Link {
             addr,
             hello,

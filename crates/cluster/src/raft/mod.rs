@@ -10,6 +10,9 @@
 //!   the client port, over the authenticated peer channel; [`limits`] caps
 //!   their frames and queues, [`snapshot_transfer`] sends snapshots in
 //!   parts, [`bounds`] refuses what no sound peer can report.
+//! - [`members`], [`identity`], [`membership`]: who may be a member and
+//!   under which id, the id a data directory keeps, and the operator's
+//!   online membership changes (`baton member`).
 //! - [`observe`]: the role to serve in (a leader without a majority steps
 //!   down), followers' replication, a dead core, from openraft's metrics.
 //! - [`shell`]: wires it all to the server; `node_inputs` names what the
@@ -20,11 +23,14 @@ pub mod contact;
 pub mod engine;
 #[cfg(test)]
 mod engine_tests;
+pub mod identity;
 pub mod inbound;
 mod inspect;
 pub mod limits;
 pub mod link;
 pub mod lock_node;
+pub mod members;
+pub mod membership;
 pub mod log_store;
 #[cfg(test)]
 mod log_store_tests;

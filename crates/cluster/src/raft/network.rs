@@ -45,7 +45,6 @@ static NEXT_TRANSFER: AtomicU64 = AtomicU64::new(1);
 /// Makes (and keeps) the links to peers.
 pub struct Network {
     me: NodeId,
-    peers: Vec<String>,
     key: ClusterKey,
     dialer: Arc<dyn Dialer>,
     links: HashMap<NodeId, Arc<Link>>,
@@ -65,16 +64,11 @@ impl std::fmt::Debug for Network {
 }
 
 impl Network {
-    /// Dials `peers` as node `me`, proving to hold `key`.
-    pub fn new(
-        me: NodeId,
-        peers: Vec<String>,
-        key: ClusterKey,
-        dialer: Arc<dyn Dialer>,
-    ) -> Network {
+    /// Dials peers (at the addresses of the membership) as node `me`,
+    /// proving to hold `key`.
+    pub fn new(me: NodeId, key: ClusterKey, dialer: Arc<dyn Dialer>) -> Network {
         Network {
             me,
-            peers,
             key,
             dialer,
             links: HashMap::new(),
@@ -102,7 +96,7 @@ impl RaftNetworkFactory<TypeConfig> for Network {
             .or_insert_with(|| {
                 let hello = LinkHello {
                     from: self.me,
-                    peers: self.peers.clone(),
+                    to: target,
                 };
                 Arc::new(Link::new(
                     node.addr.clone(),

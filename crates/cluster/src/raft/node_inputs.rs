@@ -14,6 +14,7 @@ use baton_server::NodeEvent;
 
 use super::engine::RaftRole;
 use super::lock_node::RaftLockNode;
+use super::members::Members;
 use super::observe::{LogIndexes, PeerProgress};
 use super::reads;
 use super::types::{Entry, NodeId};
@@ -45,6 +46,11 @@ impl RaftLockNode {
                 events.push(reads::answer(key, reply_to, Err(addr.clone())));
             }
         }
+    }
+
+    /// The log holds a new membership: redirects and `/v1/cluster` follow it.
+    pub fn members_changed(&mut self, members: Members) {
+        self.drive(&mut Vec::new(), |engine, _| engine.set_members(members));
     }
 
     /// The queries to confirm the lead for, all that wait.

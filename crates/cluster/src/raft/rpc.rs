@@ -24,12 +24,13 @@ use super::types::{NodeId, TypeConfig};
 /// request to this node.
 pub const RAFT_HELLO: &[u8] = b"BATON-RAFT/2\n";
 
-/// Who dials, and the cluster it believes in: a node refuses a peer with
-/// another peer list.
+/// Who dials, and whom it believes it dials: a node refuses a link meant
+/// for another node id (a node added with `baton member add` but started
+/// without `--join`, say).
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct LinkHello {
     pub from: NodeId,
-    pub peers: Vec<String>,
+    pub to: NodeId,
 }
 
 #[derive(Debug, Serialize, Deserialize)]

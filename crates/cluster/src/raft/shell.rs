@@ -30,6 +30,7 @@ use super::inbound::RaftAcceptor;
 use super::limits::MAX_PAYLOAD_ENTRIES;
 use super::link::{Dialer, TcpDialer};
 use super::lock_node::RaftLockNode;
+use super::members::Members;
 use super::log_store::{LogStore, DEFAULT_SEGMENT_BYTES};
 use super::network::Network;
 use super::observe;
@@ -57,10 +58,16 @@ const HANDOFF_WAIT: Duration = Duration::from_secs(2);
 /// How to run one Raft node.
 #[derive(Debug, Clone)]
 pub struct RaftSettings {
-    /// This node's position in `peers`.
+    /// This node's id: its position in `peers` for a seed, or
+    /// [`super::members::joined_id`] of its address for a node that joins
+    /// (the data directory's recorded id wins, see [`super::identity`]).
     pub me: NodeId,
-    /// Every node's client address, the same list everywhere.
+    /// The seeds: every node's client address in a fresh cluster, the same
+    /// list everywhere. Once the log holds a membership, that is used.
     pub peers: Vec<String>,
+    /// This node joins a running cluster (`baton member add`): it never
+    /// sets up a cluster of its own, and waits for a leader to reach it.
+    pub join: bool,
     pub data_dir: PathBuf,
     pub heartbeat_ms: u64,
     /// Followers call an election after this long without a leader, plus
@@ -84,11 +91,28 @@ impl RaftSettings {
             keys,
             me,
             peers,
+            join: false,
             data_dir,
             heartbeat_ms: 50,
             election_timeout_ms: 300,
             snapshot_every: 10_000,
             segment_bytes: DEFAULT_SEGMENT_BYTES,
+        }
+    }
+
+    /// These settings with the id the data directory belongs to: the one
+    /// recorded there, or (on its first run) `me`, then recorded.
+    pub fn settled(mut self) -> Result<RaftSettings, StartError> {
+        self.me = super::identity::settle(&self.data_dir, self.me)?;
+        Ok(self)
+    }
+
+    /// The seeds this node starts with: none for a node that joins.
+    fn seeds(&self) -> Vec<String> {
+        if self.join {
+            Vec::new()
+        } else {
+            self.peers.clone()
         }
     }
 
@@ -186,8 +210,9 @@ pub fn fresh_origin() -> u64 {
 }
 
 /// Opens the node's storage and starts openraft over `host`'s table. A
-/// fresh node 0 proposes the membership from `peers`; a node with a log
-/// keeps the one it has.
+/// fresh node 0 proposes the membership from `peers` (unless it joins); a
+/// node with a log keeps the one it has. `settings.me` must be settled
+/// (see [`RaftSettings::settled`]).
 pub async fn build_raft<H: TableHost>(
     settings: &RaftSettings,
     host: Arc<H>,
@@ -206,13 +231,7 @@ pub async fn build_raft_in<H: TableHost>(
     let log = LogStore::open(&settings.data_dir.join("log"), settings.segment_bytes)?;
     let snapshots = SnapshotStore::new(&settings.data_dir.join("snapshot"))?;
     let state_machine = LockStateMachine::open(host, snapshots)?;
-    let network = Network::new(
-        settings.me,
-        settings.peers.clone(),
-        settings.keys.primary().clone(),
-        dialer,
-    )
-    .in_tasks(tasks);
+    let network = Network::new(settings.me, settings.keys.primary().clone(), dialer).in_tasks(tasks);
     let config = Arc::new(settings.openraft_config()?);
     let raft = openraft::Raft::new(settings.me, config, network, log, state_machine)
         .await
@@ -224,8 +243,9 @@ pub async fn build_raft_in<H: TableHost>(
     // Only the first node of the peer list sets up a fresh cluster: were
     // every node to propose the same membership, each would hold a
     // different first entry and the first leaders would not last. The
-    // others join once its log reaches them.
-    if !initialized && settings.me == 0 {
+    // others join once its log reaches them, as does a node that joins
+    // later.
+    if !initialized && !settings.join && settings.me == 0 {
         let members = members_of(&settings.peers);
         if let Err(error) = raft.initialize(members).await {
             tracing::debug!(%error, "cluster already initialized");
@@ -346,6 +366,7 @@ pub async fn start(
     server_config: ServerConfig,
     settings: RaftSettings,
 ) -> Result<RaftCluster, StartError> {
+    let settings = settings.settled()?;
     let opened = Opened::open(&settings, NodeIo::tcp()).await?;
     let listener = TcpListener::bind(server_config.listen)
         .await
@@ -364,6 +385,7 @@ pub async fn start_on<L: Accept>(
     server_config: ServerConfig,
     settings: RaftSettings,
 ) -> Result<RaftCluster<L>, StartError> {
+    let settings = settings.settled()?;
     Opened::open(&settings, io)
         .await?
         .serve_on(listener, server_config, &settings)
@@ -378,7 +400,7 @@ struct Opened {
 
 impl Opened {
     async fn open(settings: &RaftSettings, io: NodeIo) -> Result<Opened, StartError> {
-        let mut engine = RaftEngine::new(settings.me, settings.peers.clone(), io.origin);
+        let mut engine = RaftEngine::new(settings.me, settings.seeds(), io.origin);
         engine.set_orphan_wait(settings.orphan_wait_ms());
         let locks: Shared = Arc::new(SharedLocks::new(RaftLockNode::new(engine), io.clock));
         let tasks = Tasks::new();
@@ -438,11 +460,20 @@ fn follow_role(
     settings: &RaftSettings,
 ) -> impl std::future::Future<Output = ()> + Send + 'static {
     let (step_down_after, tick) = (settings.step_down_after(), settings.quorum_check_every());
+    let mut membership_seen = None;
     observe::follow_role(raft, step_down_after, tick, move |role, metrics| {
         let progress = observe::replication(metrics);
         let term = metrics.current_term;
         let indexes = observe::LogIndexes::of(metrics);
+        let membership = &metrics.membership_config;
+        let members = (membership_seen != Some(*membership.log_id())).then(|| {
+            membership_seen = Some(*membership.log_id());
+            Members::of(membership.membership())
+        });
         locks.with(|node, now, events| {
+            if let Some(members) = members {
+                node.members_changed(members);
+            }
             node.role_changed(role, term, progress, indexes, now, events)
         });
     })
