@@ -43,6 +43,22 @@ pub async fn http_get(addr: SocketAddr, path: &str, basic: Option<(&str, &str)>)
     http_raw(addr, request.as_bytes()).await
 }
 
+/// `method path` on `addr` with a JSON `body` (if any): for the routes
+/// that change things (`POST`/`DELETE /v1/members`).
+pub async fn http_send(
+    addr: SocketAddr,
+    method: &str,
+    path: &str,
+    body: Option<&str>,
+) -> HttpReply {
+    let body = body.unwrap_or("");
+    let request = format!(
+        "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    );
+    http_raw(addr, request.as_bytes()).await
+}
+
 /// Sends `request` as it is and reads the answer to the end.
 pub async fn http_raw(addr: SocketAddr, request: &[u8]) -> HttpReply {
     match try_http_raw(addr, request).await {

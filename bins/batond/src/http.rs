@@ -4,6 +4,7 @@
 use std::net::SocketAddr;
 use std::sync::Arc;
 
+use baton_http::members::MembershipAdmin;
 use baton_http::{HttpContext, HttpEndpoint, StorageHealth, StreamHandshake};
 use baton_server::{LockNode, Prefixed, Server, ServerConfig, ServerTls};
 use tokio::net::TcpStream;
@@ -33,6 +34,7 @@ pub async fn start<N: LockNode>(
     addr: Option<SocketAddr>,
     server: &Server<N>,
     config: &ServerConfig,
+    members: Option<Arc<dyn MembershipAdmin>>,
 ) -> Result<Option<Started>, String> {
     let Some(addr) = addr else {
         return Ok(None);
@@ -45,7 +47,8 @@ pub async fn start<N: LockNode>(
         .advertise
         .clone()
         .unwrap_or_else(|| server.local_addr().to_string());
-    let ctx = HttpContext::new(server.locks().clone(), self_addr, config.auth.clone());
+    let mut ctx = HttpContext::new(server.locks().clone(), self_addr, config.auth.clone());
+    ctx.members = members;
     let storage = ctx.storage.clone();
     match &config.tls {
         Some(tls) => endpoint

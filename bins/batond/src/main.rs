@@ -4,6 +4,7 @@
 //! SIGHUP reloads what can be reloaded (`reload.rs`).
 
 mod http;
+mod members;
 mod reload;
 
 use std::future::Future;
@@ -55,6 +56,11 @@ struct Flags {
     /// is the promotion priority (first = highest).
     #[arg(long, value_name = "A,B,C", value_delimiter = ',')]
     peers: Vec<String>,
+    /// Raft cluster: this node joins a running cluster instead of seeding
+    /// a fresh one (start it, then `baton member add` its address). Its
+    /// --peers may be left out.
+    #[arg(long)]
+    join: bool,
     /// The address this node has in --peers, when it is not --listen
     /// (a node bound to 0.0.0.0, say).
     #[arg(long, value_name = "ADDR")]
@@ -172,14 +178,29 @@ impl Flags {
 
     /// A priority or Raft node: its place in `--peers`, its key, timings.
     fn cluster_plan(self, config: ServerConfig) -> Result<Plan, String> {
-        let me_addr = self.advertise.unwrap_or_else(|| self.listen.to_string());
-        let me = self
-            .peers
-            .iter()
-            .position(|p| *p == me_addr)
-            .ok_or_else(|| {
-                format!("--peers must list this node's address {me_addr} (or give --advertise)")
-            })?;
+        let me_addr = self
+            .advertise
+            .clone()
+            .unwrap_or_else(|| self.listen.to_string());
+        if self.join && self.mode != Mode::Raft {
+            return Err("--join is for --mode raft (a priority cluster changes its --peers by rolling restart)".into());
+        }
+        if self.peers.len() > raft::members::MAX_SEEDS {
+            return Err(format!(
+                "--peers lists {} nodes, more than {}",
+                self.peers.len(),
+                raft::members::MAX_SEEDS
+            ));
+        }
+        let me = match self.peers.iter().position(|p| *p == me_addr) {
+            _ if self.join => raft::members::joined_id(&me_addr),
+            Some(index) => index as u64,
+            None => {
+                return Err(format!(
+                    "--peers must list this node's address {me_addr} (or give --advertise, or --join to join a running Raft cluster)"
+                ))
+            }
+        };
         if self.heartbeat_interval == 0 || self.failure_timeout <= self.heartbeat_interval {
             return Err(
                 "--failure-timeout must be longer than --heartbeat-interval, which must be above 0"
@@ -194,7 +215,7 @@ impl Flags {
         if self.mode == Mode::Priority {
             let settings = priority::PrioritySettings {
                 peers: self.peers,
-                me,
+                me: me as usize,
                 heartbeat_ms: self.heartbeat_interval,
                 failure_timeout_ms: self.failure_timeout,
                 data_dir: self.data_dir,
@@ -208,7 +229,8 @@ impl Flags {
         if self.snapshot_every == 0 {
             return Err("--snapshot-every must be above 0".into());
         }
-        let mut settings = raft::RaftSettings::new(me as u64, self.peers, data_dir, keys);
+        let mut settings = raft::RaftSettings::new(me, self.peers, data_dir, keys);
+        settings.join = self.join;
         settings.heartbeat_ms = self.heartbeat_interval;
         settings.election_timeout_ms = self.failure_timeout;
         settings.snapshot_every = self.snapshot_every;
@@ -392,7 +414,17 @@ impl Bound<'_> {
         server: &baton_server::Server<N>,
         config: &ServerConfig,
     ) -> Result<Option<http::Started>, String> {
-        let started = http::start(self.http, server, config).await?;
+        self.serving_with(server, config, None).await
+    }
+
+    /// [`Bound::serving`], with a Raft node's membership changes.
+    async fn serving_with<N: baton_server::LockNode>(
+        self,
+        server: &baton_server::Server<N>,
+        config: &ServerConfig,
+        members: Option<Arc<dyn baton_http::members::MembershipAdmin>>,
+    ) -> Result<Option<http::Started>, String> {
+        let started = http::start(self.http, server, config, members).await?;
         self.at(server.local_addr())?;
         http::announce(&started);
         Ok(started)
@@ -489,7 +521,10 @@ async fn serve_raft(
     let cluster = raft::start(config.clone(), settings.clone())
         .await
         .map_err(|e| e.to_string())?;
-    let endpoint = bound.serving(&cluster.server, config).await?;
+    let admin = members::admin(cluster.handle.raft());
+    let endpoint = bound
+        .serving_with(&cluster.server, config, Some(admin))
+        .await?;
     let handle = cluster.handle;
     let stopping = handle.clone();
     let core_died = handle.core_died();

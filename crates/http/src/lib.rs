@@ -20,6 +20,7 @@
 pub mod basic_auth;
 pub mod health;
 pub mod limits;
+pub mod members;
 pub mod metrics_text;
 mod routes;
 mod serve;

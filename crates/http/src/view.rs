@@ -58,6 +58,8 @@ pub struct HttpContext {
     /// The users of `--auth-file`: the `/v1/` routes then need an admin.
     pub auth: Option<Arc<Auth>>,
     pub storage: StorageHealth,
+    /// A Raft node's membership changes (`/v1/members`); `None` elsewhere.
+    pub members: Option<Arc<dyn crate::members::MembershipAdmin>>,
 }
 
 impl std::fmt::Debug for HttpContext {
@@ -77,6 +79,7 @@ impl HttpContext {
             self_addr,
             auth,
             storage: StorageHealth::default(),
+            members: None,
         }
     }
 }

@@ -125,7 +125,9 @@ impl Bounds {
     fn membership(&self, membership: &StoredMembership) -> Result<(), Implausible> {
         let membership = membership.membership();
         super::members::check(
-            membership.nodes().map(|(id, node)| (*id, node.addr.as_str())),
+            membership
+                .nodes()
+                .map(|(id, node)| (*id, node.addr.as_str())),
             membership.get_joint_config().iter(),
         )?;
         Ok(())

@@ -185,7 +185,12 @@ fn appends_carry_what_a_leader_sends_and_nothing_more() {
         vec![[0, forged_id].into_iter().collect()],
         [
             (0, BasicNode { addr: "a:1".into() }),
-            (forged_id, BasicNode { addr: "evil:1".into() }),
+            (
+                forged_id,
+                BasicNode {
+                    addr: "evil:1".into(),
+                },
+            ),
         ]
         .into_iter()
         .collect::<std::collections::BTreeMap<_, _>>(),

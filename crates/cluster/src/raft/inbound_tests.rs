@@ -156,7 +156,13 @@ async fn hellos_for_another_node_or_from_no_node_and_wrong_keys_are_refused() {
     let node = node().await;
     // Node 0 is dialled as another node (one added but started without
     // --join), or by itself, or by ids no node has.
-    for (from, to) in [(1, 5), (1, joined_id("n0:1")), (0, 0), (u64::MAX, 0), (64, 0)] {
+    for (from, to) in [
+        (1, 5),
+        (1, joined_id("n0:1")),
+        (0, 0),
+        (u64::MAX, 0),
+        (64, 0),
+    ] {
         let mut link = dial(&node, from, to, &key())
             .await
             .expect("the handshake itself is fine");
@@ -315,11 +321,8 @@ impl crate::raft::link::Dialer for ToNode {
 async fn the_leaders_network_sends_a_large_snapshot_in_parts_over_the_real_link() {
     use openraft::network::{RPCOption, RaftNetworkFactory, RaftNetworkV2};
     let node = node().await;
-    let mut network = crate::raft::network::Network::new(
-        1,
-        key(),
-        Arc::new(ToNode(node.acceptor.clone())),
-    );
+    let mut network =
+        crate::raft::network::Network::new(1, key(), Arc::new(ToNode(node.acceptor.clone())));
     let mut client = network
         .new_client(
             0,

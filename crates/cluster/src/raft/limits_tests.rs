@@ -151,7 +151,12 @@ fn a_membership_entry_and_a_snapshot_part_fit_even_for_the_most_members() {
     let nodes: std::collections::BTreeMap<u64, openraft::BasicNode> = most
         .iter()
         .enumerate()
-        .map(|(i, addr)| (u64::MAX - i as u64, openraft::BasicNode { addr: addr.clone() }))
+        .map(|(i, addr)| {
+            (
+                u64::MAX - i as u64,
+                openraft::BasicNode { addr: addr.clone() },
+            )
+        })
         .collect();
     let ids: std::collections::BTreeSet<u64> = nodes.keys().copied().collect();
     let joint = openraft::Membership::new(vec![ids.clone(), ids], nodes).expect("membership");
@@ -160,8 +165,14 @@ fn a_membership_entry_and_a_snapshot_part_fit_even_for_the_most_members() {
         payload: EntryPayload::Membership(joint),
     };
     let encoded = len(&entry);
-    assert!(encoded <= MAX_PROPOSAL_ENTRY_BYTES.max(64 + MAX_MEMBERSHIP_BYTES), "{encoded}");
-    assert!(encoded + 64 >= MAX_MEMBERSHIP_BYTES / 2, "sized near the need: {encoded}");
+    assert!(
+        encoded <= MAX_PROPOSAL_ENTRY_BYTES.max(64 + MAX_MEMBERSHIP_BYTES),
+        "{encoded}"
+    );
+    assert!(
+        encoded + 64 >= MAX_MEMBERSHIP_BYTES / 2,
+        "sized near the need: {encoded}"
+    );
 }
 
 #[test]

@@ -181,7 +181,16 @@ mod tests {
             assert!(plausible_addr(good), "{good}");
         }
         let long = format!("{}:1", "h".repeat(MAX_ADDR_LEN));
-        for bad in ["", "host", ":7411", "host:0", "host:70000", "a b:1", "h\n:1", &long] {
+        for bad in [
+            "",
+            "host",
+            ":7411",
+            "host:0",
+            "host:70000",
+            "a b:1",
+            "h\n:1",
+            &long,
+        ] {
             assert!(!plausible_addr(bad), "{bad:?}");
         }
     }

@@ -40,7 +40,9 @@ pub enum MembershipError {
     NotLeader { leader: Option<String> },
     #[error("{0:?} is not a member address (host:port)")]
     BadAddress(String),
-    #[error("{0} is already a voting member; to replace its disk, remove it first, then add it again")]
+    #[error(
+        "{0} is already a voting member; to replace its disk, remove it first, then add it again"
+    )]
     AlreadyMember(String),
     #[error("{0} is not a member")]
     NotMember(String),
@@ -115,12 +117,12 @@ pub async fn add(
             id
         }
     };
-    wait_caught_up(raft, id, catch_up).await.map_err(|()| {
-        MembershipError::NotCaughtUp {
+    wait_caught_up(raft, id, catch_up)
+        .await
+        .map_err(|()| MembershipError::NotCaughtUp {
             addr: addr.to_string(),
             seconds: catch_up.as_secs(),
-        }
-    })?;
+        })?;
     let voters = BTreeSet::from([id]);
     raft.change_membership(ChangeMembers::AddVoterIds(voters), false)
         .await

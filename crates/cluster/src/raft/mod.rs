@@ -29,11 +29,11 @@ mod inspect;
 pub mod limits;
 pub mod link;
 pub mod lock_node;
-pub mod members;
-pub mod membership;
 pub mod log_store;
 #[cfg(test)]
 mod log_store_tests;
+pub mod members;
+pub mod membership;
 pub mod network;
 mod node_inputs;
 pub mod observe;

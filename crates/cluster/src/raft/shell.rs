@@ -30,8 +30,8 @@ use super::inbound::RaftAcceptor;
 use super::limits::MAX_PAYLOAD_ENTRIES;
 use super::link::{Dialer, TcpDialer};
 use super::lock_node::RaftLockNode;
-use super::members::Members;
 use super::log_store::{LogStore, DEFAULT_SEGMENT_BYTES};
+use super::members::Members;
 use super::network::Network;
 use super::observe;
 use super::observe::StuckWatch;
@@ -231,7 +231,8 @@ pub async fn build_raft_in<H: TableHost>(
     let log = LogStore::open(&settings.data_dir.join("log"), settings.segment_bytes)?;
     let snapshots = SnapshotStore::new(&settings.data_dir.join("snapshot"))?;
     let state_machine = LockStateMachine::open(host, snapshots)?;
-    let network = Network::new(settings.me, settings.keys.primary().clone(), dialer).in_tasks(tasks);
+    let network =
+        Network::new(settings.me, settings.keys.primary().clone(), dialer).in_tasks(tasks);
     let config = Arc::new(settings.openraft_config()?);
     let raft = openraft::Raft::new(settings.me, config, network, log, state_machine)
         .await

@@ -1,0 +1,134 @@
+//! `/v1/members`: a Raft cluster's membership, listed and changed online
+//! (`baton member list/add/remove`), behind the `/v1/` routes' admin check.
+//!
+//! - `GET /v1/members`: `{"members": [{"id", "addr", "membership"}]}`,
+//!   `membership` being `voter` or `learner`.
+//! - `POST /v1/members` with `{"addr": "host:port"}`: adds that node (a
+//!   learner first, a voter once it has caught up). 200 with the members
+//!   once it votes; 202 while it is a learner still catching up (ask
+//!   again); 409 if it is already a voter.
+//! - `DELETE /v1/members/{addr}`: removes it. 404 if it is not a member,
+//!   409 for the last voter.
+//!
+//! Changes are made by the leader only: another node answers 421 with the
+//! leader's client address in `leader` (`null` while none is known). A node
+//! of another mode answers 404: its peer list changes by rolling restart.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+
+use axum::extract::{Path, State};
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use serde::{Deserialize, Serialize};
+use serde_json::json;
+
+use crate::v1::error;
+use crate::view::HttpContext;
+
+/// A future a membership change resolves with.
+pub type AdminFuture<'a> =
+    Pin<Box<dyn Future<Output = Result<Vec<MemberEntry>, AdminError>> + Send + 'a>>;
+
+/// Changes the membership of the node the endpoint serves.
+pub trait MembershipAdmin: Send + Sync + 'static {
+    /// The members as this node's log holds them.
+    fn list(&self) -> Vec<MemberEntry>;
+    /// Adds the node at `addr`.
+    fn add<'a>(&'a self, addr: &'a str) -> AdminFuture<'a>;
+    /// Removes the node at `addr`.
+    fn remove<'a>(&'a self, addr: &'a str) -> AdminFuture<'a>;
+}
+
+/// One member.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct MemberEntry {
+    pub id: u64,
+    pub addr: String,
+    /// `voter` or `learner`.
+    pub membership: &'static str,
+}
+
+/// Why a change was not made, as the routes answer it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum AdminError {
+    /// 421: another node leads (its client address, if known).
+    NotLeader { leader: Option<String> },
+    /// 400: the request itself is wrong.
+    BadRequest(String),
+    /// 404: no such member.
+    NotFound(String),
+    /// 409: the change contradicts the membership.
+    Conflict(String),
+    /// 202: a learner that has not caught up yet.
+    Pending(String),
+    /// 500.
+    Failed(String),
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AddRequest {
+    addr: String,
+}
+
+fn admin_of(ctx: &HttpContext) -> Result<&Arc<dyn MembershipAdmin>, Response> {
+    ctx.members.as_ref().ok_or_else(|| {
+        error(
+            StatusCode::NOT_FOUND,
+            "membership changes online are for --mode raft; a priority cluster changes its --peers by rolling restart (docs/operations.md)",
+        )
+    })
+}
+
+fn answer(result: Result<Vec<MemberEntry>, AdminError>) -> Response {
+    match result {
+        Ok(members) => Json(json!({ "members": members })).into_response(),
+        Err(AdminError::NotLeader { leader }) => (
+            StatusCode::MISDIRECTED_REQUEST,
+            Json(json!({ "error": "this node is not the leader", "leader": leader })),
+        )
+            .into_response(),
+        Err(AdminError::BadRequest(why)) => error(StatusCode::BAD_REQUEST, why),
+        Err(AdminError::NotFound(why)) => error(StatusCode::NOT_FOUND, why),
+        Err(AdminError::Conflict(why)) => error(StatusCode::CONFLICT, why),
+        Err(AdminError::Pending(why)) => error(StatusCode::ACCEPTED, why),
+        Err(AdminError::Failed(why)) => error(StatusCode::INTERNAL_SERVER_ERROR, why),
+    }
+}
+
+/// `GET /v1/members`.
+pub async fn list(State(ctx): State<Arc<HttpContext>>) -> Response {
+    match admin_of(&ctx) {
+        Ok(admin) => answer(Ok(admin.list())),
+        Err(response) => response,
+    }
+}
+
+/// `POST /v1/members`.
+pub async fn add(
+    State(ctx): State<Arc<HttpContext>>,
+    body: Result<Json<AddRequest>, axum::extract::rejection::JsonRejection>,
+) -> Response {
+    let admin = match admin_of(&ctx) {
+        Ok(admin) => admin,
+        Err(response) => return response,
+    };
+    match body {
+        Ok(Json(request)) => answer(admin.add(&request.addr).await),
+        Err(rejection) => error(
+            StatusCode::BAD_REQUEST,
+            format!("expected {{\"addr\": \"host:port\"}}: {rejection}"),
+        ),
+    }
+}
+
+/// `DELETE /v1/members/{addr}`.
+pub async fn remove(State(ctx): State<Arc<HttpContext>>, Path(addr): Path<String>) -> Response {
+    match admin_of(&ctx) {
+        Ok(admin) => answer(admin.remove(&addr).await),
+        Err(response) => response,
+    }
+}

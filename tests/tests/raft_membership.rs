@@ -1,0 +1,280 @@
+//! Raft membership changed online with real `batond` processes, through
+//! the HTTP endpoint's `/v1/members` (what `baton member` calls): a dead
+//! follower's disk replaced (removed, wiped, started with `--join`, added
+//! again), a cluster grown by a node that joins and shrunk again, and the
+//! refusals (an address taken twice, a follower asked, a node added but
+//! started without `--join`).
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use baton_tests::cluster::{field, probe_status};
+use baton_tests::http::{http_get, http_send, HttpReply};
+use baton_tests::port::free_addrs;
+use baton_tests::raft::{grant, RaftCluster, REQUEST, SERIAL, SETTLE};
+use baton_tests::Batond;
+use serde_json::Value;
+use tokio::time::Instant;
+
+fn json(reply: &HttpReply) -> Value {
+    serde_json::from_str(&reply.body).unwrap_or_else(|e| panic!("{e}: {reply:?}"))
+}
+
+fn http_args(addr: SocketAddr) -> Vec<String> {
+    vec!["--http-listen".into(), addr.to_string()]
+}
+
+/// The members' addresses and `voter`/`learner`, sorted.
+fn members(reply: &HttpReply) -> Vec<(String, String)> {
+    let body = json(reply);
+    let mut out: Vec<(String, String)> = body["members"]
+        .as_array()
+        .unwrap_or_else(|| panic!("no members: {body}"))
+        .iter()
+        .map(|m| {
+            (
+                m["addr"].as_str().unwrap_or_default().to_string(),
+                m["membership"].as_str().unwrap_or_default().to_string(),
+            )
+        })
+        .collect();
+    out.sort();
+    out
+}
+
+/// `POST /v1/members` until the node votes (202 while it catches up).
+async fn add_member(http: SocketAddr, addr: SocketAddr) -> HttpReply {
+    let body = format!("{{\"addr\": \"{addr}\"}}");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let reply = http_send(http, "POST", "/v1/members", Some(&body)).await;
+        if reply.code != 202 || Instant::now() >= deadline {
+            return reply;
+        }
+    }
+}
+
+/// A node that joins the running cluster at `addr` on `data_dir`.
+fn start_joining(addr: SocketAddr, data_dir: &std::path::Path, http: SocketAddr) -> Batond {
+    let data = data_dir.to_string_lossy().into_owned();
+    let http = http.to_string();
+    Batond::start_at(
+        addr,
+        &[
+            "--mode",
+            "raft",
+            "--join",
+            "--data-dir",
+            &data,
+            "--http-listen",
+            &http,
+        ],
+    )
+}
+
+fn wipe(dir: &std::path::Path) {
+    for entry in std::fs::read_dir(dir).unwrap_or_else(|e| panic!("{e}")) {
+        let path = entry.unwrap_or_else(|e| panic!("{e}")).path();
+        let removed = if path.is_dir() {
+            std::fs::remove_dir_all(&path)
+        } else {
+            std::fs::remove_file(&path)
+        };
+        removed.unwrap_or_else(|e| panic!("cannot remove {}: {e}", path.display()));
+    }
+}
+
+/// Polls `S` on `addr` until it shows `locks` grants and a token of at
+/// least `token`: the node holds the table.
+async fn wait_holds(addr: SocketAddr, locks: u64, token: u64) {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let status = probe_status(addr, Duration::from_millis(500)).await;
+        if let Some(status) = &status {
+            let held = field(status, "locks").parse::<u64>().ok();
+            let seen = field(status, "token").parse::<u64>().ok();
+            if held == Some(locks) && seen.is_some_and(|t| t >= token) {
+                return;
+            }
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{addr} does not hold {locks} locks up to token {token}: {status:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dead_followers_disk_is_replaced_and_it_holds_every_lock_again() {
+    let _serial = SERIAL.lock().await;
+    let http = free_addrs(3).expect("ports");
+    let mut cluster = RaftCluster::start_each(3, |i| http_args(http[i]));
+    let (leader, _) = cluster.wait_leader(SETTLE).await;
+    let mut client = cluster.client(leader);
+    let mut tokens = Vec::new();
+    for i in 0..20 {
+        tokens.push(grant(&mut client, &format!("m/{i}")).await);
+    }
+    let highest = *tokens.iter().max().expect("tokens");
+    cluster.wait_replicated(highest, REQUEST).await;
+
+    // A follower dies with its disk.
+    let dead = (leader + 1) % 3;
+    let other = (leader + 2) % 3;
+    let dead_addr = cluster.peers[dead];
+    cluster.nodes[dead].kill();
+    wipe(cluster.dirs[dead].path());
+
+    // Its address is taken: it cannot be added over itself.
+    let again = add_member(http[leader], dead_addr).await;
+    assert_eq!(again.code, 409, "{again:?}");
+    // A follower does not change the membership: it names the leader.
+    let asked = http_send(
+        http[other],
+        "DELETE",
+        &format!("/v1/members/{dead_addr}"),
+        None,
+    )
+    .await;
+    assert_eq!(asked.code, 421, "{asked:?}");
+    assert_eq!(json(&asked)["leader"], cluster.peers[leader].to_string());
+
+    let removed = http_send(
+        http[leader],
+        "DELETE",
+        &format!("/v1/members/{dead_addr}"),
+        None,
+    )
+    .await;
+    assert_eq!(removed.code, 200, "{removed:?}");
+    assert!(
+        members(&removed)
+            .iter()
+            .all(|(a, _)| *a != dead_addr.to_string()),
+        "{removed:?}"
+    );
+
+    // The replacement: the same address, an empty disk, --join.
+    cluster.nodes[dead] = start_joining(dead_addr, cluster.dirs[dead].path(), http[dead]);
+    let added = add_member(http[leader], dead_addr).await;
+    assert_eq!(added.code, 200, "{added:?}");
+    assert!(
+        members(&added).contains(&(dead_addr.to_string(), "voter".to_string())),
+        "{added:?}"
+    );
+    wait_holds(dead_addr, 20, highest).await;
+
+    // It counts in the majority: with the third node gone, the leader
+    // and the new node still grant, above every earlier token.
+    cluster.nodes[other].kill();
+    let mut client = cluster.client(leader);
+    let later = grant(&mut client, "m/after").await;
+    assert!(later > highest, "{later} after {highest}");
+    wait_holds(dead_addr, 21, later).await;
+
+    // Every node restarted: each uses the committed membership, not its
+    // --peers (where the replaced node still stands under its old id).
+    for i in 0..3 {
+        if cluster.nodes[i].is_running() {
+            cluster.nodes[i].kill();
+        }
+    }
+    for i in 0..3 {
+        cluster.nodes[i].restart();
+    }
+    let (leader, _) = cluster.wait_leader(SETTLE).await;
+    let mut queries = cluster.nodes[leader].connect().await;
+    for (i, token) in tokens.iter().enumerate() {
+        let reply = queries.request(&format!("Q m/{i}")).await;
+        assert!(
+            reply.starts_with(&format!("Q m/{i} token={token} ")),
+            "{reply:?}"
+        );
+    }
+    let mut client = cluster.client(leader);
+    let last = grant(&mut client, "m/restarted").await;
+    assert!(last > later, "{last} after {later}");
+    let listed = http_get(http[leader], "/v1/members", None).await;
+    assert_eq!(members(&listed).len(), 3, "{listed:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cluster_grows_by_a_joining_node_and_shrinks_again() {
+    let _serial = SERIAL.lock().await;
+    let http = free_addrs(4).expect("ports");
+    let mut cluster = RaftCluster::start_each(3, |i| http_args(http[i]));
+    let (leader, _) = cluster.wait_leader(SETTLE).await;
+    let mut client = cluster.client(leader);
+    let token = grant(&mut client, "grow/1").await;
+
+    let fourth = free_addrs(1).expect("port")[0];
+    let dir = tempfile::tempdir().expect("dir");
+    // Started without --join, a node the cluster did not seed refuses to
+    // guess who it is.
+    let data = dir.path().to_string_lossy().into_owned();
+    let list = cluster
+        .peers
+        .iter()
+        .map(ToString::to_string)
+        .collect::<Vec<_>>()
+        .join(",");
+    let alone = baton_tests::binary::batond_bin();
+    let output = std::process::Command::new(alone)
+        .args(["--mode", "raft", "--listen", &fourth.to_string()])
+        .args(["--peers", &list, "--data-dir", &data])
+        .args(["--cluster-key-file", "/dev/null"])
+        .output()
+        .expect("batond runs");
+    assert_eq!(output.status.code(), Some(2), "{output:?}");
+    assert!(
+        String::from_utf8_lossy(&output.stderr).contains("--join"),
+        "{output:?}"
+    );
+
+    let mut joined = start_joining(fourth, dir.path(), http[3]);
+    let added = add_member(http[leader], fourth).await;
+    assert_eq!(added.code, 200, "{added:?}");
+    assert_eq!(members(&added).len(), 4, "{added:?}");
+    wait_holds(fourth, 1, token).await;
+    let view = json(&http_get(http[leader], "/v1/cluster", None).await);
+    let listed = view["members"].as_array().expect("members");
+    assert_eq!(listed.len(), 4, "{view}");
+    assert!(listed.iter().all(|m| m["membership"] == "voter"), "{view}");
+    // The joined node redirects clients to the leader it learned.
+    let status = probe_status(fourth, Duration::from_millis(500))
+        .await
+        .expect("S");
+    assert_eq!(field(&status, "role"), "follower");
+    assert_eq!(field(&status, "active"), cluster.peers[leader].to_string());
+
+    // Shrunk again: the joined node leaves, and the three carry on.
+    let removed = http_send(
+        http[leader],
+        "DELETE",
+        &format!("/v1/members/{fourth}"),
+        None,
+    )
+    .await;
+    assert_eq!(removed.code, 200, "{removed:?}");
+    assert_eq!(members(&removed).len(), 3, "{removed:?}");
+    joined.kill();
+    let next = grant(&mut client, "grow/2").await;
+    assert!(next > token);
+    let missing = http_send(
+        http[leader],
+        "DELETE",
+        &format!("/v1/members/{fourth}"),
+        None,
+    )
+    .await;
+    assert_eq!(missing.code, 404, "{missing:?}");
+    let bad = http_send(
+        http[leader],
+        "POST",
+        "/v1/members",
+        Some("{\"addr\": \"no port\"}"),
+    )
+    .await;
+    assert_eq!(bad.code, 400, "{bad:?}");
+}
