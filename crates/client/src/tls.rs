@@ -108,6 +108,21 @@ impl TlsConfig {
         Ok(self)
     }
 
+    /// The rustls configuration this makes, for another protocol to the
+    /// same nodes (the `baton` CLI's HTTP admin requests, say): the same
+    /// CA, client certificate and protocol versions as the client's
+    /// connections.
+    ///
+    /// ```no_run
+    /// let tls = baton_client::TlsConfig::from_ca_file("/etc/baton/ca.pem")?;
+    /// let rustls_config = tls.rustls_client_config()?;
+    /// # let _ = rustls_config;
+    /// # Ok::<(), baton_client::Error>(())
+    /// ```
+    pub fn rustls_client_config(&self) -> Result<Arc<rustls::ClientConfig>> {
+        self.client_config()
+    }
+
     /// The rustls configuration every connection of a client shares.
     pub(crate) fn client_config(&self) -> Result<Arc<rustls::ClientConfig>> {
         let provider = Arc::new(rustls::crypto::ring::default_provider());
