@@ -57,7 +57,11 @@ fn every_flag_of_exec_start_is_one_batond_has() {
     let words: Vec<&str> = exec.split_whitespace().collect();
     assert!(words[0].ends_with("/batond"), "{exec}");
     let help = help();
-    let flags: Vec<&str> = words.iter().copied().filter(|w| w.starts_with("--")).collect();
+    let flags: Vec<&str> = words
+        .iter()
+        .copied()
+        .filter(|w| w.starts_with("--"))
+        .collect();
     assert!(flags.len() >= 5, "{exec}");
     for flag in &flags {
         let name = flag.split('=').next().unwrap_or(flag);

@@ -20,6 +20,14 @@ use crate::error::{Error, Result};
 
 /// What a client trusts and shows when it speaks TLS; give it to
 /// [`ClientBuilder::tls`](crate::ClientBuilder::tls).
+///
+/// ```no_run
+/// let tls = baton_client::TlsConfig::from_ca_file("/etc/baton/ca.pem")?
+///     .identity_files("/etc/baton/client.pem", "/etc/baton/client.key")?;
+/// let builder = baton_client::Client::builder().servers(["node-1.example:7411"]).tls(tls);
+/// # let _ = builder;
+/// # Ok::<(), baton_client::Error>(())
+/// ```
 #[derive(Clone)]
 pub struct TlsConfig {
     roots: Arc<rustls::RootCertStore>,
@@ -43,6 +51,12 @@ fn setup(what: impl std::fmt::Display, why: impl std::fmt::Display) -> Error {
 
 impl TlsConfig {
     /// Trusts the CA certificates of a PEM file.
+    ///
+    /// ```no_run
+    /// let tls = baton_client::TlsConfig::from_ca_file("/etc/baton/ca.pem")?;
+    /// # let _ = tls;
+    /// # Ok::<(), baton_client::Error>(())
+    /// ```
     pub fn from_ca_file(path: impl AsRef<Path>) -> Result<TlsConfig> {
         let path = path.as_ref();
         let pem = std::fs::read(path).map_err(|e| setup(path.display(), e))?;
@@ -50,6 +64,11 @@ impl TlsConfig {
     }
 
     /// Trusts the CA certificates of PEM text.
+    ///
+    /// ```
+    /// // Not PEM: a setup error naming what is wrong.
+    /// assert!(baton_client::TlsConfig::from_ca_pem(b"not pem").is_err());
+    /// ```
     pub fn from_ca_pem(pem: &[u8]) -> Result<TlsConfig> {
         TlsConfig::ca_certs(pem, "the CA PEM")
     }
@@ -67,6 +86,13 @@ impl TlsConfig {
 
     /// Shows this client certificate (chain, PEM) and key (PEM) to nodes
     /// that ask for one, from files.
+    ///
+    /// ```no_run
+    /// let tls = baton_client::TlsConfig::from_ca_file("ca.pem")?
+    ///     .identity_files("client.pem", "client.key")?;
+    /// # let _ = tls;
+    /// # Ok::<(), baton_client::Error>(())
+    /// ```
     pub fn identity_files(
         self,
         cert: impl AsRef<Path>,
@@ -84,6 +110,14 @@ impl TlsConfig {
     }
 
     /// Shows this client certificate and key, as PEM text.
+    ///
+    /// ```no_run
+    /// let ca = std::fs::read("ca.pem").unwrap();
+    /// let (cert, key) = (std::fs::read("client.pem").unwrap(), std::fs::read("client.key").unwrap());
+    /// let tls = baton_client::TlsConfig::from_ca_pem(&ca)?.identity_pem(&cert, &key)?;
+    /// # let _ = tls;
+    /// # Ok::<(), baton_client::Error>(())
+    /// ```
     pub fn identity_pem(self, cert_pem: &[u8], key_pem: &[u8]) -> Result<TlsConfig> {
         self.identity(
             cert_pem,
