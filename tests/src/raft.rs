@@ -1,5 +1,5 @@
 //! A Raft cluster of real `batond --mode raft` processes on loopback, each
-//! with its own data directory, next to the priority [`Cluster`]
+//! with its own data directory, next to the priority [`Cluster`](crate::cluster::Cluster)
 //! (`crate::cluster::Cluster`) and started the same way (one peer list of
 //! free ports, [`start_cluster_nodes`]); and the client helpers the Raft
 //! tests share. Every wait polls `S` and is bounded.

@@ -11,8 +11,9 @@ use crate::seconds::parse_seconds;
 
 /// Command-line client for Baton lock servers.
 ///
-/// Durations are seconds with at most 3 decimals (`30`, `0.5`); a wait of 0
-/// waits as long as the node allows (its maximum wait).
+/// Durations are seconds (`30`, `0.5`, at most 3 decimals) or a number
+/// with a unit: `500ms`, `5s`, `1.5s`, `2m`, `1h`. A wait of 0 waits as
+/// long as the node allows (its maximum wait).
 #[derive(Debug, Parser)]
 #[command(name = "baton", version, after_help = exit::HELP)]
 pub struct Cli {
@@ -38,6 +39,11 @@ pub struct Cli {
     #[command(flatten)]
     pub tls: crate::tls::TlsFlags,
 
+    /// The nodes' HTTP endpoint (`batond --http-listen`), for `locks`:
+    /// host:port. Without it, the `http=` a node shows in its status.
+    #[arg(long, global = true, env = "BATON_HTTP", value_name = "ADDR")]
+    pub http: Option<String>,
+
     #[command(subcommand)]
     pub command: Command,
 }
@@ -51,6 +57,9 @@ pub enum Command {
         /// How long to wait for the lock (0: as long as the node allows).
         #[arg(long, default_value = "0", value_parser = parse_seconds)]
         wait: Duration,
+        /// One attempt, no waiting: exit 3 at once if the lock is held.
+        #[arg(long = "try", conflicts_with = "wait")]
+        try_once: bool,
         /// How long the grant lasts unless renewed.
         #[arg(long, default_value = "30", value_parser = parse_seconds)]
         lease: Duration,
@@ -61,11 +70,29 @@ pub enum Command {
     Renew {
         key: OsString,
         token: u64,
-        #[arg(long, value_parser = parse_seconds)]
+        /// The new lease, counted from now.
+        #[arg(long, default_value = "30", value_parser = parse_seconds)]
         lease: Duration,
     },
     /// Show every node: address, role, active node, last token, locks, waiters.
-    Status,
+    Status {
+        /// One JSON array of node objects instead: every status field, and
+        /// `"error"` for a node that could not be asked.
+        #[arg(long)]
+        json: bool,
+    },
+    /// List the held locks, by key: KEY TOKEN LEASE WAITERS (from the
+    /// HTTP endpoint's /v1/locks; see --http).
+    Locks {
+        /// Only keys that start with this.
+        prefix: Option<String>,
+        /// One JSON array of lock objects instead.
+        #[arg(long)]
+        json: bool,
+        /// At most this many locks (1 to 1000000).
+        #[arg(long, default_value = "1000", value_parser = clap::value_parser!(u64).range(1..=1_000_000))]
+        limit: u64,
+    },
     /// Show who holds KEY: `KEY token=<t> lease=<seconds left> waiters=<n>`,
     /// or `token=- lease=-` while it is free (the protocol's `Q`).
     Inspect {
@@ -86,12 +113,22 @@ pub enum Command {
     /// Hold the lock while a command runs: BATON_KEY and BATON_TOKEN are set
     /// in its environment, the lease is renewed while it runs, the lock is
     /// released when it ends, and baton exits with its status. If the lease
-    /// is lost, the command is terminated and baton exits 7.
+    /// is lost (a renewal answered "not held", or none got through before
+    /// the lease's end), the command gets SIGTERM (SIGKILL 2 s later) and
+    /// baton exits 7.
     Run {
         key: OsString,
         /// How long to wait for the lock (0: as long as the node allows).
         #[arg(long, default_value = "0", value_parser = parse_seconds)]
         wait: Duration,
+        /// One attempt, no waiting: exit 3 at once if the lock is held.
+        #[arg(long = "try", conflicts_with = "wait")]
+        try_once: bool,
+        /// Keep baton's exit codes apart from the command's: exit 0 if the
+        /// command succeeded, 10 if it failed (its status is printed on
+        /// stderr), and 1-9 only for baton's own outcomes.
+        #[arg(long)]
+        child_exit_code: bool,
         /// Lease, renewed every third of it while the command runs.
         #[arg(long, default_value = "30", value_parser = parse_seconds)]
         lease: Duration,

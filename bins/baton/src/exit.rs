@@ -13,7 +13,8 @@ pub enum Exit {
     Failure = 1,
     /// Bad arguments (also what clap uses for its own usage errors).
     Usage = 2,
-    /// The wait ran out before the lock was granted.
+    /// The wait ran out before the lock was granted (with `--try`: the lock
+    /// was held).
     TimedOut = 3,
     /// No node could be reached.
     NoServer = 4,
@@ -28,6 +29,9 @@ pub enum Exit {
     AuthFailed = 8,
     /// The user may not use that key (`E ... permission denied`).
     PermissionDenied = 9,
+    /// `run --child-exit-code`: the command ran and failed (exited non-zero
+    /// or was killed by a signal).
+    ChildFailed = 10,
 }
 
 /// The table shown at the end of `--help`.
@@ -36,8 +40,8 @@ Exit codes:
   0  success
   1  other failure (unexpected answer, I/O error)
   2  usage error
-  3  wait timed out: the lock was not granted
-  4  no server reachable
+  3  wait timed out: the lock was not granted (with --try: it is held)
+  4  no server reachable (the error names each address and the cause)
   5  rejected by the node (E: malformed or beyond a limit)
   6  not held: no live grant with that token (release, renew), or
      nothing to force-release
@@ -45,8 +49,13 @@ Exit codes:
   8  authentication failed (wrong user or secret, none given to a node
      that requires one, or given to a node without users)
   9  permission denied: the user may not use that key
-  run otherwise exits with the command's status (128+N if killed by
-  signal N; 126 if it cannot be executed, 127 if it is not found).";
+  10 run --child-exit-code: the command ran and failed (its status is
+     printed on stderr)
+  126, 127  run: the command cannot be executed, or is not found
+  Without --child-exit-code, run exits with the command's own status
+  once it ran to its end (128+N if killed by signal N), which a command
+  may make look like any code above; with it, 0 means the command
+  succeeded, 10 that it failed, and every other code is baton's own.";
 
 impl Exit {
     pub fn of(err: &Error) -> Exit {

@@ -2,21 +2,27 @@
 //! scripts, shows the cluster's status, runs commands under a lock, and
 //! makes cluster keys.
 
+mod admin_http;
 mod cli;
 mod credentials;
 mod exit;
 mod inspect;
 mod keygen;
+mod locks;
 mod run;
 mod seconds;
+mod status_json;
 mod status_table;
 mod tls;
+mod unreachable;
 
 use std::process::ExitCode;
+use std::time::Duration;
 
 use baton_client::{Client, Error, NodeStatus};
 use clap::Parser;
 
+use crate::admin_http::AdminHttp;
 use crate::cli::{Cli, Command};
 use crate::exit::Exit;
 
@@ -39,10 +45,27 @@ fn main() -> ExitCode {
     runtime.block_on(dispatch(cli))
 }
 
-/// Prints `err` as one line and returns its exit code.
+/// Prints `err` as one line and returns its exit code. "No server
+/// reachable" names each address and why it could not be reached.
 pub(crate) fn fail(err: &Error) -> ExitCode {
-    eprintln!("baton: {err}");
+    match err {
+        Error::NoServer => match unreachable::explain() {
+            Some(why) => eprintln!("baton: {why}"),
+            None => eprintln!("baton: {err}"),
+        },
+        _ => eprintln!("baton: {err}"),
+    }
     Exit::of(err).code()
+}
+
+/// `--try`: the shortest wait the protocol carries (1 ms; 0 would mean
+/// the node's maximum), so one attempt and no queueing to speak of.
+fn wait_or_try(wait: Duration, try_once: bool) -> Duration {
+    if try_once {
+        Duration::from_millis(1)
+    } else {
+        wait
+    }
 }
 
 async fn dispatch(cli: Cli) -> ExitCode {
@@ -52,21 +75,47 @@ async fn dispatch(cli: Cli) -> ExitCode {
         .map(|s| s.trim().to_owned())
         .filter(|s| !s.is_empty())
         .collect();
+    unreachable::remember(&servers);
+    let tls = match cli.tls.config() {
+        Ok(tls) => tls,
+        Err(err) => return fail(&err),
+    };
     let mut builder = match cli.tls.apply(Client::builder().servers(servers.clone())) {
         Ok(builder) => builder,
         Err(err) => return fail(&err),
     };
-    match credentials::credentials(cli.user.as_deref(), cli.secret_file.as_deref()) {
-        Ok(Some((user, secret))) => builder = builder.credentials(user, secret),
-        Ok(None) => {}
-        Err(message) => {
-            eprintln!("baton: {message}");
-            return Exit::Usage.code();
-        }
+    let credentials =
+        match credentials::credentials(cli.user.as_deref(), cli.secret_file.as_deref()) {
+            Ok(credentials) => credentials,
+            Err(message) => {
+                eprintln!("baton: {message}");
+                return Exit::Usage.code();
+            }
+        };
+    if let Some((user, secret)) = &credentials {
+        builder = builder.credentials(user, secret);
+    }
+    if let Command::Locks {
+        prefix,
+        json,
+        limit,
+    } = cli.command
+    {
+        let options = locks::LocksOptions {
+            prefix,
+            json,
+            limit,
+        };
+        let admin = Admin {
+            http: cli.http,
+            tls,
+            credentials,
+        };
+        return admin.locks(builder, &options).await;
     }
     let client = builder.build().await;
-    if let Command::Status = cli.command {
-        return status(client, servers).await;
+    if let Command::Status { json } = cli.command {
+        return status(client, servers, json).await;
     }
     let client = match client {
         Ok(client) => client,
@@ -84,8 +133,13 @@ async fn dispatch(cli: Cli) -> ExitCode {
 /// Runs one command other than `status` and returns its exit code.
 async fn command(client: &Client, command: Command) -> ExitCode {
     let outcome = match command {
-        Command::Acquire { key, wait, lease } => client
-            .acquire(key.as_encoded_bytes(), wait, lease)
+        Command::Acquire {
+            key,
+            wait,
+            try_once,
+            lease,
+        } => client
+            .acquire(key.as_encoded_bytes(), wait_or_try(wait, try_once), lease)
             .await
             .map(|guard| println!("{}", guard.into_token())),
         Command::Release { key, token } => client.release(key.as_encoded_bytes(), token).await,
@@ -101,16 +155,27 @@ async fn command(client: &Client, command: Command) -> ExitCode {
         Command::Run {
             key,
             wait,
+            try_once,
             lease,
+            child_exit_code,
             command,
-        } => return run::run(client, &key, wait, lease, &command).await,
+        } => {
+            let options = run::RunOptions {
+                key: &key,
+                wait: wait_or_try(wait, try_once),
+                lease,
+                child_exit_code,
+                command: &command,
+            };
+            return run::run(client, options).await;
+        }
         Command::Inspect { key, json } => {
             return inspect::inspect(client, key.as_encoded_bytes(), json).await
         }
         Command::ForceRelease { key, yes } => {
             return inspect::force_release(client, key.as_encoded_bytes(), yes).await
         }
-        Command::Status | Command::Keygen => Ok(()),
+        Command::Status { .. } | Command::Locks { .. } | Command::Keygen => Ok(()),
     };
     match outcome {
         Ok(()) => Exit::Ok.code(),
@@ -118,7 +183,55 @@ async fn command(client: &Client, command: Command) -> ExitCode {
     }
 }
 
-async fn status(client: Result<Client, Error>, servers: Vec<String>) -> ExitCode {
+/// What the admin commands need to reach the HTTP endpoint.
+struct Admin {
+    /// `--http`.
+    http: Option<String>,
+    tls: Option<baton_client::TlsConfig>,
+    credentials: Option<(String, Vec<u8>)>,
+}
+
+impl Admin {
+    /// The HTTP client: `--http`, or the endpoint a node advertises.
+    async fn http(self, builder: baton_client::ClientBuilder) -> Result<AdminHttp, ExitCode> {
+        let tls = match self
+            .tls
+            .as_ref()
+            .map(|t| t.rustls_client_config())
+            .transpose()
+        {
+            Ok(tls) => tls,
+            Err(err) => return Err(fail(&err)),
+        };
+        let addr = match self.http {
+            Some(addr) => addr,
+            None => locks::discover(builder.build().await)
+                .await
+                .map_err(|(exit, message)| {
+                    eprintln!("baton: {message}");
+                    exit.code()
+                })?,
+        };
+        let credentials = self
+            .credentials
+            .as_ref()
+            .map(|(user, secret)| (user.as_str(), secret.as_slice()));
+        Ok(AdminHttp::new(addr, tls, credentials))
+    }
+
+    async fn locks(
+        self,
+        builder: baton_client::ClientBuilder,
+        options: &locks::LocksOptions,
+    ) -> ExitCode {
+        match self.http(builder).await {
+            Ok(http) => locks::locks(&http, options).await,
+            Err(code) => code,
+        }
+    }
+}
+
+async fn status(client: Result<Client, Error>, servers: Vec<String>, json: bool) -> ExitCode {
     let nodes = match client {
         Ok(client) => client.status_all().await,
         Err(Error::NoServer) => {
@@ -138,7 +251,11 @@ async fn status(client: Result<Client, Error>, servers: Vec<String>) -> ExitCode
         }
         Err(err) => return fail(&err),
     };
-    print!("{}", status_table::render(&nodes));
+    if json {
+        println!("{}", status_json::render(&nodes));
+    } else {
+        print!("{}", status_table::render(&nodes));
+    }
     if nodes.iter().any(|node| node.status.is_ok()) {
         Exit::Ok.code()
     } else {

@@ -14,18 +14,31 @@ use tokio::signal::unix::{signal, Signal as SignalStream, SignalKind};
 
 use crate::exit::Exit;
 
-/// How long a command gets to exit after SIGTERM before it is killed.
-const TERM_GRACE: Duration = Duration::from_secs(5);
+/// How long a command gets to exit after SIGTERM before it is killed: the
+/// lock no longer protects it, so not long.
+const TERM_GRACE: Duration = Duration::from_secs(2);
+
+/// What `baton run` was asked to do.
+#[derive(Debug)]
+pub struct RunOptions<'a> {
+    pub key: &'a OsString,
+    pub wait: Duration,
+    pub lease: Duration,
+    /// `--child-exit-code`: 0 or 10 for the command, never its own status.
+    pub child_exit_code: bool,
+    pub command: &'a [OsString],
+}
 
 /// Acquires `key`, runs `command` with the token in its environment while
 /// renewing, and releases at the end.
-pub async fn run(
-    client: &Client,
-    key: &OsString,
-    wait: Duration,
-    lease: Duration,
-    command: &[OsString],
-) -> ExitCode {
+pub async fn run(client: &Client, options: RunOptions<'_>) -> ExitCode {
+    let RunOptions {
+        key,
+        wait,
+        lease,
+        child_exit_code,
+        command,
+    } = options;
     let Some((program, args)) = command.split_first() else {
         eprintln!("baton: run needs a command after --");
         return Exit::Usage.code();
@@ -52,11 +65,13 @@ pub async fn run(
         }
     };
     match wait_while_held(&mut child, &guard, &mut signals).await {
-        Ok(status) => finish(guard, status).await,
+        Ok(status) => finish(guard, status, child_exit_code).await,
         Err(LeaseLost) => {
-            // The grant is gone already; releasing only tidies up in
-            // case the loss was a renewal that could not get through.
-            let _ = guard.release().await;
+            // The grant is gone: answered "not held", or its lease ended
+            // with no renewal through. A release would be answered "not
+            // held" at best, or keep baton waiting on an unreachable node:
+            // the guard is let go without one, and baton exits now.
+            let _ = guard.into_token();
             Exit::LeaseLost.code()
         }
     }
@@ -132,7 +147,11 @@ async fn wait_while_held(
 
 /// Releases the lock once the command is done and exits as the command did;
 /// a failed release is only a warning.
-async fn finish(guard: Guard, status: std::io::Result<ExitStatus>) -> ExitCode {
+async fn finish(
+    guard: Guard,
+    status: std::io::Result<ExitStatus>,
+    child_exit_code: bool,
+) -> ExitCode {
     let released = guard.release().await;
     let status = match status {
         Ok(status) => status,
@@ -149,7 +168,18 @@ async fn finish(guard: Guard, status: std::io::Result<ExitStatus>) -> ExitCode {
         };
         eprintln!("baton: warning: release failed: {note}");
     }
-    exit_code(status)
+    if !child_exit_code {
+        return exit_code(status);
+    }
+    if status.success() {
+        return Exit::Ok.code();
+    }
+    match (status.code(), status.signal()) {
+        (Some(code), _) => eprintln!("baton: the command exited with status {code}"),
+        (None, Some(signal)) => eprintln!("baton: the command was killed by signal {signal}"),
+        (None, None) => eprintln!("baton: the command failed"),
+    }
+    Exit::ChildFailed.code()
 }
 
 fn exit_code(status: ExitStatus) -> ExitCode {

@@ -27,14 +27,19 @@ pub fn render(nodes: &[NodeStatus]) -> String {
             ],
         });
     }
-    let mut widths = [0; 6];
-    for row in &rows {
+    pad(&rows)
+}
+
+/// Rows as text, columns padded to their widest cell, two spaces apart.
+pub fn pad<const N: usize>(rows: &[[String; N]]) -> String {
+    let mut widths = [0; N];
+    for row in rows {
         for (width, cell) in widths.iter_mut().zip(row) {
             *width = (*width).max(cell.chars().count());
         }
     }
     let mut out = String::new();
-    for row in &rows {
+    for row in rows {
         let mut line = String::new();
         for (i, (cell, width)) in row.iter().zip(widths).enumerate() {
             if i > 0 {

@@ -22,13 +22,21 @@ pub struct TlsFlags {
 impl TlsFlags {
     /// `builder` with TLS when the flags ask for it.
     pub fn apply(&self, builder: ClientBuilder) -> Result<ClientBuilder, Error> {
+        Ok(match self.config()? {
+            Some(tls) => builder.tls(tls),
+            None => builder,
+        })
+    }
+
+    /// The TLS configuration the flags describe, if they ask for TLS.
+    pub fn config(&self) -> Result<Option<TlsConfig>, Error> {
         let Some(ca) = &self.tls_ca else {
             if self.tls_cert.is_some() || self.tls_key.is_some() {
                 return Err(Error::TlsConfig {
                     why: "--tls-cert and --tls-key need --tls-ca".into(),
                 });
             }
-            return Ok(builder);
+            return Ok(None);
         };
         let mut tls = TlsConfig::from_ca_file(ca)?;
         match (&self.tls_cert, &self.tls_key) {
@@ -40,6 +48,6 @@ impl TlsFlags {
                 })
             }
         }
-        Ok(builder.tls(tls))
+        Ok(Some(tls))
     }
 }

@@ -43,6 +43,7 @@ pub async fn start<N: LockNode>(
     let bound = endpoint
         .local_addr()
         .map_err(|e| format!("the HTTP listener has no address: {e}"))?;
+    server.advertise_http(bound);
     let self_addr = config
         .advertise
         .clone()

@@ -34,6 +34,16 @@ const FREE_HOPS: u32 = 4;
 /// Dropping the last handle (and every [`Guard`]) closes the connections
 /// but releases nothing: locks of guards still alive stay held until their
 /// leases run out.
+///
+/// ```no_run
+/// # async fn demo(client: baton_client::Client) -> baton_client::Result<()> {
+/// # use std::time::Duration;
+/// let guard = client.acquire("jobs/report", Duration::from_secs(5), Duration::from_secs(30)).await?;
+/// guard.release().await?;
+/// client.close().await?;
+/// # Ok(())
+/// # }
+/// ```
 #[derive(Debug, Clone)]
 pub struct Client {
     pool: Arc<Pool>,
@@ -41,10 +51,24 @@ pub struct Client {
 }
 
 /// What one node said about itself, or why it could not be asked.
+///
+/// ```no_run
+/// # async fn demo(client: baton_client::Client) -> baton_client::Result<()> {
+/// # use std::time::Duration;
+/// for node in client.status_all().await {
+///     match node.status {
+///         Ok(status) => println!("{} {}", node.addr, status.role.as_str()),
+///         Err(err) => println!("{} unreachable: {err}", node.addr),
+///     }
+/// }
+/// # Ok(())
+/// # }
+/// ```
 #[derive(Debug)]
 pub struct NodeStatus {
     /// The address as registered in the client.
     pub addr: String,
+    /// Its `S` answer, or why it could not be asked.
     pub status: Result<StatusReport>,
 }
 
@@ -102,6 +126,18 @@ impl AcquireAttempt {
 }
 
 impl Client {
+    /// A builder: give it the servers, then [`build`](ClientBuilder::build).
+    ///
+    /// ```no_run
+    /// # async fn demo() -> baton_client::Result<()> {
+    /// let client = baton_client::Client::builder()
+    ///     .servers(["10.0.0.1:7411", "10.0.0.2:7411", "10.0.0.3:7411"])
+    ///     .build()
+    ///     .await?;
+    /// # let _ = client;
+    /// # Ok(())
+    /// # }
+    /// ```
     pub fn builder() -> ClientBuilder {
         ClientBuilder::default()
     }
@@ -144,6 +180,16 @@ impl Client {
     /// The error is the first release that got no verdict (no node reached,
     /// no answer): that lock may stay held until its lease runs out. A lock
     /// found already gone (`N R`) is not an error here.
+    ///
+    /// ```no_run
+    /// # async fn demo(client: baton_client::Client) -> baton_client::Result<()> {
+    /// # use std::time::Duration;
+    /// let _guard = client.acquire("jobs/a", Duration::ZERO, Duration::from_secs(30)).await?;
+    /// // Releases jobs/a and waits for the answer.
+    /// client.close().await?;
+    /// # Ok(())
+    /// # }
+    /// ```
     pub async fn close(&self) -> Result<()> {
         self.life.start_closing();
         let releases = self
@@ -193,6 +239,18 @@ impl Client {
     /// connection with what is left of the wait; [`Error::NoServer`] comes
     /// only when no usable connection remains after as many attempts as
     /// there are registered connections.
+    ///
+    /// ```no_run
+    /// # async fn demo(client: baton_client::Client) -> baton_client::Result<()> {
+    /// # use std::time::Duration;
+    /// match client.acquire("orders/42", Duration::from_secs(5), Duration::from_secs(30)).await {
+    ///     Ok(guard) => guard.release().await?,
+    ///     Err(baton_client::Error::TimedOut { .. }) => println!("busy, try later"),
+    ///     Err(err) => return Err(err),
+    /// }
+    /// # Ok(())
+    /// # }
+    /// ```
     pub async fn acquire(
         &self,
         key: impl AsRef<[u8]>,
@@ -330,6 +388,18 @@ impl Client {
 
     /// Takes the lock only if it is free now (the shortest wait the
     /// protocol can express, 1 ms).
+    ///
+    /// ```no_run
+    /// # async fn demo(client: baton_client::Client) -> baton_client::Result<()> {
+    /// # use std::time::Duration;
+    /// match client.try_acquire("orders/42", Duration::from_secs(30)).await {
+    ///     Ok(guard) => guard.release().await?,
+    ///     Err(baton_client::Error::TimedOut { .. }) => println!("held by someone else"),
+    ///     Err(err) => return Err(err),
+    /// }
+    /// # Ok(())
+    /// # }
+    /// ```
     pub async fn try_acquire(&self, key: impl AsRef<[u8]>, lease: Duration) -> Result<Guard> {
         self.acquire(key, Duration::from_millis(1), lease).await
     }
@@ -339,6 +409,15 @@ impl Client {
     /// Retried for 5 seconds at 200 ms intervals across connections until a
     /// node answers, so a connection breaking at the wrong moment does not
     /// leave the lock held until its lease runs out.
+    ///
+    /// ```no_run
+    /// # async fn demo(client: baton_client::Client) -> baton_client::Result<()> {
+    /// # use std::time::Duration;
+    /// let token = client.acquire("orders/42", Duration::ZERO, Duration::from_secs(30)).await?.into_token();
+    /// client.release("orders/42", token).await?;
+    /// # Ok(())
+    /// # }
+    /// ```
     pub async fn release(&self, key: impl AsRef<[u8]>, token: Token) -> Result<()> {
         if self.pool.is_shut_down() {
             return Err(Error::Closed);
@@ -356,6 +435,15 @@ impl Client {
     }
 
     /// Extends the grant of `key` with `token` to end `lease` from now.
+    ///
+    /// ```no_run
+    /// # async fn demo(client: baton_client::Client) -> baton_client::Result<()> {
+    /// # use std::time::Duration;
+    /// let token = client.acquire("orders/42", Duration::ZERO, Duration::from_secs(30)).await?.into_token();
+    /// client.renew("orders/42", token, Duration::from_secs(60)).await?;
+    /// # Ok(())
+    /// # }
+    /// ```
     pub async fn renew(&self, key: impl AsRef<[u8]>, token: Token, lease: Duration) -> Result<()> {
         self.renew_within(key, token, lease, self.pool.request_timeout)
             .await
@@ -386,6 +474,18 @@ impl Client {
     /// `Q <key>`: the key's live grant (token, lease left) and waiters, as
     /// the serving node sees them; in a Raft cluster a linearizable read.
     /// Redirects are followed within the request timeout.
+    ///
+    /// ```no_run
+    /// # async fn demo(client: baton_client::Client) -> baton_client::Result<()> {
+    /// # use std::time::Duration;
+    /// let state = client.inspect("orders/42").await?;
+    /// match state.grant {
+    ///     Some(grant) => println!("held with token {}", grant.token),
+    ///     None => println!("free, {} waiting", state.waiters),
+    /// }
+    /// # Ok(())
+    /// # }
+    /// ```
     pub async fn inspect(&self, key: impl AsRef<[u8]>) -> Result<KeyState> {
         self.check_open()?;
         let key = Key::new(key.as_ref())?;
@@ -398,6 +498,15 @@ impl Client {
 
     /// Asks every registered address for its `S` status, concurrently. A
     /// node without a usable connection is reported as [`Error::NoServer`].
+    ///
+    /// ```no_run
+    /// # async fn demo(client: baton_client::Client) -> baton_client::Result<()> {
+    /// # use std::time::Duration;
+    /// let up = client.status_all().await.iter().filter(|n| n.status.is_ok()).count();
+    /// println!("{up} nodes answered");
+    /// # Ok(())
+    /// # }
+    /// ```
     pub async fn status_all(&self) -> Vec<NodeStatus> {
         let asks = self.pool.addresses().into_iter().map(|addr| async move {
             let status = self.status_of(&addr).await;

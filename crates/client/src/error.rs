@@ -11,37 +11,71 @@ use baton_core::{Key, KeyError, Token};
 /// ([`Error::Rejected`], [`Error::InvalidKey`], [`Error::InvalidDuration`]),
 /// or stop touching the protected resource ([`Error::LeaseLost`],
 /// [`Error::NotHeld`]).
+///
+/// ```no_run
+/// # async fn demo(client: baton_client::Client) -> baton_client::Result<()> {
+/// # use std::time::Duration;
+/// match client.acquire("orders/42", Duration::from_secs(1), Duration::from_secs(30)).await {
+///     Ok(guard) => guard.release().await?,
+///     Err(baton_client::Error::TimedOut { key }) => println!("{key} is busy"),
+///     Err(baton_client::Error::NoServer) => println!("retry later"),
+///     Err(other) => return Err(other),
+/// }
+/// # Ok(())
+/// # }
+/// ```
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum Error {
     /// The wait ran out before the lock was granted (`T` from the node, or
     /// the wait elapsed while the client was failing over).
     #[error("timed out waiting for {key}")]
-    TimedOut { key: Key },
+    TimedOut {
+        /// The key asked for.
+        key: Key,
+    },
     /// No node could be reached on any connection.
     #[error("no server reachable")]
     NoServer,
     /// A node answered `E`: the request is malformed or beyond a limit.
     #[error("rejected by the node: {reason}")]
-    Rejected { reason: String },
+    Rejected {
+        /// The node's words after `E`.
+        reason: String,
+    },
     /// A renewal found that the grant no longer exists (`N K`): another
     /// holder may own the lock now.
     #[error("lease on {key} (token {token}) was lost")]
-    LeaseLost { key: Key, token: Token },
+    LeaseLost {
+        /// The lock.
+        key: Key,
+        /// The grant's token.
+        token: Token,
+    },
     /// A release found no live grant with that token (`N R`): it was already
     /// released or its lease expired.
     #[error("{key} is not held with token {token}")]
-    NotHeld { key: Key, token: Token },
+    NotHeld {
+        /// The lock.
+        key: Key,
+        /// The token given.
+        token: Token,
+    },
     /// A node took the request but did not answer in time.
     #[error("no answer from the node within {} ms", .after.as_millis())]
-    Unanswered { after: Duration },
+    Unanswered {
+        /// How long the client waited.
+        after: Duration,
+    },
     /// The key breaks the protocol's key rules; nothing was sent.
     #[error("invalid key: {0}")]
     InvalidKey(#[from] KeyError),
     /// A wait or lease the protocol cannot carry; nothing was sent.
     #[error("invalid {what}: {why}")]
     InvalidDuration {
+        /// `wait` or `lease`.
         what: &'static str,
+        /// What is wrong with it.
         why: &'static str,
     },
     /// The builder was given no server address.
@@ -57,11 +91,19 @@ pub enum Error {
     /// and the client does not (or the reverse), or a certificate does not
     /// verify. Retrying will not help; the configuration must change.
     #[error("TLS with {addr}: {why}")]
-    Tls { addr: String, why: String },
+    Tls {
+        /// The node's address.
+        addr: String,
+        /// What failed.
+        why: String,
+    },
     /// The TLS material given to the builder is unusable (a file that
     /// cannot be read, PEM without a certificate, a key that does not fit).
     #[error("TLS setup: {why}")]
-    TlsConfig { why: String },
+    TlsConfig {
+        /// What is wrong, naming the file.
+        why: String,
+    },
     /// A node answered something that does not fit the request.
     #[error("unexpected answer from the node: {0}")]
     Unexpected(String),
@@ -82,12 +124,25 @@ pub enum Error {
     /// The user may not use this key (`E <op> <key> permission denied`);
     /// nothing changed on the node.
     #[error("permission denied on {key}")]
-    PermissionDenied { key: Key },
+    PermissionDenied {
+        /// The key refused.
+        key: Key,
+    },
     /// The user name or secret given to the builder breaks the protocol's
     /// rules; nothing was sent.
     #[error("invalid credentials: {why}")]
-    InvalidCredentials { why: String },
+    InvalidCredentials {
+        /// The rule broken.
+        why: String,
+    },
 }
 
 /// Shorthand for results of client calls.
+///
+/// ```no_run
+/// async fn token_of(client: &baton_client::Client) -> baton_client::Result<u64> {
+///     let guard = client.acquire("k", std::time::Duration::ZERO, std::time::Duration::from_secs(30)).await?;
+///     Ok(guard.into_token())
+/// }
+/// ```
 pub type Result<T, E = Error> = std::result::Result<T, E>;

@@ -5,19 +5,37 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use baton_core::{Key, Token};
 
 /// Why a [`Fence`] refused an operation.
+///
+/// ```
+/// use baton_client::{Fence, FenceError, Key};
+/// let key = Key::try_from("orders/42").unwrap();
+/// let fence = Fence::new(key.clone());
+/// fence.admit(&key, 9).unwrap();
+/// assert!(matches!(fence.admit(&key, 8), Err(FenceError::Stale { highest: 9, .. })));
+/// let other = Key::try_from("orders/43").unwrap();
+/// assert!(matches!(fence.admit(&other, 10), Err(FenceError::OtherLock { .. })));
+/// ```
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum FenceError {
     /// A newer grant of the lock has been seen: the caller's lease lapsed
     /// and someone else holds (or held) the lock since.
     #[error("token {token} is older than {highest}, the newest seen for {key}")]
     Stale {
+        /// The fence's lock.
         key: Key,
+        /// The token presented.
         token: Token,
+        /// The newest token the fence has seen.
         highest: Token,
     },
     /// The token belongs to another lock, so it says nothing about this one.
     #[error("token for {got} presented to the fence of {key}")]
-    OtherLock { key: Key, got: Key },
+    OtherLock {
+        /// The fence's lock.
+        key: Key,
+        /// The lock the token was for.
+        got: Key,
+    },
 }
 
 /// Keeps the highest token seen for one lock and admits an operation only
@@ -57,6 +75,11 @@ pub struct Fence {
 
 impl Fence {
     /// A fence for `key` that has seen no token yet (tokens start at 1).
+    ///
+    /// ```
+    /// let fence = baton_client::Fence::new(baton_client::Key::try_from("orders/42").unwrap());
+    /// assert_eq!(fence.highest(), 0);
+    /// ```
     pub fn new(key: Key) -> Fence {
         Fence {
             key,
@@ -64,11 +87,24 @@ impl Fence {
         }
     }
 
+    /// The lock this fence guards.
+    ///
+    /// ```
+    /// let key = baton_client::Key::try_from("orders/42").unwrap();
+    /// assert_eq!(baton_client::Fence::new(key.clone()).key(), &key);
+    /// ```
     pub fn key(&self) -> &Key {
         &self.key
     }
 
     /// The highest token admitted so far, 0 if none.
+    ///
+    /// ```
+    /// let key = baton_client::Key::try_from("orders/42").unwrap();
+    /// let fence = baton_client::Fence::new(key.clone());
+    /// fence.admit(&key, 1057).unwrap();
+    /// assert_eq!(fence.highest(), 1057);
+    /// ```
     pub fn highest(&self) -> Token {
         self.highest.load(Ordering::Acquire)
     }
@@ -76,6 +112,13 @@ impl Fence {
     /// Admits `token` of lock `key` if it is at least the highest seen, and
     /// remembers it. Safe to call from many threads: the check and the
     /// update are one atomic step.
+    ///
+    /// ```
+    /// let key = baton_client::Key::try_from("orders/42").unwrap();
+    /// let fence = baton_client::Fence::new(key.clone());
+    /// assert_eq!(fence.admit(&key, 1057), Ok(1057));
+    /// assert!(fence.admit(&key, 1000).is_err());
+    /// ```
     pub fn admit(&self, key: &Key, token: Token) -> Result<Token, FenceError> {
         if key != &self.key {
             return Err(FenceError::OtherLock {

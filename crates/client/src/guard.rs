@@ -102,6 +102,17 @@ impl Held {
 /// its lease runs out. Without a runtime nothing is sent at all. So before a
 /// program exits, release its guards or call [`Client::close`]: `close`
 /// also waits for the background releases of guards dropped earlier.
+///
+/// ```no_run
+/// # async fn demo(client: baton_client::Client) -> baton_client::Result<()> {
+/// # use std::time::Duration;
+/// let mut guard = client.acquire("orders/42", Duration::from_secs(5), Duration::from_secs(30)).await?;
+/// guard.keep_alive();
+/// // ... the guarded work, writing with guard.token() ...
+/// guard.release().await?;
+/// # Ok(())
+/// # }
+/// ```
 pub struct Guard {
     held: Arc<Held>,
     keep_alive: Option<JoinHandle<()>>,
@@ -133,17 +144,45 @@ impl Guard {
         }
     }
 
+    /// The lock this guard holds.
+    ///
+    /// ```no_run
+    /// # async fn demo(client: baton_client::Client) -> baton_client::Result<()> {
+    /// # use std::time::Duration;
+    /// let guard = client.acquire("orders/42", Duration::from_secs(5), Duration::from_secs(30)).await?;
+    /// assert_eq!(guard.key().as_bytes(), b"orders/42");
+    /// # Ok(())
+    /// # }
+    /// ```
     pub fn key(&self) -> &Key {
         &self.held.key
     }
 
     /// The fencing token of this grant: pass it to the protected resource.
+    ///
+    /// ```no_run
+    /// # async fn demo(client: baton_client::Client) -> baton_client::Result<()> {
+    /// # use std::time::Duration;
+    /// let guard = client.acquire("orders/42", Duration::ZERO, Duration::from_secs(30)).await?;
+    /// println!("writing with fence token {}", guard.token());
+    /// # Ok(())
+    /// # }
+    /// ```
     pub fn token(&self) -> Token {
         self.held.token
     }
 
     /// Extends the grant to end `lease` from now. [`Error::LeaseLost`] means
     /// the grant is gone and the protected resource must not be touched.
+    ///
+    /// ```no_run
+    /// # async fn demo(client: baton_client::Client) -> baton_client::Result<()> {
+    /// # use std::time::Duration;
+    /// let guard = client.acquire("orders/42", Duration::ZERO, Duration::from_secs(30)).await?;
+    /// guard.renew(Duration::from_secs(60)).await?;
+    /// # Ok(())
+    /// # }
+    /// ```
     pub async fn renew(&self, lease: Duration) -> Result<()> {
         let window = self.held.client.request_timeout();
         self.held.renew(lease, window).await
@@ -152,6 +191,15 @@ impl Guard {
     /// Starts renewing in the background every third of the lease, until
     /// the guard is released or dropped. Watch [`Guard::lost`] to learn when
     /// renewal failed and the grant may be gone. Calling it again does nothing.
+    ///
+    /// ```no_run
+    /// # async fn demo(client: baton_client::Client) -> baton_client::Result<()> {
+    /// # use std::time::Duration;
+    /// let mut guard = client.acquire("orders/42", Duration::ZERO, Duration::from_secs(30)).await?;
+    /// guard.keep_alive(); // renewed every 10 s from now on
+    /// # Ok(())
+    /// # }
+    /// ```
     pub fn keep_alive(&mut self) {
         if self.keep_alive.is_none() {
             self.keep_alive = Some(tokio::spawn(keep_alive(Arc::clone(&self.held))));
@@ -159,6 +207,17 @@ impl Guard {
     }
 
     /// Whether the lease is known to be lost.
+    ///
+    /// ```no_run
+    /// # async fn demo(client: baton_client::Client) -> baton_client::Result<()> {
+    /// # use std::time::Duration;
+    /// let guard = client.acquire("orders/42", Duration::ZERO, Duration::from_secs(30)).await?;
+    /// if guard.is_lost() {
+    ///     return Err(guard.lost().await);
+    /// }
+    /// # Ok(())
+    /// # }
+    /// ```
     pub fn is_lost(&self) -> bool {
         *self.held.lost.borrow()
     }
@@ -166,6 +225,19 @@ impl Guard {
     /// Resolves when the lease is known to be lost: a renewal was answered
     /// `N K`, or the keep-alive could not renew before the lease ran out.
     /// Never resolves while the grant is fine.
+    ///
+    /// ```no_run
+    /// # async fn demo(client: baton_client::Client) -> baton_client::Result<()> {
+    /// # use std::time::Duration;
+    /// let mut guard = client.acquire("orders/42", Duration::ZERO, Duration::from_secs(30)).await?;
+    /// guard.keep_alive();
+    /// tokio::select! {
+    ///     () = tokio::time::sleep(Duration::from_secs(60)) => {}
+    ///     lost = guard.lost() => return Err(lost),
+    /// }
+    /// # Ok(())
+    /// # }
+    /// ```
     pub async fn lost(&self) -> Error {
         let mut lost = self.held.lost.subscribe();
         // The sender lives in `held`, which `self` keeps alive, so waiting
@@ -184,6 +256,15 @@ impl Guard {
     /// Releases the lock now (retried for 5 s across connections).
     /// [`Error::NotHeld`] means it had already expired or been released;
     /// [`Error::Closed`], that [`Client::close`] released it already.
+    ///
+    /// ```no_run
+    /// # async fn demo(client: baton_client::Client) -> baton_client::Result<()> {
+    /// # use std::time::Duration;
+    /// let guard = client.acquire("orders/42", Duration::ZERO, Duration::from_secs(30)).await?;
+    /// guard.release().await?;
+    /// # Ok(())
+    /// # }
+    /// ```
     pub async fn release(mut self) -> Result<()> {
         self.stop_keep_alive();
         if !self.held.settle() {
@@ -199,6 +280,16 @@ impl Guard {
     /// someone releases it with the returned token or its lease runs out,
     /// and [`Client::close`] leaves it alone. This is what a command-line
     /// `acquire` needs.
+    ///
+    /// ```no_run
+    /// # async fn demo(client: baton_client::Client) -> baton_client::Result<()> {
+    /// # use std::time::Duration;
+    /// let token = client.acquire("orders/42", Duration::ZERO, Duration::from_secs(30)).await?.into_token();
+    /// // Still held until released with this token or until the lease ends.
+    /// client.release("orders/42", token).await?;
+    /// # Ok(())
+    /// # }
+    /// ```
     pub fn into_token(mut self) -> Token {
         self.stop_keep_alive();
         self.held.settle();

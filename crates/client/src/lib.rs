@@ -54,6 +54,8 @@
 //! Tokens fence the resource: see [`Fence`] for the check the resource
 //! makes so that a holder whose lease lapsed cannot do harm.
 
+#![warn(missing_docs)]
+
 mod auth;
 mod builder;
 mod client;

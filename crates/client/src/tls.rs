@@ -20,6 +20,14 @@ use crate::error::{Error, Result};
 
 /// What a client trusts and shows when it speaks TLS; give it to
 /// [`ClientBuilder::tls`](crate::ClientBuilder::tls).
+///
+/// ```no_run
+/// let tls = baton_client::TlsConfig::from_ca_file("/etc/baton/ca.pem")?
+///     .identity_files("/etc/baton/client.pem", "/etc/baton/client.key")?;
+/// let builder = baton_client::Client::builder().servers(["node-1.example:7411"]).tls(tls);
+/// # let _ = builder;
+/// # Ok::<(), baton_client::Error>(())
+/// ```
 #[derive(Clone)]
 pub struct TlsConfig {
     roots: Arc<rustls::RootCertStore>,
@@ -43,6 +51,12 @@ fn setup(what: impl std::fmt::Display, why: impl std::fmt::Display) -> Error {
 
 impl TlsConfig {
     /// Trusts the CA certificates of a PEM file.
+    ///
+    /// ```no_run
+    /// let tls = baton_client::TlsConfig::from_ca_file("/etc/baton/ca.pem")?;
+    /// # let _ = tls;
+    /// # Ok::<(), baton_client::Error>(())
+    /// ```
     pub fn from_ca_file(path: impl AsRef<Path>) -> Result<TlsConfig> {
         let path = path.as_ref();
         let pem = std::fs::read(path).map_err(|e| setup(path.display(), e))?;
@@ -50,6 +64,11 @@ impl TlsConfig {
     }
 
     /// Trusts the CA certificates of PEM text.
+    ///
+    /// ```
+    /// // Not PEM: a setup error naming what is wrong.
+    /// assert!(baton_client::TlsConfig::from_ca_pem(b"not pem").is_err());
+    /// ```
     pub fn from_ca_pem(pem: &[u8]) -> Result<TlsConfig> {
         TlsConfig::ca_certs(pem, "the CA PEM")
     }
@@ -67,6 +86,13 @@ impl TlsConfig {
 
     /// Shows this client certificate (chain, PEM) and key (PEM) to nodes
     /// that ask for one, from files.
+    ///
+    /// ```no_run
+    /// let tls = baton_client::TlsConfig::from_ca_file("ca.pem")?
+    ///     .identity_files("client.pem", "client.key")?;
+    /// # let _ = tls;
+    /// # Ok::<(), baton_client::Error>(())
+    /// ```
     pub fn identity_files(
         self,
         cert: impl AsRef<Path>,
@@ -84,6 +110,14 @@ impl TlsConfig {
     }
 
     /// Shows this client certificate and key, as PEM text.
+    ///
+    /// ```no_run
+    /// let ca = std::fs::read("ca.pem").unwrap();
+    /// let (cert, key) = (std::fs::read("client.pem").unwrap(), std::fs::read("client.key").unwrap());
+    /// let tls = baton_client::TlsConfig::from_ca_pem(&ca)?.identity_pem(&cert, &key)?;
+    /// # let _ = tls;
+    /// # Ok::<(), baton_client::Error>(())
+    /// ```
     pub fn identity_pem(self, cert_pem: &[u8], key_pem: &[u8]) -> Result<TlsConfig> {
         self.identity(
             cert_pem,
@@ -106,6 +140,21 @@ impl TlsConfig {
         // Checked now, so a mismatched pair fails here rather than per connection.
         self.client_config()?;
         Ok(self)
+    }
+
+    /// The rustls configuration this makes, for another protocol to the
+    /// same nodes (the `baton` CLI's HTTP admin requests, say): the same
+    /// CA, client certificate and protocol versions as the client's
+    /// connections.
+    ///
+    /// ```no_run
+    /// let tls = baton_client::TlsConfig::from_ca_file("/etc/baton/ca.pem")?;
+    /// let rustls_config = tls.rustls_client_config()?;
+    /// # let _ = rustls_config;
+    /// # Ok::<(), baton_client::Error>(())
+    /// ```
+    pub fn rustls_client_config(&self) -> Result<Arc<rustls::ClientConfig>> {
+        self.client_config()
     }
 
     /// The rustls configuration every connection of a client shares.

@@ -70,6 +70,9 @@ pub(crate) struct NodeInfo<S> {
     pub(crate) config: ServerConfig,
     pub(crate) self_addr: String,
     pub(crate) peer_acceptor: Option<Arc<dyn PeerAcceptor<S>>>,
+    /// `http=` in `S`: the HTTP endpoint's address, once it is bound
+    /// (after the client port, hence set later than the rest).
+    pub(crate) http_addr: std::sync::OnceLock<String>,
 }
 
 impl<S> std::fmt::Debug for NodeInfo<S> {
@@ -96,8 +99,16 @@ impl<S> NodeInfo<S> {
             token: status.token,
             locks: status.locks,
             waiters: status.waiters,
-            extra: status.extra,
+            extra: self.with_http(status.extra),
         }
+    }
+
+    /// `extra` with `http=<addr>` last, when the endpoint is known.
+    fn with_http(&self, mut extra: Vec<(String, String)>) -> Vec<(String, String)> {
+        if let Some(addr) = self.http_addr.get() {
+            extra.push(("http".to_owned(), addr.clone()));
+        }
+        extra
     }
 }
 
@@ -174,6 +185,7 @@ impl<N: LockNode, L: Accept> Server<N, L> {
             config,
             self_addr,
             peer_acceptor: peers,
+            http_addr: std::sync::OnceLock::new(),
         });
         Ok(Server {
             listener,
@@ -192,6 +204,13 @@ impl<N: LockNode, L: Accept> Server<N, L> {
     /// stop with the server.
     pub fn tasks(&self) -> &Tasks {
         &self.tasks
+    }
+
+    /// Advertises the node's HTTP endpoint (`--http-listen`) as `http=<addr>`
+    /// in its `S` answers, so that `baton locks` can find it. Only the
+    /// first call counts.
+    pub fn advertise_http(&self, addr: SocketAddr) {
+        let _ = self.node.http_addr.set(addr.to_string());
     }
 
     /// The address actually bound (useful with port 0).

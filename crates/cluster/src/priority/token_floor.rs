@@ -18,7 +18,7 @@ use super::messages::NodeIndex;
 /// Tokens in one block: 16 ms of the wall-clock floor, so that rounding a
 /// floor up to the node's next block costs little of the wall-clock
 /// argument; large against the grants one call can make (at most one per
-/// queued waiter, plus one, see [`MAX_WAITERS`]).
+/// queued waiter, plus one, see `MAX_WAITERS`).
 pub const BLOCK: Token = 1 << 24;
 
 /// An active queues at most this many acquires: one call (a tick, a

@@ -3,7 +3,7 @@
 //!
 //! [`Auth`] holds the current users of the file, shared by every
 //! connection of the node and replaced whole by [`Auth::reload`] (SIGHUP in
-//! `batond`). Each connection has a [`Session`](session::Session) that
+//! `batond`). Each connection has a `Session` that
 //! gates its requests: until a `U` succeeds everything else is answered
 //! `authentication required`; a key outside the user's prefixes is
 //! answered `permission denied`; both change nothing. Without
