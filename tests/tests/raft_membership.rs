@@ -105,6 +105,22 @@ async fn wait_holds(addr: SocketAddr, locks: u64, token: u64) {
     }
 }
 
+/// Runs the `baton` CLI: its exit code, stdout and stderr.
+async fn baton(args: &[&str]) -> (Option<i32>, String, String) {
+    let output = tokio::process::Command::new(baton_tests::binary::baton_bin())
+        .args(args)
+        .output();
+    let output = tokio::time::timeout(Duration::from_secs(60), output)
+        .await
+        .expect("baton finishes")
+        .expect("baton runs");
+    (
+        output.status.code(),
+        String::from_utf8_lossy(&output.stdout).into_owned(),
+        String::from_utf8_lossy(&output.stderr).into_owned(),
+    )
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_dead_followers_disk_is_replaced_and_it_holds_every_lock_again() {
     let _serial = SERIAL.lock().await;
@@ -232,10 +248,24 @@ async fn a_cluster_grows_by_a_joining_node_and_shrinks_again() {
         "{output:?}"
     );
 
+    // Through the CLI, given a follower: it finds the leader's endpoint.
     let mut joined = start_joining(fourth, dir.path(), http[3]);
-    let added = add_member(http[leader], fourth).await;
-    assert_eq!(added.code, 200, "{added:?}");
-    assert_eq!(members(&added).len(), 4, "{added:?}");
+    let follower = cluster.peers[(leader + 1) % 3].to_string();
+    let (code, out, err) =
+        baton(&["--servers", &follower, "member", "add", &fourth.to_string()]).await;
+    assert_eq!(code, Some(0), "{out} {err}");
+    assert!(
+        out.contains(&format!("{fourth}")) && out.contains("voter"),
+        "{out}"
+    );
+    let (code, out, _) = baton(&["--servers", &follower, "member", "list", "--json"]).await;
+    assert_eq!(code, Some(0));
+    let listed: Value = serde_json::from_str(&out).expect("json");
+    assert_eq!(listed.as_array().map(Vec::len), Some(4), "{listed}");
+    let (code, _, err) =
+        baton(&["--servers", &follower, "member", "add", &fourth.to_string()]).await;
+    assert_eq!(code, Some(5), "already a voter: {err}");
+    assert!(err.contains("already a voting member"), "{err}");
     wait_holds(fourth, 1, token).await;
     let view = json(&http_get(http[leader], "/v1/cluster", None).await);
     let listed = view["members"].as_array().expect("members");
@@ -249,15 +279,16 @@ async fn a_cluster_grows_by_a_joining_node_and_shrinks_again() {
     assert_eq!(field(&status, "active"), cluster.peers[leader].to_string());
 
     // Shrunk again: the joined node leaves, and the three carry on.
-    let removed = http_send(
-        http[leader],
-        "DELETE",
-        &format!("/v1/members/{fourth}"),
-        None,
-    )
+    let (code, out, err) = baton(&[
+        "--servers",
+        &follower,
+        "member",
+        "remove",
+        &fourth.to_string(),
+    ])
     .await;
-    assert_eq!(removed.code, 200, "{removed:?}");
-    assert_eq!(members(&removed).len(), 3, "{removed:?}");
+    assert_eq!(code, Some(0), "{out} {err}");
+    assert_eq!(out.lines().count(), 4, "a head and three members: {out}");
     joined.kill();
     let next = grant(&mut client, "grow/2").await;
     assert!(next > token);

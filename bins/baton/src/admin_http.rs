@@ -123,7 +123,6 @@ impl AdminHttp {
 
     /// `POST path` with a JSON body.
     // The lead's `baton member add` sends with it.
-    #[allow(dead_code)]
     pub async fn post(&self, path: &str, body: &Value) -> Result<Reply, HttpError> {
         self.request(Method::POST, path, Some(body.to_string().into_bytes()))
             .await
@@ -131,7 +130,6 @@ impl AdminHttp {
 
     /// `DELETE path`.
     // The lead's `baton member remove` sends with it.
-    #[allow(dead_code)]
     pub async fn delete(&self, path: &str) -> Result<Reply, HttpError> {
         self.request(Method::DELETE, path, None).await
     }

@@ -81,6 +81,13 @@ pub enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// A Raft cluster's members: list them, add a node (started with
+    /// `batond --join`), remove one. Through the leader's HTTP endpoint
+    /// (/v1/members; see --http); an admin user with --auth-file.
+    Member {
+        #[command(subcommand)]
+        action: MemberAction,
+    },
     /// List the held locks, by key: KEY TOKEN LEASE WAITERS (from the
     /// HTTP endpoint's /v1/locks; see --http).
     Locks {
@@ -142,4 +149,29 @@ pub enum Command {
     /// file to every node, and start each with `--cluster-key-file
     /// cluster.key`.
     Keygen,
+}
+
+/// What `baton member` does.
+#[derive(Debug, Subcommand)]
+pub enum MemberAction {
+    /// Every member: ADDR MEMBERSHIP (voter or learner) ID.
+    List {
+        /// One JSON array instead.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Add the node at ADDR (its client address, as it will be known):
+    /// a learner first, then a voter once it has caught up with the log.
+    /// Start it first with `batond --mode raft --join`. Exits 3 if it is
+    /// still catching up when --timeout runs out (ask again later).
+    Add {
+        addr: String,
+        /// How long to wait for the new node to catch up.
+        #[arg(long, default_value = "60", value_parser = parse_seconds)]
+        timeout: Duration,
+    },
+    /// Remove the node at ADDR from the membership (it may be down). To
+    /// replace a node's disk: remove it, wipe it, start it with --join,
+    /// add it again.
+    Remove { addr: String },
 }

@@ -9,6 +9,7 @@ mod exit;
 mod inspect;
 mod keygen;
 mod locks;
+mod member;
 mod run;
 mod seconds;
 mod status_json;
@@ -23,7 +24,7 @@ use baton_client::{Client, Error, NodeStatus};
 use clap::Parser;
 
 use crate::admin_http::AdminHttp;
-use crate::cli::{Cli, Command};
+use crate::cli::{Cli, Command, MemberAction};
 use crate::exit::Exit;
 
 fn main() -> ExitCode {
@@ -113,6 +114,14 @@ async fn dispatch(cli: Cli) -> ExitCode {
         };
         return admin.locks(builder, &options).await;
     }
+    if let Command::Member { action } = cli.command {
+        let admin = Admin {
+            http: cli.http,
+            tls,
+            credentials,
+        };
+        return admin.member(builder, action).await;
+    }
     let client = builder.build().await;
     if let Command::Status { json } = cli.command {
         return status(client, servers, json).await;
@@ -175,7 +184,10 @@ async fn command(client: &Client, command: Command) -> ExitCode {
         Command::ForceRelease { key, yes } => {
             return inspect::force_release(client, key.as_encoded_bytes(), yes).await
         }
-        Command::Status { .. } | Command::Locks { .. } | Command::Keygen => Ok(()),
+        Command::Status { .. }
+        | Command::Locks { .. }
+        | Command::Member { .. }
+        | Command::Keygen => Ok(()),
     };
     match outcome {
         Ok(()) => Exit::Ok.code(),
@@ -184,6 +196,7 @@ async fn command(client: &Client, command: Command) -> ExitCode {
 }
 
 /// What the admin commands need to reach the HTTP endpoint.
+#[derive(Clone)]
 struct Admin {
     /// `--http`.
     http: Option<String>,
@@ -217,6 +230,25 @@ impl Admin {
             .as_ref()
             .map(|(user, secret)| (user.as_str(), secret.as_slice()));
         Ok(AdminHttp::new(addr, tls, credentials))
+    }
+
+    async fn member(self, builder: baton_client::ClientBuilder, action: MemberAction) -> ExitCode {
+        let request = match action {
+            MemberAction::List { json } => member::MemberRequest::List { json },
+            MemberAction::Add { addr, timeout } => member::MemberRequest::Add { addr, timeout },
+            MemberAction::Remove { addr } => member::MemberRequest::Remove { addr },
+        };
+        let mut again = Rediscovery {
+            admin: Admin {
+                http: None,
+                ..self.clone()
+            },
+            builder: builder.clone(),
+        };
+        match self.http(builder).await {
+            Ok(http) => member::member(http, &mut again, &request).await,
+            Err(code) => code,
+        }
     }
 
     async fn locks(
@@ -260,5 +292,21 @@ async fn status(client: Result<Client, Error>, servers: Vec<String>, json: bool)
         Exit::Ok.code()
     } else {
         Exit::NoServer.code()
+    }
+}
+
+/// After a 421: the serving node's endpoint, found again from `S`.
+struct Rediscovery {
+    admin: Admin,
+    builder: baton_client::ClientBuilder,
+}
+
+impl member::Rediscover for Rediscovery {
+    async fn endpoint(&mut self, leader: Option<String>) -> Result<AdminHttp, ExitCode> {
+        let builder = match leader {
+            Some(leader) => self.builder.clone().servers(vec![leader]),
+            None => self.builder.clone(),
+        };
+        self.admin.clone().http(builder).await
     }
 }

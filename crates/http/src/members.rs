@@ -74,13 +74,16 @@ pub struct AddRequest {
     addr: String,
 }
 
-fn admin_of(ctx: &HttpContext) -> Result<&Arc<dyn MembershipAdmin>, Response> {
-    ctx.members.as_ref().ok_or_else(|| {
-        error(
-            StatusCode::NOT_FOUND,
-            "membership changes online are for --mode raft; a priority cluster changes its --peers by rolling restart (docs/operations.md)",
-        )
-    })
+/// The node's membership admin; a node of another mode has none.
+fn admin_of(ctx: &HttpContext) -> Option<&Arc<dyn MembershipAdmin>> {
+    ctx.members.as_ref()
+}
+
+fn no_membership() -> Response {
+    error(
+        StatusCode::NOT_FOUND,
+        "membership changes online are for --mode raft; a priority cluster changes its --peers by rolling restart (docs/operations.md)",
+    )
 }
 
 fn answer(result: Result<Vec<MemberEntry>, AdminError>) -> Response {
@@ -102,8 +105,8 @@ fn answer(result: Result<Vec<MemberEntry>, AdminError>) -> Response {
 /// `GET /v1/members`.
 pub async fn list(State(ctx): State<Arc<HttpContext>>) -> Response {
     match admin_of(&ctx) {
-        Ok(admin) => answer(Ok(admin.list())),
-        Err(response) => response,
+        Some(admin) => answer(Ok(admin.list())),
+        None => no_membership(),
     }
 }
 
@@ -112,9 +115,8 @@ pub async fn add(
     State(ctx): State<Arc<HttpContext>>,
     body: Result<Json<AddRequest>, axum::extract::rejection::JsonRejection>,
 ) -> Response {
-    let admin = match admin_of(&ctx) {
-        Ok(admin) => admin,
-        Err(response) => return response,
+    let Some(admin) = admin_of(&ctx) else {
+        return no_membership();
     };
     match body {
         Ok(Json(request)) => answer(admin.add(&request.addr).await),
@@ -128,7 +130,7 @@ pub async fn add(
 /// `DELETE /v1/members/{addr}`.
 pub async fn remove(State(ctx): State<Arc<HttpContext>>, Path(addr): Path<String>) -> Response {
     match admin_of(&ctx) {
-        Ok(admin) => answer(admin.remove(&addr).await),
-        Err(response) => response,
+        Some(admin) => answer(admin.remove(&addr).await),
+        None => no_membership(),
     }
 }

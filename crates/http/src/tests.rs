@@ -284,3 +284,117 @@ async fn histogram_buckets_are_cumulative_in_the_text() {
         );
     }
 }
+
+/// A membership that answers from a script: `add` of `pending:*` is 202,
+/// of `taken:*` 409, of `follower:*` 421; `remove` of `gone:*` is 404.
+struct ScriptedMembers;
+
+impl crate::members::MembershipAdmin for ScriptedMembers {
+    fn list(&self) -> Vec<crate::members::MemberEntry> {
+        vec![crate::members::MemberEntry {
+            id: 0,
+            addr: "a:1".into(),
+            membership: "voter",
+        }]
+    }
+
+    fn add<'a>(&'a self, addr: &'a str) -> crate::members::AdminFuture<'a> {
+        use crate::members::AdminError;
+        Box::pin(async move {
+            match addr.split_once(':').map(|(kind, _)| kind) {
+                Some("pending") => Err(AdminError::Pending("catching up".into())),
+                Some("taken") => Err(AdminError::Conflict("already".into())),
+                Some("follower") => Err(AdminError::NotLeader {
+                    leader: Some("b:2".into()),
+                }),
+                _ => Ok(self.list()),
+            }
+        })
+    }
+
+    fn remove<'a>(&'a self, addr: &'a str) -> crate::members::AdminFuture<'a> {
+        Box::pin(async move {
+            if addr.starts_with("gone:") {
+                Err(crate::members::AdminError::NotFound("not a member".into()))
+            } else {
+                Ok(self.list())
+            }
+        })
+    }
+}
+
+async fn send(app: &Router, method: &str, uri: &str, body: &str) -> (StatusCode, Value) {
+    let request = Request::builder()
+        .method(method)
+        .uri(uri)
+        .header(header::CONTENT_TYPE, "application/json")
+        .body(Body::from(body.to_string()))
+        .expect("request");
+    let response = app.clone().oneshot(request).await.expect("infallible");
+    let status = response.status();
+    let bytes = axum::body::to_bytes(response.into_body(), 1 << 20)
+        .await
+        .expect("body");
+    (status, json(&String::from_utf8_lossy(&bytes)))
+}
+
+#[tokio::test]
+async fn members_routes_answer_each_outcome_with_its_status() {
+    let mut ctx = HttpContext::new(locks_with(&[]), SELF.to_string(), None);
+    ctx.members = Some(Arc::new(ScriptedMembers));
+    let app = router(ctx);
+    let (code, _, body) = get(&app, "/v1/members", None).await;
+    assert_eq!(code, StatusCode::OK);
+    assert_eq!(json(&body)["members"][0]["membership"], "voter");
+    let add = |addr: &str| format!("{{\"addr\": \"{addr}\"}}");
+    let cases = [
+        ("new:1", StatusCode::OK),
+        ("pending:1", StatusCode::ACCEPTED),
+        ("taken:1", StatusCode::CONFLICT),
+        ("follower:1", StatusCode::MISDIRECTED_REQUEST),
+    ];
+    for (addr, want) in cases {
+        let (code, body) = send(&app, "POST", "/v1/members", &add(addr)).await;
+        assert_eq!(code, want, "{addr}: {body}");
+    }
+    let (_, body) = send(&app, "POST", "/v1/members", &add("follower:1")).await;
+    assert_eq!(body["leader"], "b:2");
+    for bad in [
+        "",
+        "{}",
+        "{\"addr\": 5}",
+        "{\"addr\": \"a:1\", \"x\": 1}",
+        "[1]",
+    ] {
+        let (code, body) = send(&app, "POST", "/v1/members", bad).await;
+        assert_eq!(code, StatusCode::BAD_REQUEST, "{bad:?}: {body}");
+    }
+    let (code, _) = send(&app, "DELETE", "/v1/members/gone:1", "").await;
+    assert_eq!(code, StatusCode::NOT_FOUND);
+    let (code, _) = send(&app, "DELETE", "/v1/members/a%3A1", "").await;
+    assert_eq!(code, StatusCode::OK);
+}
+
+#[tokio::test]
+async fn a_node_without_raft_has_no_membership_to_change() {
+    let app = app(&[], None);
+    let (code, _, body) = get(&app, "/v1/members", None).await;
+    assert_eq!(code, StatusCode::NOT_FOUND);
+    assert!(body.contains("rolling restart"), "{body}");
+    let (code, _) = send(&app, "POST", "/v1/members", "{\"addr\": \"a:1\"}").await;
+    assert_eq!(code, StatusCode::NOT_FOUND);
+}
+
+#[tokio::test]
+async fn with_users_membership_changes_need_an_admin() {
+    let (auth, _dir) = users();
+    let mut ctx = HttpContext::new(locks_with(&[]), SELF.to_string(), Some(auth));
+    ctx.members = Some(Arc::new(ScriptedMembers));
+    let app = router(ctx);
+    let (code, _) = send(&app, "POST", "/v1/members", "{\"addr\": \"new:1\"}").await;
+    assert_eq!(code, StatusCode::UNAUTHORIZED);
+    let (code, _, _) = get(&app, "/v1/members", Some(("billing", "billing-secret"))).await;
+    assert_eq!(code, StatusCode::FORBIDDEN);
+    let (code, _, _) = get(&app, "/v1/members", Some(("ops", "ops-secret"))).await;
+    assert_eq!(code, StatusCode::OK);
+}
