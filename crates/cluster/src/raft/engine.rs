@@ -2,7 +2,7 @@
 //! committed log builds it, and on the leader the FIFO waiters and the
 //! commands it proposes for them.
 //!
-//! Nothing changes the table but [`RaftEngine::apply_entry`]. A leader turns
+//! Nothing changes the table but [`RaftEngine::handle_committed`]. A leader turns
 //! requests into tagged commands in its outbox (the shell proposes them as
 //! log entries) and answers each request when its command comes back
 //! applied: a grant's token only exists once the log has assigned it.

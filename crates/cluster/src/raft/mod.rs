@@ -3,7 +3,7 @@
 //!
 //! - [`engine`]: the lock logic, pure: the table as the log builds it, and
 //!   the leader's waiters and proposals.
-//! - [`log_store`], [`segment`], [`snapshot_store`]: the durable log and
+//! - [`log_store`], `segment`, [`snapshot_store`]: the durable log and
 //!   snapshots in `--data-dir`.
 //! - [`state_machine`]: openraft's state machine, forwarding to the engine.
 //! - [`rpc`], [`link`], [`network`], [`inbound`]: Raft RPCs between nodes on
