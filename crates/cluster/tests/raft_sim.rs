@@ -22,9 +22,12 @@
 //! the leases ran out, and every node applied every grant a client
 //! received.
 //!
-//! Faults: crashes, one link cut, one node cut off from both others, and
+//! Faults: crashes, one link cut, one node cut off from both others,
 //! (twice as often) a follower cut off while clients hand keys over behind
-//! releases on the leader.
+//! releases on the leader, and a follower's disk lost and the node
+//! replaced by the documented procedure (removed from the membership,
+//! started empty with `--join`, added again: the production membership
+//! code, under the other faults).
 //!
 //! Seeded: turmoil's network, the fault schedule, every client's choices
 //! and each node run's name. openraft's random election timeouts are not
@@ -38,6 +41,7 @@ mod raft_sim {
     pub mod history;
     pub mod net;
     pub mod node;
+    pub mod replace;
     #[allow(dead_code)]
     #[path = "../sim/rng.rs"]
     pub mod rng;
@@ -50,6 +54,7 @@ use std::time::Duration;
 
 use raft_sim::history::{check_exclusive, check_tokens_rise, History};
 use raft_sim::node::{self, Locks, World, PORT};
+use raft_sim::replace::{Phase, Replacements};
 use raft_sim::rng::Rng;
 
 const NODES: u64 = 3;
@@ -73,6 +78,8 @@ struct Run {
     handovers_while_cut: u64,
     redirects: u64,
     queries: u64,
+    /// Nodes whose disk was lost, removed, and added again.
+    replaced: u64,
 }
 
 /// Every token seen in any node's table, with the key it named and where.
@@ -116,16 +123,70 @@ impl Tokens {
 }
 
 /// Heals every fault: the crashed node restarts, every link is repaired.
+/// A node being replaced stays down until it is removed (then it starts
+/// with `--join`: see [`restart_removed`]).
 fn heal(sim: &mut turmoil::Sim<'_>, world: &World, crashed: &mut Option<u64>) {
     if let Some(down) = crashed.take() {
         sim.bounce(host(down));
     }
+    restart_removed(sim, world);
     for a in 0..NODES {
         for b in a + 1..NODES {
             sim.repair(host(a), host(b));
         }
     }
     world.follower_cut.store(false, Ordering::Relaxed);
+}
+
+/// Starts a node whose disk was replaced once it is out of the membership.
+fn restart_removed(sim: &mut turmoil::Sim<'_>, world: &World) {
+    if let Phase::Removed(n) = world.replacements.phase() {
+        world.replacements.restarted(n);
+        sim.bounce(host(n));
+    }
+}
+
+/// A follower of the serving leader loses its disk: crashed, its data
+/// directory emptied, then (see `replace`) removed and added again.
+fn lose_a_disk(sim: &mut turmoil::Sim<'_>, world: &World, rng: &mut Rng) {
+    if world.replacements.phase() != Phase::Idle {
+        return;
+    }
+    let followers = followers(world);
+    let Some(&n) = followers.get(rng.below(followers.len().max(1))) else {
+        return;
+    };
+    sim.crash(host(n));
+    let dir = &world.dirs[n as usize];
+    if let Ok(entries) = std::fs::read_dir(dir) {
+        for entry in entries.flatten() {
+            let path = entry.path();
+            let _ = if path.is_dir() {
+                std::fs::remove_dir_all(&path)
+            } else {
+                std::fs::remove_file(&path)
+            };
+        }
+    }
+    world.replacements.set(Phase::Remove(n));
+}
+
+/// The nodes that run and do not serve.
+fn followers(world: &World) -> Vec<u64> {
+    world
+        .nodes()
+        .into_iter()
+        .filter(|(_, locks)| !locks.inspect(|n| n.engine().serving()))
+        .map(|(i, _)| i)
+        .collect()
+}
+
+/// Whether node `n` is down for its replacement (no other fault may touch it).
+fn being_replaced(world: &World, n: u64) -> bool {
+    matches!(
+        world.replacements.phase(),
+        Phase::Remove(m) | Phase::Removing(m, _) | Phase::Removed(m) if m == n
+    )
 }
 
 /// Maybe starts a fault.
@@ -139,8 +200,10 @@ fn fault(sim: &mut turmoil::Sim<'_>, world: &World, rng: &mut Rng, crashed: &mut
     match rng.below(6) {
         0 => {
             let down = pick(rng);
-            sim.crash(host(down));
-            *crashed = Some(down);
+            if !being_replaced(world, down) {
+                sim.crash(host(down));
+                *crashed = Some(down);
+            }
         }
         1 => {
             let a = pick(rng);
@@ -151,17 +214,15 @@ fn fault(sim: &mut turmoil::Sim<'_>, world: &World, rng: &mut Rng, crashed: &mut
         3 | 4 => {
             // Cut off a follower of the serving leader, from both others,
             // while the leader goes on handing keys over.
-            let followers: Vec<u64> = world
-                .nodes()
-                .into_iter()
-                .filter(|(_, locks)| !locks.inspect(|n| n.engine().serving()))
-                .map(|(i, _)| i)
-                .collect();
+            let followers = followers(world);
             if !followers.is_empty() {
                 cut_off(sim, followers[rng.below(followers.len())]);
                 world.follower_cut.store(true, Ordering::Relaxed);
             }
         }
+        // One run in twelve: the replacement must finish by the end of
+        // the settling time, which it fails to if it cannot.
+        5 if rng.below(2) == 0 => lose_a_disk(sim, world, rng),
         _ => {}
     }
 }
@@ -197,6 +258,7 @@ fn simulate(seed: u64) -> Result<Run, String> {
         handovers_while_cut: Arc::new(AtomicU64::new(0)),
         redirects: Arc::new(AtomicU64::new(0)),
         queries: Arc::new(AtomicU64::new(0)),
+        replacements: Replacements::default(),
     };
     let mut sim = turmoil::Builder::new()
         .simulation_duration(CHAOS + SETTLE + Duration::from_secs(5))
@@ -243,6 +305,13 @@ fn simulate(seed: u64) -> Result<Run, String> {
     let settle_until = sim.elapsed() + SETTLE;
     while sim.elapsed() < settle_until {
         step(&mut sim, &mut tokens)?;
+        restart_removed(&mut sim, &world);
+    }
+    if let Some(n) = world.replacements.phase().node() {
+        return Err(format!(
+            "the replacement of node {n} did not finish: {:?}",
+            world.replacements.phase()
+        ));
     }
     check_so_far(&world)?;
     check_settled(&world)?;
@@ -252,6 +321,7 @@ fn simulate(seed: u64) -> Result<Run, String> {
         handovers_while_cut: world.handovers_while_cut.load(Ordering::Relaxed),
         redirects: world.redirects.load(Ordering::Relaxed),
         queries: world.queries.load(Ordering::Relaxed),
+        replaced: world.replacements.completed(),
     })
 }
 
@@ -400,9 +470,10 @@ fn raft_keeps_locks_exclusive_under_partitions_and_crashes() {
         match result {
             Ok(run) if run.grants > 20 => {
                 println!(
-                    "seed {seed}: {} grants, {} releases handed over to a waiter ({} with a follower cut off), {} redirects, {} linearizable queries, every invariant held",
-                    run.grants, run.handovers, run.handovers_while_cut, run.redirects, run.queries
+                    "seed {seed}: {} grants, {} releases handed over to a waiter ({} with a follower cut off), {} redirects, {} linearizable queries, {} disks replaced, every invariant held",
+                    run.grants, run.handovers, run.handovers_while_cut, run.redirects, run.queries, run.replaced
                 );
+                total.replaced += run.replaced;
                 total.queries += run.queries;
                 total.grants += run.grants;
                 total.handovers += run.handovers;
@@ -419,13 +490,14 @@ fn raft_keeps_locks_exclusive_under_partitions_and_crashes() {
         }
     }
     println!(
-        "{} seeds: {} grants, {} hand-overs behind a release ({} with a follower cut off), {} redirects, {} queries",
+        "{} seeds: {} grants, {} hand-overs behind a release ({} with a follower cut off), {} redirects, {} queries, {} disks replaced",
         seeds.len(),
         total.grants,
         total.handovers,
         total.handovers_while_cut,
         total.redirects,
-        total.queries
+        total.queries,
+        total.replaced
     );
     assert!(
         failures.is_empty(),

@@ -21,6 +21,7 @@ use tokio_util::codec::Framed;
 
 use super::history::{Held, History};
 use super::net::{SimDialer, SimListener, SimStream};
+use super::replace::Replacements;
 use super::rng::Rng;
 
 pub const PORT: u16 = 9000;
@@ -68,6 +69,8 @@ pub struct World {
     pub redirects: Arc<AtomicU64>,
     /// `Q` answered with the key's state (after a release).
     pub queries: Arc<AtomicU64>,
+    /// A node whose disk was lost, being replaced (see `replace`).
+    pub replacements: Replacements,
 }
 
 impl World {
@@ -88,13 +91,21 @@ impl World {
 
 /// The software of host `me`: runs until the host crashes.
 pub async fn run(world: World, me: u64, incarnation: u64) -> turmoil::Result {
+    // A replaced host runs as a node that joined: under its address's id.
+    let join = world.replacements.joins(me);
+    let id = if join {
+        raft::members::joined_id(&world.peers[me as usize])
+    } else {
+        me
+    };
     let mut settings = RaftSettings::new(
-        me,
+        id,
         world.peers.clone(),
         world.dirs[me as usize].clone(),
         ClusterKeys::from_text(SIM_CLUSTER_KEY).expect("key"),
     );
     settings.snapshot_every = 40;
+    settings.join = join;
     settings.segment_bytes = 16 * 1024;
     let io = NodeIo {
         dialer: Arc::new(SimDialer),
@@ -110,6 +121,12 @@ pub async fn run(world: World, me: u64, incarnation: u64) -> turmoil::Result {
     let listener = SimListener(turmoil::net::TcpListener::bind(("0.0.0.0", PORT)).await?);
     let cluster = raft::start_on(listener, io, config, settings).await?;
     locked(&world.nodes).insert(me, cluster.server.locks().clone());
+    tokio::spawn(super::replace::admin(
+        world.replacements.clone(),
+        cluster.handle.raft().clone(),
+        cluster.server.locks().clone(),
+        world.peers.clone(),
+    ));
     for client in 0..CLIENTS_PER_NODE {
         let rng = Rng::new(world.seed ^ (me * 1_000 + client + incarnation * 7_919));
         let client = Client {
