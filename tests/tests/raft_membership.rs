@@ -54,6 +54,11 @@ async fn add_member(http: SocketAddr, addr: SocketAddr) -> HttpReply {
     }
 }
 
+/// `DELETE /v1/members/<addr>`.
+async fn remove_member(http: SocketAddr, addr: SocketAddr) -> HttpReply {
+    http_send(http, "DELETE", &format!("/v1/members/{addr}"), None).await
+}
+
 /// A node that joins the running cluster at `addr` on `data_dir`.
 fn start_joining(addr: SocketAddr, data_dir: &std::path::Path, http: SocketAddr) -> Batond {
     let data = data_dir.to_string_lossy().into_owned();
@@ -146,23 +151,11 @@ async fn a_dead_followers_disk_is_replaced_and_it_holds_every_lock_again() {
     let again = add_member(http[leader], dead_addr).await;
     assert_eq!(again.code, 409, "{again:?}");
     // A follower does not change the membership: it names the leader.
-    let asked = http_send(
-        http[other],
-        "DELETE",
-        &format!("/v1/members/{dead_addr}"),
-        None,
-    )
-    .await;
+    let asked = remove_member(http[other], dead_addr).await;
     assert_eq!(asked.code, 421, "{asked:?}");
     assert_eq!(json(&asked)["leader"], cluster.peers[leader].to_string());
 
-    let removed = http_send(
-        http[leader],
-        "DELETE",
-        &format!("/v1/members/{dead_addr}"),
-        None,
-    )
-    .await;
+    let removed = remove_member(http[leader], dead_addr).await;
     assert_eq!(removed.code, 200, "{removed:?}");
     assert!(
         members(&removed)
@@ -292,13 +285,7 @@ async fn a_cluster_grows_by_a_joining_node_and_shrinks_again() {
     joined.kill();
     let next = grant(&mut client, "grow/2").await;
     assert!(next > token);
-    let missing = http_send(
-        http[leader],
-        "DELETE",
-        &format!("/v1/members/{fourth}"),
-        None,
-    )
-    .await;
+    let missing = remove_member(http[leader], fourth).await;
     assert_eq!(missing.code, 404, "{missing:?}");
     let bad = http_send(
         http[leader],
