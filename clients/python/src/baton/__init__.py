@@ -1,0 +1,68 @@
+"""Baton's Python client: locks with fencing tokens from a Baton cluster.
+
+```python
+import baton
+
+client = baton.Client(["127.0.0.1:7411", "127.0.0.1:7412"])
+with client.lock("orders/42", wait=5, lease=30) as lock:   # keep-alive on
+    write(order, fence=lock.token)
+client.close()
+```
+
+`baton.aio.Client` is the same for asyncio. Both keep one persistent
+connection per address (two for a single address), pipeline requests
+round-robin over the usable ones, redial broken connections every 3 s in
+the background, follow `M` redirects, fail an acquire over with what is
+left of its wait, and retry releases for 5 s every 200 ms.
+"""
+
+from __future__ import annotations
+
+from . import aio, fence
+from ._sync import Client, Lock, LockContext
+from ._types import KeyState, NodeStatus, Status
+from .errors import (
+    AuthenticationFailed,
+    AuthenticationNotEnabled,
+    AuthenticationRequired,
+    Closed,
+    Error,
+    InvalidArgument,
+    LeaseLost,
+    NoServer,
+    NotHeld,
+    PermissionDenied,
+    Rejected,
+    TimedOut,
+    TlsError,
+    Unanswered,
+    UnexpectedAnswer,
+)
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "AuthenticationFailed",
+    "AuthenticationNotEnabled",
+    "AuthenticationRequired",
+    "Client",
+    "Closed",
+    "Error",
+    "InvalidArgument",
+    "KeyState",
+    "LeaseLost",
+    "Lock",
+    "LockContext",
+    "NoServer",
+    "NodeStatus",
+    "NotHeld",
+    "PermissionDenied",
+    "Rejected",
+    "Status",
+    "TimedOut",
+    "TlsError",
+    "Unanswered",
+    "UnexpectedAnswer",
+    "aio",
+    "fence",
+]

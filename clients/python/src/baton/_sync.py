@@ -1,0 +1,302 @@
+"""The blocking Baton client: the asyncio client run on an event loop of its
+own, in a background thread, so that every behaviour (pipelining, failover,
+redirects, retries, keep-alive) is the same code. Safe to use from many
+threads at once."""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import logging
+import threading
+import weakref
+from typing import Any, Callable, Coroutine, List, Optional, TypeVar
+
+from . import _proto as proto
+from . import errors
+from ._types import KeyState, NodeStatus
+from .aio import _client as aio_client
+from .aio import _lock as aio_lock
+
+log = logging.getLogger("baton")
+
+T = TypeVar("T")
+SyncOnLost = Callable[["Lock"], None]
+
+
+def _stop_loop(loop: asyncio.AbstractEventLoop, thread: threading.Thread) -> None:
+    if loop.is_closed():
+        return
+    try:
+        loop.call_soon_threadsafe(loop.stop)
+    except RuntimeError:
+        return
+    if thread is not threading.current_thread():
+        thread.join(timeout=5)
+
+
+def _run_loop(loop: asyncio.AbstractEventLoop) -> None:
+    asyncio.set_event_loop(loop)
+    try:
+        loop.run_forever()
+    finally:
+        loop.close()
+
+
+class Client:
+    """A Baton client for threads and scripts.
+
+    `servers`: "host:port" addresses (one connection each, two for a single
+    address). `user` and `secret`: credentials for nodes run with
+    `--auth-file`. `tls`: an `ssl.SSLContext` (or True for the system's
+    defaults). Timeouts are seconds or timedeltas. The constructor connects:
+    it raises `NoServer`, `AuthenticationFailed` or `TlsError` when no
+    connection could be made. End with `close()` (or use `with`)."""
+
+    def __init__(
+        self,
+        servers: aio_client.Servers,
+        *,
+        user: Optional[proto.Key] = None,
+        secret: Optional[proto.Key] = None,
+        tls: aio_client.Tls = None,
+        connect_timeout: proto.Seconds = 3.0,
+        request_timeout: proto.Seconds = 5.0,
+        max_pending: int = 10_000,
+    ) -> None:
+        self._aio = aio_client.Client(
+            servers,
+            user=user,
+            secret=secret,
+            tls=tls,
+            connect_timeout=connect_timeout,
+            request_timeout=request_timeout,
+            max_pending=max_pending,
+        )
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(
+            target=_run_loop, args=(self._loop,), name="baton-client", daemon=True
+        )
+        self._thread.start()
+        self._finalizer = weakref.finalize(self, _stop_loop, self._loop, self._thread)
+        try:
+            self._run(self._aio.connect())
+        except BaseException:
+            self._finalizer()
+            raise
+
+    def _run(self, coro: Coroutine[Any, Any, T]) -> T:
+        if threading.current_thread() is self._thread:
+            coro.close()
+            raise RuntimeError("a blocking baton call from the client's own event loop thread")
+        if self._loop.is_closed() or not self._thread.is_alive():
+            coro.close()
+            raise errors.Closed()
+        future = asyncio.run_coroutine_threadsafe(coro, self._loop)
+        try:
+            return future.result()
+        except concurrent.futures.CancelledError:
+            raise errors.Closed() from None
+        except BaseException:
+            # Ctrl-C while waiting: give the call up (a grant that still
+            # comes is released at once).
+            future.cancel()
+            raise
+
+    def __enter__(self) -> "Client":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def acquire(
+        self,
+        key: proto.Key,
+        wait: proto.Seconds,
+        lease: proto.Seconds,
+        *,
+        keep_alive: bool = False,
+        on_lost: Optional[SyncOnLost] = None,
+    ) -> "Lock":
+        """Waits up to `wait` seconds for the lock on `key` and holds it for
+        `lease` seconds (`wait=0`: as long as the node allows). Raises
+        `TimedOut` when the wait runs out. See `baton.aio.Client.acquire`."""
+        inner = self._run(self._aio.acquire(key, wait, lease))
+        return self._wrap(inner, keep_alive, on_lost)
+
+    def _wrap(self, inner: aio_lock.Lock, keep_alive: bool, on_lost: Optional[SyncOnLost]) -> "Lock":
+        lock = Lock(self, inner)
+        lock.on_lost = on_lost
+        if keep_alive:
+            lock.keep_alive()
+        return lock
+
+    def try_acquire(
+        self,
+        key: proto.Key,
+        lease: proto.Seconds,
+        *,
+        keep_alive: bool = False,
+        on_lost: Optional[SyncOnLost] = None,
+    ) -> Optional["Lock"]:
+        """Takes the lock only if it is free now; None if it is held."""
+        inner = self._run(self._aio.try_acquire(key, lease))
+        return None if inner is None else self._wrap(inner, keep_alive, on_lost)
+
+    def lock(
+        self,
+        key: proto.Key,
+        wait: proto.Seconds,
+        lease: proto.Seconds,
+        *,
+        on_lost: Optional[SyncOnLost] = None,
+    ) -> "LockContext":
+        """`with client.lock(key, wait=5, lease=30) as lock:` acquires with
+        keep-alive on and releases on exit (raising `LeaseLost` on exit if
+        the lease was lost meanwhile and the body raised nothing)."""
+        proto.key_bytes(key)
+        proto.to_ms(wait, "wait", zero_ok=True)
+        proto.to_ms(lease, "lease", zero_ok=False)
+        return LockContext(self, key, wait, lease, on_lost)
+
+    def release(self, key: proto.Key, token: int) -> None:
+        """Releases the grant of `key` with `token` (retried for 5 s)."""
+        self._run(self._aio.release(key, token))
+
+    def renew(self, key: proto.Key, token: int, lease: proto.Seconds) -> None:
+        """Extends the grant of `key` with `token` to end `lease` from now."""
+        self._run(self._aio.renew(key, token, lease))
+
+    def inspect(self, key: proto.Key) -> KeyState:
+        """The key's live grant and waiters (`Q`)."""
+        return self._run(self._aio.inspect(key))
+
+    def status(self) -> List[NodeStatus]:
+        """Every registered address's `S` status (or why it could not be asked)."""
+        return self._run(self._aio.status())
+
+    def close(self) -> None:
+        """Releases every lock this client's `Lock`s still hold, waits for the
+        answers (5 s at most) and for background releases, then closes the
+        connections and the client's thread. Calling it again does nothing."""
+        if not self._finalizer.alive:
+            return
+        try:
+            self._run(self._close())
+        finally:
+            self._finalizer()
+
+    async def _close(self) -> None:
+        try:
+            await self._aio.close()
+        finally:
+            others = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+            if others:
+                _, pending = await asyncio.wait(others, timeout=1.0)
+                for task in pending:
+                    task.cancel()
+
+
+class Lock:
+    """A granted lock (see `baton.aio.Lock`). `token` is the fencing token;
+    `lost` is a `threading.Event` set when the lease is known to be lost
+    (before it ends on the node), and `on_lost(lock)` is then called in a
+    thread of its own."""
+
+    def __init__(self, client: Client, inner: aio_lock.Lock) -> None:
+        self._client = client
+        self._inner = inner
+        #: The key, as given to acquire.
+        self.key: proto.Key = inner.key
+        #: The fencing token of this grant.
+        self.token: int = inner.token
+        #: Set when the lease is known to be lost.
+        self.lost: threading.Event = threading.Event()
+        #: Called with the lock, in its own thread, when the lease is lost.
+        self.on_lost: Optional[SyncOnLost] = None
+        inner._hooks.append(self._inner_lost)
+        if inner.is_lost:
+            self.lost.set()
+
+    def __repr__(self) -> str:
+        return f"Lock(key={self.key!r}, token={self.token}, lost={self.is_lost})"
+
+    def _inner_lost(self, _inner: aio_lock.Lock, notify: bool) -> None:
+        self.lost.set()
+        callback = self.on_lost
+        if notify and callback is not None:
+            threading.Thread(target=self._call_back, args=(callback,), daemon=True).start()
+
+    def _call_back(self, callback: SyncOnLost) -> None:
+        try:
+            callback(self)
+        except Exception:  # a callback's failure must not go unseen
+            log.exception("on_lost callback of %r failed", self.key)
+
+    @property
+    def lease(self) -> float:
+        """The lease last asked for, in seconds."""
+        return self._inner.lease
+
+    @property
+    def expires_at(self) -> float:
+        """The latest `time.monotonic()` the grant is known to last until."""
+        return self._inner.expires_at
+
+    @property
+    def is_lost(self) -> bool:
+        return self.lost.is_set()
+
+    @property
+    def released(self) -> bool:
+        return self._inner.released
+
+    def renew(self, lease: Optional[proto.Seconds] = None) -> None:
+        """Extends the grant to end `lease` seconds from now (default: the
+        current lease). `LeaseLost` means the grant is gone."""
+        self._client._run(self._inner.renew(lease))
+
+    def release(self) -> None:
+        """Releases the lock now (retried for 5 s across connections)."""
+        self._client._run(self._inner.release())
+
+    def keep_alive(self) -> None:
+        """Renews in the background every third of the lease until released."""
+        self._client._run(_start_keep_alive(self._inner))
+
+    def __enter__(self) -> "Lock":
+        return self
+
+    def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
+        self._client._run(aio_lock._exit(self._inner, exc_type is not None))
+
+
+async def _start_keep_alive(lock: aio_lock.Lock) -> None:
+    lock.keep_alive()
+
+
+class LockContext:
+    """What `Client.lock` returns: `with` acquires with keep-alive on and
+    releases on exit."""
+
+    def __init__(
+        self,
+        client: Client,
+        key: proto.Key,
+        wait: proto.Seconds,
+        lease: proto.Seconds,
+        on_lost: Optional[SyncOnLost],
+    ) -> None:
+        self._client = client
+        self._args = (key, wait, lease)
+        self._on_lost = on_lost
+        self._lock: Optional[Lock] = None
+
+    def __enter__(self) -> Lock:
+        key, wait, lease = self._args
+        self._lock = self._client.acquire(key, wait, lease, keep_alive=True, on_lost=self._on_lost)
+        return self._lock
+
+    def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
+        if self._lock is not None:
+            self._lock.__exit__(exc_type, exc, tb)

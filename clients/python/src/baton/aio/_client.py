@@ -1,0 +1,457 @@
+"""The asyncio client: connections, failover, redirects, retries, close.
+
+Everything the sync `baton.Client` does runs through this code, on an event
+loop of its own."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import ssl
+import time
+from typing import Any, Callable, Dict, List, Optional, Sequence, Set, Tuple, Union
+
+from .. import _proto as proto
+from .. import errors
+from .._types import KeyState, NodeStatus, Status
+from ._lock import Lock, LockContext, OnLost
+from ._pool import Pool
+from ._slot import Broken, Shared, Slot, Unanswered
+
+log = logging.getLogger("baton")
+
+#: Pause before asking again when a node answers `M ... -` (no active node yet).
+NO_ACTIVE_PAUSE = 0.1
+#: Release is retried for this long ...
+RELEASE_WINDOW = 5.0
+#: ... at this interval, across connections.
+RETRY_INTERVAL = 0.2
+#: Consecutive redirects after which the client pauses between hops.
+FREE_HOPS = 4
+
+Servers = Union[str, Sequence[str]]
+Tls = Union[None, bool, ssl.SSLContext]
+
+
+def rejected(response: proto.Response) -> errors.Error:
+    """The error for an `E` answer."""
+    key = proto.key_text(response.key)
+    if response.reason == "permission denied":
+        return errors.PermissionDenied(key)
+    if response.reason == "authentication required":
+        return errors.AuthenticationRequired()
+    return errors.Rejected(response.reason, key)
+
+
+def _servers(servers: Servers) -> List[str]:
+    if isinstance(servers, str):
+        servers = [servers]
+    addrs = list(servers)
+    if not addrs:
+        raise errors.InvalidArgument("no server address given")
+    for addr in addrs:
+        proto.split_addr(addr)
+    return addrs
+
+
+def _timeout(value: Any, what: str) -> float:
+    return proto.to_ms(value, what, zero_ok=False) / 1000
+
+
+class _Attempt:
+    """One acquire's progress across its attempts."""
+
+    def __init__(self, key: bytes, wait_ms: int, lease_ms: int) -> None:
+        self.key = key
+        self.lease_ms = lease_ms
+        self.deadline = time.monotonic() + wait_ms / 1000 if wait_ms > 0 else None
+        self.failures = 0
+        self.hops = 0
+        self.redirect: Optional[Slot] = None
+
+    def wait_left_ms(self) -> int:
+        if self.deadline is None:
+            return 0
+        left = self.deadline - time.monotonic()
+        if left <= 0:
+            raise errors.TimedOut(proto.key_text(self.key))
+        return max(1, int(-(-left * 1000 // 1)))
+
+
+class Client:
+    """A Baton client for asyncio. Use it as `async with baton.aio.Client(
+    [...]) as client:` (or `await client.connect()` then `await
+    client.close()`). Create it and use it on one event loop.
+
+    `servers`: "host:port" addresses (one connection each, two for a single
+    address). `user` and `secret`: credentials for nodes run with
+    `--auth-file`. `tls`: an `ssl.SSLContext` (or True for the system's
+    defaults) to speak TLS to every node. Timeouts are seconds or timedeltas.
+    """
+
+    def __init__(
+        self,
+        servers: Servers,
+        *,
+        user: Optional[proto.Key] = None,
+        secret: Optional[proto.Key] = None,
+        tls: Tls = None,
+        connect_timeout: proto.Seconds = 3.0,
+        request_timeout: proto.Seconds = 5.0,
+        max_pending: int = 10_000,
+    ) -> None:
+        self._addrs = _servers(servers)
+        self._credentials: Optional[Tuple[bytes, bytes]] = None
+        if user is not None or secret is not None:
+            if user is None or secret is None:
+                raise errors.InvalidArgument("give both user and secret, or neither")
+            self._credentials = (proto.key_bytes(user, "user name"), proto.secret_bytes(secret))
+        if tls is True:
+            tls = ssl.create_default_context()
+        if tls is not None and tls is not False and not isinstance(tls, ssl.SSLContext):
+            raise errors.InvalidArgument("tls must be an ssl.SSLContext, True or None")
+        self._tls: Optional[ssl.SSLContext] = tls or None
+        self.connect_timeout = _timeout(connect_timeout, "connect_timeout")
+        self.request_timeout = _timeout(request_timeout, "request_timeout")
+        if isinstance(max_pending, bool) or not isinstance(max_pending, int) or max_pending < 1:
+            raise errors.InvalidArgument("max_pending must be a positive integer")
+        self._max_pending = max_pending
+        self._pool: Optional[Pool] = None
+        self._closing = False
+        self._closed = False
+        self._live: Dict[int, Lock] = {}
+        self._background: Set["asyncio.Task[None]"] = set()
+
+    # Life cycle.
+
+    async def connect(self) -> "Client":
+        """Opens the connections and waits for their first attempt. Raises
+        `NoServer` when no node could be reached, `AuthenticationFailed` when
+        nodes were reached but refused the credentials, `TlsError` when every
+        node failed for a TLS reason. Calling it again does nothing."""
+        if self._closing:
+            raise errors.Closed()
+        if self._pool is None:
+            shared = Shared(
+                self.connect_timeout, self._credentials, self._tls, self._max_pending, self._orphan
+            )
+            self._pool = Pool(self._addrs, shared)
+            await self._pool.settle()
+            if self._pool.pick_now() is None:
+                error = self._pool.auth_refusal() or self._pool.no_server()
+                self._pool.shut_down()
+                self._closing = self._closed = True
+                raise error
+        return self
+
+    async def __aenter__(self) -> "Client":
+        return await self.connect()
+
+    async def __aexit__(self, *exc: Any) -> None:
+        await self.close()
+
+    async def _started(self) -> Pool:
+        if self._closing:
+            raise errors.Closed()
+        if self._pool is None:
+            await self.connect()
+        assert self._pool is not None
+        return self._pool
+
+    async def close(self) -> None:
+        """Releases every lock still held by one of this client's `Lock`s,
+        waits for those answers (each retried for at most 5 s, all at once)
+        and for releases running in the background, then closes the
+        connections. Pending acquires are given up (`Closed`). Afterwards
+        every call raises `Closed`. Calling it again does nothing."""
+        if self._closing:
+            return
+        self._closing = True
+        pool = self._pool
+        if pool is None:
+            self._closed = True
+            return
+        pool.give_up_acquires()
+        live = list(self._live.values())
+        self._live.clear()
+        for lock in live:
+            lock._settled_by_close()
+        results = await asyncio.gather(
+            *(self._release_raw(lock._key, lock.token, RELEASE_WINDOW) for lock in live),
+            return_exceptions=True,
+        )
+        while self._background:
+            await asyncio.gather(*list(self._background), return_exceptions=True)
+        pool.shut_down()
+        self._closed = True
+        for result in results:
+            if isinstance(result, errors.NotHeld):
+                continue
+            if isinstance(result, BaseException):
+                raise result
+
+    def _orphan(self, key: bytes, token: int) -> None:
+        """A grant nobody waits for any more goes back to the node at once."""
+        self._spawn(self._release_quiet(key, token))
+
+    def _spawn(self, coro: Any) -> None:
+        task = asyncio.ensure_future(coro)
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
+
+    async def _release_quiet(self, key: bytes, token: int) -> None:
+        try:
+            await self._release_raw(key, token, RELEASE_WINDOW)
+        except errors.Error as err:
+            log.debug("background release of %r failed: %s", key, err)
+
+    def _track(self, lock: Lock) -> None:
+        self._live[id(lock)] = lock
+
+    def _forget(self, lock: Lock) -> None:
+        self._live.pop(id(lock), None)
+
+    # Acquire.
+
+    async def acquire(
+        self,
+        key: proto.Key,
+        wait: proto.Seconds,
+        lease: proto.Seconds,
+        *,
+        keep_alive: bool = False,
+        on_lost: Optional[OnLost] = None,
+    ) -> Lock:
+        """Waits up to `wait` seconds for the lock on `key` and holds it for
+        `lease` seconds. `wait=0` waits as long as the node allows (its
+        maximum wait). Both are rounded up to the millisecond. If the
+        connection breaks meanwhile, the acquire is sent again on the next
+        usable connection with what is left of the wait; `NoServer` comes
+        only when no usable connection remains after as many attempts as
+        there are connections. Raises `TimedOut` when the wait runs out."""
+        raw = proto.key_bytes(key)
+        wait_ms = proto.to_ms(wait, "wait", zero_ok=True)
+        lease_ms = proto.to_ms(lease, "lease", zero_ok=False)
+        pool = await self._started()
+        attempt = _Attempt(raw, wait_ms, lease_ms)
+        while True:
+            slot = await self._next_slot(pool, attempt)
+            if slot is None:
+                continue
+            left_ms = attempt.wait_left_ms()
+            sent = time.monotonic()
+            lock = await self._attempt(pool, slot, attempt, left_ms, sent, key)
+            if lock is not None:
+                if keep_alive:
+                    lock.keep_alive()
+                if on_lost is not None:
+                    lock.on_lost = on_lost
+                return lock
+
+    async def _next_slot(self, pool: Pool, attempt: _Attempt) -> Optional[Slot]:
+        if attempt.redirect is not None:
+            slot, attempt.redirect = attempt.redirect, None
+            return slot
+        slot = await pool.pick(attempt.deadline)
+        if slot is not None:
+            return slot
+        if self._closing:
+            raise errors.Closed()
+        if attempt.deadline is not None and time.monotonic() >= attempt.deadline:
+            raise pool.no_server()
+        attempt.failures += 1
+        if attempt.failures >= len(pool):
+            raise pool.no_server()
+        return None
+
+    async def _attempt(
+        self, pool: Pool, slot: Slot, attempt: _Attempt, wait_ms: int, sent: float, key: proto.Key
+    ) -> Optional[Lock]:
+        line = proto.acquire_line(attempt.key, wait_ms, attempt.lease_ms)
+        # The node answers T when the wait runs out; the extra time covers
+        # the trip, so a silent node cannot hold the caller forever.
+        limit = wait_ms / 1000 + self.request_timeout if attempt.deadline is not None else None
+        try:
+            answer = await slot.call(line, ("A", attempt.key), limit)
+        except Unanswered:
+            raise errors.TimedOut(proto.key_text(attempt.key)) from None
+        except Broken:
+            log.debug("connection to %s broke during acquire; failing over", slot.addr)
+            attempt.failures += 1
+            if attempt.failures >= len(pool) and await pool.pick(attempt.deadline) is None:
+                raise pool.no_server() from None
+            return None
+        if answer.kind == "A" and answer.token is not None:
+            lock = Lock(self, attempt.key, key, answer.token, attempt.lease_ms, sent)
+            if self._closing:
+                self._orphan(attempt.key, answer.token)
+                raise errors.Closed()
+            self._track(lock)
+            return lock
+        if answer.kind == "T":
+            raise errors.TimedOut(proto.key_text(attempt.key))
+        if answer.kind == "M":
+            attempt.redirect = await self._follow(pool, answer.addr, attempt, attempt.deadline)
+            return None
+        if answer.kind == "E":
+            raise rejected(answer)
+        raise errors.UnexpectedAnswer(f"unexpected answer to A: {answer.kind}")
+
+    async def try_acquire(
+        self,
+        key: proto.Key,
+        lease: proto.Seconds,
+        *,
+        keep_alive: bool = False,
+        on_lost: Optional[OnLost] = None,
+    ) -> Optional[Lock]:
+        """Takes the lock only if it is free now (the shortest wait the
+        protocol carries, 1 ms); None if it is held."""
+        try:
+            return await self.acquire(key, 0.001, lease, keep_alive=keep_alive, on_lost=on_lost)
+        except errors.TimedOut:
+            return None
+
+    def lock(
+        self,
+        key: proto.Key,
+        wait: proto.Seconds,
+        lease: proto.Seconds,
+        *,
+        on_lost: Optional[OnLost] = None,
+    ) -> LockContext:
+        """`async with client.lock(key, wait=5, lease=30) as lock:` acquires
+        with keep-alive on, and releases on exit."""
+        proto.key_bytes(key)
+        proto.to_ms(wait, "wait", zero_ok=True)
+        proto.to_ms(lease, "lease", zero_ok=False)
+        return LockContext(self.acquire(key, wait, lease, keep_alive=True, on_lost=on_lost))
+
+    # Release, renew, inspect, status.
+
+    async def release(self, key: proto.Key, token: int) -> None:
+        """Releases the grant of `key` with `token`, retried for 5 s every
+        200 ms across connections until a node answers. `NotHeld` means it
+        was already released or expired."""
+        await self._release_raw(proto.key_bytes(key), proto.check_token(token), RELEASE_WINDOW)
+
+    async def _release_raw(self, key: bytes, token: int, window: float) -> None:
+        if self._closed or self._pool is None:
+            raise errors.Closed()
+        answer = await self._call_retrying(self._pool, proto.release_line(key, token), ("R", key), window)
+        if answer.kind == "R":
+            return
+        if answer.kind == "N":
+            raise errors.NotHeld(proto.key_text(key), token)
+        raise errors.UnexpectedAnswer(f"unexpected answer to R: {answer.kind}")
+
+    async def renew(self, key: proto.Key, token: int, lease: proto.Seconds) -> None:
+        """Extends the grant to end `lease` seconds from now. `LeaseLost`
+        means the grant is gone: stop touching the protected resource."""
+        await self._renew_raw(
+            proto.key_bytes(key), proto.check_token(token), proto.to_ms(lease, "lease", zero_ok=False),
+            self.request_timeout,
+        )
+
+    async def _renew_raw(self, key: bytes, token: int, lease_ms: int, window: float) -> None:
+        pool = await self._started()
+        answer = await self._call_retrying(pool, proto.renew_line(key, token, lease_ms), ("K", key), window)
+        if answer.kind == "K":
+            return
+        if answer.kind == "N":
+            raise errors.LeaseLost(proto.key_text(key), token)
+        raise errors.UnexpectedAnswer(f"unexpected answer to K: {answer.kind}")
+
+    async def inspect(self, key: proto.Key) -> KeyState:
+        """`Q <key>`: the key's live grant and waiters as the serving node
+        sees them (in a Raft cluster, a linearizable read)."""
+        raw = proto.key_bytes(key)
+        pool = await self._started()
+        answer = await self._call_retrying(pool, proto.query_line(raw), ("Q", raw), self.request_timeout)
+        if answer.kind != "Q":
+            raise errors.UnexpectedAnswer(f"unexpected answer to Q: {answer.kind}")
+        return KeyState(proto.key_text(raw), answer.token, answer.lease_left, answer.waiters)
+
+    async def status(self) -> List[NodeStatus]:
+        """Asks every registered address for its `S` status, concurrently."""
+        pool = await self._started()
+        return list(await asyncio.gather(*(self._status_of(pool, a) for a in pool.addresses())))
+
+    async def _status_of(self, pool: Pool, addr: str) -> NodeStatus:
+        slot = pool.usable_to(addr)
+        if slot is None:
+            return NodeStatus(addr, None, pool.no_server_at(addr))
+        try:
+            answer = await slot.call(proto.STATUS_LINE, ("S", b""), self.request_timeout)
+        except Broken:
+            return NodeStatus(addr, None, pool.no_server_at(addr))
+        except Unanswered:
+            return NodeStatus(addr, None, errors.Unanswered(self.request_timeout))
+        if answer.kind == "S" and answer.fields is not None:
+            return NodeStatus(addr, Status.from_fields(answer.fields), None)
+        if answer.kind == "E":
+            return NodeStatus(addr, None, rejected(answer))
+        return NodeStatus(addr, None, errors.UnexpectedAnswer(f"unexpected answer to S: {answer.kind}"))
+
+    # Retries and redirects.
+
+    async def _call_retrying(
+        self, pool: Pool, line: bytes, key: proto.MatchKey, window: float
+    ) -> proto.Response:
+        """Sends `line` until a node gives an answer other than a redirect,
+        trying the connections in turn every 200 ms for `window` seconds."""
+        end = time.monotonic() + window
+        hops = [0]
+        redirect: Optional[Slot] = None
+        unanswered: Optional[float] = None
+        while True:
+            slot = redirect or pool.pick_now()
+            redirect = None
+            if slot is not None:
+                limit = max(0.001, min(end - time.monotonic(), self.request_timeout))
+                try:
+                    answer = await slot.call(line, key, limit)
+                except Unanswered:
+                    unanswered = limit
+                except Broken:
+                    log.debug("connection to %s broke; retrying elsewhere", slot.addr)
+                else:
+                    if answer.kind == "E":
+                        raise rejected(answer)
+                    if answer.kind != "M":
+                        return answer
+                    redirect = await self._follow(pool, answer.addr, hops, end)
+                    if redirect is not None:
+                        continue
+            if time.monotonic() + RETRY_INTERVAL > end or pool.tls_failure() is not None:
+                if unanswered is not None:
+                    raise errors.Unanswered(unanswered)
+                raise pool.no_server()
+            await asyncio.sleep(RETRY_INTERVAL)
+
+    async def _follow(
+        self, pool: Pool, addr: Optional[str], hops: Any, until: Optional[float]
+    ) -> Optional[Slot]:
+        """Handles `M`: the connection to resend to, or None after a short
+        pause when no active node is known yet. `hops` is an `_Attempt` or a
+        one-element list counting the redirects followed."""
+        count = _bump(hops)
+        pause = NO_ACTIVE_PAUSE
+        if until is not None:
+            pause = max(0.0, min(pause, until - time.monotonic()))
+        slot = pool.slot_for(addr) if addr is not None else None
+        if slot is None or count > FREE_HOPS:
+            await asyncio.sleep(pause)
+        return slot
+
+
+def _bump(hops: Any) -> int:
+    if isinstance(hops, list):
+        hops[0] += 1
+        return int(hops[0])
+    hops.hops += 1
+    return int(hops.hops)
+
+
+__all__ = ["Client", "Lock", "LockContext", "rejected"]
+

@@ -1,0 +1,131 @@
+"""The registered connections and the round-robin over the usable ones: one
+connection per address, two when only one address is given, so a single
+broken socket never pauses the service."""
+
+from __future__ import annotations
+
+import time
+from typing import List, Optional
+
+from .. import errors
+from ._slot import RECONNECT_INTERVAL, Shared, Slot
+
+#: Redirects may name addresses the client was not given; past this many
+#: connections in all, a redirect to a new address is not followed.
+MAX_SLOTS = 64
+
+
+class Pool:
+    def __init__(self, addrs: List[str], shared: Shared) -> None:
+        self.shared = shared
+        copies = 2 if len(addrs) == 1 else 1
+        self.slots: List[Slot] = [Slot(addr, shared) for addr in addrs for _ in range(copies)]
+        self._next = 0
+
+    def __len__(self) -> int:
+        return len(self.slots)
+
+    def addresses(self) -> List[str]:
+        seen: List[str] = []
+        for slot in self.slots:
+            if slot.addr not in seen:
+                seen.append(slot.addr)
+        return seen
+
+    def pick_now(self) -> Optional[Slot]:
+        """The next usable connection in round-robin order, preferring one
+        that is not at its pending-request limit."""
+        slots = self.slots
+        start = self._next
+        self._next += 1
+        order = [slots[(start + i) % len(slots)] for i in range(len(slots))]
+        usable = [slot for slot in order if slot.usable]
+        for slot in usable:
+            if not slot.full:
+                return slot
+        return usable[0] if usable else None
+
+    def usable_to(self, addr: str) -> Optional[Slot]:
+        for slot in self.slots:
+            if slot.addr == addr and slot.usable:
+                return slot
+        return None
+
+    async def pick(self, until: Optional[float]) -> Optional[Slot]:
+        """Like `pick_now`, but waits for a connection to come back: at most
+        one reconnect round, and never past `until` (a monotonic time)."""
+        end = time.monotonic() + RECONNECT_INTERVAL + self.shared.connect_timeout
+        if until is not None:
+            end = min(end, until)
+        while True:
+            slot = self.pick_now()
+            if slot is not None:
+                return slot
+            # A TLS mismatch does not heal by waiting for a reconnect.
+            if self.tls_failure() is not None or self.shared.closed.is_set():
+                return None
+            left = end - time.monotonic()
+            if left <= 0 or not await self.shared.changed.wait(left):
+                return None
+
+    def slot_for(self, addr: str) -> Optional[Slot]:
+        """The connection a redirect points at, registering it if the address
+        is new (None when the address is not host:port or the pool is full)."""
+        known = [slot for slot in self.slots if slot.addr == addr]
+        for slot in known:
+            if slot.usable:
+                return slot
+        if known:
+            return known[-1]
+        if len(self.slots) >= MAX_SLOTS:
+            return None
+        try:
+            slot = Slot(addr, self.shared)
+        except errors.InvalidArgument:
+            return None
+        self.slots.append(slot)
+        return slot
+
+    def tls_failure(self) -> Optional[errors.TlsError]:
+        """The TLS error, if every connection's last attempt failed for a TLS reason."""
+        first = None
+        for slot in self.slots:
+            if slot.tls_failure is None:
+                return None
+            if first is None:
+                first = errors.TlsError(slot.addr, slot.tls_failure)
+        return first
+
+    def no_server(self) -> errors.Error:
+        tls = self.tls_failure()
+        return tls if tls is not None else errors.NoServer()
+
+    def no_server_at(self, addr: str) -> errors.Error:
+        for slot in self.slots:
+            if slot.addr == addr and slot.tls_failure is not None:
+                return errors.TlsError(addr, slot.tls_failure)
+        return errors.NoServer(f"no connection to {addr}")
+
+    def auth_refusal(self) -> Optional[errors.Error]:
+        for slot in self.slots:
+            if slot.auth_refusal is not None:
+                return slot.auth_refusal
+        return None
+
+    async def settle(self) -> None:
+        """Waits until every connection made its first attempt, bounded by
+        the connect timeout (plus a little slack)."""
+        end = time.monotonic() + self.shared.connect_timeout + 0.2
+        while not all(slot.attempted for slot in self.slots):
+            left = end - time.monotonic()
+            if left <= 0 or not await self.shared.changed.wait(left):
+                return
+
+    def give_up_acquires(self) -> None:
+        for slot in self.slots:
+            slot.give_up_acquires()
+
+    def shut_down(self) -> None:
+        self.shared.closed.set()
+        for slot in self.slots:
+            slot.shut_down()

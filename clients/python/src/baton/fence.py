@@ -1,0 +1,287 @@
+"""Fencing on the protected resource's side: refuse stale tokens.
+
+Every grant's token is greater than every token before it, cluster-wide.
+A resource that remembers the highest token it has seen and refuses lower
+ones cannot be harmed by a holder that woke up after its lease lapsed, even
+if the lock service briefly let two holders overlap (a failover). The check
+and the change must be atomic together; these helpers do it for:
+
+- SQL: `sql_update` runs `UPDATE ... SET ..., fence = :token WHERE ... AND
+  fence <= :token` (`fence < :token` with `reentrant=False`): 0 rows means a
+  newer holder got there first.
+- files and directories: `write_file` (a fence file raised before the data
+  is replaced, both under an exclusive `flock`), `publish_dir` (a symlink to
+  a directory named after its token, swapped atomically).
+- S3-style object stores: `conditional_put`, a read of the object's fence
+  and version, then a write with an If-Match precondition on that version.
+- in memory: `Fence`.
+
+A holder may write several times with its own token (`<=`); pass
+`reentrant=False` where each grant may write once.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import tempfile
+import threading
+from typing import Any, Callable, Mapping, Optional, Tuple
+
+from .errors import Error
+
+try:  # POSIX; the file helpers need it.
+    import fcntl
+except ImportError:  # pragma: no cover - Windows
+    fcntl = None  # type: ignore[assignment]
+
+
+class StaleToken(Error):
+    """A newer grant has written to the resource: the caller's lease lapsed
+    and it must not touch the resource any more."""
+
+    def __init__(self, token: int, highest: Optional[int]) -> None:
+        super().__init__(f"token {token} is stale: the resource has seen {highest}")
+        self.token = token
+        self.highest = highest
+
+
+def _admits(highest: int, token: int, reentrant: bool) -> bool:
+    return token > highest or (reentrant and token == highest)
+
+
+class Fence:
+    """The highest token seen, in memory; thread-safe."""
+
+    def __init__(self, reentrant: bool = True) -> None:
+        self._highest = 0
+        self._reentrant = reentrant
+        self._mutex = threading.Lock()
+
+    @property
+    def highest(self) -> int:
+        return self._highest
+
+    def admit(self, token: int) -> None:
+        """Records `token`, or raises `StaleToken` if a newer one was seen."""
+        with self._mutex:
+            if not _admits(self._highest, token, self._reentrant):
+                raise StaleToken(token, self._highest)
+            self._highest = token
+
+
+# SQL.
+
+_IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+
+def _ident(name: str) -> str:
+    if not _IDENT.match(name):
+        raise ValueError(f"not a plain SQL identifier: {name!r}")
+    return name
+
+
+def sql_update(
+    conn: Any,
+    table: str,
+    values: Mapping[str, Any],
+    where: Mapping[str, Any],
+    token: int,
+    *,
+    fence_column: str = "fence",
+    reentrant: bool = True,
+) -> int:
+    """Updates the rows of `table` matching `where` (column = value, ANDed)
+    with `values`, only if their fence column is below `token` (or equal,
+    when `reentrant`), and sets the fence to `token`: one statement, so the
+    check and the write are atomic. `conn` is a DB-API connection using the
+    `named` parameter style (sqlite3 does). Returns the rows updated;
+    raises `StaleToken` when a matching row has a newer fence, `LookupError`
+    when no row matches `where`. The caller commits."""
+    table, fence = _ident(table), _ident(fence_column)
+    if not where:
+        raise ValueError("where must name the row(s) to update")
+    params = {}
+    sets = []
+    for i, (column, value) in enumerate(values.items()):
+        sets.append(f"{_ident(column)} = :v{i}")
+        params[f"v{i}"] = value
+    sets.append(f"{fence} = :token")
+    conds = []
+    for i, (column, value) in enumerate(where.items()):
+        conds.append(f"{_ident(column)} = :w{i}")
+        params[f"w{i}"] = value
+    params["token"] = token
+    cmp = "<=" if reentrant else "<"
+    sql = f"UPDATE {table} SET {', '.join(sets)} WHERE {' AND '.join(conds)} AND {fence} {cmp} :token"
+    cursor = conn.execute(sql, params)
+    if cursor.rowcount > 0:
+        return int(cursor.rowcount)
+    found = conn.execute(
+        f"SELECT MAX({fence}) FROM {table} WHERE {' AND '.join(conds)}",
+        {k: v for k, v in params.items() if k.startswith("w")},
+    ).fetchone()
+    if found is None or found[0] is None:
+        raise LookupError(f"no row of {table} matches {dict(where)}")
+    raise StaleToken(token, int(found[0]))
+
+
+# Files and directories.
+
+
+class _Flock:
+    """An exclusive `flock` on `path` (created if missing), across processes."""
+
+    def __init__(self, path: str) -> None:
+        if fcntl is None:  # pragma: no cover
+            raise OSError("file fencing needs fcntl (POSIX)")
+        self._fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+
+    def __enter__(self) -> "_Flock":
+        fcntl.flock(self._fd, fcntl.LOCK_EX)
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        fcntl.flock(self._fd, fcntl.LOCK_UN)
+        os.close(self._fd)
+
+
+def _atomic_write(path: str, data: bytes) -> None:
+    """Writes a temp file beside `path`, fsyncs it and renames it over `path`."""
+    directory = os.path.dirname(os.path.abspath(path))
+    fd, tmp = tempfile.mkstemp(prefix=".fence-", dir=directory)
+    try:
+        with os.fdopen(fd, "wb") as out:
+            out.write(data)
+            out.flush()
+            os.fsync(out.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+
+
+def read_fence(fence_path: str) -> int:
+    """The token a fence file records, 0 when there is none yet."""
+    try:
+        with open(fence_path, "rb") as f:
+            text = f.read(32).strip()
+    except FileNotFoundError:
+        return 0
+    return int(text) if text.isdigit() else 0
+
+
+def write_file(path: str, data: bytes, token: int, *, reentrant: bool = True) -> None:
+    """Replaces `path` with `data` if `token` is not older than the fence
+    file `path + ".fence"`. Under an exclusive lock on `path + ".lock"`, the
+    fence is raised first, then the data replaced (both atomically by
+    rename): a crash in between leaves the fence ahead, which still refuses
+    every older holder. Raises `StaleToken`."""
+    fence_path = path + ".fence"
+    with _Flock(path + ".lock"):
+        highest = read_fence(fence_path)
+        if not _admits(highest, token, reentrant):
+            raise StaleToken(token, highest)
+        if token != highest:
+            _atomic_write(fence_path, f"{token}\n".encode())
+        _atomic_write(path, data)
+
+
+def publish_dir(
+    link: str, build: Callable[[str], None], token: int, *, reentrant: bool = True
+) -> str:
+    """Publishes a directory at `link`, a symlink to `link + ".<token>"`:
+    `build(path)` fills a fresh directory, then, under an exclusive lock,
+    the token in the current target's name is compared and the link swapped
+    atomically (rename of a new symlink). The replaced directory is left
+    for the caller to remove. Returns the new directory's path. Raises
+    `StaleToken` (the built directory is then removed)."""
+    target = f"{link}.{token}"
+    building = tempfile.mkdtemp(prefix=".build-", dir=os.path.dirname(os.path.abspath(link)))
+    try:
+        build(building)
+        with _Flock(link + ".lock"):
+            highest = _dir_token(link)
+            if not _admits(highest, token, reentrant):
+                raise StaleToken(token, highest)
+            if os.path.lexists(target):
+                _remove_tree(target)
+            os.rename(building, target)
+            tmp_link = f"{link}.link-{token}"
+            if os.path.lexists(tmp_link):
+                os.unlink(tmp_link)
+            os.symlink(os.path.basename(target), tmp_link)
+            os.replace(tmp_link, link)
+        return target
+    finally:
+        if os.path.exists(building):
+            _remove_tree(building)
+
+
+def _dir_token(link: str) -> int:
+    try:
+        current = os.readlink(link)
+    except (FileNotFoundError, OSError):
+        return 0
+    suffix = current.rsplit(".", 1)[-1]
+    return int(suffix) if suffix.isdigit() else 0
+
+
+def _remove_tree(path: str) -> None:
+    import shutil
+
+    shutil.rmtree(path, ignore_errors=True)
+
+
+# S3-style object stores.
+
+
+class PreconditionFailed(Exception):
+    """What a conditional store raises when If-Match does not hold."""
+
+
+def conditional_put(
+    store: Any,
+    key: str,
+    data: bytes,
+    token: int,
+    *,
+    reentrant: bool = True,
+    attempts: int = 5,
+) -> str:
+    """Writes `data` to `key` of an S3-style store only if `token` is not
+    older than the `fence` recorded in the object's metadata. `store` has
+    `head(key) -> Optional[(version, metadata)]` and `put(key, data,
+    metadata, if_match=version or None, if_none_match=bool)` raising
+    `PreconditionFailed` (for S3: ETag, `Metadata`, `IfMatch`,
+    `IfNoneMatch="*"`). A precondition that fails (another writer in
+    between) is read again, at most `attempts` times. Returns the new
+    version."""
+    for _ in range(max(1, attempts)):
+        head: Optional[Tuple[str, Mapping[str, str]]] = store.head(key)
+        highest = 0
+        if head is not None:
+            text = str(head[1].get("fence", "0"))
+            highest = int(text) if text.isdigit() else 0
+        if not _admits(highest, token, reentrant):
+            raise StaleToken(token, highest)
+        try:
+            if head is None:
+                return str(store.put(key, data, {"fence": str(token)}, if_match=None, if_none_match=True))
+            return str(store.put(key, data, {"fence": str(token)}, if_match=head[0], if_none_match=False))
+        except PreconditionFailed:
+            continue
+    raise Error(f"{key}: the object kept changing under the write ({attempts} attempts)")
+
+
+__all__ = [
+    "Fence",
+    "PreconditionFailed",
+    "StaleToken",
+    "conditional_put",
+    "publish_dir",
+    "read_fence",
+    "sql_update",
+    "write_file",
+]

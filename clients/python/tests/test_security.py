@@ -1,0 +1,86 @@
+"""`U` authentication (`--auth-file`) and TLS (`ssl.SSLContext`)."""
+
+from __future__ import annotations
+
+import os
+import ssl
+import subprocess
+import tempfile
+
+import pytest
+
+import baton
+
+USERS = """
+[[user]]
+name = "billing"
+secret = "s3cr3t-value"
+prefixes = ["billing/"]
+"""
+
+
+@pytest.fixture
+def auth_node(nodes):
+    path = os.path.join(tempfile.mkdtemp(prefix="baton-auth-"), "users.toml")
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT, 0o600)
+    os.write(fd, USERS.encode())
+    os.close(fd)
+    return nodes.start(["--auth-file", path])
+
+
+def test_credentials_prefixes_and_refusals(auth_node):
+    with baton.Client([auth_node.addr], user="billing", secret="s3cr3t-value") as client:
+        lock = client.acquire("billing/1", 1, 30)
+        assert client.inspect("billing/1").token == lock.token
+        with pytest.raises(baton.PermissionDenied) as err:
+            client.acquire("orders/1", 1, 30)
+        assert err.value.key == "orders/1"
+        assert client.status()[0].ok
+        lock.release()
+    with pytest.raises(baton.AuthenticationFailed):
+        baton.Client([auth_node.addr], user="billing", secret="wrong")
+    with baton.Client([auth_node.addr]) as anonymous:
+        with pytest.raises(baton.AuthenticationRequired):
+            anonymous.acquire("billing/1", 1, 30)
+
+
+def test_credentials_to_a_node_without_users(node):
+    with pytest.raises(baton.AuthenticationFailed):
+        baton.Client([node.addr], user="billing", secret="x")
+
+
+def _openssl(*args, cwd):
+    subprocess.run(["openssl", *args], cwd=cwd, check=True, capture_output=True)
+
+
+@pytest.fixture(scope="module")
+def certs():
+    d = tempfile.mkdtemp(prefix="baton-tls-")
+    _openssl("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", "ca.key", "-out", "ca.pem",
+             "-days", "2", "-subj", "/CN=baton-test-ca", cwd=d)
+    _openssl("req", "-newkey", "rsa:2048", "-nodes", "-keyout", "node.key", "-out", "node.csr",
+             "-subj", "/CN=127.0.0.1", cwd=d)
+    with open(os.path.join(d, "ext.cnf"), "w") as f:
+        f.write("subjectAltName=IP:127.0.0.1\n")
+    _openssl("x509", "-req", "-in", "node.csr", "-CA", "ca.pem", "-CAkey", "ca.key", "-CAcreateserial",
+             "-out", "node.pem", "-days", "2", "-extfile", "ext.cnf", cwd=d)
+    return d
+
+
+def test_tls(nodes, node, certs):
+    tls_node = nodes.start(["--tls-cert", os.path.join(certs, "node.pem"),
+                            "--tls-key", os.path.join(certs, "node.key")])
+    ctx = ssl.create_default_context(cafile=os.path.join(certs, "ca.pem"))
+    with baton.Client([tls_node.addr], tls=ctx) as client:
+        lock = client.acquire("tls/1", 1, 30)
+        assert client.inspect("tls/1").token == lock.token
+        lock.release()
+    # A plaintext client of a TLS node, a TLS client of a plaintext node, a
+    # CA that did not sign the node's certificate: a clear error, at once.
+    with baton.Client([tls_node.addr]) as plain:
+        with pytest.raises(baton.TlsError):
+            plain.acquire("tls/1", 1, 30)
+    with pytest.raises(baton.TlsError):
+        baton.Client([node.addr], tls=ctx)
+    with pytest.raises(baton.TlsError):
+        baton.Client([tls_node.addr], tls=ssl.create_default_context())

@@ -1,0 +1,103 @@
+//! The Python client's suite (clients/python/tests, pytest) against the
+//! `batond` this test kit uses, so that `cargo test --workspace` runs it
+//! too (issue 15).
+//!
+//! The virtual environment is made once with the system's `python3` under
+//! the target directory, keyed by the hash of `requirements-test.txt`, and
+//! reused by later runs (only the package itself is reinstalled, offline).
+//! Its first creation installs `./clients/python` the way a user does, in
+//! pip's isolated build, which checks that the package installs from a
+//! fresh environment.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use sha2::{Digest, Sha256};
+
+/// The repository root (this crate lives in `tests/`).
+fn repo() -> PathBuf {
+    let manifest = Path::new(env!("CARGO_MANIFEST_DIR"));
+    manifest.parent().unwrap_or(manifest).to_path_buf()
+}
+
+/// Runs `cmd`, panicking with its output when it fails.
+fn run(cmd: &mut Command, what: &str) {
+    let out = cmd
+        .output()
+        .unwrap_or_else(|e| panic!("{what}: cannot run {cmd:?}: {e}"));
+    if !out.status.success() {
+        panic!(
+            "{what} failed ({}):\n--- stdout ---\n{}\n--- stderr ---\n{}",
+            out.status,
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+}
+
+/// The venv for this requirements file, made (and filled) if missing.
+fn venv(package: &Path) -> PathBuf {
+    let requirements = package.join("requirements-test.txt");
+    let text = std::fs::read(&requirements)
+        .unwrap_or_else(|e| panic!("cannot read {}: {e}", requirements.display()));
+    let hash: String = Sha256::digest(&text)
+        .iter()
+        .take(8)
+        .map(|b| format!("{b:02x}"))
+        .collect();
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("python-venv-{hash}"));
+    let python = dir.join("bin").join("python");
+    let ready = dir.join(".baton-ready");
+    if ready.is_file() && python.is_file() {
+        run(
+            Command::new(&python)
+                .args(["-m", "pip", "install", "-q", "--no-deps"])
+                .args(["--no-build-isolation", "--force-reinstall", "--no-index"])
+                .arg(package),
+            "reinstalling ./clients/python",
+        );
+        return python;
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+    let system = std::env::var_os("PYTHON").unwrap_or_else(|| "python3".into());
+    run(
+        Command::new(&system).args(["-m", "venv"]).arg(&dir),
+        "python3 -m venv (install python3 and python3-venv)",
+    );
+    run(
+        Command::new(&python)
+            .args(["-m", "pip", "install", "-q", "-r"])
+            .arg(&requirements),
+        "pip install -r requirements-test.txt",
+    );
+    run(
+        Command::new(&python)
+            .args(["-m", "pip", "install", "-q"])
+            .arg(package),
+        "pip install ./clients/python in a fresh venv",
+    );
+    std::fs::write(&ready, &text).unwrap_or_else(|e| panic!("cannot mark the venv ready: {e}"));
+    python
+}
+
+#[test]
+fn python_client_suite_passes_against_real_nodes() {
+    let package = repo().join("clients").join("python");
+    let python = venv(&package);
+    let batond = baton_tests::binary::batond_bin();
+    let out = Command::new(&python)
+        .args(["-m", "pytest", "-q", "-p", "no:cacheprovider", "tests"])
+        .current_dir(&package)
+        .env("BATOND_BIN", &batond)
+        .env("PYTHONDONTWRITEBYTECODE", "1")
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run pytest: {e}"));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    println!("{stdout}");
+    assert!(
+        out.status.success(),
+        "the Python client's tests failed ({}):\n{stdout}\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
