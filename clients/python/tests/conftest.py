@@ -208,6 +208,12 @@ class FaultProxy:
                 continue
             upstream.settimeout(None)
             with self.mutex:
+                # A cut that came while this one was being connected
+                # upstream covers it too.
+                if self.refusing or self.closed:
+                    client.close()
+                    upstream.close()
+                    continue
                 self.accepted += 1
                 self.conns += [client, upstream]
             threading.Thread(target=self._pump, args=(client, upstream, True), daemon=True).start()
@@ -233,8 +239,8 @@ class FaultProxy:
             s.close()
 
     def cut(self, refuse: bool = False) -> None:
-        self.refusing = refuse
         with self.mutex:
+            self.refusing = refuse
             conns, self.conns = self.conns, []
         for s in conns:
             try:

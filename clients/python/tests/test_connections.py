@@ -31,6 +31,9 @@ def test_two_connections_for_one_address_and_round_robin(node, proxies):
 def test_broken_connection_leaves_rotation_and_is_redialled(node, proxies):
     a, b = proxies(node.addr), proxies(node.addr)
     with baton.Client([a.addr, b.addr]) as client:
+        # Both connections through their proxies before the cut: the
+        # redial is then the second connection `a` takes.
+        wait_for(lambda: a.accepted == 1 and b.accepted == 1, 5, "one connection each")
         a.cut(refuse=True)
         # Served at once by the other connection meanwhile.
         start = time.monotonic()
