@@ -21,6 +21,7 @@
 //!   change in debug builds.
 
 mod event;
+mod grants;
 pub mod invariant;
 mod key;
 mod query;

@@ -7,10 +7,8 @@
 //! keeps the decision of *when* to expire in one place (the serving node) and
 //! out of every replica's clock.
 
-use std::collections::BTreeMap;
-
+use crate::grants::Grants;
 use crate::invariant::{debug_check, ensure, Broken, FULL_CHECK_UP_TO};
-use crate::FastMap;
 
 use serde::{Deserialize, Serialize};
 
@@ -96,13 +94,11 @@ pub struct Holder {
     pub expires_at: Millis,
 }
 
-/// The lock table, with an index of leases by end time.
+/// The lock table: the grants with an index of their leases by end time
+/// (see [`crate::grants`]), and the last token.
 #[derive(Clone, Debug, Default)]
 pub struct LockTable {
-    locks: FastMap<Key, Holder>,
-    /// Tokens are unique among live grants, so `(expires_at, token)` is a
-    /// unique, time-ordered name for each grant; the value leads back to it.
-    expiries: BTreeMap<(Millis, Token), Key>,
+    grants: Grants,
     last_token: Token,
 }
 
@@ -124,9 +120,15 @@ pub struct SnapshotLock {
 }
 
 impl PartialEq for LockTable {
-    /// The expiry index is derived from `locks`, so it is left out.
+    /// The same last token and the same holder of every key (the storage's
+    /// layout is left out).
     fn eq(&self, other: &Self) -> bool {
-        self.last_token == other.last_token && self.locks == other.locks
+        self.last_token == other.last_token
+            && self.grants.len() == other.grants.len()
+            && self
+                .grants
+                .iter()
+                .all(|(key, holder)| other.grants.get(key) == Some(holder))
     }
 }
 
@@ -174,42 +176,31 @@ impl LockTable {
         // A token equal to the last one would break both fencing and the
         // uniqueness the expiry index relies on, so an exhausted token space
         // (reachable only through an absurd floor) refuses instead.
-        if self.locks.contains_key(key) || self.last_token == Token::MAX {
+        if self.grants.contains(key) || self.last_token == Token::MAX {
             return Outcome::GrantRejected;
         }
         let token = self.last_token + 1;
         let expires_at = now.saturating_add(lease_ms);
         self.last_token = token;
-        self.locks.insert(key.clone(), Holder { token, expires_at });
-        self.expiries.insert((expires_at, token), key.clone());
+        self.grants
+            .insert(key.clone(), Holder { token, expires_at });
         Outcome::Granted { token }
     }
 
     fn renew(&mut self, key: &Key, token: Token, lease_ms: u64, now: Millis) -> Outcome {
-        let Some(holder) = self.locks.get_mut(key) else {
-            return Outcome::NotFound;
-        };
-        if holder.token != token {
-            return Outcome::NotFound;
+        match self.grants.get(key) {
+            Some(holder) if holder.token == token => {
+                self.grants.set_lease_end(key, now.saturating_add(lease_ms));
+                Outcome::Renewed
+            }
+            _ => Outcome::NotFound,
         }
-        let old = (holder.expires_at, token);
-        holder.expires_at = now.saturating_add(lease_ms);
-        let new = (holder.expires_at, token);
-        // Reuse the index's own copy of the key rather than taking another.
-        let indexed = self.expiries.remove(&old).unwrap_or_else(|| key.clone());
-        self.expiries.insert(new, indexed);
-        Outcome::Renewed
     }
 
     /// Removes the grant of `key` if it carries `token`; says whether it did.
     fn remove_if_token(&mut self, key: &Key, token: Token) -> bool {
-        match self.locks.get(key) {
-            Some(holder) if holder.token == token => {
-                let at = (holder.expires_at, token);
-                self.locks.remove(key);
-                self.expiries.remove(&at);
-                true
-            }
+        match self.grants.get(key) {
+            Some(holder) if holder.token == token => self.grants.remove(key).is_some(),
             _ => false,
         }
     }
@@ -225,35 +216,37 @@ impl LockTable {
     }
 
     pub fn holder(&self, key: &Key) -> Option<&Holder> {
-        self.locks.get(key)
+        self.grants.get(key)
     }
 
     /// Number of keys held.
     pub fn len(&self) -> usize {
-        self.locks.len()
+        self.grants.len()
     }
 
     pub fn is_empty(&self) -> bool {
-        self.locks.is_empty()
+        self.grants.len() == 0
     }
 
     /// Every grant, in no particular order.
     pub fn iter(&self) -> impl Iterator<Item = (&Key, &Holder)> {
-        self.locks.iter()
+        self.grants.iter()
     }
 
     /// The lease that ends first, so the caller arms ONE timer: (expires_at, key, token).
     pub fn next_expiry(&self) -> Option<(Millis, &Key, Token)> {
-        self.expiries
-            .first_key_value()
-            .map(|(&(at, token), key)| (at, key, token))
+        self.grants
+            .first()
+            .map(|(key, holder)| (holder.expires_at, key, holder.token))
     }
 
-    /// Leases with expires_at <= now, earliest first (the caller turns them into Expire commands).
+    /// Leases with expires_at <= now, earliest first (the caller turns them
+    /// into Expire commands); lazily, so taking a few costs little.
     pub fn due_expiries(&self, now: Millis) -> impl Iterator<Item = (&Key, Token)> + '_ {
-        self.expiries
-            .range(..=(now, Token::MAX))
-            .map(|(&(_, token), key)| (key, token))
+        self.grants
+            .by_lease_end()
+            .take_while(move |(_, holder)| holder.expires_at <= now)
+            .map(|(key, holder)| (key, holder.token))
     }
 
     /// A self-contained copy for replication/snapshots: last_token and every
@@ -263,12 +256,13 @@ impl LockTable {
     /// after a restore such leases are all due at the same moment.
     pub fn snapshot(&self, now: Millis) -> TableSnapshot {
         let locks = self
-            .expiries
-            .iter()
-            .map(|(&(at, token), key)| SnapshotLock {
+            .grants
+            .sorted_by_lease_end()
+            .into_iter()
+            .map(|(key, holder)| SnapshotLock {
                 key: key.clone(),
-                token,
-                remaining_ms: at.saturating_sub(now),
+                token: holder.token,
+                remaining_ms: holder.expires_at.saturating_sub(now),
             })
             .collect();
         TableSnapshot {
@@ -287,49 +281,36 @@ impl LockTable {
     pub fn restore(snapshot: &TableSnapshot, now: Millis) -> LockTable {
         let mut table = LockTable::new();
         table.raise_token_floor(snapshot.last_token);
+        // The (end, token) of every lock kept, to drop a second one.
+        let mut kept: crate::FastSet<(Millis, Token)> = crate::FastSet::default();
         for lock in &snapshot.locks {
             table.raise_token_floor(lock.token);
             let at = (now.saturating_add(lock.remaining_ms), lock.token);
-            if let Some(previous) = table.locks.get(&lock.key) {
-                let previous_at = (previous.expires_at, previous.token);
-                table.expiries.remove(&previous_at);
-                table.locks.remove(&lock.key);
+            if let Some(previous) = table.grants.remove(&lock.key) {
+                kept.remove(&(previous.expires_at, previous.token));
             }
-            if table.expiries.contains_key(&at) {
+            if !kept.insert(at) {
                 continue;
             }
-            table.locks.insert(
-                lock.key.clone(),
-                Holder {
-                    token: lock.token,
-                    expires_at: at.0,
-                },
-            );
-            table.expiries.insert(at, lock.key.clone());
+            let holder = Holder {
+                token: lock.token,
+                expires_at: at.0,
+            };
+            table.grants.insert(lock.key.clone(), holder);
         }
         table.debug_validate();
         table
     }
 
-    /// Checks the table's invariants: the expiry index names exactly the
-    /// grants held, and the token floor covers every token (a fresh grant
-    /// must exceed them all).
+    /// Checks the table's invariants: the storage's index and lease heap
+    /// name exactly the grants held, and the token floor covers every
+    /// token (a fresh grant must exceed them all).
     pub fn validate(&self) -> Result<(), Broken> {
-        ensure(self.expiries.len() == self.locks.len(), || {
-            format!(
-                "{} leases indexed for {} grants",
-                self.expiries.len(),
-                self.locks.len()
-            )
+        let storage = self.grants.check();
+        ensure(storage.is_ok(), || {
+            storage.clone().err().unwrap_or_default()
         })?;
-        for (&(at, token), key) in &self.expiries {
-            let holder = self.locks.get(key);
-            ensure(
-                holder.is_some_and(|h| h.expires_at == at && h.token == token),
-                || format!("lease ({at}, {token}) of {key:?} indexed, held as {holder:?}"),
-            )?;
-        }
-        for (key, holder) in &self.locks {
+        for (key, holder) in self.grants.iter() {
             ensure(holder.token <= self.last_token, || {
                 format!(
                     "{key:?} holds token {} above the floor {}",
@@ -342,8 +323,7 @@ impl LockTable {
 
     /// The debug build's check after a change (see [`FULL_CHECK_UP_TO`]).
     fn debug_validate(&self) {
-        debug_check(self.locks.len() <= FULL_CHECK_UP_TO, || self.validate());
-        debug_assert_eq!(self.expiries.len(), self.locks.len());
+        debug_check(self.grants.len() <= FULL_CHECK_UP_TO, || self.validate());
     }
 }
 

@@ -254,12 +254,10 @@ fn validate_finds_a_broken_index_and_a_low_floor() {
     grant(&mut t, "b", 10, 0);
     assert_eq!(t.validate(), Ok(()));
     let mut unindexed = t.clone();
-    unindexed.expiries.pop_first();
+    unindexed.grants.drop_last_from_heap();
     assert!(unindexed.validate().is_err());
     let mut moved = t.clone();
-    if let Some(h) = moved.locks.get_mut(&key("a")) {
-        h.expires_at += 1;
-    }
+    moved.grants.move_lease_end_behind_the_heap(&key("a"), 1);
     assert!(moved.validate().is_err());
     let mut low = t.clone();
     low.last_token = 1;
