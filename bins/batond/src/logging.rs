@@ -137,7 +137,7 @@ impl Repeats {
     /// Logs one line per warning held back since its last line, with the
     /// count, and starts a new interval for it. Returns how many lines.
     pub fn summarise(&self, now: Instant) -> usize {
-        let due: Vec<(String, &'static str, u64)> = {
+        let due: Vec<(String, &'static str, u64, u64)> = {
             let mut seen = self.seen.lock().unwrap_or_else(PoisonError::into_inner);
             seen.values_mut()
                 .filter(|entry| {
@@ -145,19 +145,19 @@ impl Repeats {
                 })
                 .map(|entry| {
                     let held = std::mem::take(&mut entry.held);
+                    let secs = now.duration_since(entry.shown_at).as_secs();
                     entry.shown_at = now;
-                    (entry.message.clone(), entry.target, held)
+                    (entry.message.clone(), entry.target, held, secs)
                 })
                 .collect()
         };
         // Logged with the lock released: these lines come back through `show`.
-        for (message, source, repeated) in &due {
+        for (message, source, repeated, secs) in &due {
             tracing::warn!(
                 target: "batond::log",
                 source,
                 repeated,
-                "repeated {repeated} more times in {}s: {message}",
-                self.interval.as_secs()
+                "repeated {repeated} more times in {secs}s: {message}"
             );
         }
         due.len()

@@ -142,12 +142,15 @@ impl<H> PriorityNode<H> {
         self.seen_token = self.seen_token.max(self.service.table().last_token());
         self.seen_token = self.seen_token.max(table.last_token);
         let why = if self.role.is_active() {
-            tracing::info!(from, "merging the table of an active that stops");
+            tracing::info!(
+                from = self.addr(from),
+                "merging the table of an active that stops"
+            );
             let merged = merge(self.service.table().snapshot(now), table);
             self.service.replace_table(LockTable::restore(&merged, now));
             "merged a handoff"
         } else {
-            tracing::info!(from, "taking over by handoff");
+            tracing::info!(from = self.addr(from), "taking over by handoff");
             self.service.replace_table(LockTable::restore(table, now));
             "took a handoff"
         };

@@ -42,7 +42,10 @@ impl<H> PriorityNode<H> {
                     .standby_mut()
                     .filter(|s| s.following == Some(from))
                 {
-                    tracing::info!(active = from, "active stepped down");
+                    tracing::info!(
+                        active = super::roles::addr_in(&self.config.peers, from),
+                        "active stepped down"
+                    );
                     standby.unfollow();
                 }
             }
@@ -91,7 +94,10 @@ impl<H> PriorityNode<H> {
             return;
         };
         if following != Some(from) && better {
-            tracing::info!(active = from, "following");
+            tracing::info!(
+                active = super::roles::addr_in(&self.config.peers, from),
+                "following"
+            );
             standby.following = Some(from);
             standby.resync(now);
         }
@@ -115,7 +121,10 @@ impl<H> PriorityNode<H> {
             return;
         }
         if from < self.config.me {
-            tracing::warn!(other = from, "a higher-priority active; stepping down");
+            tracing::warn!(
+                other = self.addr(from),
+                "a higher-priority active; stepping down"
+            );
             // Our grants go with us: the winner merges the keys it does not
             // hold itself.
             self.send_handoff(from, now);

@@ -104,7 +104,7 @@ impl<H> PriorityNode<H> {
     fn standby_tick(&mut self, now: Millis) {
         let following = self.following();
         if let Some(active) = following.filter(|&a| !self.is_live(a, now)) {
-            tracing::info!(active, "active is silent");
+            tracing::info!(active = self.addr(active), "active is silent");
             if let Some(standby) = self.role.standby_mut() {
                 standby.unfollow();
             }
