@@ -185,7 +185,7 @@ impl<N: LockNode> SharedLocks<N> {
                     .acquire(key, wait_ms, lease_ms, received_at, mailbox, events)
             },
             |timing, metrics, outcome| {
-                timing.acquired(metrics, counted_key, outcome, received_at, now)
+                timing.acquired(metrics, counted_key, lease_ms, outcome, received_at, now)
             },
         )
     }
@@ -225,7 +225,7 @@ impl<N: LockNode> SharedLocks<N> {
             events,
             now,
             |g, now, events| g.node.renew(key, token, lease_ms, now, mailbox, events),
-            |_, metrics, outcome| Timing::renewed(metrics, outcome),
+            |timing, metrics, outcome| timing.renewed(metrics, key, lease_ms, outcome, now),
         )
     }
 
@@ -286,13 +286,20 @@ impl<N: LockNode> SharedLocks<N> {
 
     /// Runs everything due now; returns the next deadline to sleep until.
     pub(crate) fn tick(&self, events: &mut Events) -> Option<Millis> {
-        self.run(events, self.clock.now(), |node, now, events| {
-            node.tick(now, events);
-            let next = node.next_deadline();
-            self.armed
-                .store(next.unwrap_or(u64::MAX), Ordering::Release);
-            next
-        })
+        let now = self.clock.now();
+        self.run_counted(
+            events,
+            now,
+            |g, now, events| {
+                g.node.tick(now, events);
+                let next = g.node.next_deadline();
+                self.armed
+                    .store(next.unwrap_or(u64::MAX), Ordering::Release);
+                next
+            },
+            // Grants whose lease ran out end now, for the hold time.
+            |timing, metrics, _| timing.expire(metrics, now),
+        )
     }
 
     pub(crate) async fn timer_woken(&self) {

@@ -304,6 +304,8 @@ impl LockNode for PriorityLockNode {
         baton_server::NodeCounters {
             expiries: self.expiries,
             role_changes: self.role_changes,
+            handoffs_given: Some(self.engine.handoffs().given),
+            handoffs_taken: Some(self.engine.handoffs().taken),
             ..Default::default()
         }
     }

@@ -156,6 +156,7 @@ impl<H> PriorityNode<H> {
         };
         // A new term either way: the standbys resync with the whole table.
         self.promote(now, why);
+        self.handoffs.taken += 1;
         self.took_handoff_from = Some(from);
         self.outbox.push((from, PriorityMessage::HandoffTaken));
     }
@@ -173,6 +174,7 @@ impl<H> PriorityNode<H> {
         if taken {
             let mut standby = Standby::following(Some(to), now);
             standby.handed_off_to = Some(to);
+            self.handoffs.given += 1;
             self.set_role(Role::Standby(standby), "handoff taken up");
         } else {
             // Nobody took the role: this node still holds the newest state
