@@ -133,6 +133,7 @@ impl<N: LockNode> SharedLocks<N> {
                 // The events are delivered after the lock; counted now,
                 // at the time they happened.
                 let at = self.clock.now().max(now);
+                guarded.timing.granted_at(now);
                 guarded.timing.events(&self.metrics, events, at);
             }
             count(&mut guarded.timing, &self.metrics, &result);
@@ -357,6 +358,7 @@ impl<N: LockNode> SharedLocks<N> {
                 // A node that no longer serves has nothing to release.
                 let _ = node.release(&key, token, now, None, events);
             }
+            node.timing.granted_at(now);
             node.timing.events(&self.metrics, events, now);
             self.after_change(&node);
         }
@@ -372,6 +374,7 @@ impl<N: LockNode> SharedLocks<N> {
                 tracing::debug!(%key, token, "releasing a grant its connection never took");
                 let _ = service.release(&key, token, now, None, &mut events);
             }
+            service.timing.granted_at(now);
             service.timing.events(&self.metrics, &events, now);
             self.after_change(&service);
         }
@@ -457,5 +460,25 @@ mod tests {
         locks.release_ghosts([(key("k"), t1)]);
         assert_eq!(locks.status().locks, 1);
         assert!(t2 > t1);
+    }
+
+    #[test]
+    fn a_lease_that_runs_out_ends_the_hold_at_the_tick() {
+        let locks = SharedLocks::new(SingleNode::new(), Clock::new());
+        let (a, _a_rx) = mailbox();
+        let (b, _b_rx) = mailbox();
+        let mut events = Vec::new();
+        granted(locks.acquire(key("alone"), 0, 20, 0, &a, &mut events));
+        granted(locks.acquire(key("passed"), 0, 20, 0, &a, &mut events));
+        let queued = locks.acquire(key("passed"), 10_000, 10_000, 0, &b, &mut events);
+        assert!(matches!(
+            queued,
+            Served::Done(AcquireOutcome::Queued { .. })
+        ));
+        std::thread::sleep(std::time::Duration::from_millis(40));
+        locks.tick(&mut events);
+        let hold = locks.metrics().hold.snapshot();
+        assert_eq!(hold.count, 2, "both grants ended by their lease: {hold:?}");
+        assert!((hold.sum_seconds - 0.04).abs() < 1e-9, "{hold:?}");
     }
 }

@@ -29,6 +29,10 @@ pub(crate) struct Timing {
     pending_renewal: FastMap<Key, Millis>,
     /// So that a grant ended by its lease counts in the hold time too.
     leases: LeaseEnds,
+    /// The time the node gave the call whose events are counted next: a
+    /// grant's lease runs from it, as in the node (the events are counted
+    /// a little later).
+    node_now: Millis,
 }
 
 fn insert<K: std::hash::Hash + Eq, V>(map: &mut FastMap<K, V>, key: K, value: V) {
@@ -54,7 +58,8 @@ impl Timing {
             Served::Done(AcquireOutcome::Granted { .. }) => {
                 m.add(Count::Grants, 1);
                 m.acquire_wait.observe(now.saturating_sub(received_at));
-                self.hold_begins(m, &key, now, Some(lease_ms));
+                // The node's lease runs from the request's arrival.
+                self.hold_begins(m, &key, now, received_at, Some(lease_ms));
             }
             Served::Done(AcquireOutcome::Queued { id }) => {
                 insert(&mut self.queued_at, *id, (received_at, lease_ms))
@@ -70,10 +75,23 @@ impl Timing {
         }
     }
 
-    /// `key` is granted at `now` for `lease_ms` (if known). A previous
+    /// The node's time for the events counted next (see `node_now`).
+    pub(crate) fn granted_at(&mut self, node_now: Millis) {
+        self.node_now = node_now;
+    }
+
+    /// `key` is granted at `now` for `lease_ms` (if known), its lease
+    /// running from `lease_from`. A previous
     /// grant of it whose lease has ended (the key handed on at expiry, or
     /// taken again before the timer ran) ends at its lease's end.
-    fn hold_begins(&mut self, m: &Metrics, key: &Key, now: Millis, lease_ms: Option<Millis>) {
+    fn hold_begins(
+        &mut self,
+        m: &Metrics,
+        key: &Key,
+        now: Millis,
+        lease_from: Millis,
+        lease_ms: Option<Millis>,
+    ) {
         if let Some(end) = self.leases.take_if_ended(key, now) {
             if let Some(since) = self.held_since.get(key) {
                 m.hold.observe(end.saturating_sub(*since));
@@ -81,7 +99,7 @@ impl Timing {
         }
         insert(&mut self.held_since, key.clone(), now);
         match lease_ms {
-            Some(lease) => self.leases.set(key, now.saturating_add(lease)),
+            Some(lease) => self.leases.set(key, lease_from.saturating_add(lease)),
             None => self.leases.forget(key),
         }
     }
@@ -193,7 +211,8 @@ impl Timing {
         if let Some(released) = self.released_at.remove(key) {
             m.handover.observe(now.saturating_sub(released));
         }
-        self.hold_begins(m, key, now, lease);
+        let lease_from = self.node_now.min(now);
+        self.hold_begins(m, key, now, lease_from, lease);
     }
 
     /// The late answer of a release or renewal (a Raft leader's).
@@ -206,7 +225,8 @@ impl Timing {
             Response::Renewed { key, .. } => {
                 m.add(Count::Renewals, 1);
                 if let Some(lease) = self.pending_renewal.remove(key) {
-                    self.leases.renew(key, now.saturating_add(lease));
+                    self.leases
+                        .renew(key, self.node_now.min(now).saturating_add(lease));
                 }
             }
             Response::NotHeld { op, key } => {
