@@ -7,8 +7,9 @@
 use std::collections::HashSet;
 use std::ffi::{OsStr, OsString};
 use std::path::Path;
+use std::process::ExitCode;
 
-use clap::{Arg, ArgAction, Command};
+use clap::{Arg, ArgAction, Command, CommandFactory, Parser};
 
 /// A config file larger than this is refused: it is a handful of settings.
 const MAX_FILE_BYTES: u64 = 1 << 20;
@@ -54,6 +55,40 @@ pub fn merged_argv(cmd: &Command, argv: Vec<OsString>) -> Result<Vec<OsString>, 
     merged.extend(from_file);
     merged.extend(rest);
     Ok(merged)
+}
+
+/// The flags of `F`, with the --config file's settings under them; the
+/// error is the exit code, its line already printed.
+pub fn parse<F: Parser + CommandFactory>() -> Result<F, ExitCode> {
+    let argv: Vec<_> = std::env::args_os().collect();
+    let file = config_path(&argv);
+    let argv = merged_argv(&F::command(), argv).map_err(|message| {
+        eprintln!("batond: {message}");
+        ExitCode::from(2)
+    })?;
+    F::try_parse_from(argv).map_err(|error| match (file, error.kind()) {
+        // What the file set is in the error: say where it came from.
+        (Some(file), kind)
+            if kind != clap::error::ErrorKind::DisplayHelp
+                && kind != clap::error::ErrorKind::DisplayVersion =>
+        {
+            let text = error.to_string();
+            let why = text
+                .lines()
+                .filter(|l| !l.trim().is_empty())
+                .take(2)
+                .map(str::trim)
+                .collect::<Vec<_>>()
+                .join(" ");
+            eprintln!(
+                "batond: {} (settings read from {})",
+                why.trim_start_matches("error: "),
+                Path::new(&file).display()
+            );
+            ExitCode::from(2)
+        }
+        _ => error.exit(),
+    })
 }
 
 /// Runs `flags` (one setting) through its argument's own parser, alone:

@@ -18,7 +18,7 @@ use std::sync::Arc;
 use baton_cluster::{priority, raft};
 use baton_proto::Limits;
 use baton_server::{DataDir, ServerConfig, StateFileError};
-use clap::{CommandFactory, Parser};
+use clap::Parser;
 use tokio::sync::oneshot;
 
 mod tls;
@@ -315,41 +315,8 @@ fn parse_seconds(text: &str) -> Result<u64, String> {
     })
 }
 
-/// The flags, with the --config file's settings under them.
-fn flags() -> Result<Flags, ExitCode> {
-    let argv: Vec<_> = std::env::args_os().collect();
-    let file = config_file::config_path(&argv);
-    let argv = config_file::merged_argv(&Flags::command(), argv).map_err(|message| {
-        eprintln!("batond: {message}");
-        ExitCode::from(2)
-    })?;
-    Flags::try_parse_from(argv).map_err(|error| match (file, error.kind()) {
-        // What the file set is in the error: say where it came from.
-        (Some(file), kind)
-            if kind != clap::error::ErrorKind::DisplayHelp
-                && kind != clap::error::ErrorKind::DisplayVersion =>
-        {
-            let text = error.to_string();
-            let why = text
-                .lines()
-                .filter(|l| !l.trim().is_empty())
-                .take(2)
-                .map(str::trim)
-                .collect::<Vec<_>>()
-                .join(" ");
-            eprintln!(
-                "batond: {} (settings read from {})",
-                why.trim_start_matches("error: "),
-                Path::new(&file).display()
-            );
-            ExitCode::from(2)
-        }
-        _ => error.exit(),
-    })
-}
-
 fn main() -> ExitCode {
-    let flags = match flags() {
+    let flags = match config_file::parse::<Flags>() {
         Ok(flags) => flags,
         Err(code) => return code,
     };
