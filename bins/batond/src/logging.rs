@@ -42,11 +42,13 @@ pub enum LogFormat {
 }
 
 /// Installs the logger; a thread writes the summaries of repeated
-/// warnings.
+/// warnings. A `RUST_LOG` that names openraft asks for its lines as they
+/// come: then none is held back.
 pub fn init(format: LogFormat) {
     let filter =
         EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(DEFAULT_FILTER));
-    let repeats = Repeats::new(SUMMARY_INTERVAL);
+    let asked_for_openraft = std::env::var("RUST_LOG").is_ok_and(|f| f.contains("openraft"));
+    let repeats = Repeats::new(SUMMARY_INTERVAL, !asked_for_openraft);
     let registry = tracing_subscriber::registry()
         .with(filter)
         .with(repeats.clone());
@@ -80,6 +82,8 @@ pub fn init(format: LogFormat) {
 #[derive(Debug, Clone)]
 pub struct Repeats {
     interval: Duration,
+    /// Off: every line is shown.
+    on: bool,
     seen: Arc<Mutex<HashMap<Identifier, Seen>>>,
 }
 
@@ -94,9 +98,10 @@ struct Seen {
 }
 
 impl Repeats {
-    pub fn new(interval: Duration) -> Repeats {
+    pub fn new(interval: Duration, on: bool) -> Repeats {
         Repeats {
             interval,
+            on,
             seen: Arc::new(Mutex::new(HashMap::new())),
         }
     }
@@ -105,7 +110,7 @@ impl Repeats {
     /// warning seen within the interval.
     fn show(&self, event: &Event<'_>, now: Instant) -> bool {
         let meta = event.metadata();
-        if !meta.target().starts_with("openraft") || *meta.level() > Level::WARN {
+        if !self.on || !meta.target().starts_with("openraft") || *meta.level() > Level::WARN {
             return true;
         }
         let mut seen = self.seen.lock().unwrap_or_else(PoisonError::into_inner);
@@ -193,6 +198,21 @@ mod tests {
     use super::*;
     use std::sync::atomic::{AtomicUsize, Ordering};
 
+    #[test]
+    fn switched_off_it_shows_every_line() {
+        let repeats = Repeats::new(Duration::from_secs(3600), false);
+        let count = Count::default();
+        let subscriber = tracing_subscriber::registry()
+            .with(repeats)
+            .with(count.clone());
+        tracing::subscriber::with_default(subscriber, || {
+            for _ in 0..10 {
+                tracing::warn!(target: "openraft::network", "heartbeat to 2 failed");
+            }
+        });
+        assert_eq!(count.0.load(Ordering::Relaxed), 10);
+    }
+
     /// Counts the events that reach the layer after `Repeats`.
     #[derive(Clone, Default)]
     struct Count(Arc<AtomicUsize>);
@@ -205,7 +225,7 @@ mod tests {
 
     #[test]
     fn a_repeated_library_warning_is_shown_once_then_summed_up() {
-        let repeats = Repeats::new(Duration::from_secs(3600));
+        let repeats = Repeats::new(Duration::from_secs(3600), true);
         let count = Count::default();
         let subscriber = tracing_subscriber::registry()
             .with(repeats.clone())

@@ -113,7 +113,8 @@ struct Flags {
     http_listen: Option<String>,
     /// How log lines are written on stderr: text, or one JSON object per
     /// line. RUST_LOG sets what is logged (default: info, and warn for the
-    /// Raft library, whose repeated warnings are summed up every 10 s).
+    /// Raft library, whose repeated warnings are summed up every 10 s
+    /// unless RUST_LOG names openraft).
     #[arg(long, value_enum, default_value_t = logging::LogFormat::Text)]
     log_format: logging::LogFormat,
 }
