@@ -91,6 +91,10 @@ async fn a_priority_cluster_runs_on_localhost_names() {
     let token = grant_token(&client.request("A prio 1 30").await, "prio");
     // The active goes; a standby found by name takes over with the lock.
     nodes[active].terminate();
+    // Its log names the successor and its own roles by address.
+    let log = nodes[active].log_tail(400);
+    assert!(log.contains("handed over successor=\"localhost:"), "{log}");
+    assert!(log.contains("-> handing off to localhost:"), "{log}");
     let rest: Vec<Batond> = nodes
         .drain(..)
         .enumerate()

@@ -126,6 +126,11 @@ impl PriorityLockNode {
         self.engine.poll_transmits()
     }
 
+    /// Node `index`'s client address (for the log).
+    pub fn peer_addr(&self, index: NodeIndex) -> String {
+        self.engine.addr(index).to_string()
+    }
+
     /// One step of a graceful stop: hands the active role to a live peer
     /// if it can, and says where the stop stands. From the first call on,
     /// the role view carries the stop's prospects (see [`RoleView`]).

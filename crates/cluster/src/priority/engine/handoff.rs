@@ -120,14 +120,20 @@ impl<H> PriorityNode<H> {
         }
         let refuse = match self.role {
             Role::HandingOff(_) => {
-                tracing::warn!(from, "handoff offered while handing off; refused");
+                tracing::warn!(
+                    from = super::roles::addr_in(&self.config.peers, from),
+                    "handoff offered while handing off; refused"
+                );
                 true
             }
             _ if self.recently_resumed(now) => {
                 // It may have waited out our pause, and its sender may have
                 // given up and promoted again since: taking it would serve a
                 // stale table. The sender serves on.
-                tracing::warn!(from, "handoff received around a pause; refused");
+                tracing::warn!(
+                    from = super::roles::addr_in(&self.config.peers, from),
+                    "handoff received around a pause; refused"
+                );
                 true
             }
             _ => false,
@@ -179,7 +185,10 @@ impl<H> PriorityNode<H> {
         } else {
             // Nobody took the role: this node still holds the newest state
             // and nobody promoted while it said it was handing off.
-            tracing::info!(successor = to, "handoff refused; serving on");
+            tracing::info!(
+                successor = super::roles::addr_in(&self.config.peers, to),
+                "handoff refused; serving on"
+            );
             self.peers[to].refused_handoff_until =
                 now.saturating_add(self.config.failure_timeout_ms);
             // The successor may still have taken the table and granted

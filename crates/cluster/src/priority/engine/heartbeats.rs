@@ -53,13 +53,19 @@ impl<H> PriorityNode<H> {
                 if self.took_handoff_from == Some(from) {
                     // We took it (and may have handed the role on since):
                     // our answer was lost. Say it again.
-                    tracing::warn!(from, "handoff taken earlier; saying so again");
+                    tracing::warn!(
+                        from = super::roles::addr_in(&self.config.peers, from),
+                        "handoff taken earlier; saying so again"
+                    );
                     self.outbox.push((from, PriorityMessage::HandoffTaken));
                 } else if self.refused_from != Some(from) {
                     // It hands the role to us, but its handoff, which comes
                     // before this heartbeat on the link, never arrived (a
                     // broken link dropped it): tell it we did not take it.
-                    tracing::warn!(from, "handoff announced but not received");
+                    tracing::warn!(
+                        from = super::roles::addr_in(&self.config.peers, from),
+                        "handoff announced but not received"
+                    );
                     self.refused_from = Some(from);
                     self.outbox.push((from, PriorityMessage::HandoffRefused));
                 }

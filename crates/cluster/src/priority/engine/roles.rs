@@ -109,7 +109,7 @@ impl<H> PriorityNode<H> {
     }
 
     /// Node `index`'s client address, for the log.
-    pub(super) fn addr(&self, index: NodeIndex) -> &str {
+    pub fn addr(&self, index: NodeIndex) -> &str {
         addr_in(&self.config.peers, index)
     }
 
