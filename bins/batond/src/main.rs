@@ -3,7 +3,10 @@
 //! node until SIGINT or SIGTERM, or until its state can no longer be saved.
 //! SIGHUP reloads what can be reloaded (`reload.rs`).
 
+mod addr;
+mod config_file;
 mod http;
+mod logging;
 mod members;
 mod reload;
 
@@ -23,12 +26,22 @@ mod tls;
 
 /// Baton lock server: exclusive locks with fencing tokens, FIFO waiters and
 /// leases, over a pipelined text protocol.
+///
+/// Every flag may also be set in a TOML file given with --config, under
+/// its long name without the dashes (`max-wait = "30"`, `peers = ["a:7411",
+/// "b:7411"]`); a flag on the command line overrides the file.
 #[derive(Debug, Parser)]
 #[command(name = "batond", version)]
 struct Flags {
-    /// Address clients connect to (port 0 picks a free port).
-    #[arg(long, default_value = "127.0.0.1:7411")]
-    listen: SocketAddr,
+    /// Read settings from this TOML file first (keys: the flags' long names,
+    /// e.g. `max-wait = "30"`; see docs/batond.example.toml). Flags given on
+    /// the command line override it.
+    #[arg(long, value_name = "FILE")]
+    config: Option<PathBuf>,
+    /// Address clients connect to, host:port (port 0 picks a free port); a
+    /// host name is resolved when binding.
+    #[arg(long, default_value = "127.0.0.1:7411", value_parser = addr::host_port)]
+    listen: String,
     /// Longest wait an acquire may ask for, in seconds.
     #[arg(long, value_name = "SECS", default_value = "86400", value_parser = parse_seconds)]
     max_wait: u64,
@@ -53,8 +66,10 @@ struct Flags {
     #[arg(long, value_enum, default_value_t = Mode::Single)]
     mode: Mode,
     /// Every node's client address, the same list on every node; its order
-    /// is the promotion priority (first = highest).
-    #[arg(long, value_name = "A,B,C", value_delimiter = ',')]
+    /// is the promotion priority (first = highest). Each is host:port; a
+    /// host name is resolved at every dial, so a peer that comes back on a
+    /// new IP is found.
+    #[arg(long, value_name = "A,B,C", value_delimiter = ',', value_parser = addr::host_port)]
     peers: Vec<String>,
     /// Raft cluster: this node joins a running cluster instead of seeding
     /// a fresh one (start it, then `baton member add` its address). Its
@@ -62,8 +77,8 @@ struct Flags {
     #[arg(long)]
     join: bool,
     /// The address this node has in --peers, when it is not --listen
-    /// (a node bound to 0.0.0.0, say).
-    #[arg(long, value_name = "ADDR")]
+    /// (a node bound to 0.0.0.0, say), host:port.
+    #[arg(long, value_name = "ADDR", value_parser = addr::host_port)]
     advertise: Option<String>,
     /// Cluster: time between heartbeats, in seconds.
     #[arg(long, value_name = "SECS", default_value = "0.05", value_parser = parse_seconds)]
@@ -99,9 +114,15 @@ struct Flags {
     tls: tls::TlsFlags,
     /// Serve the operator's HTTP endpoint on this address: /health,
     /// /metrics (Prometheus), /v1/locks and /v1/cluster (admin users only
-    /// with --auth-file). Off unless given.
-    #[arg(long, value_name = "ADDR")]
-    http_listen: Option<SocketAddr>,
+    /// with --auth-file). Off unless given. host:port.
+    #[arg(long, value_name = "ADDR", value_parser = addr::host_port)]
+    http_listen: Option<String>,
+    /// How log lines are written on stderr: text, or one JSON object per
+    /// line. RUST_LOG sets what is logged (default: info, and warn for the
+    /// Raft library, whose repeated warnings are summed up every 10 s
+    /// unless RUST_LOG names openraft).
+    #[arg(long, value_enum, default_value_t = logging::LogFormat::Text)]
+    log_format: logging::LogFormat,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -151,8 +172,14 @@ impl Flags {
     /// users, TLS and timeouts.
     fn server_config(&self) -> Result<ServerConfig, String> {
         self.tls.check()?;
+        let listen = addr::resolve_to_bind("--listen", &self.listen)?;
+        // A node bound by name is known by that name (self= in S, its
+        // place in --peers), unless it picks its port.
+        let advertise = self.advertise.clone().or_else(|| {
+            (addr::is_name(&self.listen) && listen.port() != 0).then(|| self.listen.clone())
+        });
         Ok(ServerConfig {
-            listen: self.listen,
+            listen,
             limits: Limits {
                 max_wait_ms: self.max_wait,
                 max_lease_ms: self.max_lease,
@@ -163,7 +190,7 @@ impl Flags {
                 max_locks: usize::try_from(self.max_locks).unwrap_or(usize::MAX),
                 max_waiters: usize::try_from(self.max_waiters).unwrap_or(usize::MAX),
             },
-            advertise: self.advertise.clone(),
+            advertise,
             auth: match &self.auth_file {
                 Some(path) => Some(Arc::new(
                     baton_server::Auth::load(path).map_err(|e| e.to_string())?,
@@ -181,7 +208,7 @@ impl Flags {
         let me_addr = self
             .advertise
             .clone()
-            .unwrap_or_else(|| self.listen.to_string());
+            .unwrap_or_else(|| addr::as_known(&self.listen));
         if self.join && self.mode != Mode::Raft {
             return Err("--join is for --mode raft (a priority cluster changes its --peers by rolling restart)".into());
         }
@@ -310,18 +337,11 @@ fn parse_seconds(text: &str) -> Result<u64, String> {
 }
 
 fn main() -> ExitCode {
-    let flags = Flags::parse();
-    tracing_subscriber::fmt()
-        .with_writer(std::io::stderr)
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                // openraft's own lines are its internals: a failed heartbeat
-                // every 50 ms per dead peer (about 500 MB of log a day). Baton
-                // logs what an operator needs (role changes, a peer out of
-                // reach and back) itself; RUST_LOG=info,openraft=info shows all.
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info,openraft=error")),
-        )
-        .init();
+    let flags = match config_file::parse::<Flags>() {
+        Ok(flags) => flags,
+        Err(code) => return code,
+    };
+    logging::init(flags.log_format);
     // The default connection limit needs as many descriptors.
     match rlimit::increase_nofile_limit(u64::MAX) {
         Ok(limit) => tracing::debug!(limit, "open-file limit"),
@@ -337,7 +357,17 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    let http_listen = flags.http_listen;
+    let http_listen = match flags
+        .http_listen
+        .as_deref()
+        .map(|a| addr::resolve_to_bind("--http-listen", a))
+    {
+        Some(Err(message)) => {
+            eprintln!("batond: {message}");
+            return ExitCode::from(2);
+        }
+        resolved => resolved.and_then(Result::ok),
+    };
     let plan = match flags.plan() {
         Ok(plan) => plan,
         Err(message) => {

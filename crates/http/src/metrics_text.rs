@@ -8,6 +8,7 @@ use std::fmt::Error as FmtError;
 use baton_proto::Role;
 use baton_server::inspect::Member;
 use baton_server::metrics::{Count, ErrorReason, HistogramSnapshot, Metrics, RequestOp};
+use baton_server::sync_metrics;
 use baton_server::{NodeCounters, NodeStatus, Observed};
 use prometheus_client::collector::Collector;
 use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric, NoLabelSet};
@@ -43,6 +44,8 @@ struct Scrape {
     counts: Vec<(&'static str, &'static str, u64)>,
     connections_open: i64,
     histograms: Vec<(&'static str, &'static str, HistogramSnapshot)>,
+    /// `baton_fsync_seconds`, by store.
+    fsync: Vec<(&'static str, HistogramSnapshot)>,
 }
 
 impl Scrape {
@@ -73,8 +76,12 @@ impl Scrape {
             connections_open: m.connections_open(),
             histograms: vec![
                 ("baton_acquire_wait_seconds", "Time from an acquire's arrival to its grant.", m.acquire_wait.snapshot()),
-                ("baton_hold_seconds", "Time from a grant to its release.", m.hold.snapshot()),
+                ("baton_hold_seconds", "Time from a grant to its end: its release, or its lease's end when it expired.", m.hold.snapshot()),
                 ("baton_handover_seconds", "Time from a release's arrival to the grant of the same key to the next waiter.", m.handover.snapshot()),
+            ],
+            fsync: vec![
+                ("raft_log", sync_metrics::FSYNC_RAFT_LOG.snapshot()),
+                ("state_file", sync_metrics::FSYNC_STATE_FILE.snapshot()),
             ],
         }
     }
@@ -147,6 +154,36 @@ impl Scrape {
             let metric = e.encode_descriptor(name, help, None, MetricType::Histogram)?;
             let mut metric = metric;
             metric.encode_histogram::<NoLabelSet>(h.sum_seconds, h.count, &h.buckets, None)?;
+        }
+        self.encode_durability(e)
+    }
+
+    /// The fsync latency by store, and a priority node's handoffs.
+    fn encode_durability(&self, e: &mut DescriptorEncoder) -> Result<(), FmtError> {
+        let mut fsync = e.encode_descriptor(
+            "baton_fsync_seconds",
+            "Time each sync of the node's durable state took, by store (raft_log, state_file).",
+            None,
+            MetricType::Histogram,
+        )?;
+        for (store, h) in &self.fsync {
+            fsync
+                .encode_family(&[("store", *store)])?
+                .encode_histogram::<NoLabelSet>(h.sum_seconds, h.count, &h.buckets, None)?;
+        }
+        let (Some(given), Some(taken)) =
+            (self.counters.handoffs_given, self.counters.handoffs_taken)
+        else {
+            return Ok(());
+        };
+        let mut handoffs = e.encode_descriptor(
+            "baton_handoffs",
+            "Priority: graceful handoffs of the active role, given (taken up by a successor) and taken.",
+            None,
+            MetricType::Counter,
+        )?;
+        for (direction, n) in [("given", given), ("taken", taken)] {
+            ConstCounter::new(n).encode(handoffs.encode_family(&[("direction", direction)])?)?;
         }
         Ok(())
     }

@@ -133,6 +133,7 @@ impl<N: LockNode> SharedLocks<N> {
                 // The events are delivered after the lock; counted now,
                 // at the time they happened.
                 let at = self.clock.now().max(now);
+                guarded.timing.granted_at(now);
                 guarded.timing.events(&self.metrics, events, at);
             }
             count(&mut guarded.timing, &self.metrics, &result);
@@ -185,7 +186,7 @@ impl<N: LockNode> SharedLocks<N> {
                     .acquire(key, wait_ms, lease_ms, received_at, mailbox, events)
             },
             |timing, metrics, outcome| {
-                timing.acquired(metrics, counted_key, outcome, received_at, now)
+                timing.acquired(metrics, counted_key, lease_ms, outcome, received_at, now)
             },
         )
     }
@@ -225,7 +226,7 @@ impl<N: LockNode> SharedLocks<N> {
             events,
             now,
             |g, now, events| g.node.renew(key, token, lease_ms, now, mailbox, events),
-            |_, metrics, outcome| Timing::renewed(metrics, outcome),
+            |timing, metrics, outcome| timing.renewed(metrics, key, lease_ms, outcome, now),
         )
     }
 
@@ -286,13 +287,20 @@ impl<N: LockNode> SharedLocks<N> {
 
     /// Runs everything due now; returns the next deadline to sleep until.
     pub(crate) fn tick(&self, events: &mut Events) -> Option<Millis> {
-        self.run(events, self.clock.now(), |node, now, events| {
-            node.tick(now, events);
-            let next = node.next_deadline();
-            self.armed
-                .store(next.unwrap_or(u64::MAX), Ordering::Release);
-            next
-        })
+        let now = self.clock.now();
+        self.run_counted(
+            events,
+            now,
+            |g, now, events| {
+                g.node.tick(now, events);
+                let next = g.node.next_deadline();
+                self.armed
+                    .store(next.unwrap_or(u64::MAX), Ordering::Release);
+                next
+            },
+            // Grants whose lease ran out end now, for the hold time.
+            |timing, metrics, _| timing.expire(metrics, now),
+        )
     }
 
     pub(crate) async fn timer_woken(&self) {
@@ -350,6 +358,7 @@ impl<N: LockNode> SharedLocks<N> {
                 // A node that no longer serves has nothing to release.
                 let _ = node.release(&key, token, now, None, events);
             }
+            node.timing.granted_at(now);
             node.timing.events(&self.metrics, events, now);
             self.after_change(&node);
         }
@@ -365,6 +374,7 @@ impl<N: LockNode> SharedLocks<N> {
                 tracing::debug!(%key, token, "releasing a grant its connection never took");
                 let _ = service.release(&key, token, now, None, &mut events);
             }
+            service.timing.granted_at(now);
             service.timing.events(&self.metrics, &events, now);
             self.after_change(&service);
         }
@@ -450,5 +460,25 @@ mod tests {
         locks.release_ghosts([(key("k"), t1)]);
         assert_eq!(locks.status().locks, 1);
         assert!(t2 > t1);
+    }
+
+    #[test]
+    fn a_lease_that_runs_out_ends_the_hold_at_the_tick() {
+        let locks = SharedLocks::new(SingleNode::new(), Clock::new());
+        let (a, _a_rx) = mailbox();
+        let (b, _b_rx) = mailbox();
+        let mut events = Vec::new();
+        granted(locks.acquire(key("alone"), 0, 20, 0, &a, &mut events));
+        granted(locks.acquire(key("passed"), 0, 20, 0, &a, &mut events));
+        let queued = locks.acquire(key("passed"), 10_000, 10_000, 0, &b, &mut events);
+        assert!(matches!(
+            queued,
+            Served::Done(AcquireOutcome::Queued { .. })
+        ));
+        std::thread::sleep(std::time::Duration::from_millis(40));
+        locks.tick(&mut events);
+        let hold = locks.metrics().hold.snapshot();
+        assert_eq!(hold.count, 2, "both grants ended by their lease: {hold:?}");
+        assert!((hold.sum_seconds - 0.04).abs() < 1e-9, "{hold:?}");
     }
 }

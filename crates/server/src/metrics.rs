@@ -167,7 +167,8 @@ pub struct Metrics {
     connections_total: AtomicU64,
     /// Request received to grant.
     pub acquire_wait: Histogram,
-    /// Grant to release (releases only: an expiry is not a hold that ended well).
+    /// Grant to its end: a release, or its lease's end for a grant that
+    /// expired (see `lease_ends`).
     pub hold: Histogram,
     /// Release received to the next waiter's grant of the same key.
     pub handover: Histogram,

@@ -268,4 +268,8 @@ pub struct NodeCounters {
     /// Raft: the last log index known committed, and the last applied.
     pub commit_index: Option<u64>,
     pub applied_index: Option<u64>,
+    /// Priority: graceful handoffs of the active role this node gave (a
+    /// successor took them up) and took, since it started.
+    pub handoffs_given: Option<u64>,
+    pub handoffs_taken: Option<u64>,
 }

@@ -131,7 +131,7 @@ impl<S: Serialize + DeserializeOwned> StateFile<S> {
         let write = || -> io::Result<()> {
             let mut file = File::create(&self.tmp)?;
             file.write_all(bytes)?;
-            file.sync_all()
+            crate::sync_metrics::FSYNC_STATE_FILE.time(|| file.sync_all())
         };
         write().map_err(|source| StateFileError::Write {
             path: self.tmp.clone(),

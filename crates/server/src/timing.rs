@@ -9,6 +9,7 @@
 use baton_core::{AcquireOutcome, FastMap, Key, Millis, Outcome, Refusal, WaiterId};
 use baton_proto::{Op, Response};
 
+use crate::lease_ends::LeaseEnds;
 use crate::metrics::{Count, ErrorReason, Metrics};
 use crate::node::{NodeEvent, Served};
 
@@ -18,24 +19,37 @@ pub const MAX_TRACKED: usize = 2_000_000;
 /// See the module doc.
 #[derive(Debug, Default)]
 pub(crate) struct Timing {
-    queued_at: FastMap<WaiterId, Millis>,
+    /// When each queued acquire arrived, and the lease it asked for.
+    queued_at: FastMap<WaiterId, (Millis, Millis)>,
     held_since: FastMap<Key, Millis>,
     released_at: FastMap<Key, Millis>,
+    /// The lease a Raft leader's acquire or renewal of a key asked for,
+    /// until its late answer comes.
+    pending_lease: FastMap<Key, Millis>,
+    pending_renewal: FastMap<Key, Millis>,
+    /// So that a grant ended by its lease counts in the hold time too.
+    leases: LeaseEnds,
+    /// The time the node gave the call whose events are counted next: a
+    /// grant's lease runs from it, as in the node (the events are counted
+    /// a little later).
+    node_now: Millis,
 }
 
-fn insert<K: std::hash::Hash + Eq>(map: &mut FastMap<K, Millis>, key: K, at: Millis) {
+fn insert<K: std::hash::Hash + Eq, V>(map: &mut FastMap<K, V>, key: K, value: V) {
     if map.len() >= MAX_TRACKED {
         map.clear();
     }
-    map.insert(key, at);
+    map.insert(key, value);
 }
 
 impl Timing {
-    /// An acquire received at `received_at` was answered at `now`.
+    /// An acquire received at `received_at` asking for `lease_ms` was
+    /// answered at `now`.
     pub(crate) fn acquired(
         &mut self,
         m: &Metrics,
         key: Key,
+        lease_ms: Millis,
         outcome: &Served<AcquireOutcome>,
         received_at: Millis,
         now: Millis,
@@ -44,10 +58,11 @@ impl Timing {
             Served::Done(AcquireOutcome::Granted { .. }) => {
                 m.add(Count::Grants, 1);
                 m.acquire_wait.observe(now.saturating_sub(received_at));
-                insert(&mut self.held_since, key, now);
+                // The node's lease runs from the request's arrival.
+                self.hold_begins(m, &key, now, received_at, Some(lease_ms));
             }
             Served::Done(AcquireOutcome::Queued { id }) => {
-                insert(&mut self.queued_at, *id, received_at)
+                insert(&mut self.queued_at, *id, (received_at, lease_ms))
             }
             Served::Done(AcquireOutcome::Refused(Refusal::TooManyLocks)) => {
                 m.error(ErrorReason::TooManyLocks)
@@ -56,7 +71,46 @@ impl Timing {
                 m.error(ErrorReason::TooManyWaiters)
             }
             Served::Redirect(_) => m.error(ErrorReason::Redirected),
-            Served::Later => {}
+            Served::Later => insert(&mut self.pending_lease, key, lease_ms),
+        }
+    }
+
+    /// The node's time for the events counted next (see `node_now`).
+    pub(crate) fn granted_at(&mut self, node_now: Millis) {
+        self.node_now = node_now;
+    }
+
+    /// `key` is granted at `now` for `lease_ms` (if known), its lease
+    /// running from `lease_from`. A previous
+    /// grant of it whose lease has ended (the key handed on at expiry, or
+    /// taken again before the timer ran) ends at its lease's end.
+    fn hold_begins(
+        &mut self,
+        m: &Metrics,
+        key: &Key,
+        now: Millis,
+        lease_from: Millis,
+        lease_ms: Option<Millis>,
+    ) {
+        if let Some(end) = self.leases.take_if_ended(key, now) {
+            if let Some(since) = self.held_since.get(key) {
+                m.hold.observe(end.saturating_sub(*since));
+            }
+        }
+        insert(&mut self.held_since, key.clone(), now);
+        match lease_ms {
+            Some(lease) => self.leases.set(key, lease_from.saturating_add(lease)),
+            None => self.leases.forget(key),
+        }
+    }
+
+    /// Grants whose lease ended by `now` (the timer's tick) end then:
+    /// their hold time is counted up to the lease's end.
+    pub(crate) fn expire(&mut self, m: &Metrics, now: Millis) {
+        for (key, end) in self.leases.take_ended(now) {
+            if let Some(since) = self.held_since.remove(&key) {
+                m.hold.observe(end.saturating_sub(since));
+            }
         }
     }
 
@@ -87,17 +141,28 @@ impl Timing {
 
     fn release_done(&mut self, m: &Metrics, key: &Key, now: Millis) {
         m.add(Count::Releases, 1);
+        self.leases.forget(key);
         if let Some(since) = self.held_since.remove(key) {
             m.hold.observe(now.saturating_sub(since));
         }
     }
 
-    pub(crate) fn renewed(m: &Metrics, outcome: &Served<Outcome>) {
+    pub(crate) fn renewed(
+        &mut self,
+        m: &Metrics,
+        key: &Key,
+        lease_ms: Millis,
+        outcome: &Served<Outcome>,
+        now: Millis,
+    ) {
         match outcome {
-            Served::Done(Outcome::Renewed) => m.add(Count::Renewals, 1),
+            Served::Done(Outcome::Renewed) => {
+                m.add(Count::Renewals, 1);
+                self.leases.renew(key, now.saturating_add(lease_ms));
+            }
             Served::Done(_) => m.error(ErrorReason::NotHeld),
             Served::Redirect(_) => m.error(ErrorReason::Redirected),
-            Served::Later => {}
+            Served::Later => insert(&mut self.pending_renewal, key.clone(), lease_ms),
         }
     }
 
@@ -135,13 +200,19 @@ impl Timing {
 
     fn granted(&mut self, m: &Metrics, id: Option<WaiterId>, key: &Key, now: Millis) {
         m.add(Count::Grants, 1);
-        if let Some(asked) = id.and_then(|id| self.queued_at.remove(&id)) {
+        let mut lease = None;
+        if let Some((asked, lease_ms)) = id.and_then(|id| self.queued_at.remove(&id)) {
             m.acquire_wait.observe(now.saturating_sub(asked));
+            lease = Some(lease_ms);
+        }
+        if id.is_none() {
+            lease = self.pending_lease.remove(key);
         }
         if let Some(released) = self.released_at.remove(key) {
             m.handover.observe(now.saturating_sub(released));
         }
-        insert(&mut self.held_since, key.clone(), now);
+        let lease_from = self.node_now.min(now);
+        self.hold_begins(m, key, now, lease_from, lease);
     }
 
     /// The late answer of a release or renewal (a Raft leader's).
@@ -151,7 +222,13 @@ impl Timing {
                 self.release_done(m, key, now);
                 self.released_at.remove(key);
             }
-            Response::Renewed { .. } => m.add(Count::Renewals, 1),
+            Response::Renewed { key, .. } => {
+                m.add(Count::Renewals, 1);
+                if let Some(lease) = self.pending_renewal.remove(key) {
+                    self.leases
+                        .renew(key, self.node_now.min(now).saturating_add(lease));
+                }
+            }
             Response::NotHeld { op, key } => {
                 m.error(ErrorReason::NotHeld);
                 if *op == Op::Release {
@@ -215,5 +292,33 @@ mod tests {
         assert_eq!(m.acquire_wait.snapshot().count, 2);
         assert_eq!(m.hold.snapshot().count, 1);
         assert_eq!(m.handover.snapshot().count, 1);
+    }
+
+    #[test]
+    fn a_grant_ended_by_its_lease_counts_in_the_hold_time_at_the_lease_end() {
+        use baton_core::Outcome;
+        let m = crate::metrics::Metrics::default();
+        let mut timing = super::Timing::default();
+        let granted = Served::Done(AcquireOutcome::Granted { token: 1 });
+        timing.acquired(&m, key("a"), 100, &granted, 0, 0);
+        timing.acquired(&m, key("b"), 100, &granted, 0, 0);
+        // b renewed at 80 for 100 more: it ends at 180.
+        timing.renewed(&m, &key("b"), 100, &Served::Done(Outcome::Renewed), 80);
+        timing.expire(&m, 99);
+        assert_eq!(m.hold.snapshot().count, 0, "no lease has ended yet");
+        timing.expire(&m, 150);
+        let hold = m.hold.snapshot();
+        assert_eq!(hold.count, 1, "a ended at 100");
+        assert!((hold.sum_seconds - 0.1).abs() < 1e-9, "{hold:?}");
+        // Taken again before the timer ran: b's grant ended at 180.
+        timing.acquired(&m, key("b"), 100, &granted, 190, 190);
+        let hold = m.hold.snapshot();
+        assert_eq!(hold.count, 2);
+        assert!((hold.sum_seconds - 0.28).abs() < 1e-9, "{hold:?}");
+        // Released: counted once, not again at its lease's end.
+        timing.releasing(&key("b"), 200);
+        timing.released(&m, &key("b"), &Served::Done(Outcome::Released), 200);
+        timing.expire(&m, 10_000);
+        assert_eq!(m.hold.snapshot().count, 3);
     }
 }

@@ -11,6 +11,7 @@
 pub mod frames;
 pub mod gate;
 pub mod keys;
+pub mod reach_log;
 pub mod refusals;
 pub mod secure;
 

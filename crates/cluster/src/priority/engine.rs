@@ -102,6 +102,15 @@ pub enum NodeRole {
     HandingOff { to: NodeIndex },
 }
 
+/// Graceful handoffs, counted for the operator.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct HandoffCounts {
+    /// Handoffs of this node's active role that a successor took up.
+    pub given: u64,
+    /// Handoffs this node took (a table merged into an active one too).
+    pub taken: u64,
+}
+
 #[derive(Debug, Clone, Default)]
 struct PeerView {
     last_heard: Option<Millis>,
@@ -159,6 +168,9 @@ pub struct PriorityNode<H> {
     /// announces the handoff, and it must hear "taken" again, never
     /// "refused" (it would serve on beside the node that took its table).
     took_handoff_from: Option<NodeIndex>,
+    /// Graceful handoffs this node gave (taken up by a successor) and
+    /// took, since it started (`baton_handoffs` in /metrics).
+    handoffs: HandoffCounts,
     next_heartbeat: Millis,
     outbox: Vec<(NodeIndex, PriorityMessage)>,
     /// Waiters' events, oldest first, for `poll_event`.
@@ -200,6 +212,7 @@ impl<H> PriorityNode<H> {
             resumed_at: None,
             refused_from: None,
             took_handoff_from: None,
+            handoffs: HandoffCounts::default(),
             next_heartbeat: now,
             outbox: Vec::new(),
             events: VecDeque::new(),
@@ -268,6 +281,11 @@ impl<H> PriorityNode<H> {
                     PeerRole::Standby => false,
                 })
         })
+    }
+
+    /// The graceful handoffs given and taken since the node started.
+    pub fn handoffs(&self) -> HandoffCounts {
+        self.handoffs
     }
 
     /// Set once a handoff this node started has been taken up (until it

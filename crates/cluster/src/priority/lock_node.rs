@@ -126,6 +126,11 @@ impl PriorityLockNode {
         self.engine.poll_transmits()
     }
 
+    /// Node `index`'s client address (for the log).
+    pub fn peer_addr(&self, index: NodeIndex) -> String {
+        self.engine.addr(index).to_string()
+    }
+
     /// One step of a graceful stop: hands the active role to a live peer
     /// if it can, and says where the stop stands. From the first call on,
     /// the role view carries the stop's prospects (see [`RoleView`]).
@@ -304,6 +309,8 @@ impl LockNode for PriorityLockNode {
         baton_server::NodeCounters {
             expiries: self.expiries,
             role_changes: self.role_changes,
+            handoffs_given: Some(self.engine.handoffs().given),
+            handoffs_taken: Some(self.engine.handoffs().taken),
             ..Default::default()
         }
     }

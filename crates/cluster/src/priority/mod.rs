@@ -15,8 +15,8 @@ mod tests;
 mod token_floor;
 
 pub use engine::{
-    wall_floor, Broken, Implausible, NodeRole, PersistedState, PriorityConfig, PriorityNode,
-    CLOCK_ALLOWANCE_MS, REFUSAL_LOG_EVERY_MS, TOKEN_MARGIN,
+    wall_floor, Broken, HandoffCounts, Implausible, NodeRole, PersistedState, PriorityConfig,
+    PriorityNode, CLOCK_ALLOWANCE_MS, REFUSAL_LOG_EVERY_MS, TOKEN_MARGIN,
 };
 pub use lock_node::{HandoffStep, PriorityLockNode, RoleView};
 pub use messages::{

@@ -82,6 +82,7 @@ impl PriorityHandle {
                 .with(|node, now, events| node.handoff_step(now, events));
             let wait_until = match step {
                 HandoffStep::Done(successor) => {
+                    let successor = self.locks.inspect(|node| node.peer_addr(successor));
                     tracing::info!(successor, "handed over");
                     return;
                 }

@@ -9,7 +9,7 @@
 
 use baton_core::{AcquireOutcome, Event, Key, Millis, NotServing, Outcome, Token};
 
-use super::engine::{NodeRole, PriorityNode, TOKEN_MARGIN};
+use super::engine::{HandoffCounts, NodeRole, PriorityNode, TOKEN_MARGIN};
 use super::messages::{
     Heartbeat, NodeIndex, PeerRole, PriorityMessage, TablePart, MAX_MESSAGE_BYTES,
 };
@@ -280,6 +280,10 @@ fn a_handoff_moves_every_lock_and_the_waiters_to_the_successor() {
     assert_eq!(c.node(0).role(), NodeRole::Standby);
     assert_eq!(c.node(0).following(), Some(1));
     assert_eq!(c.node(0).handed_off_to(), Some(1));
+    // Counted for /metrics: one given by 0, one taken by 1.
+    assert_eq!(c.node(0).handoffs(), HandoffCounts { given: 1, taken: 0 });
+    assert_eq!(c.node(1).handoffs(), HandoffCounts { given: 0, taken: 1 });
+    assert_eq!(c.node(2).handoffs(), HandoffCounts::default());
     let next = c.grant(1, "c", 100);
     assert!(next > b && next > a);
     // The old active is gone now, as in a graceful stop: nothing is lost.

@@ -244,6 +244,7 @@ impl LockNode for RaftLockNode {
             role_changes: self.role_changes,
             commit_index: self.indexes.committed,
             applied_index: self.indexes.applied,
+            ..Default::default()
         }
     }
 

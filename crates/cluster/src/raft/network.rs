@@ -5,7 +5,7 @@
 
 use std::collections::HashMap;
 use std::future::Future;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -24,6 +24,7 @@ use super::link::{CallError, Dialer, Link};
 use super::rpc::{LinkHello, ReplyBody, RequestBody};
 use super::snapshot_transfer::{self, SnapshotHead, MAX_SNAPSHOT_BYTES};
 use super::types::{NodeId, Snapshot, SnapshotData, TypeConfig, Vote};
+use crate::peer::reach_log::ReachLog;
 use crate::peer::ClusterKey;
 use baton_server::Tasks;
 
@@ -48,9 +49,9 @@ pub struct Network {
     key: ClusterKey,
     dialer: Arc<dyn Dialer>,
     links: HashMap<NodeId, Arc<Link>>,
-    /// Per peer: whether its last call got through (shared by the clients
+    /// Per peer: whether its calls get through (shared by the clients
     /// openraft makes for it), so a change is logged once, not per call.
-    reachable: HashMap<NodeId, Arc<AtomicBool>>,
+    reachable: HashMap<NodeId, Arc<ReachLog>>,
     complaints: Arc<Complaints>,
     tasks: Tasks,
 }
@@ -110,7 +111,7 @@ impl RaftNetworkFactory<TypeConfig> for Network {
         let reachable = self
             .reachable
             .entry(target)
-            .or_insert_with(|| Arc::new(AtomicBool::new(true)))
+            .or_insert_with(|| Arc::new(ReachLog::new(node.addr.clone())))
             .clone();
         PeerClient {
             target,
@@ -126,7 +127,7 @@ impl RaftNetworkFactory<TypeConfig> for Network {
 pub struct PeerClient {
     target: NodeId,
     link: Arc<Link>,
-    reachable: Arc<AtomicBool>,
+    reachable: Arc<ReachLog>,
     complaints: Arc<Complaints>,
 }
 
@@ -161,27 +162,21 @@ impl PeerClient {
         })
     }
 
-    /// Logs a peer going out of reach, and coming back, once each: openraft
-    /// logs every failed heartbeat (20 a second per dead peer, half a
-    /// gigabyte of log a day), so its own lines are filtered out by default
-    /// (see batond) and this says the same once.
+    /// Logs a peer going out of reach once, then a summary per interval
+    /// while it stays out, and its coming back: openraft logs every failed
+    /// heartbeat (20 a second per dead peer), and batond sums those up.
     fn note_reachability<T>(&self, called: &Result<T, CallError>) {
-        let now_reachable = match called {
-            Ok(_) => true,
-            Err(CallError::Unreachable(_) | CallError::Refused(_) | CallError::Broken) => false,
-            // Slow or busy: still there.
-            Err(CallError::Timeout(_) | CallError::Overloaded) => return,
-        };
-        if self.reachable.swap(now_reachable, Ordering::Relaxed) == now_reachable {
-            return;
-        }
         match called {
             Ok(_) => {
-                tracing::info!(peer = self.target, addr = %self.link.addr(), "peer reachable again")
+                self.reachable.reached();
             }
-            Err(error) => {
-                tracing::warn!(peer = self.target, addr = %self.link.addr(), %error, "peer unreachable")
+            Err(
+                error @ (CallError::Unreachable(_) | CallError::Refused(_) | CallError::Broken),
+            ) => {
+                self.reachable.failed(error);
             }
+            // Slow or busy: still there.
+            Err(CallError::Timeout(_) | CallError::Overloaded) => {}
         }
     }
 

@@ -167,7 +167,7 @@ pub(crate) fn cut(dir: &Path, seq: u64, len: usize) -> io::Result<()> {
 pub(crate) fn write(file: &mut File, bytes: &[u8], sync: bool) -> io::Result<()> {
     file.write_all(bytes)?;
     if sync {
-        file.sync_data()?;
+        baton_server::sync_metrics::FSYNC_RAFT_LOG.time(|| file.sync_data())?;
     }
     Ok(())
 }

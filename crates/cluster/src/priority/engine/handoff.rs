@@ -120,14 +120,20 @@ impl<H> PriorityNode<H> {
         }
         let refuse = match self.role {
             Role::HandingOff(_) => {
-                tracing::warn!(from, "handoff offered while handing off; refused");
+                tracing::warn!(
+                    from = super::roles::addr_in(&self.config.peers, from),
+                    "handoff offered while handing off; refused"
+                );
                 true
             }
             _ if self.recently_resumed(now) => {
                 // It may have waited out our pause, and its sender may have
                 // given up and promoted again since: taking it would serve a
                 // stale table. The sender serves on.
-                tracing::warn!(from, "handoff received around a pause; refused");
+                tracing::warn!(
+                    from = super::roles::addr_in(&self.config.peers, from),
+                    "handoff received around a pause; refused"
+                );
                 true
             }
             _ => false,
@@ -142,17 +148,21 @@ impl<H> PriorityNode<H> {
         self.seen_token = self.seen_token.max(self.service.table().last_token());
         self.seen_token = self.seen_token.max(table.last_token);
         let why = if self.role.is_active() {
-            tracing::info!(from, "merging the table of an active that stops");
+            tracing::info!(
+                from = self.addr(from),
+                "merging the table of an active that stops"
+            );
             let merged = merge(self.service.table().snapshot(now), table);
             self.service.replace_table(LockTable::restore(&merged, now));
             "merged a handoff"
         } else {
-            tracing::info!(from, "taking over by handoff");
+            tracing::info!(from = self.addr(from), "taking over by handoff");
             self.service.replace_table(LockTable::restore(table, now));
             "took a handoff"
         };
         // A new term either way: the standbys resync with the whole table.
         self.promote(now, why);
+        self.handoffs.taken += 1;
         self.took_handoff_from = Some(from);
         self.outbox.push((from, PriorityMessage::HandoffTaken));
     }
@@ -170,11 +180,15 @@ impl<H> PriorityNode<H> {
         if taken {
             let mut standby = Standby::following(Some(to), now);
             standby.handed_off_to = Some(to);
+            self.handoffs.given += 1;
             self.set_role(Role::Standby(standby), "handoff taken up");
         } else {
             // Nobody took the role: this node still holds the newest state
             // and nobody promoted while it said it was handing off.
-            tracing::info!(successor = to, "handoff refused; serving on");
+            tracing::info!(
+                successor = super::roles::addr_in(&self.config.peers, to),
+                "handoff refused; serving on"
+            );
             self.peers[to].refused_handoff_until =
                 now.saturating_add(self.config.failure_timeout_ms);
             // The successor may still have taken the table and granted

@@ -42,7 +42,10 @@ impl<H> PriorityNode<H> {
                     .standby_mut()
                     .filter(|s| s.following == Some(from))
                 {
-                    tracing::info!(active = from, "active stepped down");
+                    tracing::info!(
+                        active = super::roles::addr_in(&self.config.peers, from),
+                        "active stepped down"
+                    );
                     standby.unfollow();
                 }
             }
@@ -50,13 +53,19 @@ impl<H> PriorityNode<H> {
                 if self.took_handoff_from == Some(from) {
                     // We took it (and may have handed the role on since):
                     // our answer was lost. Say it again.
-                    tracing::warn!(from, "handoff taken earlier; saying so again");
+                    tracing::warn!(
+                        from = super::roles::addr_in(&self.config.peers, from),
+                        "handoff taken earlier; saying so again"
+                    );
                     self.outbox.push((from, PriorityMessage::HandoffTaken));
                 } else if self.refused_from != Some(from) {
                     // It hands the role to us, but its handoff, which comes
                     // before this heartbeat on the link, never arrived (a
                     // broken link dropped it): tell it we did not take it.
-                    tracing::warn!(from, "handoff announced but not received");
+                    tracing::warn!(
+                        from = super::roles::addr_in(&self.config.peers, from),
+                        "handoff announced but not received"
+                    );
                     self.refused_from = Some(from);
                     self.outbox.push((from, PriorityMessage::HandoffRefused));
                 }
@@ -91,7 +100,10 @@ impl<H> PriorityNode<H> {
             return;
         };
         if following != Some(from) && better {
-            tracing::info!(active = from, "following");
+            tracing::info!(
+                active = super::roles::addr_in(&self.config.peers, from),
+                "following"
+            );
             standby.following = Some(from);
             standby.resync(now);
         }
@@ -115,7 +127,10 @@ impl<H> PriorityNode<H> {
             return;
         }
         if from < self.config.me {
-            tracing::warn!(other = from, "a higher-priority active; stepping down");
+            tracing::warn!(
+                other = self.addr(from),
+                "a higher-priority active; stepping down"
+            );
             // Our grants go with us: the winner merges the keys it does not
             // hold itself.
             self.send_handoff(from, now);

@@ -98,9 +98,31 @@ impl<H> PriorityNode<H> {
     pub(super) fn set_role(&mut self, role: Role, why: &'static str) {
         let (from, to) = (self.role.kind(), role.kind());
         if from != to {
-            tracing::info!(from = ?from, to = ?to, term = self.term, "{why}");
+            let (node, from, to) = (
+                self.addr(self.config.me),
+                self.describe(&self.role),
+                self.describe(&role),
+            );
+            tracing::info!(node, from, to, term = self.term, "{why}: {from} -> {to}");
         }
         self.role = role;
+    }
+
+    /// Node `index`'s client address, for the log.
+    pub fn addr(&self, index: NodeIndex) -> &str {
+        addr_in(&self.config.peers, index)
+    }
+
+    /// A role in words, naming the nodes by their addresses.
+    fn describe(&self, role: &Role) -> String {
+        match role {
+            Role::Active => "active".into(),
+            Role::HandingOff(h) => format!("handing off to {}", self.addr(h.to)),
+            Role::Standby(standby) => match standby.following {
+                Some(active) => format!("standby following {}", self.addr(active)),
+                None => "standby".into(),
+            },
+        }
     }
 
     /// Takes the active role with a new term: a token floor above every
@@ -155,4 +177,10 @@ impl<H> PriorityNode<H> {
             });
         }
     }
+}
+
+/// Node `index`'s address in `peers`, for the log (usable while the role
+/// is borrowed).
+pub(super) fn addr_in(peers: &[String], index: NodeIndex) -> &str {
+    peers.get(index).map_or("?", String::as_str)
 }

@@ -193,7 +193,11 @@ impl<H> PriorityNode<H> {
             .refusal_logged_at
             .is_none_or(|at| now.saturating_sub(at) >= REFUSAL_LOG_EVERY_MS);
         if due {
-            tracing::warn!(peer = from, refused = peer.refused, "{what}");
+            tracing::warn!(
+                peer = super::roles::addr_in(&self.config.peers, from),
+                refused = peer.refused,
+                "{what}"
+            );
             peer.refusal_logged_at = Some(now);
             peer.refusal_lines += 1;
             peer.refused = 0;

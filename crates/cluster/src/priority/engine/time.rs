@@ -25,7 +25,10 @@ impl<H> PriorityNode<H> {
             Role::Standby(_) => self.standby_tick(now),
             &Role::HandingOff(HandingOff { to, started }) => {
                 if now.saturating_sub(started) > self.config.failure_timeout_ms {
-                    tracing::warn!(successor = to, "handoff not taken up; standing by");
+                    tracing::warn!(
+                        successor = super::roles::addr_in(&self.config.peers, to),
+                        "handoff not taken up; standing by"
+                    );
                     self.quiet_until = self.quiet_until.max(now);
                     let standby = Standby::following(None, now);
                     self.set_role(Role::Standby(standby), "handoff timed out");
@@ -104,7 +107,7 @@ impl<H> PriorityNode<H> {
     fn standby_tick(&mut self, now: Millis) {
         let following = self.following();
         if let Some(active) = following.filter(|&a| !self.is_live(a, now)) {
-            tracing::info!(active, "active is silent");
+            tracing::info!(active = self.addr(active), "active is silent");
             if let Some(standby) = self.role.standby_mut() {
                 standby.unfollow();
             }

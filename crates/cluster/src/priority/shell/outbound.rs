@@ -14,6 +14,7 @@ use tokio::sync::mpsc;
 use super::super::link_frames::{self, MAX_FRAME};
 use super::super::messages::{LinkHello, NodeIndex, PriorityMessage};
 use super::{Shared, Tasks};
+use crate::peer::reach_log::ReachLog;
 use crate::peer::refusals::REFUSAL_LOG_INTERVAL;
 use crate::peer::{self, ClusterKey, PEER_HELLO};
 
@@ -49,6 +50,7 @@ impl Outbound<'_> {
                 key: self.key.clone(),
                 timeout: self.timeout,
                 overflowed: overflowed.clone(),
+                reach: ReachLog::new(addr.clone()),
             };
             tasks.spawn(dial(link, rx, locks.clone()));
             links.push(Some(LinkQueue { tx, overflowed }));
@@ -98,7 +100,20 @@ async fn dial(link: OutboundLink, mut outbox: mpsc::Receiver<PriorityMessage>, l
     let mut warned: Option<tokio::time::Instant> = None;
     loop {
         // Short, so that the first attempt after a heal comes soon.
+        // By name or address: a name is resolved at every dial, so a peer
+        // restarted on a new IP is found.
         let connected = tokio::time::timeout(link.timeout, TcpStream::connect(&link.addr)).await;
+        match &connected {
+            Ok(Ok(_)) => {
+                link.reach.reached();
+            }
+            Ok(Err(error)) => {
+                link.reach.failed(error);
+            }
+            Err(_) => {
+                link.reach.failed(&"no connection within a failure timeout");
+            }
+        }
         if let Ok(Ok(stream)) = connected {
             let _ = stream.set_nodelay(true);
             // What queued while there was no link is stale.
@@ -132,6 +147,8 @@ struct OutboundLink {
     /// Closes a link that hears nothing, or cannot write, for this long.
     timeout: Duration,
     overflowed: Arc<AtomicBool>,
+    /// A peer that cannot be dialled is logged once, then summed up.
+    reach: ReachLog,
 }
 
 /// Why a peer link was closed on purpose.

@@ -103,7 +103,7 @@ impl<H> RaftEngine<H> {
         if role == before {
             return;
         }
-        log_role_change(before, role);
+        self.log_role_change(before, role);
         let standing = match role {
             RaftRole::Follower { leader } => Standing::Follower { leader },
             RaftRole::Candidate => Standing::Candidate,
@@ -178,20 +178,41 @@ fn moved_answer<H>(handle: H, change: Change, key: Key, to: NotServing) -> Event
     }
 }
 
-/// A change that involves a leader (one leading, one known or lost) at
-/// info, once per change; the back and forth of a node cut off from its
-/// majority (candidate, follower of nobody, candidate...) at debug, so a
-/// partition does not fill the log.
-fn log_role_change(before: RaftRole, after: RaftRole) {
-    let leaderless = |role: RaftRole| {
-        matches!(
-            role,
-            RaftRole::Candidate | RaftRole::Follower { leader: None }
-        )
-    };
-    if leaderless(before) && leaderless(after) {
-        tracing::debug!(?before, ?after, "raft role changed");
-    } else {
-        tracing::info!(?before, ?after, "raft role changed");
+impl<H> RaftEngine<H> {
+    /// A change that involves a leader (one leading, one known or lost) at
+    /// info, once per change, naming nodes by their addresses; the back
+    /// and forth of a node cut off from its majority (candidate, follower
+    /// of nobody, candidate...) at debug, so a partition does not fill the
+    /// log.
+    fn log_role_change(&self, before: RaftRole, after: RaftRole) {
+        let leaderless = |role: RaftRole| {
+            matches!(
+                role,
+                RaftRole::Candidate | RaftRole::Follower { leader: None }
+            )
+        };
+        let node = self.addr_of(self.me() as usize).unwrap_or_default();
+        let (from, to) = (self.describe(before), self.describe(after));
+        if leaderless(before) && leaderless(after) {
+            tracing::debug!(node, from, to, "raft role changed");
+        } else {
+            tracing::info!(node, from, to, "raft role changed: {from} -> {to}");
+        }
+    }
+
+    /// A role in words, with the leader's address.
+    fn describe(&self, role: RaftRole) -> String {
+        match role {
+            RaftRole::Leader { term } => format!("leader (term {term})"),
+            RaftRole::Candidate => "candidate".into(),
+            RaftRole::Follower { leader: None } => "follower of no known leader".into(),
+            RaftRole::Follower { leader: Some(id) } => {
+                let addr = usize::try_from(id).ok().and_then(|i| self.addr_of(i));
+                format!(
+                    "follower of {}",
+                    addr.unwrap_or_else(|| format!("node {id}"))
+                )
+            }
+        }
     }
 }
