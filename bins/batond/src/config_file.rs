@@ -40,9 +40,8 @@ pub fn merged_argv(cmd: &Command, argv: Vec<OsString>) -> Result<Vec<OsString>, 
                     "{shown}: unknown key `{key}` (the keys are batond's flags without the dashes, e.g. max-wait; see batond --help)"
                 )
             })?;
-        let many = matches!(arg.get_action(), ArgAction::Append);
-        let texts = texts(value, many).map_err(|why| format!("{shown}: key `{key}`: {why}"))?;
-        let flags: Vec<String> = texts.iter().map(|t| format!("--{key}={t}")).collect();
+        let flags =
+            flags_of(arg, key, value).map_err(|why| format!("{shown}: key `{key}`: {why}"))?;
         check(arg, &flags).map_err(|why| format!("{shown}: key `{key}`: {why}"))?;
         // The command line wins: the file's entry is checked, then left out.
         if !given.contains(key.as_str()) {
@@ -155,6 +154,25 @@ fn read(path: &OsStr) -> Result<toml::Table, String> {
     })
 }
 
+/// A TOML value as the flags it stands for: a switch (`join = true`) is
+/// the bare flag, or nothing when false; any other flag, `--key=value`
+/// per value.
+fn flags_of(arg: &Arg, key: &str, value: &toml::Value) -> Result<Vec<String>, String> {
+    if matches!(arg.get_action(), ArgAction::SetTrue) {
+        return match value {
+            toml::Value::Boolean(true) => Ok(vec![format!("--{key}")]),
+            toml::Value::Boolean(false) => Ok(Vec::new()),
+            other => Err(format!(
+                "expected true or false, found {}",
+                other.type_str()
+            )),
+        };
+    }
+    let many = matches!(arg.get_action(), ArgAction::Append);
+    let texts = texts(value, many)?;
+    Ok(texts.iter().map(|t| format!("--{key}={t}")).collect())
+}
+
 /// A TOML value as the text(s) its flag would be given.
 fn texts(value: &toml::Value, many: bool) -> Result<Vec<String>, String> {
     match value {
@@ -235,6 +253,19 @@ mod tests {
         // The command line's --max-lease replaces the file's.
         assert!(!merged.iter().any(|a| a.starts_with("--max-lease=")));
         assert_eq!(&merged[merged.len() - 2..], ["--max-lease", "7"]);
+    }
+
+    #[test]
+    fn a_switch_is_true_or_false() {
+        let on = with_file("join = true\nmode = \"raft\"\n", &[]).expect("merged");
+        assert!(on.contains(&"--join".to_string()), "{on:?}");
+        let off = with_file("join = false\n", &[]).expect("merged");
+        assert!(!off.iter().any(|a| a == "--join"), "{off:?}");
+        let bad = with_file("join = \"yes\"\n", &[]).expect_err("refused");
+        assert!(
+            bad.contains("key `join`") && bad.contains("true or false"),
+            "{bad}"
+        );
     }
 
     #[test]
