@@ -279,17 +279,27 @@ async fn supervise(
         if !state.attempted.swap(true, Ordering::AcqRel) {
             publish(&changed);
         }
-        // Calls queued for the dead socket fail now (dropping them tells the
-        // caller), so they fail over instead of waiting for the reconnect.
-        while calls.try_recv().is_ok() {}
-        let pause = tokio::time::sleep(RECONNECT_INTERVAL);
-        tokio::pin!(pause);
-        loop {
-            tokio::select! {
-                () = &mut pause => break,
-                () = closed(&mut shutdown) => break,
-                call = calls.recv() => if call.is_none() { return },
-            }
+        if !pause_before_redial(&mut calls, &mut shutdown).await {
+            return;
+        }
+    }
+}
+
+/// Between two dials: calls that come fail at once (dropping them tells
+/// the caller, who fails over instead of waiting for the reconnect).
+/// False once the client is gone.
+async fn pause_before_redial(
+    calls: &mut mpsc::UnboundedReceiver<Call>,
+    shutdown: &mut watch::Receiver<bool>,
+) -> bool {
+    while calls.try_recv().is_ok() {}
+    let pause = tokio::time::sleep(RECONNECT_INTERVAL);
+    tokio::pin!(pause);
+    loop {
+        tokio::select! {
+            () = &mut pause => return true,
+            () = closed(shutdown) => return true,
+            call = calls.recv() => if call.is_none() { return false },
         }
     }
 }

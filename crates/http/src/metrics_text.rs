@@ -209,30 +209,7 @@ impl Scrape {
             "The last fencing token issued or seen (above 2^53 a float loses its last digits).",
             clamp(s.token),
         )?;
-        let role = role_name(s.role);
-        let roles = ROLES
-            .iter()
-            .map(|r| (role_name(*r), i64::from(role_name(*r) == role)));
-        gauge_family(
-            e,
-            "baton_role",
-            "1 for this node's role, 0 for the others.",
-            "role",
-            roles,
-        )?;
-        let active = active_of(s, &self.self_addr).unwrap_or_else(|| "-".to_string());
-        let mut info = e.encode_descriptor(
-            "baton_node",
-            "This node: its mode, address and the serving node it knows (always 1).",
-            None,
-            MetricType::Gauge,
-        )?;
-        let labels = [
-            ("mode", mode_name(s.mode)),
-            ("self", self.self_addr.as_str()),
-            ("active", active.as_str()),
-        ];
-        ConstGauge::new(1i64).encode(info.encode_family(&labels)?)?;
+        self.encode_role(e)?;
         if let Some(term) = term_of(s) {
             gauge(
                 e,
@@ -258,6 +235,35 @@ impl Scrape {
             )?;
         }
         self.encode_members(e)
+    }
+
+    /// The role gauges and the node's info line.
+    fn encode_role(&self, e: &mut DescriptorEncoder) -> Result<(), FmtError> {
+        let s = &self.status;
+        let role = role_name(s.role);
+        let roles = ROLES
+            .iter()
+            .map(|r| (role_name(*r), i64::from(role_name(*r) == role)));
+        gauge_family(
+            e,
+            "baton_role",
+            "1 for this node's role, 0 for the others.",
+            "role",
+            roles,
+        )?;
+        let active = active_of(s, &self.self_addr).unwrap_or_else(|| "-".to_string());
+        let mut info = e.encode_descriptor(
+            "baton_node",
+            "This node: its mode, address and the serving node it knows (always 1).",
+            None,
+            MetricType::Gauge,
+        )?;
+        let labels = [
+            ("mode", mode_name(s.mode)),
+            ("self", self.self_addr.as_str()),
+            ("active", active.as_str()),
+        ];
+        ConstGauge::new(1i64).encode(info.encode_family(&labels)?)
     }
 
     fn encode_members(&self, e: &mut DescriptorEncoder) -> Result<(), FmtError> {

@@ -40,6 +40,7 @@ pub mod observe;
 pub mod reads;
 pub mod rpc;
 mod segment;
+pub mod settings;
 pub mod shell;
 pub mod snapshot_store;
 pub mod snapshot_transfer;
@@ -50,6 +51,5 @@ pub mod types;
 
 pub use engine::{EngineEvent, RaftEngine, RaftRole};
 pub use lock_node::RaftLockNode;
-pub use shell::{
-    build_raft, start, start_on, NodeIo, RaftCluster, RaftHandle, RaftSettings, StartError,
-};
+pub use settings::RaftSettings;
+pub use shell::{build_raft, start, start_on, NodeIo, RaftCluster, RaftHandle, StartError};
