@@ -96,7 +96,7 @@ impl RaftSettings {
     }
 
     /// A live follower whose replication has not moved for this long while
-    /// it lags is stuck (see [`observe::StuckWatch`]).
+    /// it lags is stuck (see [`super::observe::StuckWatch`]).
     pub fn stuck_after(&self) -> Duration {
         Duration::from_millis((self.election_timeout_ms * 4).max(1_000))
     }
