@@ -95,7 +95,7 @@ pub struct Holder {
 }
 
 /// The lock table: the grants with an index of their leases by end time
-/// (see [`crate::grants`]), and the last token.
+/// (kept compact: see `grants.rs`), and the last token.
 #[derive(Clone, Debug, Default)]
 pub struct LockTable {
     grants: Grants,
