@@ -118,6 +118,33 @@ pub struct HistogramSnapshot {
     pub sum_seconds: f64,
 }
 
+impl HistogramSnapshot {
+    /// The counts of `buckets` under `bounds` (in seconds; the last bucket
+    /// is `+Inf`). The count is the buckets' total, so that `+Inf` and
+    /// `_count` agree even while observations land during the scrape.
+    pub fn of(
+        bounds: impl Iterator<Item = f64>,
+        buckets: &[AtomicU64],
+        sum_seconds: f64,
+    ) -> HistogramSnapshot {
+        let mut total = 0;
+        let buckets = bounds
+            .chain(std::iter::once(f64::INFINITY))
+            .zip(buckets)
+            .map(|(bound, n)| {
+                let n = n.load(Relaxed);
+                total += n;
+                (bound, n)
+            })
+            .collect();
+        HistogramSnapshot {
+            buckets,
+            count: total,
+            sum_seconds,
+        }
+    }
+}
+
 impl Histogram {
     /// Counts one observation of `ms` milliseconds.
     #[inline]
@@ -129,26 +156,9 @@ impl Histogram {
     }
 
     pub fn snapshot(&self) -> HistogramSnapshot {
-        let mut total = 0;
-        let bounds = BUCKETS_MS
-            .iter()
-            .map(|&ms| ms as f64 / 1000.0)
-            .chain(std::iter::once(f64::INFINITY));
-        let buckets = bounds
-            .zip(&self.buckets)
-            .map(|(bound, n)| {
-                let n = n.load(Relaxed);
-                total += n;
-                (bound, n)
-            })
-            .collect();
-        HistogramSnapshot {
-            buckets,
-            // The buckets' total, so that `+Inf` and `_count` agree even
-            // while observations land during the scrape.
-            count: total,
-            sum_seconds: self.sum_ms.load(Relaxed) as f64 / 1000.0,
-        }
+        let bounds = BUCKETS_MS.iter().map(|&ms| ms as f64 / 1000.0);
+        let sum_seconds = self.sum_ms.load(Relaxed) as f64 / 1000.0;
+        HistogramSnapshot::of(bounds, &self.buckets, sum_seconds)
     }
 }
 

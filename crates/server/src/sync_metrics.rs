@@ -66,24 +66,9 @@ impl SyncHistogram {
     }
 
     pub fn snapshot(&self) -> HistogramSnapshot {
-        let mut total = 0;
-        let bounds = SYNC_BUCKETS_US
-            .iter()
-            .map(|&us| us as f64 / 1e6)
-            .chain(std::iter::once(f64::INFINITY));
-        let buckets = bounds
-            .zip(&self.buckets)
-            .map(|(bound, n)| {
-                let n = n.load(Relaxed);
-                total += n;
-                (bound, n)
-            })
-            .collect();
-        HistogramSnapshot {
-            buckets,
-            count: total,
-            sum_seconds: self.sum_us.load(Relaxed) as f64 / 1e6,
-        }
+        let bounds = SYNC_BUCKETS_US.iter().map(|&us| us as f64 / 1e6);
+        let sum_seconds = self.sum_us.load(Relaxed) as f64 / 1e6;
+        HistogramSnapshot::of(bounds, &self.buckets, sum_seconds)
     }
 }
 
