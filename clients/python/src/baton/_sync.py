@@ -40,7 +40,17 @@ def _run_loop(loop: asyncio.AbstractEventLoop) -> None:
     try:
         loop.run_forever()
     finally:
-        loop.close()
+        # A client stopped without close() (dropped, or at exit): its
+        # background tasks are cancelled and finish, not left pending.
+        try:
+            pending = asyncio.all_tasks(loop)
+            for task in pending:
+                task.cancel()
+            if pending:
+                loop.run_until_complete(asyncio.gather(*pending, return_exceptions=True))
+            loop.run_until_complete(loop.shutdown_asyncgens())
+        finally:
+            loop.close()
 
 
 class Client:
