@@ -412,6 +412,9 @@ proptest! {
         secret in vec(any::<u8>(), 0..300),
         extra in proptest::option::of("[a-z]{0,3}"),
     ) {
+        // A line cannot carry an LF: the secret is drawn without one (one
+        // with an LF filtered out of the line alone was valid once read).
+        let secret: Vec<u8> = secret.into_iter().filter(|&b| b != b'\n').collect();
         let mut line = b"U ".to_vec();
         line.extend_from_slice(&user);
         line.push(b' ');
