@@ -122,8 +122,10 @@ impl Grants {
         self.sift_up(heap_at);
     }
 
-    /// Lets `key` go; its holder, if it was held.
-    pub fn remove(&mut self, key: &Key) -> Option<Holder> {
+    /// Lets `key` go if `token` holds it (any token when `None`); its
+    /// holder, if it was let go. One lookup: releases and expiries are
+    /// the hot path.
+    pub fn remove_if(&mut self, key: &Key, token: Option<Token>) -> Option<Holder> {
         let hash = self.hash(key);
         let slots = &self.slots;
         let entry = self
@@ -133,19 +135,33 @@ impl Grants {
                 |&n| matches!(&slots[n as usize], Some(s) if s.key == *key),
             )
             .ok()?;
-        let (n, _) = entry.remove();
+        let n = *entry.get();
+        let held_by = self.slots[n as usize].as_ref()?.holder.token;
+        if token.is_some_and(|t| t != held_by) {
+            return None;
+        }
+        entry.remove();
         let slot = self.slots[n as usize].take()?;
         self.free.push(n);
         self.heap_remove(slot.heap_at);
         Some(slot.holder)
     }
 
-    /// Moves the lease end of `key` (held) to `expires_at`.
-    pub fn set_lease_end(&mut self, key: &Key, expires_at: Millis) {
+    /// Lets `key` go; its holder, if it was held.
+    pub fn remove(&mut self, key: &Key) -> Option<Holder> {
+        self.remove_if(key, None)
+    }
+
+    /// Moves the lease end of `key` to `expires_at` if `token` holds it;
+    /// whether it did.
+    pub fn set_lease_end(&mut self, key: &Key, token: Token, expires_at: Millis) -> bool {
         let Some(n) = self.find(key) else {
-            return;
+            return false;
         };
         let slot = self.slot_mut(n);
+        if slot.holder.token != token {
+            return false;
+        }
         let earlier = expires_at < slot.holder.expires_at;
         slot.holder.expires_at = expires_at;
         let at = slot.heap_at;
@@ -154,6 +170,7 @@ impl Grants {
         } else {
             self.sift_down(at);
         }
+        true
     }
 
     /// Every grant, in no particular order.

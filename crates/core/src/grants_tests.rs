@@ -79,6 +79,9 @@ proptest! {
                 }
                 Step::Remove { key: n } => {
                     let k = key(n);
+                    // A wrong token lets nothing go.
+                    let wrong = model.holders.get(k.as_bytes()).map_or(1, |h| h.token + 1);
+                    prop_assert_eq!(grants.remove_if(&k, Some(wrong)), None);
                     let removed = grants.remove(&k);
                     let want = model.holders.remove(k.as_bytes());
                     prop_assert_eq!(removed, want);
@@ -88,7 +91,10 @@ proptest! {
                 }
                 Step::Move { key: n, end } => {
                     let k = key(n);
-                    grants.set_lease_end(&k, u64::from(end));
+                    let token = model.holders.get(k.as_bytes()).map_or(0, |h| h.token);
+                    let moved = grants.set_lease_end(&k, token, u64::from(end));
+                    prop_assert_eq!(moved, model.holders.contains_key(k.as_bytes()));
+                    prop_assert!(!grants.set_lease_end(&k, token + 1_000_000, 0));
                     if let Some(h) = model.holders.get_mut(k.as_bytes()) {
                         model.order.remove(&(h.expires_at, h.token, k.as_bytes().to_vec()));
                         h.expires_at = u64::from(end);

@@ -188,21 +188,19 @@ impl LockTable {
     }
 
     fn renew(&mut self, key: &Key, token: Token, lease_ms: u64, now: Millis) -> Outcome {
-        match self.grants.get(key) {
-            Some(holder) if holder.token == token => {
-                self.grants.set_lease_end(key, now.saturating_add(lease_ms));
-                Outcome::Renewed
-            }
-            _ => Outcome::NotFound,
+        if self
+            .grants
+            .set_lease_end(key, token, now.saturating_add(lease_ms))
+        {
+            Outcome::Renewed
+        } else {
+            Outcome::NotFound
         }
     }
 
     /// Removes the grant of `key` if it carries `token`; says whether it did.
     fn remove_if_token(&mut self, key: &Key, token: Token) -> bool {
-        match self.grants.get(key) {
-            Some(holder) if holder.token == token => self.grants.remove(key).is_some(),
-            _ => false,
-        }
+        self.grants.remove_if(key, Some(token)).is_some()
     }
 
     /// `last_token = max(last_token, floor)`.
