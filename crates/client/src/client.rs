@@ -261,6 +261,8 @@ impl Client {
         let key = Key::new(key.as_ref())?;
         let mut attempt = AcquireAttempt::new(key, wait, lease_ms(lease)?);
         loop {
+            // Each attempt checks: `close` may have started during the last.
+            self.check_open()?;
             let Some(slot) = self.next_acquire_slot(&mut attempt).await? else {
                 continue;
             };
@@ -283,7 +285,11 @@ impl Client {
         if let Some(slot) = attempt.redirect.take() {
             return Ok(Some(slot));
         }
-        if let Some(slot) = self.pool.pick(attempt.deadline).await {
+        let picked = tokio::select! {
+            slot = self.pool.pick(attempt.deadline) => slot,
+            () = self.life.closing() => return Err(Error::Closed),
+        };
+        if let Some(slot) = picked {
             return Ok(Some(slot));
         }
         // Nothing usable for the rest of the wait: that is the more useful
@@ -321,8 +327,11 @@ impl Client {
             .map(|_| Duration::from_millis(wait_ms) + self.pool.request_timeout);
         let sent = Instant::now();
         // Closing gives the acquire up: dropping its call makes the
-        // connection release a grant that comes later.
+        // connection release a grant that comes later. An answer already
+        // here goes first (biased): dropping a grant delivered but unread
+        // would leave the key held for its whole lease.
         tokio::select! {
+            biased;
             answer = slot.call(req, limit) => Ok((answer, sent)),
             () = self.life.closing() => Err(Error::Closed),
         }
@@ -354,6 +363,9 @@ impl Client {
             }
             Ok(Response::Error(reply)) => Err(crate::auth::rejected(reply)),
             Ok(other) => Err(Error::Unexpected(line(&other))),
+            // `close` shuts the connections down: that break is the close,
+            // not a node to fail over from.
+            Err(CallError::Broken) if self.life.is_closing() => Err(Error::Closed),
             Err(CallError::Broken) => {
                 tracing::debug!(%key, addr = %slot.addr, "connection broke during acquire; failing over");
                 attempt.failures += 1;
