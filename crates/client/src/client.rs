@@ -8,8 +8,9 @@ use baton_proto::{Request, Response, StatusReport};
 use bytes::BytesMut;
 use tokio::time::Instant;
 
+use crate::acquire_attempt::AcquireAttempt;
 use crate::builder::ClientBuilder;
-use crate::duration::{ceil_ms, lease_ms};
+use crate::duration::lease_ms;
 use crate::error::{Error, Result};
 use crate::guard::{Guard, Held};
 use crate::lifecycle::{Background, Lifecycle};
@@ -81,49 +82,6 @@ fn line(response: &Response) -> String {
 
 /// What one call on a connection came back with.
 type Answer = std::result::Result<Response, CallError>;
-
-/// One acquire's progress across its attempts: what failover and redirects
-/// carry from one attempt to the next.
-#[derive(Debug)]
-struct AcquireAttempt {
-    key: Key,
-    lease_ms: u64,
-    /// When the wait runs out; `None` for a wait of zero (the node's maximum).
-    deadline: Option<Instant>,
-    /// Attempts that found no usable connection or whose connection broke.
-    failures: usize,
-    /// Redirects followed so far, for [`Client::follow`].
-    hops: u32,
-    /// Where the last `M addr` pointed, to be tried next.
-    redirect: Option<Arc<Slot>>,
-}
-
-impl AcquireAttempt {
-    fn new(key: Key, wait: Duration, lease_ms: u64) -> AcquireAttempt {
-        AcquireAttempt {
-            key,
-            lease_ms,
-            deadline: (ceil_ms(wait) > 0).then(|| Instant::now() + wait),
-            failures: 0,
-            hops: 0,
-            redirect: None,
-        }
-    }
-
-    /// The wait left to ask the node for, in ms (0: its maximum), or
-    /// [`Error::TimedOut`] once the wait has run out.
-    fn wait_left_ms(&self) -> Result<u64> {
-        let Some(deadline) = self.deadline else {
-            return Ok(0);
-        };
-        match deadline.checked_duration_since(Instant::now()) {
-            Some(left) if !left.is_zero() => Ok(ceil_ms(left)),
-            _ => Err(Error::TimedOut {
-                key: self.key.clone(),
-            }),
-        }
-    }
-}
 
 impl Client {
     /// A builder: give it the servers, then [`build`](ClientBuilder::build).

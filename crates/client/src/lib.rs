@@ -56,6 +56,7 @@
 
 #![warn(missing_docs)]
 
+mod acquire_attempt;
 mod auth;
 mod builder;
 mod client;

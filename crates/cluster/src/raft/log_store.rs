@@ -4,9 +4,11 @@
 //! Our own segment log rather than a log crate: the log of a lock server is
 //! short (snapshots purge it every few thousand entries), so the whole
 //! unpurged log lives in memory and the files only need to replay it after
-//! a restart. Each `append` writes all the entries openraft hands it with one
-//! write and one fsync, which is where group commit happens: openraft queues
-//! the writes that arrive during an fsync into the next `append`.
+//! a restart. The files are written by a thread of their own
+//! ([`super::log_writer`]): `append` puts the entries in memory, where the
+//! replication to followers reads them, queues their records and returns;
+//! openraft hears that they are durable from the writer. Writes queued
+//! during an fsync share the next one (group commit).
 //!
 //! Every state change is a record appended to the newest segment. A new
 //! segment starts with the vote, committed id and purge point, so older
@@ -19,16 +21,17 @@
 
 use std::collections::BTreeMap;
 use std::fmt::Debug;
-use std::fs::{self, File};
+use std::fs;
 use std::io;
 use std::ops::RangeBounds;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use openraft::storage::{IOFlushed, LogState, RaftLogReader, RaftLogStorage};
 use openraft::OptionalSend;
 use serde::{Deserialize, Serialize};
 
+use super::log_writer::{at, push, Change, Closed, Done, Header, Job, LogWriter, Segments};
 use super::segment::{self, Tail};
 use super::types::{Entry, LogId, TypeConfig, Vote};
 
@@ -47,7 +50,7 @@ enum Record {
 
 /// The same layout as [`Record`], borrowing, so writes need no clone.
 #[derive(Serialize)]
-enum RecordRef<'a> {
+pub(crate) enum RecordRef<'a> {
     Entry(&'a Entry),
     Vote(&'a Vote),
     Committed(&'a Option<LogId>),
@@ -99,15 +102,6 @@ fn lock(mem: &Mutex<Mem>) -> MutexGuard<'_, Mem> {
     mem.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
-fn invalid(error: impl std::error::Error + Send + Sync + 'static) -> io::Error {
-    io::Error::new(io::ErrorKind::InvalidData, error)
-}
-
-/// `error`, saying which file or directory it is about.
-fn at(path: &Path, error: io::Error) -> io::Error {
-    io::Error::new(error.kind(), format!("{}: {error}", path.display()))
-}
-
 /// The refusal of a damaged segment.
 fn corrupt(path: &Path, offset: usize, what: &str) -> io::Error {
     io::Error::new(
@@ -119,93 +113,6 @@ fn corrupt(path: &Path, offset: usize, what: &str) -> io::Error {
             path.display()
         ),
     )
-}
-
-/// A closed segment and the highest entry index ever written to it.
-#[derive(Debug)]
-struct Closed {
-    seq: u64,
-    max_index: Option<u64>,
-}
-
-/// The open segment and the bookkeeping to rotate and delete segments.
-#[derive(Debug)]
-struct Writer {
-    dir: PathBuf,
-    file: File,
-    seq: u64,
-    len: u64,
-    max_index: Option<u64>,
-    closed: Vec<Closed>,
-    segment_bytes: u64,
-    buf: Vec<u8>,
-}
-
-impl Writer {
-    fn push(&mut self, record: &RecordRef<'_>) -> io::Result<()> {
-        let payload = postcard::to_allocvec(record).map_err(invalid)?;
-        segment::frame(&payload, &mut self.buf)
-    }
-
-    /// Writes the records pushed so far, with an fsync if `sync`.
-    fn flush(&mut self, sync: bool) -> io::Result<()> {
-        segment::write(&mut self.file, &self.buf, sync)
-            .map_err(|e| at(&segment::path(&self.dir, self.seq), e))?;
-        self.len += self.buf.len() as u64;
-        self.buf.clear();
-        Ok(())
-    }
-
-    /// Starts a new segment once the open one is full, carrying over the
-    /// state records older segments held.
-    fn rotate_if_full(&mut self, mem: &Mem) -> io::Result<()> {
-        if self.len < self.segment_bytes {
-            return Ok(());
-        }
-        self.file
-            .sync_data()
-            .map_err(|e| at(&segment::path(&self.dir, self.seq), e))?;
-        let seq = self.seq + 1;
-        let file =
-            segment::create(&self.dir, seq).map_err(|e| at(&segment::path(&self.dir, seq), e))?;
-        self.closed.push(Closed {
-            seq: self.seq,
-            max_index: self.max_index,
-        });
-        self.file = file;
-        self.seq = seq;
-        self.len = 0;
-        self.max_index = None;
-        self.write_header(mem)
-    }
-
-    fn write_header(&mut self, mem: &Mem) -> io::Result<()> {
-        if let Some(vote) = &mem.vote {
-            self.push(&RecordRef::Vote(vote))?;
-        }
-        self.push(&RecordRef::Committed(&mem.committed))?;
-        if let Some(purged) = &mem.purged {
-            self.push(&RecordRef::Purged(purged))?;
-        }
-        self.flush(true)
-    }
-
-    /// Deletes the oldest closed segments whose entries are all purged.
-    fn delete_purged(&mut self, purged: u64) -> io::Result<()> {
-        let gone = self
-            .closed
-            .iter()
-            .take_while(|c| c.max_index.is_none_or(|max| max <= purged))
-            .count();
-        if gone == 0 {
-            return Ok(());
-        }
-        for closed in self.closed.drain(..gone) {
-            let path = segment::path(&self.dir, closed.seq);
-            fs::remove_file(&path).map_err(|e| at(&path, e))?;
-        }
-        segment::sync_dir(&self.dir).map_err(|e| at(&self.dir, e))
-    }
 }
 
 /// Replays segment `seq` of `dir` into `mem`, cutting its torn tail if it
@@ -274,7 +181,10 @@ fn replay_records(path: &Path, records: &[&[u8]], mem: &mut Mem) -> io::Result<O
 #[derive(Debug)]
 pub struct LogStore {
     mem: Arc<Mutex<Mem>>,
-    writer: Writer,
+    writer: LogWriter,
+    /// A committed id saved but not yet queued: it goes out with the next
+    /// write, which saves the writer a wake-up and a write per commit.
+    unwritten_committed: Option<Option<LogId>>,
 }
 
 /// Reads entries and the vote for replication, from memory.
@@ -300,7 +210,7 @@ impl LogStore {
         // Appending to a fresh segment leaves the replayed ones untouched.
         let seq = seqs.last().map_or(1, |s| s + 1);
         let file = segment::create(dir, seq).map_err(|e| at(&segment::path(dir, seq), e))?;
-        let mut writer = Writer {
+        let mut segments = Segments {
             dir: dir.to_path_buf(),
             file,
             seq,
@@ -308,16 +218,31 @@ impl LogStore {
             max_index: None,
             closed,
             segment_bytes,
-            buf: Vec::new(),
+            header: Header {
+                vote: mem.vote,
+                committed: mem.committed,
+                purged: mem.purged,
+            },
         };
-        writer.write_header(&mem)?;
-        if let Some(purged) = mem.purged {
-            writer.delete_purged(purged.index)?;
-        }
+        segments.write_header()?;
+        segments.delete_purged()?;
         Ok(LogStore {
             mem: Arc::new(Mutex::new(mem)),
-            writer,
+            writer: LogWriter::start(segments)?,
+            unwritten_committed: None,
         })
+    }
+
+    /// The start of a write: the committed id saved since the last one
+    /// goes first, as it was saved first.
+    fn start_write(&mut self) -> io::Result<(Vec<u8>, Change)> {
+        let mut bytes = Vec::new();
+        let mut change = Change::default();
+        if let Some(committed) = self.unwritten_committed.take() {
+            push(&RecordRef::Committed(&committed), &mut bytes)?;
+            change.committed = Some(committed);
+        }
+        Ok((bytes, change))
     }
 
     fn reader(&self) -> LogReader {
@@ -328,7 +253,30 @@ impl LogStore {
 
     /// Number of segment files on disk (tests check purging removes them).
     pub fn segment_count(&self) -> usize {
-        self.writer.closed.len() + 1
+        self.writer.segment_count()
+    }
+
+    /// Waits until every write queued so far is on disk.
+    pub async fn sync(&mut self) -> io::Result<()> {
+        let (bytes, change) = self.start_write()?;
+        self.writer.write_and_wait(bytes, true, change).await
+    }
+}
+
+impl Drop for LogStore {
+    fn drop(&mut self) {
+        // What a restart replays less of if lost; written, not synced.
+        if let Ok((bytes, change)) = self.start_write() {
+            if !bytes.is_empty() {
+                let job = Job {
+                    bytes,
+                    sync: false,
+                    change,
+                    done: Done::Nothing,
+                };
+                let _ = self.writer.submit(job);
+            }
+        }
     }
 }
 
@@ -379,17 +327,19 @@ impl RaftLogStorage<TypeConfig> for LogStore {
     }
 
     async fn save_vote(&mut self, vote: &Vote) -> Result<(), io::Error> {
-        self.writer.push(&RecordRef::Vote(vote))?;
-        self.writer.flush(true)?;
+        let (mut bytes, mut change) = self.start_write()?;
+        push(&RecordRef::Vote(vote), &mut bytes)?;
+        change.vote = Some(*vote);
+        self.writer.write_and_wait(bytes, true, change).await?;
         lock(&self.mem).vote = Some(*vote);
         Ok(())
     }
 
     async fn save_committed(&mut self, committed: Option<LogId>) -> Result<(), io::Error> {
-        // No fsync of its own: a committed id that is lost only means
-        // replaying less on restart, and the next append syncs it anyway.
-        self.writer.push(&RecordRef::Committed(&committed))?;
-        self.writer.flush(false)?;
+        // Neither synced nor written now: a committed id that is lost
+        // only means replaying less on restart. The next write (every one
+        // is synced) carries it.
+        self.unwritten_committed = Some(committed);
         lock(&self.mem).committed = committed;
         Ok(())
     }
@@ -408,41 +358,43 @@ impl RaftLogStorage<TypeConfig> for LogStore {
         I::IntoIter: OptionalSend,
     {
         let entries: Vec<Entry> = entries.into_iter().collect();
+        let (mut bytes, mut change) = self.start_write()?;
         for entry in &entries {
-            self.writer.push(&RecordRef::Entry(entry))?;
-            self.writer.max_index = self.writer.max_index.max(Some(entry.log_id.index));
+            push(&RecordRef::Entry(entry), &mut bytes)?;
+            change.max_index = change.max_index.max(Some(entry.log_id.index));
         }
-        // The flush is inline: openraft gathers the appends that arrive
-        // meanwhile into one batch, so one fsync covers many entries.
-        let flushed = self.writer.flush(true);
-        let mut mem = lock(&self.mem);
-        for entry in entries {
-            mem.replay(Record::Entry(entry));
-        }
-        match flushed {
-            Ok(()) => {
-                callback.io_completed(Ok(()));
-                self.writer.rotate_if_full(&mem)
-            }
-            Err(error) => {
-                callback.io_completed(Err(io::Error::new(error.kind(), error.to_string())));
-                Err(error)
+        // In memory first, so replication to the followers reads them
+        // while the writer syncs; openraft counts this node's copy only
+        // once the callback says it is durable.
+        {
+            let mut mem = lock(&self.mem);
+            for entry in entries {
+                mem.replay(Record::Entry(entry));
             }
         }
+        self.writer.submit(Job {
+            bytes,
+            sync: true,
+            change,
+            done: Done::Flushed(callback),
+        })
     }
 
     async fn truncate_after(&mut self, last_log_id: Option<LogId>) -> Result<(), io::Error> {
-        self.writer.push(&RecordRef::TruncateAfter(&last_log_id))?;
-        self.writer.flush(true)?;
+        let (mut bytes, change) = self.start_write()?;
+        push(&RecordRef::TruncateAfter(&last_log_id), &mut bytes)?;
         lock(&self.mem).replay(Record::TruncateAfter(last_log_id));
-        Ok(())
+        self.writer.write_and_wait(bytes, true, change).await
     }
 
     async fn purge(&mut self, log_id: LogId) -> Result<(), io::Error> {
-        // Durable before any file goes, or a restart would find a hole.
-        self.writer.push(&RecordRef::Purged(&log_id))?;
-        self.writer.flush(true)?;
+        // Durable before any file goes, or a restart would find a hole:
+        // the writer deletes segments only after the record is synced.
+        let (mut bytes, mut change) = self.start_write()?;
+        push(&RecordRef::Purged(&log_id), &mut bytes)?;
+        change.purged = Some(log_id);
+        self.writer.write_and_wait(bytes, true, change).await?;
         lock(&self.mem).purge(log_id);
-        self.writer.delete_purged(log_id.index)
+        Ok(())
     }
 }

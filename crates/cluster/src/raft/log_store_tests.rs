@@ -43,10 +43,13 @@ fn run<T>(f: impl std::future::Future<Output = T>) -> T {
         .block_on(f)
 }
 
+/// Appends and waits until the entries are durable (an append only
+/// queues them for the writer thread).
 async fn append(log: &mut LogStore, entries: Vec<Entry>) {
     log.append(entries, IOFlushed::noop())
         .await
         .unwrap_or_else(|e| panic!("append: {e}"));
+    log.sync().await.unwrap_or_else(|e| panic!("sync: {e}"));
 }
 
 async fn indexes(log: &mut LogStore) -> Vec<(u64, u64)> {

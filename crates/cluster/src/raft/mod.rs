@@ -32,6 +32,7 @@ pub mod lock_node;
 pub mod log_store;
 #[cfg(test)]
 mod log_store_tests;
+mod log_writer;
 pub mod members;
 pub mod membership;
 pub mod network;
