@@ -175,6 +175,28 @@ fn purging_drops_entries_and_deletes_old_segments() {
 }
 
 #[test]
+fn a_snapshot_saved_in_pieces_is_the_encoding_of_the_whole() {
+    let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+    let store = SnapshotStore::new(dir.path()).unwrap_or_else(|e| panic!("{e}"));
+    // Lengths of one, two and three varint bytes.
+    for len in [5, 300, 70_000] {
+        let stored = StoredSnapshot {
+            meta: SnapshotMeta {
+                last_log_id: Some(log_id(3, 42)),
+                last_membership: Default::default(),
+            },
+            data: (0..len).map(|i| (i % 251) as u8).collect(),
+        };
+        store.save(&stored).unwrap_or_else(|e| panic!("{e}"));
+        let whole = postcard::to_allocvec(&stored).unwrap_or_else(|e| panic!("{e}"));
+        let file = fs::read(store.path()).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(&file[..8], b"BATONSN1");
+        assert_eq!(file[8..12], crc32fast::hash(&whole).to_le_bytes());
+        assert_eq!(&file[12..], &whole[..], "len {len}");
+    }
+}
+
+#[test]
 fn the_snapshot_file_round_trips_the_table() {
     let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
     let store = SnapshotStore::new(dir.path()).unwrap_or_else(|e| panic!("{e}"));

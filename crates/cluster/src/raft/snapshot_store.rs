@@ -9,7 +9,7 @@
 //! by the next snapshot.
 
 use std::fs;
-use std::io;
+use std::io::{self, Write};
 use std::path::{Path, PathBuf};
 
 use baton_core::TableSnapshot;
@@ -41,6 +41,15 @@ pub fn decode_table(data: &[u8]) -> io::Result<TableSnapshot> {
     postcard::from_bytes(data).map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))
 }
 
+/// Appends `n` as postcard writes a length: LEB128, 7 bits a byte.
+fn push_varint(mut n: u64, out: &mut Vec<u8>) {
+    while n >= 0x80 {
+        out.push((n as u8 & 0x7f) | 0x80);
+        n >>= 7;
+    }
+    out.push(n as u8);
+}
+
 /// Where the snapshot lives.
 #[derive(Debug, Clone)]
 pub struct SnapshotStore {
@@ -62,16 +71,27 @@ impl SnapshotStore {
 
     /// Replaces the stored snapshot; durable when this returns.
     pub fn save(&self, snapshot: &StoredSnapshot) -> io::Result<()> {
-        let body = postcard::to_allocvec(snapshot)
-            .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))?;
-        let mut bytes = Vec::with_capacity(MAGIC.len() + 4 + body.len());
-        bytes.extend_from_slice(MAGIC);
-        bytes.extend_from_slice(&crc32fast::hash(&body).to_le_bytes());
-        bytes.extend_from_slice(&body);
+        self.save_parts(&snapshot.meta, &snapshot.data)
+    }
+
+    /// [`SnapshotStore::save`] of a snapshot in its two parts. The body is
+    /// postcard's encoding of a [`StoredSnapshot`], written in pieces (the
+    /// metadata, the data's length, the data) so that the data, the size
+    /// of the whole table, is never copied.
+    pub fn save_parts(&self, meta: &SnapshotMeta, data: &[u8]) -> io::Result<()> {
+        let mut head =
+            postcard::to_allocvec(meta).map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))?;
+        push_varint(data.len() as u64, &mut head);
+        let mut sum = crc32fast::Hasher::new();
+        sum.update(&head);
+        sum.update(data);
         let temp = self.dir.join(TEMP);
         let write = || -> io::Result<()> {
             let mut file = fs::File::create(&temp)?;
-            segment::write(&mut file, &bytes, true)
+            file.write_all(MAGIC)?;
+            file.write_all(&sum.clone().finalize().to_le_bytes())?;
+            file.write_all(&head)?;
+            segment::write(&mut file, data, true)
         };
         write().map_err(|e| at(&temp, e))?;
         fs::rename(&temp, self.path()).map_err(|e| at(&self.path(), e))?;

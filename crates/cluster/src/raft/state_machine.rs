@@ -7,7 +7,7 @@
 //! membership, and takes and installs snapshots.
 
 use std::io;
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::Arc;
 
 use baton_core::TableSnapshot;
 use futures_util::{Stream, TryStreamExt};
@@ -16,7 +16,7 @@ use openraft::storage::{EntryResponder, RaftSnapshotBuilder, RaftStateMachine};
 use openraft::{EntryPayload, OptionalSend};
 
 use super::engine::Committed;
-use super::snapshot_store::{self, SnapshotStore, StoredSnapshot};
+use super::snapshot_store::{self, SnapshotStore};
 use super::types::{
     Entry, LogId, Snapshot, SnapshotData, SnapshotMeta, StoredMembership, TypeConfig,
 };
@@ -51,8 +51,6 @@ impl<'a> From<&'a Entry> for Committed<'a> {
     }
 }
 
-type Current = Arc<Mutex<Option<StoredSnapshot>>>;
-
 /// The state machine handed to openraft.
 #[derive(Debug)]
 pub struct LockStateMachine<H> {
@@ -60,20 +58,20 @@ pub struct LockStateMachine<H> {
     applied: Option<LogId>,
     membership: StoredMembership,
     store: SnapshotStore,
-    current: Current,
 }
 
 impl<H: TableHost> LockStateMachine<H> {
     /// Loads the stored snapshot, if any; openraft installs it on start and
     /// replays the committed log after it.
     pub fn open(host: Arc<H>, store: SnapshotStore) -> io::Result<LockStateMachine<H>> {
-        let current = store.load()?;
+        // Read once now so that a damaged file stops the start, naming
+        // it; openraft reads it again to install it.
+        drop(store.load()?);
         Ok(LockStateMachine {
             host,
             applied: None,
             membership: StoredMembership::default(),
             store,
-            current: Arc::new(Mutex::new(current)),
         })
     }
 }
@@ -82,26 +80,25 @@ impl<H: TableHost> LockStateMachine<H> {
 #[derive(Debug)]
 pub struct Builder {
     meta: SnapshotMeta,
-    table: TableSnapshot,
+    /// Taken by the build.
+    table: Option<TableSnapshot>,
     store: SnapshotStore,
-    current: Current,
 }
 
 impl RaftSnapshotBuilder<TypeConfig> for Builder {
     type SnapshotData = SnapshotData;
 
     async fn build_snapshot(&mut self) -> Result<Snapshot, io::Error> {
-        let stored = StoredSnapshot {
+        // One copy of the table at a time: the encoding replaces the
+        // table's copy, the file is written from it, and openraft takes it.
+        let table = self.table.take().ok_or_else(|| io::Error::other("snapshot built twice"))?;
+        let data = snapshot_store::encode_table(&table)?;
+        drop(table);
+        self.store.save_parts(&self.meta, &data)?;
+        Ok(Snapshot {
             meta: self.meta.clone(),
-            data: snapshot_store::encode_table(&self.table)?,
-        };
-        self.store.save(&stored)?;
-        let snapshot = Snapshot {
-            meta: stored.meta.clone(),
-            snapshot: stored.data.clone(),
-        };
-        *self.current.lock().unwrap_or_else(PoisonError::into_inner) = Some(stored);
-        Ok(snapshot)
+            snapshot: data,
+        })
     }
 }
 
@@ -135,14 +132,14 @@ impl<H: TableHost> RaftStateMachine<TypeConfig> for LockStateMachine<H> {
     }
 
     async fn get_snapshot_builder(&mut self) -> Self::SnapshotBuilder {
+        let table = self.host.snapshot();
         Builder {
             meta: SnapshotMeta {
                 last_log_id: self.applied,
                 last_membership: self.membership.clone(),
             },
-            table: self.host.snapshot(),
+            table: Some(table),
             store: self.store.clone(),
-            current: self.current.clone(),
         }
     }
 
@@ -167,23 +164,21 @@ impl<H: TableHost> RaftStateMachine<TypeConfig> for LockStateMachine<H> {
             table.last_token = current;
             snapshot = snapshot_store::encode_table(&table)?;
         }
-        let stored = StoredSnapshot {
-            meta: meta.clone(),
-            data: snapshot,
-        };
-        self.store.save(&stored)?;
+        self.store.save_parts(meta, &snapshot)?;
+        drop(snapshot);
         self.host.restore(&table);
         self.applied = meta.last_log_id;
         self.membership = meta.last_membership.clone();
-        *self.current.lock().unwrap_or_else(PoisonError::into_inner) = Some(stored);
         Ok(())
     }
 
     async fn get_current_snapshot(&mut self) -> Result<Option<Snapshot>, io::Error> {
-        let current = self.current.lock().unwrap_or_else(PoisonError::into_inner);
-        Ok(current.as_ref().map(|stored| Snapshot {
-            meta: stored.meta.clone(),
-            snapshot: stored.data.clone(),
+        // Read from the file: kept in memory, the encoded table would cost
+        // as much again as a quarter of the table, for the rare follower
+        // too far behind for the log.
+        Ok(self.store.load()?.map(|stored| Snapshot {
+            meta: stored.meta,
+            snapshot: stored.data,
         }))
     }
 }
