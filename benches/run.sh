@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # Issue 6's comparison, one command: Baton (single node, priority and Raft
 # 3-node clusters), the echo ceiling, Redis (no persistence, then
-# appendfsync always), etcd and ZooKeeper, all driven by baton-bench with
+# appendfsync always), etcd (one node, and three: etcd-cluster) and
+# ZooKeeper, all driven by baton-bench with
 # the same scenarios and concurrency, every server pinned to CPU 0 and the
-# driver to CPU 1. Installs the peers from the system packages if missing
+# driver to CPU 1. First measures the floor (fsync in the work dir,
+# loopback round trip, the durable cycle they allow; issue 14). Installs the peers from the system packages if missing
 # (apt-get), lets the bench start each on 127.0.0.1 with data in a temp
 # dir, stops everything it started on exit, and writes docs/benchmarks.md
 # (tables, goals) and docs/benchmarks.svg (chart). The part of
@@ -20,7 +22,7 @@ duration=${DURATION:-5}
 runs=${RUNS:-3}
 server_cpu=${SERVER_CPU:-0}
 driver_cpu=${DRIVER_CPU:-1}
-targets=${TARGETS:-baton,baton-priority,baton-raft,echo,redis,redis-aof,etcd,zookeeper}
+targets=${TARGETS:-baton,baton-priority,baton-raft,echo,redis,redis-aof,etcd,etcd-cluster,zookeeper}
 locks=${LOCKS:-1000000}
 waiters=${WAITERS:-10000}
 doc=docs/benchmarks.md
@@ -74,7 +76,7 @@ BATON_BENCH_COMMAND="$command_line" target/release/baton-bench \
   --scenario uncontended,contended,pipelined,memory,storm,failover \
   --clients 1,16,64,256 --contended-clients 16,64 --pipelined-clients 16 --depth 16,64 \
   --locks "$locks" --waiters "$waiters" \
-  --pin-server "$server_cpu" --pin-driver "$driver_cpu" \
+  --pin-server "$server_cpu" --pin-driver "$driver_cpu" --floor on \
   --warmup "$warmup" --duration "$duration" --runs "$runs" \
   --work-dir "$work" --pid-file "$pids" \
   --markdown "$work/results.md" --svg "$chart" "$@" || status=$?
@@ -88,7 +90,7 @@ if [ -s "$work/results.md" ]; then
     cat <<'HEAD'
 # Benchmarks: Baton side by side with Redis, etcd and ZooKeeper
 
-Written by `benches/run.sh` (issue 6); rerun it to refresh the figures.
+Written by `benches/run.sh` (issues 6 and 14); rerun it to refresh the figures.
 One load driver (`baton-bench`) drives every system with the same
 scenarios and the same concurrency; each server runs pinned to one core
 and the driver to the other. See `benches/README.md` for what each
@@ -102,7 +104,12 @@ scenario does and what each column means.
 - Redis has no wait queue: a contended acquire is `SET NX PX` retried at
   once until it takes, so its handoff figures are a race, not a queue.
   `redis-aof` is Redis with `appendfsync always`, the durable counterpart
-  of Raft; etcd and ZooKeeper fsync every write as well.
+  of Raft; etcd and ZooKeeper fsync every write as well. `etcd-cluster`
+  is etcd as three members on the same core ("etcd x3"), the peer of
+  `baton-raft`; `etcd` is the single node.
+- **Floor**: what this machine allows a durable 3-node cluster, measured
+  at the start of the same run (fsync in the work dir, loopback round
+  trip); issue 14's goals compare Raft with it.
 
 ![cycles per second, log scale](benchmarks.svg)
 

@@ -7,6 +7,7 @@
 use crate::cli::Plan;
 use crate::cluster;
 use crate::error::BenchError;
+use crate::floor::{self, Floor};
 use crate::launch::{Launch, Programs};
 use crate::memory;
 use crate::report::{add_ratios, Row};
@@ -22,11 +23,23 @@ pub struct Outcome {
     pub skipped: Vec<String>,
     /// Targets that failed: the bench exits non-zero when there are any.
     pub failures: Vec<String>,
+    /// The machine's floor, when the plan asked for it and it was measured.
+    pub floor: Option<Floor>,
 }
 
 /// Runs `plan` against its targets. Progress goes to stderr.
 pub async fn run(plan: &Plan, programs: &Programs, settings: &SpawnSettings) -> Outcome {
     let mut outcome = Outcome::default();
+    if plan.floor {
+        // First, while no server of the run is up to disturb it.
+        match floor::measure(programs, settings).await {
+            Ok(floor) => {
+                eprint!("{}", floor::console(&floor));
+                outcome.floor = Some(floor);
+            }
+            Err(error) => outcome.failures.push(format!("floor: {error}")),
+        }
+    }
     for &target in &plan.targets {
         if let Some(reason) = unavailable(target, programs) {
             eprintln!("skipping {}: {reason}", target.name());

@@ -22,6 +22,7 @@ fn colour(target: Target) -> &'static str {
         Target::Redis => "#d62728",
         Target::RedisAof => "#ff9896",
         Target::Etcd => "#2ca02c",
+        Target::EtcdCluster => "#98df8a",
         Target::Zookeeper => "#9467bd",
     }
 }

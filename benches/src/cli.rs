@@ -98,12 +98,36 @@ pub struct Args {
     /// Also write the results as Markdown (tables, ratios, goals) here.
     #[arg(long, value_name = "FILE")]
     pub markdown: Option<PathBuf>,
+    /// Measure the floor first (fsync in the work dir, loopback round
+    /// trip, the durable cycle they allow): `auto` when baton-raft is a
+    /// target, `on` always, `off` never.
+    #[arg(long, value_enum, default_value = "auto")]
+    pub floor: FloorWhen,
     /// Also write a bar chart of the results as SVG here.
     #[arg(long, value_name = "FILE")]
     pub svg: Option<PathBuf>,
     /// Internal: be the echo server on this address.
     #[arg(long, value_name = "ADDR", hide = true)]
     pub serve_echo: Option<SocketAddr>,
+}
+
+/// When to measure the floor (`crate::floor`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum FloorWhen {
+    /// When a Raft cluster is among the targets: the floor is its yardstick.
+    Auto,
+    On,
+    Off,
+}
+
+impl FloorWhen {
+    fn wanted(self, targets: &[Target]) -> bool {
+        match self {
+            FloorWhen::Auto => targets.contains(&Target::BatonRaft),
+            FloorWhen::On => true,
+            FloorWhen::Off => false,
+        }
+    }
 }
 
 /// What to run, after defaults and `--smoke`.
@@ -115,6 +139,8 @@ pub struct Plan {
     pub runs: usize,
     /// Fail unless every case completed cycles.
     pub smoke: bool,
+    /// Measure the floor before the targets.
+    pub floor: bool,
 }
 
 /// Connection counts and sizes per scenario.
@@ -139,6 +165,7 @@ impl Args {
                 targets.push(target);
             }
         }
+        let floor = self.floor.wanted(&targets);
         if self.smoke {
             let sizes = Sizes {
                 clients: vec![1, 4],
@@ -158,6 +185,7 @@ impl Args {
                 },
                 runs: 1,
                 smoke: true,
+                floor,
             };
         }
         let or_clients = |counts: &Vec<usize>| match counts.is_empty() {
@@ -182,6 +210,7 @@ impl Args {
             },
             runs: self.runs,
             smoke: false,
+            floor,
         }
     }
 }
@@ -362,6 +391,26 @@ mod tests {
                 (Scenario::Failover, 1, 1),
             ]
         );
+    }
+
+    #[test]
+    fn floor_with_raft_unless_told() {
+        let plan = |args: &[&str]| {
+            let mut all = vec!["--scenario", "uncontended"];
+            all.extend_from_slice(args);
+            parse(&all).unwrap().plan()
+        };
+        assert!(!plan(&[]).floor, "baton alone needs no floor");
+        assert!(plan(&["--target", "baton,baton-raft"]).floor);
+        assert!(!plan(&["--target", "baton-raft", "--floor", "off"]).floor);
+        assert!(plan(&["--target", "echo", "--floor", "on"]).floor);
+        assert!(
+            !parse(&["--smoke", "--target", "baton,echo"])
+                .unwrap()
+                .plan()
+                .floor
+        );
+        assert!(parse(&["--scenario", "uncontended", "--floor", "yes"]).is_err());
     }
 
     #[test]

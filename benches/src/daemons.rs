@@ -16,7 +16,7 @@ use crate::server::{log_tail, spawn, Server, SpawnSettings};
 use baton_tests::port::free_addrs as free_ports;
 
 /// A JVM (ZooKeeper) can take a while to come up on a busy machine.
-const READY: Duration = Duration::from_secs(60);
+pub const READY: Duration = Duration::from_secs(60);
 
 /// A peer daemon and where its program is.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -78,29 +78,15 @@ impl Daemon {
                 (program.clone(), strings(args))
             }
             Daemon::Etcd { program } => {
-                let client = format!("http://{addr}");
                 let peer = format!("http://{spare}");
-                let args = vec![
-                    "--name".to_string(),
-                    "bench".into(),
-                    "--data-dir".into(),
-                    dir.join("etcd").display().to_string(),
-                    "--listen-client-urls".into(),
-                    client.clone(),
-                    "--advertise-client-urls".into(),
-                    client,
-                    "--listen-peer-urls".into(),
-                    peer.clone(),
-                    "--initial-advertise-peer-urls".into(),
-                    peer.clone(),
-                    "--initial-cluster".into(),
-                    format!("bench={peer}"),
-                    "--logger".into(),
-                    "zap".into(),
-                    "--log-level".into(),
-                    "warn".into(),
-                ];
-                (program.clone(), strings(args))
+                let member = EtcdMember {
+                    name: "bench",
+                    client: addr,
+                    peer: spare,
+                    data_dir: dir.join("etcd"),
+                    initial_cluster: format!("bench={peer}"),
+                };
+                (program.clone(), member.args())
             }
             Daemon::Zookeeper { java, classpath } => {
                 // clientPortAddress keeps it on loopback; the admin HTTP
@@ -126,12 +112,53 @@ impl Daemon {
     }
 
     /// A request and the text its healthy answer contains.
-    fn probe(&self) -> (&'static [u8], &'static str) {
+    pub fn probe(&self) -> (&'static [u8], &'static str) {
         match self {
             Daemon::Redis { .. } => (b"PING\r\n", "+PONG"),
             Daemon::Etcd { .. } => (b"GET /health HTTP/1.0\r\n\r\n", "\"health\":\"true\""),
             Daemon::Zookeeper { .. } => (b"ruok", "imok"),
         }
+    }
+}
+
+/// One etcd member's settings: all on loopback, data in `data_dir`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct EtcdMember {
+    pub name: &'static str,
+    pub client: SocketAddr,
+    pub peer: SocketAddr,
+    pub data_dir: PathBuf,
+    /// `name=http://peer,...` of every member, this one included.
+    pub initial_cluster: String,
+}
+
+impl EtcdMember {
+    pub fn args(&self) -> Vec<OsString> {
+        let client = format!("http://{}", self.client);
+        let peer = format!("http://{}", self.peer);
+        let args = [
+            "--name",
+            self.name,
+            "--data-dir",
+            &self.data_dir.display().to_string(),
+            "--listen-client-urls",
+            &client,
+            "--advertise-client-urls",
+            &client,
+            "--listen-peer-urls",
+            &peer,
+            "--initial-advertise-peer-urls",
+            &peer,
+            "--initial-cluster",
+            &self.initial_cluster,
+            "--initial-cluster-state",
+            "new",
+            "--logger",
+            "zap",
+            "--log-level",
+            "warn",
+        ];
+        args.into_iter().map(OsString::from).collect()
     }
 }
 
@@ -170,7 +197,7 @@ pub async fn start(daemon: &Daemon, settings: &SpawnSettings) -> Result<Server, 
 
 /// Sends `request` and reads until the answer contains `healthy`, the
 /// peer closes, or a second passes.
-async fn probe(addr: SocketAddr, request: &[u8], healthy: &str) -> bool {
+pub async fn probe(addr: SocketAddr, request: &[u8], healthy: &str) -> bool {
     let exchange = async {
         let mut stream = TcpStream::connect(addr).await.ok()?;
         stream.write_all(request).await.ok()?;

@@ -1,6 +1,7 @@
 //! etcd as a lock service: the v3 Lock API (`Lock` with this session's
 //! lease, `Unlock` with the key it returned). The fencing token is the
-//! store revision at which the lock was granted.
+//! store revision at which the lock was granted. Also finds the leader of
+//! an etcd cluster (`is_leader`).
 
 use std::net::SocketAddr;
 use std::time::Duration;
@@ -75,4 +76,24 @@ impl LockSession for EtcdSession {
         // The lease would run out on its own; revoking frees the keys now.
         let _ = self.client.lease_revoke(self.lease).await;
     }
+}
+
+/// Whether the etcd member serving clients on `addr` is its cluster's
+/// leader (its own id is the leader it reports), so the driver can talk to
+/// it as it talks to the Raft leader of a Baton cluster.
+pub async fn is_leader(addr: SocketAddr) -> Result<bool, BenchError> {
+    let connect = Client::connect([format!("http://{addr}")], None);
+    let mut client = tokio::time::timeout(Duration::from_secs(2), connect)
+        .await
+        .map_err(|_| peer("connect timed out"))?
+        .map_err(peer)?;
+    let status = tokio::time::timeout(Duration::from_secs(2), client.status())
+        .await
+        .map_err(|_| peer("status timed out"))?
+        .map_err(peer)?;
+    let member = status
+        .header()
+        .map(|header| header.member_id())
+        .ok_or_else(|| peer("status response without a header"))?;
+    Ok(status.leader() != 0 && status.leader() == member)
 }

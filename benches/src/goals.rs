@@ -1,8 +1,11 @@
-//! Issue 6's goals for Baton, checked against the rows of one run: each
-//! goal gets the figures it compares and a verdict (met, missed, or not
-//! measured when a row it needs is absent).
+//! Issue 6's goals for Baton, and issue 14's for its Raft cluster (against
+//! the floor measured in the run and against etcd as a 3-node cluster),
+//! checked against the rows of one run: each goal gets the figures it
+//! compares and a verdict (met, missed, or not measured when a row it
+//! needs is absent).
 
-use crate::report::Row;
+use crate::floor::Floor;
+use crate::report::{latency, Row};
 use crate::scenario::Scenario;
 use crate::Target;
 
@@ -146,6 +149,116 @@ pub fn judge(rows: &[Row]) -> Vec<Goal> {
     goals
 }
 
+/// Uncontended C=1 against this share of the floor's cycles/s.
+const FLOOR_SHARE: f64 = 0.7;
+/// Contended hand-over (release sent to next grant received) at most
+/// this many of the floor's commit times.
+const HANDOVER_COMMITS: f64 = 1.5;
+/// Raft against etcd x3: at least this many times its cycles/s.
+const ETCD_CLUSTER_FACTOR: f64 = 10.0;
+
+/// Issue 14's goals for the Raft cluster, judged on `rows` and the floor.
+pub fn judge_clusters(rows: &[Row], floor: Option<&Floor>) -> Vec<Goal> {
+    use Scenario::{Contended, Uncontended};
+    let mut goals = Vec::new();
+
+    let (figures, checks) = match (find(rows, Target::BatonRaft, Uncontended, 1), floor) {
+        (Some(raft), Some(floor)) if floor.cycles_per_sec() > 0.0 => {
+            let share = raft.rate / floor.cycles_per_sec();
+            let cycle =
+                (raft.rate > 0.0).then(|| std::time::Duration::from_secs_f64(1.0 / raft.rate));
+            (
+                format!(
+                    "{:.0} vs {:.0} cycles/s: {share:.2}x (cycle {} vs {})",
+                    raft.rate,
+                    floor.cycles_per_sec(),
+                    latency(cycle),
+                    latency(Some(floor.cycle())),
+                ),
+                vec![share >= FLOOR_SHARE],
+            )
+        }
+        _ => (String::new(), vec![]),
+    };
+    goals.push(Goal {
+        goal: "Raft uncontended C=1: at least 0.7x the floor's cycles/s",
+        figures,
+        verdict: Verdict::of(&checks),
+    });
+
+    for (goal, scenario, counts) in [
+        (
+            "Raft uncontended C=16, 64, 256: at least 10x etcd x3",
+            Uncontended,
+            &[16, 64, 256][..],
+        ),
+        (
+            "Raft contended, 16 and 64 on one key: at least 10x etcd x3",
+            Contended,
+            &[16, 64][..],
+        ),
+    ] {
+        let (figures, checks) = versus(rows, scenario, counts, Target::EtcdCluster);
+        goals.push(Goal {
+            goal,
+            figures,
+            verdict: Verdict::of(&checks),
+        });
+    }
+
+    let (figures, checks) = handover(rows, floor);
+    goals.push(Goal {
+        goal: "Raft contended hand-over (p50, release sent to next grant): within 1.5 commit times of the floor",
+        figures,
+        verdict: Verdict::of(&checks),
+    });
+    goals
+}
+
+/// Raft's rate over `peer`'s at each of `counts` where both ran.
+fn versus(rows: &[Row], scenario: Scenario, counts: &[usize], peer: Target) -> (String, Vec<bool>) {
+    let mut checks = Vec::new();
+    let mut figures = Vec::new();
+    for &clients in counts {
+        let raft = find(rows, Target::BatonRaft, scenario, clients);
+        if let (Some(raft), Some(other)) = (raft, find(rows, peer, scenario, clients)) {
+            if other.rate > 0.0 {
+                let ratio = raft.rate / other.rate;
+                checks.push(ratio >= ETCD_CLUSTER_FACTOR);
+                figures.push(format!(
+                    "C={clients}: {:.0} vs {:.0}, {ratio:.1}x",
+                    raft.rate, other.rate
+                ));
+            }
+        }
+    }
+    (figures.join("; "), checks)
+}
+
+/// Raft's contended p50 hand-over at C=16 and 64 in the floor's commits.
+fn handover(rows: &[Row], floor: Option<&Floor>) -> (String, Vec<bool>) {
+    let Some(commit) = floor.map(Floor::commit).filter(|c| !c.is_zero()) else {
+        return (String::new(), vec![]);
+    };
+    let mut checks = Vec::new();
+    let mut figures = Vec::new();
+    for clients in [16, 64] {
+        let raft = find(rows, Target::BatonRaft, Scenario::Contended, clients);
+        if let Some(p50) = raft.and_then(|row| row.p50) {
+            let commits = p50.as_secs_f64() / commit.as_secs_f64();
+            checks.push(commits <= HANDOVER_COMMITS);
+            figures.push(format!(
+                "C={clients}: {} = {commits:.1} commits",
+                latency(Some(p50))
+            ));
+        }
+    }
+    if !figures.is_empty() {
+        figures.push(format!("floor commit {}", latency(Some(commit))));
+    }
+    (figures.join("; "), checks)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -153,6 +266,16 @@ mod tests {
     use crate::scenario::{Case, Measured};
 
     fn row(target: Target, scenario: Scenario, clients: usize, rate: f64) -> Row {
+        timed(target, scenario, clients, rate, None)
+    }
+
+    fn timed(
+        target: Target,
+        scenario: Scenario,
+        clients: usize,
+        rate: f64,
+        p50_us: Option<u64>,
+    ) -> Row {
         let case = Case {
             scenario,
             clients,
@@ -160,10 +283,73 @@ mod tests {
         };
         let run = Measured {
             rate,
-            p50: None,
+            p50: p50_us.map(std::time::Duration::from_micros),
             p99: None,
         };
         Row::summarize(target, case, &[run])
+    }
+
+    /// fsync 130 us, RTT 20 us: commit 150 us, cycle 340 us, 2941/s.
+    fn floor() -> Floor {
+        let us = |v: u64| crate::floor::Samples::new(vec![std::time::Duration::from_micros(v)]);
+        Floor {
+            fsync: us(130),
+            rtt: us(20),
+        }
+    }
+
+    #[test]
+    fn judges_the_cluster_goals_against_floor_and_etcd_x3() {
+        use Scenario::*;
+        use Target::{BatonRaft, Etcd, EtcdCluster};
+        let rows = vec![
+            row(BatonRaft, Uncontended, 1, 2100.0),
+            row(BatonRaft, Uncontended, 16, 9000.0),
+            row(EtcdCluster, Uncontended, 16, 1000.0),
+            row(BatonRaft, Uncontended, 64, 20000.0),
+            row(EtcdCluster, Uncontended, 64, 1500.0),
+            // The single-node etcd is not the yardstick here.
+            row(Etcd, Uncontended, 16, 10.0),
+            timed(BatonRaft, Contended, 16, 1500.0, Some(200)),
+            row(EtcdCluster, Contended, 16, 150.0),
+            timed(BatonRaft, Contended, 64, 1500.0, Some(240)),
+        ];
+        let goals = judge_clusters(&rows, Some(&floor()));
+        let verdicts: Vec<Verdict> = goals.iter().map(|g| g.verdict).collect();
+        assert_eq!(
+            verdicts,
+            [
+                Verdict::Met,    // 2100 / 2941 = 0.71x
+                Verdict::Missed, // C=16 is 9x
+                Verdict::Met,    // C=16 10x, no etcd x3 row at 64
+                Verdict::Missed, // C=64: 240 us = 1.6 commits
+            ]
+        );
+        assert_eq!(
+            goals[0].figures,
+            "2100 vs 2941 cycles/s: 0.71x (cycle 476.2us vs 340.0us)"
+        );
+        assert_eq!(
+            goals[1].figures,
+            "C=16: 9000 vs 1000, 9.0x; C=64: 20000 vs 1500, 13.3x"
+        );
+        assert_eq!(goals[2].figures, "C=16: 1500 vs 150, 10.0x");
+        assert_eq!(
+            goals[3].figures,
+            "C=16: 200.0us = 1.3 commits; C=64: 240.0us = 1.6 commits; floor commit 150.0us"
+        );
+    }
+
+    #[test]
+    fn cluster_goals_without_floor_or_peers_are_not_measured() {
+        let rows = vec![row(Target::BatonRaft, Scenario::Uncontended, 1, 900.0)];
+        let goals = judge_clusters(&rows, None);
+        assert_eq!(goals.len(), 4);
+        assert!(goals.iter().all(|g| g.verdict == Verdict::NotMeasured));
+        assert!(goals.iter().all(|g| g.figures.is_empty()), "{goals:?}");
+        let goals = judge_clusters(&rows, Some(&floor()));
+        assert_eq!(goals[0].verdict, Verdict::Missed);
+        assert_eq!(goals[3].verdict, Verdict::NotMeasured);
     }
 
     #[test]

@@ -1,6 +1,6 @@
 //! How each target is brought up: a Baton node already running, a `batond`
-//! or echo server that announces its port, a three-node Baton cluster, or
-//! one of the peer daemons on a port picked for it.
+//! or echo server that announces its port, a three-node Baton cluster, one
+//! of the peer daemons on a port picked for it, or three etcd members.
 
 use std::ffi::OsString;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
@@ -9,6 +9,7 @@ use std::path::PathBuf;
 use crate::cluster;
 use crate::daemons::{self, Daemon};
 use crate::error::BenchError;
+use crate::etcd_cluster;
 use crate::server::{spawn, Node, Server, SpawnSettings};
 use crate::target::{ClusterMode, Target};
 
@@ -30,6 +31,11 @@ pub enum Launch {
         nodes: usize,
     },
     Daemon(Daemon),
+    /// Three etcd members (`etcd_cluster`).
+    EtcdCluster {
+        program: PathBuf,
+        members: usize,
+    },
 }
 
 /// Where the peer programs are.
@@ -86,6 +92,10 @@ impl Launch {
             Target::Etcd => Launch::Daemon(Daemon::Etcd {
                 program: programs.etcd.clone(),
             }),
+            Target::EtcdCluster => Launch::EtcdCluster {
+                program: programs.etcd.clone(),
+                members: 3,
+            },
             Target::Zookeeper => Launch::Daemon(Daemon::Zookeeper {
                 java: programs.java.clone(),
                 classpath: programs.zookeeper_classpath.clone(),
@@ -115,6 +125,9 @@ impl Launch {
                 nodes,
             } => cluster::start(batond, *mode, *nodes, settings).await,
             Launch::Daemon(daemon) => daemons::start(daemon, settings).await,
+            Launch::EtcdCluster { program, members } => {
+                etcd_cluster::start(program, *members, settings).await
+            }
         }
     }
 }

@@ -2,7 +2,8 @@
 //! runs acquire/release cycles against a target for a fixed time after a
 //! warm-up, and reports cycles/s (or requests/s) and latency percentiles,
 //! next to an echo server that shows what loopback alone allows and next
-//! to Redis, etcd and ZooKeeper driven the same way.
+//! to Redis, etcd (single and 3-node) and ZooKeeper driven the same way,
+//! and reports the floor a durable cluster has on this machine.
 
 pub mod baton_client;
 pub mod bench;
@@ -14,9 +15,11 @@ pub mod contended;
 pub mod daemons;
 pub mod echo;
 pub mod error;
+pub mod etcd_cluster;
 #[cfg(feature = "etcd")]
 pub mod etcd_session;
 pub mod failover;
+pub mod floor;
 pub mod goals;
 pub mod histogram;
 pub mod launch;

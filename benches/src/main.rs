@@ -8,7 +8,7 @@ use std::process::ExitCode;
 use baton_bench::cli::Args;
 use baton_bench::launch::Programs;
 use baton_bench::server::SpawnSettings;
-use baton_bench::{bench, chart, echo, markdown, pin, report};
+use baton_bench::{bench, chart, echo, floor, markdown, pin, report};
 use clap::Parser;
 
 fn main() -> ExitCode {
@@ -64,6 +64,9 @@ fn main() -> ExitCode {
         machine(),
     );
     println!("# {setup}");
+    if let Some(floor) = &outcome.floor {
+        print!("{}", floor::console(floor));
+    }
     print!("{}", report::render(&outcome.rows));
     let context = markdown::Context {
         command: std::env::var("BATON_BENCH_COMMAND")

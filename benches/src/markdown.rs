@@ -1,10 +1,12 @@
 //! The results as Markdown for docs/benchmarks.md: how they were made,
-//! one table per scenario, the goals of issue 6 with verdicts, and what
-//! was skipped or failed.
+//! the floor the machine allows (when measured), one table per scenario,
+//! the goals of issues 6 and 14 with verdicts, and what was skipped or
+//! failed.
 
 use std::fmt::Write as _;
 
 use crate::bench::Outcome;
+use crate::floor;
 use crate::goals::{self, Goal};
 use crate::report::{cells, Row, HEADERS};
 use crate::scenario::Scenario;
@@ -20,6 +22,17 @@ pub fn render(outcome: &Outcome, context: &Context) -> String {
     let mut out = String::new();
     let _ = writeln!(out, "Command: `{}`\n", context.command);
     let _ = writeln!(out, "{}\n", context.setup);
+    if let Some(floor) = &outcome.floor {
+        let _ = writeln!(out, "### Floor\n");
+        let _ = writeln!(
+            out,
+            "What this machine allows a durable 3-node cluster, measured at the start of \
+             this run: one commit is the leader's fsync in parallel with a follower's \
+             receive, fsync and ack; a cycle is two commits and the client's two round trips.\n"
+        );
+        out.push_str(&floor::markdown(floor));
+        out.push('\n');
+    }
     for scenario in Scenario::ALL {
         let rows: Vec<&Row> = outcome
             .rows
@@ -35,6 +48,11 @@ pub fn render(outcome: &Outcome, context: &Context) -> String {
     }
     let _ = writeln!(out, "### Goals of issue 6\n");
     goal_table(&mut out, &goals::judge(&outcome.rows));
+    let _ = writeln!(out, "\n### Goals of issue 14\n");
+    goal_table(
+        &mut out,
+        &goals::judge_clusters(&outcome.rows, outcome.floor.as_ref()),
+    );
     for (title, notes) in [("Skipped", &outcome.skipped), ("Failed", &outcome.failures)] {
         if !notes.is_empty() {
             let _ = writeln!(out, "\n### {title}\n");
@@ -92,6 +110,7 @@ fn goal_table(out: &mut String, goals: &[Goal]) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::floor::{Floor, Samples};
     use crate::scenario::{Case, Measured};
     use crate::Target;
 
@@ -111,6 +130,7 @@ mod tests {
             rows: vec![Row::summarize(Target::Baton, case, &[run])],
             skipped: vec!["etcd: not built".into()],
             failures: vec![],
+            floor: None,
         };
         let text = render(
             &outcome,
@@ -129,7 +149,33 @@ mod tests {
             "{text}"
         );
         assert!(text.contains("### Goals of issue 6"), "{text}");
+        assert!(text.contains("### Goals of issue 14"), "{text}");
+        assert!(!text.contains("### Floor"), "{text}");
         assert!(text.contains("- etcd: not built"), "{text}");
         assert!(!text.contains("### Failed"), "{text}");
+    }
+
+    #[test]
+    fn the_floor_above_the_tables_and_in_the_goals() {
+        let us = |v: u64| Samples::new(vec![std::time::Duration::from_micros(v)]);
+        let outcome = Outcome {
+            rows: vec![],
+            skipped: vec![],
+            failures: vec![],
+            floor: Some(Floor {
+                fsync: us(130),
+                rtt: us(20),
+            }),
+        };
+        let text = render(&outcome, &Context::default());
+        let at = |what: &str| text.find(what).unwrap_or_else(|| panic!("{what}: {text}"));
+        assert!(at("### Floor\n") < at("| floor | value | how |"), "{text}");
+        assert!(at("| cycles/s at C=1 | 2941 | 1 / cycle |") < at("### Goals of issue 6"));
+        assert!(
+            text.contains(
+                "| Raft uncontended C=1: at least 0.7x the floor's cycles/s | - | not measured |"
+            ),
+            "{text}"
+        );
     }
 }

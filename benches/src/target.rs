@@ -1,5 +1,6 @@
 //! The systems the driver can measure: Baton in its three modes, the echo
-//! ceiling, and the peers people compare it with (Redis, etcd, ZooKeeper).
+//! ceiling, and the peers people compare it with (Redis, etcd single and
+//! as a 3-node cluster, ZooKeeper).
 //! Each says which wire it speaks, what its grants promise and which
 //! scenarios make sense for it.
 
@@ -23,6 +24,8 @@ pub enum Target {
     RedisAof,
     /// etcd's v3 Lock API, a lease per client connection.
     Etcd,
+    /// The same on three etcd members ("etcd x3"); clients use the leader.
+    EtcdCluster,
     /// ZooKeeper's ephemeral sequential znode lock recipe.
     Zookeeper,
 }
@@ -61,7 +64,7 @@ impl ClusterMode {
 }
 
 impl Target {
-    pub const ALL: [Target; 8] = [
+    pub const ALL: [Target; 9] = [
         Target::Baton,
         Target::BatonPriority,
         Target::BatonRaft,
@@ -69,6 +72,7 @@ impl Target {
         Target::Redis,
         Target::RedisAof,
         Target::Etcd,
+        Target::EtcdCluster,
         Target::Zookeeper,
     ];
 
@@ -81,6 +85,7 @@ impl Target {
             Target::Redis => "redis",
             Target::RedisAof => "redis-aof",
             Target::Etcd => "etcd",
+            Target::EtcdCluster => "etcd-cluster",
             Target::Zookeeper => "zookeeper",
         }
     }
@@ -91,7 +96,7 @@ impl Target {
                 Dialect::Baton
             }
             Target::Redis | Target::RedisAof => Dialect::Redis,
-            Target::Etcd => Dialect::Etcd,
+            Target::Etcd | Target::EtcdCluster => Dialect::Etcd,
             Target::Zookeeper => Dialect::Zookeeper,
         }
     }
@@ -164,6 +169,10 @@ mod tests {
         assert!(!Target::Baton.supports(Scenario::Failover));
         assert!(Target::BatonRaft.supports(Scenario::Failover));
         assert!(Target::Zookeeper.supports(Scenario::Contended));
+        // etcd x3 is not a Baton cluster: no failover figure of its own.
+        assert!(Target::EtcdCluster.supports(Scenario::Contended));
+        assert!(!Target::EtcdCluster.supports(Scenario::Failover));
+        assert!(!Target::EtcdCluster.supports(Scenario::Memory));
     }
 
     #[test]

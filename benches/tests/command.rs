@@ -92,3 +92,110 @@ fn nothing_but_loopback() {
     assert!(!out.status.success());
     assert!(text(&out.stderr).contains("not a loopback address"));
 }
+
+#[test]
+fn the_floor_is_measured_quickly_and_reported_everywhere() {
+    let dir = std::env::temp_dir().join(format!("baton-bench-floor-cmd-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let markdown = dir.join("results.md");
+    let started = Instant::now();
+    let out = bench(&[
+        "--target",
+        "echo",
+        "--scenario",
+        "uncontended",
+        "--warmup",
+        "0",
+        "--duration",
+        "0.1",
+        "--runs",
+        "1",
+        "--floor",
+        "on",
+        "--work-dir",
+        dir.to_str().unwrap(),
+        "--markdown",
+        markdown.to_str().unwrap(),
+    ]);
+    let elapsed = started.elapsed();
+    let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
+    assert!(out.status.success(), "{stdout}\n{stderr}");
+    // The floor itself is bounded at about 1.3 s; the rest is start-up.
+    assert!(elapsed < Duration::from_secs(10), "{elapsed:?}");
+    let floor: Vec<&str> = stdout
+        .lines()
+        .filter(|l| l.starts_with("# floor: "))
+        .collect();
+    assert_eq!(floor.len(), 5, "{stdout}");
+    assert!(floor[0].contains("fdatasync"), "{stdout}");
+    assert!(floor[4].contains("cycles/s at C=1"), "{stdout}");
+    let doc = std::fs::read_to_string(&markdown).unwrap();
+    assert!(doc.contains("### Floor\n"), "{doc}");
+    assert!(doc.contains("| durable commit | "), "{doc}");
+    assert!(doc.contains("### Goals of issue 14\n"), "{doc}");
+    // Only the Markdown is left: the probe's file went with its directory.
+    let left: Vec<_> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|entry| entry.unwrap().file_name())
+        .collect();
+    assert_eq!(left, ["results.md"], "{left:?}");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// etcd x3 for real, where etcd is installed (run.sh installs it; CI's
+/// smoke does not need it).
+#[cfg(feature = "etcd")]
+#[test]
+fn etcd_as_three_members_serves_locks_and_leaves_nothing_behind() {
+    let installed = Command::new("etcd").arg("--version").output();
+    if !installed.is_ok_and(|out| out.status.success()) {
+        eprintln!("etcd is not installed: nothing to check");
+        return;
+    }
+    let dir = std::env::temp_dir().join(format!("baton-bench-etcd3-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let pids = dir.join("pids");
+    let out = bench(&[
+        "--target",
+        "etcd-cluster",
+        "--scenario",
+        "uncontended,contended",
+        "--clients",
+        "2",
+        "--warmup",
+        "0",
+        "--duration",
+        "0.3",
+        "--runs",
+        "1",
+        "--work-dir",
+        dir.to_str().unwrap(),
+        "--pid-file",
+        pids.to_str().unwrap(),
+    ]);
+    let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
+    assert!(out.status.success(), "{stdout}\n{stderr}");
+    let rows: Vec<&str> = stdout
+        .lines()
+        .filter(|l| l.starts_with("etcd-cluster "))
+        .collect();
+    assert_eq!(rows.len(), 2, "{stdout}");
+    let started: Vec<u32> = std::fs::read_to_string(&pids)
+        .unwrap()
+        .lines()
+        .map(|pid| pid.parse().unwrap())
+        .collect();
+    assert_eq!(started.len(), 3, "three members: {started:?}");
+    for pid in started {
+        assert!(
+            !std::path::Path::new(&format!("/proc/{pid}")).exists(),
+            "member {pid} still running"
+        );
+    }
+    let left: Vec<_> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|entry| entry.unwrap().file_name())
+        .collect();
+    assert_eq!(left, ["pids"], "data left behind: {left:?}");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
