@@ -79,8 +79,8 @@ impl SnapshotStore {
     /// metadata, the data's length, the data) so that the data, the size
     /// of the whole table, is never copied.
     pub fn save_parts(&self, meta: &SnapshotMeta, data: &[u8]) -> io::Result<()> {
-        let mut head =
-            postcard::to_allocvec(meta).map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))?;
+        let mut head = postcard::to_allocvec(meta)
+            .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))?;
         push_varint(data.len() as u64, &mut head);
         let mut sum = crc32fast::Hasher::new();
         sum.update(&head);

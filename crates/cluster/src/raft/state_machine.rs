@@ -91,7 +91,10 @@ impl RaftSnapshotBuilder<TypeConfig> for Builder {
     async fn build_snapshot(&mut self) -> Result<Snapshot, io::Error> {
         // One copy of the table at a time: the encoding replaces the
         // table's copy, the file is written from it, and openraft takes it.
-        let table = self.table.take().ok_or_else(|| io::Error::other("snapshot built twice"))?;
+        let table = self
+            .table
+            .take()
+            .ok_or_else(|| io::Error::other("snapshot built twice"))?;
         let data = snapshot_store::encode_table(&table)?;
         drop(table);
         self.store.save_parts(&self.meta, &data)?;
