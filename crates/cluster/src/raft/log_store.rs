@@ -5,7 +5,7 @@
 //! short (snapshots purge it every few thousand entries), so the whole
 //! unpurged log lives in memory and the files only need to replay it after
 //! a restart. The files are written by a thread of their own
-//! ([`super::log_writer`]): `append` puts the entries in memory, where the
+//! (`log_writer`): `append` puts the entries in memory, where the
 //! replication to followers reads them, queues their records and returns;
 //! openraft hears that they are durable from the writer. Writes queued
 //! during an fsync share the next one (group commit).
