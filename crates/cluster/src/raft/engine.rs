@@ -529,10 +529,14 @@ impl<H> RaftEngine<H> {
         if leading.outbox.is_empty() {
             return None;
         }
-        let rest = leading
-            .outbox
-            .split_off(leading.outbox.len().min(MAX_BATCH));
-        let commands = std::mem::replace(&mut leading.outbox, rest);
+        let batch = leading.outbox.len().min(MAX_BATCH);
+        // Exactly sized: the proposal lives in the log until a snapshot
+        // purges it, and a Vec cut from the outbox kept the outbox's whole
+        // capacity (heaptrack: 72 MB of 95 MB at 200,000 pipelined grants).
+        let commands: Vec<Tagged> = leading.outbox.drain(..batch).collect();
+        if leading.outbox.is_empty() && leading.outbox.capacity() > 4 * MAX_BATCH {
+            leading.outbox = Vec::new();
+        }
         let tags = commands.iter().map(|c| c.tag).collect();
         let proposal = Proposal {
             origin: self.origin,
