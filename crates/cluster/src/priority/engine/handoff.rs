@@ -6,7 +6,9 @@
 //! table, `HandoffRefused` if it cannot take it (it just resumed from a
 //! pause). Only `HandoffTaken` lets the sender stand down for good: a
 //! successor that was already active heartbeats "active" before and after
-//! the handoff, so its heartbeats prove nothing.
+//! the handoff, so its heartbeats prove nothing. Without an answer within
+//! a failure timeout the sender stands by, or serves on if the successor
+//! has been silent since (see `handoff_timed_out`).
 
 use baton_core::{LockTable, Millis, TableSnapshot, Token};
 
@@ -189,16 +191,23 @@ impl<H> PriorityNode<H> {
                 successor = super::roles::addr_in(&self.config.peers, to),
                 "handoff refused; serving on"
             );
-            self.peers[to].refused_handoff_until =
-                now.saturating_add(self.config.failure_timeout_ms);
-            // The successor may still have taken the table and granted
-            // (its "taken" lost, then the role handed on): serve above any
-            // floor it can have used, never from the old last token.
-            self.set_role(Role::Active, "handoff refused; serving on");
-            self.raise_floor(self.seen_token);
-            self.version += 1;
-            self.beat(now);
+            self.serve_on(to, now, "handoff refused; serving on");
         }
+    }
+
+    /// A handoff to `to` ended without `HandoffTaken`: this node serves
+    /// again, and offers `to` nothing more for a failure timeout.
+    pub(super) fn serve_on(&mut self, to: NodeIndex, now: Millis, why: &'static str) {
+        self.peers[to].refused_handoff_until = now.saturating_add(self.config.failure_timeout_ms);
+        // The successor may still have taken the table and granted (its
+        // "taken" lost, then the role handed on): serve above any floor it
+        // can have used, never from the old last token. If it serves, the
+        // two actives meet as after a split: the lower-priority one hands
+        // its table to the other, which merges it.
+        self.set_role(Role::Active, why);
+        self.raise_floor(self.seen_token);
+        self.version += 1;
+        self.beat(now);
     }
 }
 

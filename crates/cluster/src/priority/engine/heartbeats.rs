@@ -50,27 +50,27 @@ impl<H> PriorityNode<H> {
                 }
             }
             PeerRole::HandingOff if heartbeat.following == Some(me) => {
-                if self.took_handoff_from == Some(from) {
-                    // We took it (and may have handed the role on since):
-                    // our answer was lost. Say it again.
-                    tracing::warn!(
-                        from = super::roles::addr_in(&self.config.peers, from),
-                        "handoff taken earlier; saying so again"
-                    );
-                    self.outbox.push((from, PriorityMessage::HandoffTaken));
-                } else if self.refused_from != Some(from) {
-                    // It hands the role to us, but its handoff, which comes
-                    // before this heartbeat on the link, never arrived (a
-                    // broken link dropped it): tell it we did not take it.
-                    tracing::warn!(
-                        from = super::roles::addr_in(&self.config.peers, from),
-                        "handoff announced but not received"
-                    );
-                    self.refused_from = Some(from);
-                    self.outbox.push((from, PriorityMessage::HandoffRefused));
-                }
+                self.answer_announced_handoff(from);
             }
             PeerRole::HandingOff => {}
+        }
+    }
+
+    /// `from` says it hands the role to this node. Its handoff comes before
+    /// that heartbeat on the link; if it never arrived (a link that broke,
+    /// or one still being dialled, dropped it), say so, and if it did but
+    /// our answer was lost, say that again: without an answer it would
+    /// wait out its handoff timeout.
+    fn answer_announced_handoff(&mut self, from: NodeIndex) {
+        let from_addr = super::roles::addr_in(&self.config.peers, from);
+        if self.took_handoff_from == Some(from) {
+            // We took it (and may have handed the role on since).
+            tracing::warn!(from = from_addr, "handoff taken earlier; saying so again");
+            self.outbox.push((from, PriorityMessage::HandoffTaken));
+        } else if self.refused_from != Some(from) {
+            tracing::warn!(from = from_addr, "handoff announced but not received");
+            self.refused_from = Some(from);
+            self.outbox.push((from, PriorityMessage::HandoffRefused));
         }
     }
 
@@ -124,6 +124,11 @@ impl<H> PriorityNode<H> {
             // A standby may report the tokens of another active (a split
             // healing): grant above them, in our own block.
             self.raise_floor(heartbeat.last_token);
+            if heartbeat.role == PeerRole::HandingOff && heartbeat.following == Some(self.config.me)
+            {
+                // A graceful stop at a heal hands its table to this active.
+                self.answer_announced_handoff(from);
+            }
             return;
         }
         if from < self.config.me {

@@ -4,7 +4,7 @@
 
 use baton_core::Millis;
 
-use super::super::messages::{PeerRole, PriorityMessage};
+use super::super::messages::{NodeIndex, PeerRole, PriorityMessage};
 use super::roles::{HandingOff, Role, Standby};
 use super::PriorityNode;
 
@@ -25,13 +25,7 @@ impl<H> PriorityNode<H> {
             Role::Standby(_) => self.standby_tick(now),
             &Role::HandingOff(HandingOff { to, started }) => {
                 if now.saturating_sub(started) > self.config.failure_timeout_ms {
-                    tracing::warn!(
-                        successor = super::roles::addr_in(&self.config.peers, to),
-                        "handoff not taken up; standing by"
-                    );
-                    self.quiet_until = self.quiet_until.max(now);
-                    let standby = Standby::following(None, now);
-                    self.set_role(Role::Standby(standby), "handoff timed out");
+                    self.handoff_timed_out(to, started, now);
                 }
             }
         }
@@ -39,6 +33,34 @@ impl<H> PriorityNode<H> {
             self.beat(now);
         }
         self.checked();
+    }
+
+    /// No answer from the successor `to` within a failure timeout of the
+    /// handoff `started`.
+    fn handoff_timed_out(&mut self, to: NodeIndex, started: Millis, now: Millis) {
+        let successor = super::roles::addr_in(&self.config.peers, to);
+        let heard_since = self.peers[to].last_heard.is_some_and(|t| t >= started);
+        if self.recently_resumed(now) || heard_since {
+            // This node stalled while handing off (the others may have
+            // promoted meanwhile), or the successor's link to it works and
+            // its answer, "taken" perhaps, was lost: if it serves, follow
+            // it.
+            tracing::warn!(successor, "handoff not taken up; standing by");
+            self.quiet_until = self.quiet_until.max(now);
+            let standby = Standby::following(None, now);
+            self.set_role(Role::Standby(standby), "handoff timed out");
+        } else {
+            // Nothing came back from the successor since the handoff: it
+            // is out of reach, as in a split, and may never have had the
+            // table. Standing by would drop this node's table (a graceful
+            // stop would exit holding locks nobody else knows of); serving
+            // on keeps it, and a stop offers it again.
+            tracing::warn!(
+                successor,
+                "handoff not taken up, successor silent; serving on"
+            );
+            self.serve_on(to, now, "handoff timed out; serving on");
+        }
     }
 
     pub(super) fn beat(&mut self, now: Millis) {

@@ -190,3 +190,116 @@ fn a_graceful_stop_hands_over_in_priority_order_to_a_standby_still_joining() {
         "the stopping active's lock was lost"
     );
 }
+
+/// Offers the role until a handoff is confirmed, as a graceful stop does.
+fn stop_offering(c: &mut Cluster, i: NodeIndex) {
+    for _ in 0..20 {
+        let now = c.now;
+        c.node_mut(i).handle_begin_handoff(now);
+        c.run(HEARTBEAT);
+        if c.node(i).handed_off_to().is_some() {
+            return;
+        }
+    }
+    panic!(
+        "node {i} never handed its role over: {:?}",
+        c.node(i).role()
+    );
+}
+
+/// A graceful stop at a heal: the stopping node's link to the other active
+/// was still being dialled, and dropped the handoff as stale; the
+/// heartbeats behind it arrive. The other active says it did not take it,
+/// so the sender serves on with its table and offers it again.
+#[test]
+fn a_handoff_dropped_before_another_active_is_refused_and_offered_again() {
+    let mut c = elected(2);
+    c.isolate(0);
+    c.run(TIMEOUT + 3 * HEARTBEAT);
+    assert_eq!(c.actives(), vec![0, 1]);
+    let a = c.grant(0, "a", 60_000);
+    // The heal: node 0 hears node 1 first.
+    c.cut.retain(|&link| link != (1, 0));
+    c.run(2 * HEARTBEAT);
+    let now = c.now;
+    assert!(c.node_mut(0).handle_begin_handoff(now));
+    let output = c.node_mut(0).poll_transmits();
+    c.cut.clear();
+    for (to, message) in output {
+        if to == 1 && !matches!(message, PriorityMessage::HandoffPart { .. }) {
+            c.node_mut(1).handle_message(0, message, now);
+        }
+    }
+    c.deliver();
+    assert!(
+        c.actives().contains(&0),
+        "the sender did not serve on: {:?}",
+        c.node(0).role()
+    );
+    assert_eq!(c.holder(0, "a"), Some(a), "the sender dropped its lock");
+    stop_offering(&mut c, 0);
+    c.crash(0);
+    c.run(TIMEOUT + 4 * HEARTBEAT);
+    assert_eq!(c.actives(), vec![1]);
+    assert_eq!(
+        c.holder(1, "a"),
+        Some(a),
+        "the stopping active's lock was lost"
+    );
+    assert!(c.grant(1, "b", 100) > a);
+}
+
+/// A successor that went silent the moment the handoff was sent (a split)
+/// cannot be followed: when the handoff times out the sender serves on with
+/// its table instead of standing by, and hands it over once the split
+/// heals.
+#[test]
+fn a_handoff_to_a_successor_gone_silent_leaves_the_sender_serving() {
+    let mut c = elected(2);
+    let a = c.grant(0, "a", 60_000);
+    let now = c.now;
+    assert!(c.node_mut(0).handle_begin_handoff(now));
+    assert_eq!(c.node(0).role(), NodeRole::HandingOff { to: 1 });
+    c.isolate(0);
+    // Never standing by, not even for a moment: a graceful stop that sees
+    // its node stand by has nothing left to hand and exits.
+    let until = c.now + TIMEOUT + 2 * HEARTBEAT;
+    while c.now < until {
+        c.run(1);
+        assert_ne!(
+            c.node(0).role(),
+            NodeRole::Standby,
+            "the sender stood down after a handoff nobody took (t={})",
+            c.now
+        );
+    }
+    assert_eq!(c.actives(), vec![0, 1]);
+    assert_eq!(c.holder(0, "a"), Some(a), "the sender dropped its lock");
+    c.cut.clear();
+    c.run(2 * HEARTBEAT);
+    stop_offering(&mut c, 0);
+    c.crash(0);
+    c.run(TIMEOUT + 4 * HEARTBEAT);
+    assert_eq!(c.actives(), vec![1]);
+    assert_eq!(c.holder(1, "a"), Some(a));
+    assert!(c.grant(1, "b", 100) > a);
+}
+
+/// A node that stalls while handing off (SIGSTOP) may have been replaced
+/// meanwhile: when it resumes it stands by instead of serving on.
+#[test]
+fn a_handoff_that_times_out_across_a_pause_stands_by() {
+    let mut c = elected(3);
+    c.grant(0, "a", 60_000);
+    c.cut.push((0, 1));
+    let now = c.now;
+    assert!(c.node_mut(0).handle_begin_handoff(now));
+    assert_eq!(c.node(0).role(), NodeRole::HandingOff { to: 1 });
+    c.frozen[0] = true;
+    c.run(3 * TIMEOUT);
+    assert_eq!(c.actives(), vec![1], "nobody promoted during the pause");
+    c.frozen[0] = false;
+    c.run(HEARTBEAT);
+    assert_eq!(c.node(0).role(), NodeRole::Standby);
+    assert_eq!(c.actives(), vec![1]);
+}
