@@ -125,12 +125,13 @@ fn replay_segment(dir: &Path, seq: u64, newest: bool, mem: &mut Mem) -> io::Resu
     check_tail(&path, &scan, newest)?;
     let max_index = replay_records(&path, &scan.records, mem)?;
     if scan.tail == Tail::Torn {
-        tracing::warn!(
-            segment = %path.display(),
-            at = scan.good_len,
-            cut = bytes.len() - scan.good_len,
-            "cutting a torn log tail"
-        );
+        let cut = bytes.len() - scan.good_len;
+        if scan.tail_is_zeros(&bytes) {
+            // The part of a preallocated segment nothing was written to.
+            tracing::debug!(segment = %path.display(), at = scan.good_len, cut, "trimming a segment's unused space");
+        } else {
+            tracing::warn!(segment = %path.display(), at = scan.good_len, cut, "cutting a torn log tail");
+        }
         segment::cut(dir, seq, scan.good_len).map_err(|e| at(&path, e))?;
     }
     Ok(Closed { seq, max_index })
@@ -209,7 +210,8 @@ impl LogStore {
         }
         // Appending to a fresh segment leaves the replayed ones untouched.
         let seq = seqs.last().map_or(1, |s| s + 1);
-        let file = segment::create(dir, seq).map_err(|e| at(&segment::path(dir, seq), e))?;
+        let file = segment::create(dir, seq, segment_bytes)
+            .map_err(|e| at(&segment::path(dir, seq), e))?;
         let mut segments = Segments {
             dir: dir.to_path_buf(),
             file,

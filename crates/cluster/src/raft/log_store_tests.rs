@@ -124,7 +124,9 @@ fn a_torn_tail_is_cut_and_the_rest_kept() {
             *seqs.last().unwrap_or_else(|| panic!("no segment")),
         );
         let mut bytes = fs::read(&last).unwrap_or_else(|e| panic!("{e}"));
-        let cut = bytes.len() - 3;
+        // The segment is preallocated: tear the last record written, not
+        // the zeros after it.
+        let cut = segment::scan(&bytes).good_len - 3;
         bytes.truncate(cut);
         fs::write(&last, &bytes).unwrap_or_else(|e| panic!("{e}"));
         let mut log = open(dir.path(), 1 << 20);
@@ -324,6 +326,31 @@ fn zeros_after_the_last_record_are_cut_not_replayed() {
         fs::write(&path, &bytes).unwrap_or_else(|e| panic!("{e}"));
         let mut log = open(dir.path(), 1 << 20);
         assert_eq!(indexes(&mut log).await, vec![(1, 1), (1, 2), (1, 3)]);
+    });
+}
+
+/// Segments are allocated whole when created, so that appends leave the
+/// file's size alone; a reopen trims the space nothing was written to, so
+/// an older segment never ends in zeros.
+#[test]
+fn a_segment_is_allocated_whole_and_its_unused_space_trimmed_at_reopen() {
+    let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+    run(async {
+        let mut log = open(dir.path(), 1 << 20);
+        append(&mut log, (1..=3).map(|i| entry(1, i)).collect()).await;
+        let (path, bytes) = newest_segment(dir.path());
+        assert_eq!(bytes.len(), 1 << 20, "the segment was not allocated whole");
+        let written = segment::scan(&bytes).good_len;
+        assert!(written > 0 && segment::scan(&bytes).tail_is_zeros(&bytes));
+        drop(log);
+        let mut log = open(dir.path(), 1 << 20);
+        assert_eq!(indexes(&mut log).await, vec![(1, 1), (1, 2), (1, 3)]);
+        let trimmed = fs::metadata(&path).unwrap_or_else(|e| panic!("{e}")).len();
+        assert_eq!(trimmed, written as u64);
+        append(&mut log, vec![entry(1, 4)]).await;
+        drop(log);
+        let mut log = open(dir.path(), 1 << 20);
+        assert_eq!(indexes(&mut log).await.len(), 4);
     });
 }
 

@@ -126,7 +126,7 @@ pub(crate) struct Segments {
 impl Segments {
     /// Writes `bytes` to the open segment, with an fsync if `sync`.
     fn write(&mut self, bytes: &[u8], sync: bool) -> io::Result<()> {
-        segment::write(&mut self.file, bytes, sync)
+        segment::write_at(&self.file, self.len, bytes, sync)
             .map_err(|e| at(&segment::path(&self.dir, self.seq), e))?;
         self.len += bytes.len() as u64;
         Ok(())
@@ -157,8 +157,10 @@ impl Segments {
             .sync_data()
             .map_err(|e| at(&segment::path(&self.dir, self.seq), e))?;
         let seq = self.seq + 1;
-        let file =
-            segment::create(&self.dir, seq).map_err(|e| at(&segment::path(&self.dir, seq), e))?;
+        // Allocated as large as it may grow before the next rotation:
+        // every write up to then lands in allocated space.
+        let file = segment::create(&self.dir, seq, self.segment_bytes)
+            .map_err(|e| at(&segment::path(&self.dir, seq), e))?;
         self.closed.push(Closed {
             seq: self.seq,
             max_index: self.max_index,
@@ -351,7 +353,7 @@ mod tests {
     /// A writer whose segment file was opened read-only: every write fails.
     fn failing_writer(dir: &Path) -> LogWriter {
         let path = segment::path(dir, 1);
-        drop(segment::create(dir, 1).unwrap());
+        drop(segment::create(dir, 1, 0).unwrap());
         LogWriter::start(Segments {
             dir: dir.to_path_buf(),
             file: File::open(&path).unwrap(),
