@@ -6,12 +6,13 @@
 
 use crate::cli::Plan;
 use crate::cluster;
+use crate::cpu::{CpuUse, Probe};
 use crate::error::BenchError;
 use crate::floor::{self, Floor};
 use crate::launch::{Launch, Programs};
 use crate::memory;
 use crate::report::{add_ratios, Row};
-use crate::scenario::{run_once, run_prefix, Case, Measured, Scenario};
+use crate::scenario::{run_prefix, run_probed, Case, Measured, Scenario};
 use crate::server::{Server, SpawnSettings};
 use crate::{failover, Target};
 
@@ -122,11 +123,12 @@ async fn run_target(
     if !shared.is_empty() {
         match launch.start(settings).await {
             Ok(server) => {
+                let probe = Probe::of(&server);
                 let measured = run_cases(
                     plan,
                     target,
                     &shared,
-                    |case| run_once(server.addr(), target, case, plan.timing),
+                    |case| run_probed(server.addr(), target, case, plan.timing, probe.as_ref()),
                     rows,
                 )
                 .await;
@@ -138,7 +140,7 @@ async fn run_target(
     }
     for &case in cases.iter().filter(|case| case.scenario.fresh_server()) {
         let fresh = |case: Case| async move {
-            match case.scenario {
+            let measured = match case.scenario {
                 Scenario::Failover => failover::run(launch, settings, &run_prefix()).await,
                 _ => {
                     let server = launch.start(settings).await?;
@@ -146,7 +148,8 @@ async fn run_target(
                     server.stop().await;
                     measured
                 }
-            }
+            };
+            measured.map(|measured| (measured, None))
         };
         failures.extend(run_cases(plan, target, &[case], fresh, rows).await.err());
     }
@@ -173,12 +176,13 @@ async fn run_cases<F, Fut>(
 ) -> Result<(), BenchError>
 where
     F: Fn(Case) -> Fut,
-    Fut: std::future::Future<Output = Result<Measured, BenchError>>,
+    Fut: std::future::Future<Output = Result<(Measured, Option<CpuUse>), BenchError>>,
 {
     for &case in cases {
         let mut runs = Vec::with_capacity(plan.runs);
+        let mut cpus = Vec::with_capacity(plan.runs);
         for run in 1..=plan.runs {
-            let measured = measure(case).await?;
+            let (measured, cpu) = measure(case).await?;
             eprintln!(
                 "{} {} C={} depth={} run {run}/{}: {:.1} {}",
                 target.name(),
@@ -189,9 +193,15 @@ where
                 measured.rate,
                 case.scenario.unit()
             );
+            if let Some(cpu) = &cpu {
+                eprintln!("  cpu: {}", cpu.describe(&case));
+            }
             runs.push(measured);
+            cpus.extend(cpu);
         }
-        rows.push(Row::summarize(target, case, &runs));
+        let mut row = Row::summarize(target, case, &runs);
+        row.cpu = CpuUse::median_of(&cpus);
+        rows.push(row);
     }
     Ok(())
 }

@@ -12,6 +12,7 @@ pub mod cli;
 pub mod cluster;
 pub mod conn;
 pub mod contended;
+pub mod cpu;
 pub mod daemons;
 pub mod echo;
 pub mod error;

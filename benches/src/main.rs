@@ -68,6 +68,13 @@ fn main() -> ExitCode {
         print!("{}", floor::console(floor));
     }
     print!("{}", report::render(&outcome.rows));
+    let cpu = report::cpu_lines(&outcome.rows);
+    if !cpu.is_empty() {
+        println!("# server CPU over the measured stretch (median of the runs):");
+        for line in cpu {
+            println!("# {line}");
+        }
+    }
     let context = markdown::Context {
         command: std::env::var("BATON_BENCH_COMMAND")
             .unwrap_or_else(|_| std::env::args().collect::<Vec<_>>().join(" ")),

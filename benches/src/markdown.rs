@@ -8,7 +8,7 @@ use std::fmt::Write as _;
 use crate::bench::Outcome;
 use crate::floor;
 use crate::goals::{self, Goal};
-use crate::report::{cells, Row, HEADERS};
+use crate::report::{self, cells, Row, HEADERS};
 use crate::scenario::Scenario;
 
 /// The setting of the run, shown above the tables.
@@ -45,6 +45,7 @@ pub fn render(outcome: &Outcome, context: &Context) -> String {
         let _ = writeln!(out, "### {}\n", scenario.name());
         table(&mut out, &rows);
         out.push('\n');
+        cpu_notes(&mut out, &rows);
     }
     let _ = writeln!(out, "### Goals of issue 6\n");
     goal_table(&mut out, &goals::judge(&outcome.rows));
@@ -87,6 +88,26 @@ fn table(out: &mut String, rows: &[&Row]) {
         let cells = cells(row);
         line(out, keep.iter().map(|&c| cells[c].as_str()).collect());
     }
+}
+
+/// The server processes' CPU per row, under its table: the serving node's
+/// CPU per cycle, the others' (standbys, followers), and their shares of
+/// the server core.
+fn cpu_notes(out: &mut String, rows: &[&Row]) {
+    let owned: Vec<Row> = rows.iter().map(|row| (*row).clone()).collect();
+    let lines = report::cpu_lines(&owned);
+    if lines.is_empty() {
+        return;
+    }
+    let _ = writeln!(
+        out,
+        "Server CPU over the measured stretch (median of the runs; share = CPU time / wall time, \
+         all nodes on the one server core):\n"
+    );
+    for line in lines {
+        let _ = writeln!(out, "- {line}");
+    }
+    out.push('\n');
 }
 
 fn goal_table(out: &mut String, goals: &[Goal]) {

@@ -5,6 +5,7 @@
 use std::fmt::Write as _;
 use std::time::Duration;
 
+use crate::cpu::CpuUse;
 use crate::scenario::{Case, Measured};
 use crate::Target;
 
@@ -26,6 +27,9 @@ pub struct Row {
     pub vs_redis: Option<f64>,
     /// `rate` over etcd's for the same case.
     pub vs_etcd: Option<f64>,
+    /// Medians of the server processes' CPU per cycle and share of the
+    /// core, when the bench started them (not part of the table's cells).
+    pub cpu: Option<CpuUse>,
 }
 
 impl Row {
@@ -54,6 +58,7 @@ impl Row {
             vs_echo: None,
             vs_redis: None,
             vs_etcd: None,
+            cpu: None,
         }
     }
 }
@@ -162,6 +167,24 @@ pub fn render(rows: &[Row]) -> String {
     out
 }
 
+/// One line per row that has CPU figures: `target scenario C=.. depth=..:
+/// serving ..`, for the console and the Markdown report.
+pub fn cpu_lines(rows: &[Row]) -> Vec<String> {
+    rows.iter()
+        .filter_map(|row| {
+            let cpu = row.cpu?;
+            Some(format!(
+                "{} {} C={} depth={}: {}",
+                row.target.name(),
+                row.case.scenario.name(),
+                row.case.clients,
+                row.case.depth,
+                cpu.describe(&row.case)
+            ))
+        })
+        .collect()
+}
+
 pub fn latency(value: Option<Duration>) -> String {
     match value {
         None => "-".into(),
@@ -224,6 +247,26 @@ mod tests {
         assert_eq!(rows[1].vs_echo, None);
         assert_eq!(rows[1].vs_redis, None);
         assert_eq!(rows[2].vs_echo, Some(1.0));
+    }
+
+    #[test]
+    fn cpu_lines_only_for_rows_with_cpu() {
+        let mut rows = vec![
+            Row::summarize(Target::BatonPriority, CASE, &[run(1000.0, None)]),
+            Row::summarize(Target::Echo, CASE, &[run(1000.0, None)]),
+        ];
+        rows[0].cpu = Some(CpuUse {
+            serving_us: 20.0,
+            others_us: 4.0,
+            serving_share: 0.5,
+            others_share: 0.1,
+            other_count: 2,
+        });
+        assert_eq!(
+            cpu_lines(&rows),
+            ["baton-priority uncontended C=64 depth=1: serving 20.0us/cycle (50% of the core); \
+              2 other(s) 4.0us/cycle (10%)"]
+        );
     }
 
     #[test]

@@ -10,6 +10,7 @@ use tokio::task::JoinSet;
 
 use crate::baton_client::BatonClient;
 use crate::conn::Conn;
+use crate::cpu::{CpuTime, CpuUse, Probe};
 use crate::error::BenchError;
 use crate::protocol::{Cycle, LockClient};
 use crate::redis_client::{self, RedisClient};
@@ -131,9 +132,23 @@ pub async fn run_once(
     case: Case,
     timing: Timing,
 ) -> Result<Measured, BenchError> {
+    Ok(run_probed(addr, target, case, timing, None).await?.0)
+}
+
+/// [`run_once`], and with a probe the CPU its processes used per cycle
+/// (per request when pipelined) over the measured stretch (not for storm,
+/// which has no fixed stretch).
+pub async fn run_probed(
+    addr: SocketAddr,
+    target: Target,
+    case: Case,
+    timing: Timing,
+    probe: Option<&Probe>,
+) -> Result<(Measured, Option<CpuUse>), BenchError> {
     let prefix = run_prefix();
     if case.scenario == Scenario::Storm {
-        return storm::run(addr, case.clients, &prefix, timing.drain).await;
+        let measured = storm::run(addr, case.clients, &prefix, timing.drain).await?;
+        return Ok((measured, None));
     }
     if !matches!(
         case.scenario,
@@ -149,8 +164,9 @@ pub async fn run_once(
         case,
         timing,
         prefix,
+        probe: probe.cloned(),
     };
-    let total = match target.dialect() {
+    let (total, cpu) = match target.dialect() {
         Dialect::Baton => {
             let conns = connect_all(addr, case.clients).await?;
             let client = |_, conn, keys| BatonClient::new(conn, keys, load.cycle());
@@ -188,11 +204,12 @@ pub async fn run_once(
         Scenario::Pipelined => total.responses,
         _ => total.cycles,
     };
-    Ok(Measured {
+    let measured = Measured {
         rate: count as f64 / timing.duration.as_secs_f64(),
         p50: total.latency.quantile(0.50),
         p99: total.latency.quantile(0.99),
-    })
+    };
+    Ok((measured, cpu.and_then(|cpu| cpu.per(count as f64))))
 }
 
 /// One load run of a case: the same scenario code for every target.
@@ -201,6 +218,8 @@ struct Load {
     case: Case,
     timing: Timing,
     prefix: String,
+    /// Reads the server's CPU over the measured stretch, if set.
+    probe: Option<Probe>,
 }
 
 impl Load {
@@ -231,7 +250,7 @@ impl Load {
         &self,
         conns: Vec<T>,
         client: impl Fn(usize, T, Vec<Vec<u8>>) -> C,
-    ) -> Result<Stats, BenchError> {
+    ) -> Result<(Stats, Option<CpuTime>), BenchError> {
         let clients: Vec<C> = conns
             .into_iter()
             .enumerate()
@@ -252,7 +271,14 @@ impl Load {
                 _ => tasks.spawn(own_keys::drive(client, self.target.fences(), window)),
             };
         }
-        join_all(tasks).await
+        let cpu = async {
+            match &self.probe {
+                Some(probe) => probe.measure(window).await,
+                None => None,
+            }
+        };
+        // A failed load ends the run at once, probe or not.
+        tokio::try_join!(join_all(tasks), async { Ok(cpu.await) })
     }
 }
 

@@ -94,6 +94,17 @@ impl Server {
         self.nodes[self.serving].pid
     }
 
+    /// The PIDs of the other processes the bench started for this server
+    /// (standbys, followers).
+    pub fn other_pids(&self) -> Vec<u32> {
+        self.nodes
+            .iter()
+            .enumerate()
+            .filter(|(i, _)| *i != self.serving)
+            .filter_map(|(_, node)| node.pid)
+            .collect()
+    }
+
     pub fn addrs(&self) -> Vec<SocketAddr> {
         self.nodes.iter().map(|node| node.addr).collect()
     }

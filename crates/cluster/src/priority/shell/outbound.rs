@@ -76,6 +76,12 @@ struct LinkQueue {
 async fn pump(locks: Shared, links: Vec<Option<LinkQueue>>) {
     loop {
         locks.output_ready().await;
+        // Let every task already woken (the connections' requests of this
+        // turn of the runtime) change the table first: their commands then
+        // leave in one message and one write per peer, instead of one each
+        // (each write wakes a standby, and on a shared core that costs the
+        // active a context switch).
+        tokio::task::yield_now().await;
         let output = locks.with(|node, _, _| node.take_transmits());
         for (to, message) in output {
             if let Some(Some(link)) = links.get(to) {
