@@ -132,6 +132,13 @@ impl Segments {
         Ok(())
     }
 
+    /// Waits until everything written to the open segment is on disk.
+    fn sync(&mut self) -> io::Result<()> {
+        baton_server::sync_metrics::FSYNC_RAFT_LOG
+            .time(|| self.file.sync_data())
+            .map_err(|e| at(&segment::path(&self.dir, self.seq), e))
+    }
+
     fn apply(&mut self, change: &Change) {
         if let Some(vote) = change.vote {
             self.header.vote = Some(vote);
@@ -326,7 +333,7 @@ fn write_batch(segments: &mut Segments, batch: &[Job]) -> io::Result<()> {
         segments.write(&job.bytes, false)?;
     }
     if batch.iter().any(|job| job.sync) {
-        segments.write(&[], true)?;
+        segments.sync()?;
     }
     let mut purged = false;
     for job in batch {

@@ -85,11 +85,12 @@ impl SnapshotStore {
         let mut sum = crc32fast::Hasher::new();
         sum.update(&head);
         sum.update(data);
+        let sum = sum.finalize();
         let temp = self.dir.join(TEMP);
         let write = || -> io::Result<()> {
             let mut file = fs::File::create(&temp)?;
             file.write_all(MAGIC)?;
-            file.write_all(&sum.clone().finalize().to_le_bytes())?;
+            file.write_all(&sum.to_le_bytes())?;
             file.write_all(&head)?;
             segment::write(&mut file, data, true)
         };
