@@ -33,7 +33,7 @@ impl Verdict {
         }
     }
 
-    fn of(checks: &[bool]) -> Self {
+    pub(crate) fn of(checks: &[bool]) -> Self {
         match checks {
             [] => Verdict::NotMeasured,
             _ if checks.iter().all(|&ok| ok) => Verdict::Met,
@@ -157,7 +157,8 @@ const HANDOVER_COMMITS: f64 = 1.5;
 /// Raft against etcd x3: at least this many times its cycles/s.
 const ETCD_CLUSTER_FACTOR: f64 = 10.0;
 
-/// Issue 14's goals for the Raft cluster, judged on `rows` and the floor.
+/// Issue 14's goals for the Raft cluster, judged on `rows` and the floor,
+/// then the priority cluster's (see [`crate::priority_goal`]).
 pub fn judge_clusters(rows: &[Row], floor: Option<&Floor>) -> Vec<Goal> {
     use Scenario::{Contended, Uncontended};
     let mut goals = Vec::new();
@@ -212,6 +213,7 @@ pub fn judge_clusters(rows: &[Row], floor: Option<&Floor>) -> Vec<Goal> {
         figures,
         verdict: Verdict::of(&checks),
     });
+    goals.push(crate::priority_goal::judge(rows));
     goals
 }
 
@@ -319,10 +321,11 @@ mod tests {
         assert_eq!(
             verdicts,
             [
-                Verdict::Met,    // 2100 / 2941 = 0.71x
-                Verdict::Missed, // C=16 is 9x
-                Verdict::Met,    // C=16 10x, no etcd x3 row at 64
-                Verdict::Missed, // C=64: 240 us = 1.6 commits
+                Verdict::Met,         // 2100 / 2941 = 0.71x
+                Verdict::Missed,      // C=16 is 9x
+                Verdict::Met,         // C=16 10x, no etcd x3 row at 64
+                Verdict::Missed,      // C=64: 240 us = 1.6 commits
+                Verdict::NotMeasured, // no priority rows
             ]
         );
         assert_eq!(
@@ -344,7 +347,7 @@ mod tests {
     fn cluster_goals_without_floor_or_peers_are_not_measured() {
         let rows = vec![row(Target::BatonRaft, Scenario::Uncontended, 1, 900.0)];
         let goals = judge_clusters(&rows, None);
-        assert_eq!(goals.len(), 4);
+        assert_eq!(goals.len(), 5);
         assert!(goals.iter().all(|g| g.verdict == Verdict::NotMeasured));
         assert!(goals.iter().all(|g| g.figures.is_empty()), "{goals:?}");
         let goals = judge_clusters(&rows, Some(&floor()));

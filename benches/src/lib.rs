@@ -29,6 +29,7 @@ pub mod markdown;
 pub mod memory;
 pub mod own_keys;
 pub mod pin;
+pub mod priority_goal;
 pub mod protocol;
 pub mod redis_client;
 pub mod referee;
