@@ -22,20 +22,28 @@ fn assert_no_redirect_loop(c: &Cluster) {
     }
 }
 
+/// Two nodes split into two actives, each with a lock of its own (`a` on
+/// node 0, `b` on node 1, unless `b` is `None`), then half healed: node 0
+/// hears node 1, node 1 does not hear node 0 yet. Returns their tokens.
+fn two_actives_half_healed(c: &mut Cluster, b: Option<&str>) -> (Token, Option<Token>) {
+    c.isolate(0);
+    c.run(TIMEOUT + 3 * HEARTBEAT);
+    assert_eq!(c.actives(), vec![0, 1]);
+    let a = c.grant(0, "a", 60_000);
+    let b = b.map(|key| c.grant(1, key, 60_000));
+    c.cut.retain(|&link| link != (1, 0));
+    c.run(2 * HEARTBEAT);
+    assert_eq!(c.actives(), vec![0, 1]);
+    (a, b)
+}
+
 /// Right after a heal both sides may still serve; the one that stops
 /// gracefully hands its table to the other active, which keeps every lock.
 #[test]
 fn a_graceful_stop_next_to_another_active_hands_its_locks_to_it() {
     let mut c = elected(2);
-    c.isolate(0);
-    c.run(TIMEOUT + 3 * HEARTBEAT);
-    assert_eq!(c.actives(), vec![0, 1]);
-    let a = c.grant(0, "a", 10_000);
-    let b = c.grant(1, "b", 10_000);
-    // The heal: node 0 hears node 1 first.
-    c.cut.retain(|&link| link != (1, 0));
-    c.run(2 * HEARTBEAT);
-    assert_eq!(c.actives(), vec![0, 1]);
+    let (a, b) = two_actives_half_healed(&mut c, Some("b"));
+    let b = b.unwrap_or_else(|| panic!("no lock on node 1"));
     let now = c.now;
     assert!(
         c.node_mut(0).handle_begin_handoff(now),
@@ -214,13 +222,7 @@ fn stop_offering(c: &mut Cluster, i: NodeIndex) {
 #[test]
 fn a_handoff_dropped_before_another_active_is_refused_and_offered_again() {
     let mut c = elected(2);
-    c.isolate(0);
-    c.run(TIMEOUT + 3 * HEARTBEAT);
-    assert_eq!(c.actives(), vec![0, 1]);
-    let a = c.grant(0, "a", 60_000);
-    // The heal: node 0 hears node 1 first.
-    c.cut.retain(|&link| link != (1, 0));
-    c.run(2 * HEARTBEAT);
+    let (a, _) = two_actives_half_healed(&mut c, None);
     let now = c.now;
     assert!(c.node_mut(0).handle_begin_handoff(now));
     let output = c.node_mut(0).poll_transmits();
