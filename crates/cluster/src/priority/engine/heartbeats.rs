@@ -64,8 +64,10 @@ impl<H> PriorityNode<H> {
     fn answer_announced_handoff(&mut self, from: NodeIndex) {
         let from_addr = super::roles::addr_in(&self.config.peers, from);
         if self.took_handoff_from == Some(from) {
-            // We took it (and may have handed the role on since).
-            tracing::warn!(from = from_addr, "handoff taken earlier; saying so again");
+            // We took it (and may have handed the role on since). Also
+            // the usual case of the heartbeat sent right behind the
+            // handoff: not worth a warning.
+            tracing::debug!(from = from_addr, "handoff taken earlier; saying so again");
             self.outbox.push((from, PriorityMessage::HandoffTaken));
         } else if self.refused_from != Some(from) {
             tracing::warn!(from = from_addr, "handoff announced but not received");
