@@ -264,8 +264,10 @@ mod tests {
         });
         assert_eq!(
             cpu_lines(&rows),
-            ["baton-priority uncontended C=64 depth=1: serving 20.0us/cycle (50% of the core); \
-              2 other(s) 4.0us/cycle (10%)"]
+            [
+                "baton-priority uncontended C=64 depth=1: serving 20.0us/cycle (50% of the core); \
+              2 other(s) 4.00us/cycle (10%)"
+            ]
         );
     }
 
