@@ -129,17 +129,26 @@ impl CpuUse {
             crate::Scenario::Pipelined => "req",
             _ => "cycle",
         };
+        // Two decimals below 10 us: a request of a pipelined run takes
+        // about 1 us, and one decimal hides a 10% difference.
+        let us = |v: f64| {
+            if v < 10.0 {
+                format!("{v:.2}")
+            } else {
+                format!("{v:.1}")
+            }
+        };
         let mut text = format!(
-            "serving {:.1}us/{per} ({:.0}% of the core)",
-            self.serving_us,
+            "serving {}us/{per} ({:.0}% of the core)",
+            us(self.serving_us),
             self.serving_share * 100.0
         );
         if self.other_count > 0 {
             let _ = write!(
                 text,
-                "; {} other(s) {:.1}us/{per} ({:.0}%)",
+                "; {} other(s) {}us/{per} ({:.0}%)",
                 self.other_count,
-                self.others_us,
+                us(self.others_us),
                 self.others_share * 100.0
             );
         }

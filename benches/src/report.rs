@@ -266,7 +266,7 @@ mod tests {
             cpu_lines(&rows),
             [
                 "baton-priority uncontended C=64 depth=1: serving 20.0us/cycle (50% of the core); \
-              2 other(s) 4.0us/cycle (10%)"
+              2 other(s) 4.00us/cycle (10%)"
             ]
         );
     }

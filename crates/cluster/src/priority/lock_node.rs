@@ -67,6 +67,10 @@ pub struct PriorityLockNode {
     /// Fed after every input, so a graceful stop waits for a change
     /// instead of polling.
     role: watch::Sender<RoleView>,
+    /// The view last sent on `role`: compared here, the watch (and its
+    /// lock) is touched only when the view changes, not after every
+    /// request (it showed in the active's profile).
+    view: RoleView,
     /// A graceful stop is under way: the view also carries its prospects.
     stopping: bool,
     /// For the metrics: changes of role, and leases that ran out here.
@@ -85,6 +89,7 @@ impl PriorityLockNode {
         PriorityLockNode {
             engine,
             role: watch::channel(view).0,
+            view,
             stopping: false,
             role_changes: 0,
             expiries: 0,
@@ -166,26 +171,24 @@ impl PriorityLockNode {
             let peers = &self.engine.config().peers;
             events.push(NodeEvent::from_event(event, |i| peers.get(i).cloned()));
         }
-        let engine = &self.engine;
         let stopping = self.stopping;
-        let mut role_changed = false;
-        self.role.send_if_modified(|view| {
-            let now_view = RoleView {
-                role: engine.role(),
-                handed_off_to: engine.handed_off_to(),
-                // Only a stop waits on these two; worked out only then.
-                successor: if stopping {
-                    engine.successor(now)
-                } else {
-                    None
-                },
-                live_peer: stopping && engine.has_live_peer(now),
-            };
-            let changed = *view != now_view;
-            role_changed = view.role != now_view.role;
-            *view = now_view;
-            changed
-        });
+        let view = RoleView {
+            role: self.engine.role(),
+            handed_off_to: self.engine.handed_off_to(),
+            // Only a stop waits on these two; worked out only then.
+            successor: if stopping {
+                self.engine.successor(now)
+            } else {
+                None
+            },
+            live_peer: stopping && self.engine.has_live_peer(now),
+        };
+        if view == self.view {
+            return;
+        }
+        let role_changed = view.role != self.view.role;
+        self.view = view;
+        self.role.send_replace(view);
         self.role_changes += u64::from(role_changed);
     }
 

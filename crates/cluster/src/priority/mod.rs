@@ -13,6 +13,7 @@ mod state_file;
 #[cfg(test)]
 mod tests;
 mod token_floor;
+mod wire;
 
 pub use engine::{
     wall_floor, Broken, HandoffCounts, Implausible, NodeRole, PersistedState, PriorityConfig,

@@ -290,3 +290,38 @@ fn a_cancelled_waiter_gets_no_event() {
     node.handle_tick(now + HEARTBEAT);
     assert_no_event(&mut node);
 }
+
+#[test]
+fn every_synced_standby_gets_the_same_commands_in_the_peer_order() {
+    let mut node = lone(0, 3, TIMEOUT);
+    let term = promoted_term(0, 3, TIMEOUT);
+    let now = TIMEOUT + 1;
+    node.handle_message(2, PriorityMessage::SyncRequest, now);
+    node.handle_message(1, PriorityMessage::SyncRequest, now);
+    node.poll_transmits();
+    let first = term + 1;
+    assert_eq!(
+        node.handle_acquire(key("a"), 0, 1_000, now, 7),
+        Ok(AcquireOutcome::Granted { token: first })
+    );
+    assert_eq!(
+        node.handle_release(&key("a"), first, now),
+        Ok(Outcome::Released)
+    );
+    let batch = PriorityMessage::Commands {
+        term,
+        first_seq: 0,
+        commands: vec![
+            Command::Grant {
+                key: key("a"),
+                lease_ms: 1_000,
+            },
+            Command::Release {
+                key: key("a"),
+                token: first,
+            },
+        ],
+    };
+    assert_eq!(node.poll_transmits(), vec![(1, batch.clone()), (2, batch)]);
+    assert_eq!(node.poll_transmits(), Vec::new());
+}
