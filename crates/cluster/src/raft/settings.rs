@@ -84,7 +84,7 @@ impl RaftSettings {
 
     /// A leader that has not heard from a majority for this long stops
     /// serving (see [`super::observe`]): three election timeouts, at most
-    /// [`STEP_DOWN_MAX_MS`] (but never less than one election timeout).
+    /// `STEP_DOWN_MAX_MS` (but never less than one election timeout).
     /// One was too eager: under a burst (a million locks granted as fast
     /// as the pipeline allows, three nodes on one core) followers answer
     /// more than 300 ms late, and the leader stepped down and back within
