@@ -43,8 +43,21 @@ impl Verdict {
 }
 
 fn find(rows: &[Row], target: Target, scenario: Scenario, clients: usize) -> Option<&Row> {
+    find_case(rows, target, (scenario, clients, 1))
+}
+
+/// The row of `target` in one case: (scenario, clients, depth); the depth
+/// is 1 in every scenario but the pipelined one.
+pub(crate) fn find_case(
+    rows: &[Row],
+    target: Target,
+    (scenario, clients, depth): (Scenario, usize, usize),
+) -> Option<&Row> {
     rows.iter().find(|row| {
-        row.target == target && row.case.scenario == scenario && row.case.clients == clients
+        row.target == target
+            && row.case.scenario == scenario
+            && row.case.clients == clients
+            && row.case.depth == depth
     })
 }
 

@@ -4,7 +4,7 @@
 //! cycle at most 1.3x the single node's (the standbys' share of the core
 //! is reported beside it).
 
-use crate::goals::{Goal, Verdict};
+use crate::goals::{find_case, Goal, Verdict};
 use crate::report::Row;
 use crate::scenario::Scenario;
 use crate::Target;
@@ -20,27 +20,14 @@ const CASES: [(Scenario, usize, usize); 3] = [
     (Scenario::Pipelined, 16, 16),
 ];
 
-fn find(
-    rows: &[Row],
-    target: Target,
-    (scenario, clients, depth): (Scenario, usize, usize),
-) -> Option<&Row> {
-    rows.iter().find(|row| {
-        row.target == target
-            && row.case.scenario == scenario
-            && row.case.clients == clients
-            && row.case.depth == depth
-    })
-}
-
 /// The goal, with each case's rate ratio, CPU ratio and standbys' share.
 pub fn judge(rows: &[Row]) -> Goal {
     let mut checks = Vec::new();
     let mut figures = Vec::new();
     for case in CASES {
         let (Some(single), Some(priority)) = (
-            find(rows, Target::Baton, case),
-            find(rows, Target::BatonPriority, case),
+            find_case(rows, Target::Baton, case),
+            find_case(rows, Target::BatonPriority, case),
         ) else {
             continue;
         };
