@@ -37,6 +37,21 @@ fn two_actives_half_healed(c: &mut Cluster, b: Option<&str>) -> (Token, Option<T
     (a, b)
 }
 
+/// Crashes node 0, the sender of a handoff, and checks that node 1 serves
+/// alone with every lock of `held` (key, token).
+fn crash_the_sender_and_check_node_1_holds(c: &mut Cluster, held: &[(&str, Token)]) {
+    c.crash(0);
+    c.run(TIMEOUT + 4 * HEARTBEAT);
+    assert_eq!(c.actives(), vec![1]);
+    for &(key, token) in held {
+        assert_eq!(
+            c.holder(1, key),
+            Some(token),
+            "the stopping active's lock on {key} was lost"
+        );
+    }
+}
+
 /// Right after a heal both sides may still serve; the one that stops
 /// gracefully hands its table to the other active, which keeps every lock.
 #[test]
@@ -53,15 +68,7 @@ fn a_graceful_stop_next_to_another_active_hands_its_locks_to_it() {
     c.deliver();
     assert_eq!(c.node(0).handed_off_to(), Some(1));
     // The stopping node exits once the handoff is confirmed.
-    c.crash(0);
-    c.run(TIMEOUT + 4 * HEARTBEAT);
-    assert_eq!(c.actives(), vec![1]);
-    assert_eq!(
-        c.holder(1, "a"),
-        Some(a),
-        "the stopping active's lock was lost"
-    );
-    assert_eq!(c.holder(1, "b"), Some(b));
+    crash_the_sender_and_check_node_1_holds(&mut c, &[("a", a), ("b", b)]);
     assert!(c.grant(1, "c", 100) > a.max(b));
 }
 
@@ -189,14 +196,7 @@ fn a_graceful_stop_hands_over_in_priority_order_to_a_standby_still_joining() {
     assert_eq!(c.node(0).role(), NodeRole::HandingOff { to: 1 });
     c.deliver();
     assert_eq!(c.node(0).handed_off_to(), Some(1));
-    c.crash(0);
-    c.run(TIMEOUT + 4 * HEARTBEAT);
-    assert_eq!(c.actives(), vec![1]);
-    assert_eq!(
-        c.holder(1, "a"),
-        Some(a),
-        "the stopping active's lock was lost"
-    );
+    crash_the_sender_and_check_node_1_holds(&mut c, &[("a", a)]);
 }
 
 /// Offers the role until a handoff is confirmed, as a graceful stop does.
@@ -240,14 +240,7 @@ fn a_handoff_dropped_before_another_active_is_refused_and_offered_again() {
     );
     assert_eq!(c.holder(0, "a"), Some(a), "the sender dropped its lock");
     stop_offering(&mut c, 0);
-    c.crash(0);
-    c.run(TIMEOUT + 4 * HEARTBEAT);
-    assert_eq!(c.actives(), vec![1]);
-    assert_eq!(
-        c.holder(1, "a"),
-        Some(a),
-        "the stopping active's lock was lost"
-    );
+    crash_the_sender_and_check_node_1_holds(&mut c, &[("a", a)]);
     assert!(c.grant(1, "b", 100) > a);
 }
 
@@ -280,10 +273,7 @@ fn a_handoff_to_a_successor_gone_silent_leaves_the_sender_serving() {
     c.cut.clear();
     c.run(2 * HEARTBEAT);
     stop_offering(&mut c, 0);
-    c.crash(0);
-    c.run(TIMEOUT + 4 * HEARTBEAT);
-    assert_eq!(c.actives(), vec![1]);
-    assert_eq!(c.holder(1, "a"), Some(a));
+    crash_the_sender_and_check_node_1_holds(&mut c, &[("a", a)]);
     assert!(c.grant(1, "b", 100) > a);
 }
 
