@@ -211,6 +211,9 @@ pub struct World {
     loss_until: Option<Millis>,
     heal_at: Option<Millis>,
     last_disturbance: Millis,
+    /// Handoffs taken since the last disturbance: a few move the role back
+    /// up the list; more would be nodes handing it back and forth.
+    calm_handoffs: usize,
     /// Since when no message was lost or cut (loss, reset, partition).
     net_quiet_since: Millis,
     /// Grants before this time may interleave (a partition and its settling).
@@ -290,6 +293,7 @@ impl World {
             loss_until: None,
             heal_at: None,
             last_disturbance: 0,
+            calm_handoffs: 0,
             net_quiet_since: 0,
             tokens_free_until: 0,
             max_token: 0,
@@ -388,6 +392,7 @@ impl World {
             self.summary.promotions += 1;
             if handoff_from.is_some() {
                 self.summary.handoffs += 1;
+                self.calm_handoffs += 1;
                 self.summary.merges += u64::from(merged);
             } else {
                 self.check_promotion(i);

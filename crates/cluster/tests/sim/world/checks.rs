@@ -5,7 +5,7 @@
 use baton_cluster::priority::{NodeIndex, NodeRole};
 use baton_core::Token;
 
-use super::{custodian_valid, World, KEYS, SETTLE};
+use super::{custodian_valid, World, KEYS, SETTLE, TIMEOUT};
 
 impl World {
     pub(super) fn check(&mut self) {
@@ -17,6 +17,10 @@ impl World {
                 .any(|n| n.paused_until.is_some() || n.stopping_until.is_some());
         if disturbed {
             self.last_disturbance = self.now;
+        }
+        // Faults (crashes, restarts, resets) mark `last_disturbance` too.
+        if self.last_disturbance == self.now {
+            self.calm_handoffs = 0;
         }
         if self.net.partitioned() || self.net.loss > 0.0 {
             self.net_quiet_since = self.now;
@@ -149,11 +153,25 @@ impl World {
             return;
         }
         let active = actives[0];
+        if self.calm_handoffs > self.nodes.len() {
+            self.fail(format!(
+                "{} handoffs since the last fault, {} ms ago: the role goes back and forth",
+                self.calm_handoffs,
+                self.now - self.last_disturbance
+            ));
+            return;
+        }
         for &i in &live {
             let Some(engine) = self.driver.engine(i) else {
                 continue;
             };
-            if i != active && engine.following() != Some(active) {
+            // A planned handoff (the role going back to a node earlier
+            // in the list) can come at any time: the new active serves
+            // before its "taken" reaches the sender, and before the others
+            // hear its heartbeat. Both take a message's trip; a failure
+            // timeout is their bound. `calm_handoffs` bounds how often.
+            let just_handed = self.now - self.nodes[active].active_since <= TIMEOUT;
+            if i != active && engine.following() != Some(active) && !just_handed {
                 let (role, following) = (engine.role(), engine.following());
                 self.fail(format!(
                     "settled with node {active} active, but node {i} is {role:?} following \
