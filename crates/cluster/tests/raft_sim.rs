@@ -32,6 +32,10 @@
 //! Seeded: turmoil's network, the fault schedule, every client's choices
 //! and each node run's name. openraft's random election timeouts are not
 //! seeded, so a seed replays the faults and the clients, not every timing.
+//! The log's writer thread runs in real time, so each append waits for it
+//! (`LogWrites::Awaited`): a loaded machine must not show as a slow disk
+//! on the simulated clock (before, seeds that passed alone barely served
+//! in a soak beside other work).
 //! A failure prints `RAFT_SIM_SEED=<seed>`, which runs that seed alone;
 //! `RAFT_SIM_RUNS=<n>` runs seeds 1..=n (a soak: `RAFT_SIM_RUNS=500 cargo
 //! test --release -p baton-cluster --test raft_sim`); `RAFT_SIM_LOG=<filter>`

@@ -31,6 +31,7 @@ use openraft::storage::{IOFlushed, LogState, RaftLogReader, RaftLogStorage};
 use openraft::OptionalSend;
 use serde::{Deserialize, Serialize};
 
+pub use super::log_writer::LogWrites;
 use super::log_writer::{at, push, Change, Closed, Done, Header, Job, LogWriter, Segments};
 use super::segment::{self, Tail};
 use super::types::{Entry, LogId, TypeConfig, Vote};
@@ -200,6 +201,11 @@ impl LogStore {
     /// or followed by intact ones, is corruption, and refused. Every error
     /// names the file.
     pub fn open(dir: &Path, segment_bytes: u64) -> io::Result<LogStore> {
+        LogStore::open_with(dir, segment_bytes, LogWrites::Overlapped)
+    }
+
+    /// [`LogStore::open`], with `writes` saying when an append returns.
+    pub fn open_with(dir: &Path, segment_bytes: u64, writes: LogWrites) -> io::Result<LogStore> {
         fs::create_dir_all(dir).map_err(|e| at(dir, e))?;
         let seqs = segment::list(dir).map_err(|e| at(dir, e))?;
         let mut mem = Mem::default();
@@ -230,7 +236,7 @@ impl LogStore {
         segments.delete_purged()?;
         Ok(LogStore {
             mem: Arc::new(Mutex::new(mem)),
-            writer: LogWriter::start(segments)?,
+            writer: LogWriter::start(segments, writes)?,
             unwritten_committed: None,
         })
     }

@@ -65,6 +65,23 @@ pub(crate) enum Done {
     Reply(tokio::sync::oneshot::Sender<io::Result<()>>),
     /// Nobody: a write that needs no durability of its own.
     Nothing,
+    /// A thread blocked until the jobs before this one are done (see
+    /// [`LogWrites::Awaited`]).
+    Barrier(mpsc::SyncSender<()>),
+}
+
+/// When `append` returns, as to the disk.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum LogWrites {
+    /// At once: the writer thread syncs while the entries go out to the
+    /// followers, and openraft hears when they are durable (`batond`).
+    #[default]
+    Overlapped,
+    /// Once the writer thread has written and synced them, the calling
+    /// thread blocked meanwhile. For deterministic simulations: a real
+    /// thread's time must not pass on their simulated clock, where a slow
+    /// or loaded machine would show as a slow disk.
+    Awaited,
 }
 
 /// One write for the thread: framed records, whether they must be synced,
@@ -87,6 +104,7 @@ impl Job {
             // A caller that stopped waiting has nothing to learn.
             Done::Reply(reply) => drop(reply.send(result)),
             Done::Nothing => {}
+            Done::Barrier(waiting) => drop(waiting.send(())),
         }
     }
 }
@@ -228,11 +246,12 @@ pub(crate) struct LogWriter {
     jobs: Option<mpsc::SyncSender<Job>>,
     thread: Option<JoinHandle<()>>,
     segments: Arc<AtomicUsize>,
+    writes: LogWrites,
 }
 
 impl LogWriter {
     /// Starts the thread, which takes `segments` over.
-    pub(crate) fn start(segments: Segments) -> io::Result<LogWriter> {
+    pub(crate) fn start(segments: Segments, writes: LogWrites) -> io::Result<LogWriter> {
         let (jobs, queue) = mpsc::sync_channel(QUEUE_JOBS);
         let count = Arc::new(AtomicUsize::new(segments.count()));
         let shared = Arc::clone(&count);
@@ -243,14 +262,28 @@ impl LogWriter {
             jobs: Some(jobs),
             thread: Some(thread),
             segments: count,
+            writes,
         })
     }
 
     /// Queues `job`; its `done` hears the outcome. Waits for room when the
-    /// queue is full.
+    /// queue is full, and, with [`LogWrites::Awaited`], until it is done.
     pub(crate) fn submit(&self, job: Job) -> io::Result<()> {
         let jobs = self.jobs.as_ref().ok_or_else(stopped)?;
-        jobs.send(job).map_err(|_| stopped())
+        jobs.send(job).map_err(|_| stopped())?;
+        if self.writes == LogWrites::Awaited {
+            // Jobs complete in order: the barrier's turn comes after it.
+            let (done, waiting) = mpsc::sync_channel(1);
+            let barrier = Job {
+                bytes: Vec::new(),
+                sync: false,
+                change: Change::default(),
+                done: Done::Barrier(done),
+            };
+            jobs.send(barrier).map_err(|_| stopped())?;
+            waiting.recv().map_err(|_| stopped())?;
+        }
+        Ok(())
     }
 
     /// Queues `bytes` and waits until they are written (synced if `sync`),
@@ -357,21 +390,44 @@ mod tests {
 
     use super::*;
 
-    /// A writer whose segment file was opened read-only: every write fails.
-    fn failing_writer(dir: &Path) -> LogWriter {
+    /// A writer on segment 1 of `dir`, opened as `file` opens it.
+    fn writer_on(dir: &Path, file: fn(&Path) -> File, writes: LogWrites) -> LogWriter {
         let path = segment::path(dir, 1);
         drop(segment::create(dir, 1, 0).unwrap());
-        LogWriter::start(Segments {
+        let segments = Segments {
             dir: dir.to_path_buf(),
-            file: File::open(&path).unwrap(),
+            file: file(&path),
             seq: 1,
             len: 0,
             max_index: None,
             closed: Vec::new(),
             segment_bytes: 1 << 20,
             header: Header::default(),
-        })
-        .unwrap()
+        };
+        LogWriter::start(segments, writes).unwrap()
+    }
+
+    /// A writer whose segment file was opened read-only: every write fails.
+    fn failing_writer(dir: &Path) -> LogWriter {
+        writer_on(dir, |path| File::open(path).unwrap(), LogWrites::Overlapped)
+    }
+
+    #[test]
+    fn an_awaited_write_is_done_when_submit_returns() {
+        let dir = tempfile::tempdir().unwrap();
+        let writable = |path: &Path| fs::OpenOptions::new().write(true).open(path).unwrap();
+        let writer = writer_on(dir.path(), writable, LogWrites::Awaited);
+        for _ in 0..20 {
+            let (reply, mut answer) = tokio::sync::oneshot::channel();
+            let job = Job {
+                bytes: b"record".to_vec(),
+                sync: true,
+                change: Change::default(),
+                done: Done::Reply(reply),
+            };
+            writer.submit(job).unwrap();
+            assert!(matches!(answer.try_recv(), Ok(Ok(()))), "not done yet");
+        }
     }
 
     #[tokio::test]

@@ -9,7 +9,7 @@ use std::time::Duration;
 use openraft::{Config, SnapshotPolicy};
 
 use super::limits::MAX_PAYLOAD_ENTRIES;
-use super::log_store::DEFAULT_SEGMENT_BYTES;
+use super::log_store::{LogWrites, DEFAULT_SEGMENT_BYTES};
 use super::shell::StartError;
 use super::types::NodeId;
 use crate::peer::ClusterKeys;
@@ -44,6 +44,8 @@ pub struct RaftSettings {
     pub segment_bytes: u64,
     /// The cluster key(s): peers prove they hold one (see `crate::peer`).
     pub keys: ClusterKeys,
+    /// When the log's `append` returns; simulations await each write.
+    pub log_writes: LogWrites,
 }
 
 impl RaftSettings {
@@ -63,6 +65,7 @@ impl RaftSettings {
             election_timeout_ms: 300,
             snapshot_every: 10_000,
             segment_bytes: DEFAULT_SEGMENT_BYTES,
+            log_writes: LogWrites::Overlapped,
         }
     }
 

@@ -97,7 +97,11 @@ pub async fn build_raft_in<H: TableHost>(
     dialer: Arc<dyn Dialer>,
     tasks: Tasks,
 ) -> Result<RaftOf<H>, StartError> {
-    let log = LogStore::open(&settings.data_dir.join("log"), settings.segment_bytes)?;
+    let log = LogStore::open_with(
+        &settings.data_dir.join("log"),
+        settings.segment_bytes,
+        settings.log_writes,
+    )?;
     let snapshots = SnapshotStore::new(&settings.data_dir.join("snapshot"))?;
     let state_machine = LockStateMachine::open(host, snapshots)?;
     let network =
