@@ -110,12 +110,13 @@ fn a_seed_replays_the_same_run() {
 /// stopping node served on beside it from its old floor (the same key
 /// granted twice, tokens back); 9371, an active that granted on its side
 /// of a split and died before the heal, its tokens above the survivor's
-/// for good; 6171, the check's own fault: a planned handoff back up the
-/// list, caught in the millisecond between the new active serving and
-/// the others hearing of it.
+/// for good; 6171 and 17038, the check's own fault: a planned handoff
+/// back up the list, caught while it was on its way (the new active
+/// serving before the others heard of it; the sender handing off, the
+/// successor not serving yet).
 #[test]
 fn seeds_that_once_failed() {
-    for (seed, nodes) in [(11_007, 3), (9_371, 2), (6_171, 4)] {
+    for (seed, nodes) in [(11_007, 3), (9_371, 2), (6_171, 4), (17_038, 2)] {
         if let Err(failure) = run(seed, nodes, DURATION_MS) {
             panic!("{}", failure.report("seeds_that_once_failed"));
         }

@@ -146,6 +146,8 @@ struct Node {
     steady_since: Millis,
     /// When it last became active.
     active_since: Millis,
+    /// When its role last changed.
+    role_since: Millis,
 }
 
 fn config(me: NodeIndex, nodes: usize, offset: Millis) -> PriorityConfig {
@@ -268,6 +270,7 @@ impl World {
                     term: 0,
                     steady_since: 0,
                     active_since: 0,
+                    role_since: 0,
                 }
             })
             .collect();
@@ -377,6 +380,7 @@ impl World {
             return;
         }
         self.nodes[i].role = role;
+        self.nodes[i].role_since = self.now;
         if matches!(before, NodeRole::HandingOff { .. }) && role == NodeRole::Active {
             // The successor refused: the same activation serves on.
             self.log(format!(

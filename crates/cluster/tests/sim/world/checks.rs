@@ -140,6 +140,25 @@ impl World {
     fn check_settled(&mut self) {
         self.summary.settled_steps += 1;
         let live: Vec<NodeIndex> = (0..self.nodes.len()).filter(|&i| self.up(i)).collect();
+        if self.calm_handoffs > self.nodes.len() {
+            self.fail(format!(
+                "{} handoffs since the last fault, {} ms ago: the role goes back and forth",
+                self.calm_handoffs,
+                self.now - self.last_disturbance
+            ));
+            return;
+        }
+        // A planned handoff (the role going back to a node earlier in the
+        // list) can start at any time. Until the successor's "taken"
+        // arrives, the sender is handing off, and the successor may not
+        // serve yet: a message's trip, never longer than a failure timeout.
+        let handing_off = live.iter().any(|&i| {
+            matches!(self.nodes[i].role, NodeRole::HandingOff { .. })
+                && self.now - self.nodes[i].role_since <= TIMEOUT
+        });
+        if handing_off {
+            return;
+        }
         let actives: Vec<NodeIndex> = live
             .iter()
             .copied()
@@ -153,23 +172,13 @@ impl World {
             return;
         }
         let active = actives[0];
-        if self.calm_handoffs > self.nodes.len() {
-            self.fail(format!(
-                "{} handoffs since the last fault, {} ms ago: the role goes back and forth",
-                self.calm_handoffs,
-                self.now - self.last_disturbance
-            ));
-            return;
-        }
         for &i in &live {
             let Some(engine) = self.driver.engine(i) else {
                 continue;
             };
-            // A planned handoff (the role going back to a node earlier
-            // in the list) can come at any time: the new active serves
-            // before its "taken" reaches the sender, and before the others
-            // hear its heartbeat. Both take a message's trip; a failure
-            // timeout is their bound. `calm_handoffs` bounds how often.
+            // After a planned handoff, the others hear of the new active
+            // from its heartbeats. `calm_handoffs` bounds how often the
+            // role may move.
             let just_handed = self.now - self.nodes[active].active_since <= TIMEOUT;
             if i != active && engine.following() != Some(active) && !just_handed {
                 let (role, following) = (engine.role(), engine.following());
