@@ -1,8 +1,16 @@
-//! Runs a plan: each target in turn (started once for the load scenarios,
-//! afresh for each run of memory and failover, stopped at the end), every
-//! case `runs` times, then the medians as table rows. A target that cannot
-//! be measured is reported and skipped, so one missing peer does not void
-//! a long comparison; the bench still exits non-zero for it.
+//! Runs a plan in `runs` passes: each pass measures every target in turn
+//! (started once for its load scenarios, afresh for each memory and
+//! failover case, stopped at the end of its turn), every case once; the
+//! rows are the medians over the passes. Why passes: a ratio between two
+//! targets is only as good as the likeness of the moments they were
+//! measured at, and on a shared machine the noise drifts over minutes.
+//! With every run of a target in one stretch, the single node and the
+//! priority cluster were measured minutes apart, and the same ratio swung
+//! 2x between two runs of the bench; now each median mixes the same
+//! moments of the run for every target. A target that cannot be measured
+//! is reported and skipped, so one missing peer does not void a long
+//! comparison; the bench still exits non-zero for it. A case that failed
+//! is not measured again.
 
 use crate::cli::Plan;
 use crate::cluster;
@@ -41,32 +49,47 @@ pub async fn run(plan: &Plan, programs: &Programs, settings: &SpawnSettings) -> 
             Err(error) => outcome.failures.push(format!("floor: {error}")),
         }
     }
-    for &target in &plan.targets {
-        if let Some(reason) = unavailable(target, programs) {
-            eprintln!("skipping {}: {reason}", target.name());
-            outcome.skipped.push(format!("{}: {reason}", target.name()));
-            continue;
-        }
-        let launch = match Launch::for_target(target, programs) {
-            Ok(launch) => launch,
-            Err(reason) => {
-                outcome
-                    .failures
-                    .push(format!("{}: {reason}", target.name()));
+    let mut samples: Vec<Samples> = Vec::new();
+    for pass in 1..=plan.runs {
+        for &target in &plan.targets {
+            if let Some(reason) = unavailable(target, programs) {
+                if pass == 1 {
+                    eprintln!("skipping {}: {reason}", target.name());
+                    outcome.skipped.push(format!("{}: {reason}", target.name()));
+                }
                 continue;
             }
-        };
-        let cases: Vec<Case> = plan
-            .cases
-            .iter()
-            .copied()
-            .filter(|case| target.supports(case.scenario))
-            .collect();
-        for error in run_target(plan, target, &launch, settings, &cases, &mut outcome.rows).await {
-            eprintln!("{} failed: {error}", target.name());
-            outcome.failures.push(format!("{}: {error}", target.name()));
+            let launch = match Launch::for_target(target, programs) {
+                Ok(launch) => launch,
+                Err(reason) => {
+                    if pass == 1 {
+                        outcome
+                            .failures
+                            .push(format!("{}: {reason}", target.name()));
+                    }
+                    continue;
+                }
+            };
+            let cases: Vec<Case> = plan
+                .cases
+                .iter()
+                .copied()
+                .filter(|case| target.supports(case.scenario))
+                .filter(|&case| !Samples::failed(&samples, target, case))
+                .collect();
+            let turn = Turn { plan, target, pass };
+            for error in turn.run(&launch, settings, &cases, &mut samples).await {
+                eprintln!("{} failed: {error}", target.name());
+                outcome.failures.push(format!("{}: {error}", target.name()));
+            }
         }
     }
+    // A target that fails alike in every pass is reported once.
+    let mut seen = std::collections::HashSet::new();
+    outcome
+        .failures
+        .retain(|failure| seen.insert(failure.clone()));
+    outcome.rows = samples.iter().filter_map(Samples::row).collect();
     add_ratios(&mut outcome.rows);
     if plan.smoke {
         for idle in outcome.rows.iter().filter(|row| row.rate <= 0.0) {
@@ -103,57 +126,148 @@ fn unavailable(target: Target, programs: &Programs) -> Option<String> {
     None
 }
 
-/// Runs every case of `target`; returns what failed. A failure on the shared
-/// server ends the load scenarios (its state is unknown), but each fresh-
-/// server case still runs on its own.
-async fn run_target(
-    plan: &Plan,
+/// Every run of one case of one target so far.
+struct Samples {
     target: Target,
-    launch: &Launch,
-    settings: &SpawnSettings,
-    cases: &[Case],
-    rows: &mut Vec<Row>,
-) -> Vec<BenchError> {
-    let mut failures = Vec::new();
-    let shared: Vec<Case> = cases
-        .iter()
-        .copied()
-        .filter(|case| !case.scenario.fresh_server())
-        .collect();
-    if !shared.is_empty() {
-        match launch.start(settings).await {
-            Ok(server) => {
-                let probe = Probe::of(&server);
-                let measured = run_cases(
-                    plan,
+    case: Case,
+    runs: Vec<Measured>,
+    cpus: Vec<CpuUse>,
+    /// A run failed: the case gets no row and is not measured again.
+    failed: bool,
+}
+
+impl Samples {
+    fn of(all: &mut Vec<Samples>, target: Target, case: Case) -> &mut Samples {
+        let at = match all
+            .iter()
+            .position(|s| s.target == target && s.case == case)
+        {
+            Some(at) => at,
+            None => {
+                all.push(Samples {
                     target,
-                    &shared,
-                    |case| run_probed(server.addr(), target, case, plan.timing, probe.as_ref()),
-                    rows,
-                )
-                .await;
-                server.stop().await;
-                failures.extend(measured.err());
+                    case,
+                    runs: Vec::new(),
+                    cpus: Vec::new(),
+                    failed: false,
+                });
+                all.len() - 1
             }
-            Err(error) => failures.push(error),
-        }
+        };
+        &mut all[at]
     }
-    for &case in cases.iter().filter(|case| case.scenario.fresh_server()) {
-        let fresh = |case: Case| async move {
-            let measured = match case.scenario {
-                Scenario::Failover => failover::run(launch, settings, &run_prefix()).await,
-                _ => {
-                    let server = launch.start(settings).await?;
-                    let measured = fresh_case(&server, target, case).await;
+
+    fn failed(all: &[Samples], target: Target, case: Case) -> bool {
+        all.iter()
+            .any(|s| s.target == target && s.case == case && s.failed)
+    }
+
+    /// The medians, as a table row.
+    fn row(&self) -> Option<Row> {
+        if self.failed || self.runs.is_empty() {
+            return None;
+        }
+        let mut row = Row::summarize(self.target, self.case, &self.runs);
+        row.cpu = CpuUse::median_of(&self.cpus);
+        Some(row)
+    }
+}
+
+/// One target's turn in one pass.
+struct Turn<'a> {
+    plan: &'a Plan,
+    target: Target,
+    pass: usize,
+}
+
+impl Turn<'_> {
+    /// Runs every case once; returns what failed. A failure on the shared
+    /// server ends this turn's load scenarios (its state is unknown), but
+    /// each fresh-server case still runs on its own.
+    async fn run(
+        &self,
+        launch: &Launch,
+        settings: &SpawnSettings,
+        cases: &[Case],
+        samples: &mut Vec<Samples>,
+    ) -> Vec<BenchError> {
+        let (target, timing) = (self.target, self.plan.timing);
+        let mut failures = Vec::new();
+        let shared: Vec<Case> = cases
+            .iter()
+            .copied()
+            .filter(|case| !case.scenario.fresh_server())
+            .collect();
+        if !shared.is_empty() {
+            match launch.start(settings).await {
+                Ok(server) => {
+                    let probe = Probe::of(&server);
+                    let measure =
+                        |case| run_probed(server.addr(), target, case, timing, probe.as_ref());
+                    let measured = self.measure(&shared, measure, samples).await;
                     server.stop().await;
-                    measured
+                    failures.extend(measured.err());
+                }
+                Err(error) => failures.push(error),
+            }
+        }
+        for &case in cases.iter().filter(|case| case.scenario.fresh_server()) {
+            let fresh = |case: Case| async move {
+                let measured = match case.scenario {
+                    Scenario::Failover => failover::run(launch, settings, &run_prefix()).await,
+                    _ => {
+                        let server = launch.start(settings).await?;
+                        let measured = fresh_case(&server, target, case).await;
+                        server.stop().await;
+                        measured
+                    }
+                };
+                measured.map(|measured| (measured, None))
+            };
+            failures.extend(self.measure(&[case], fresh, samples).await.err());
+        }
+        failures
+    }
+
+    /// Runs each case once with `measure` and keeps the run.
+    async fn measure<F, Fut>(
+        &self,
+        cases: &[Case],
+        measure: F,
+        samples: &mut Vec<Samples>,
+    ) -> Result<(), BenchError>
+    where
+        F: Fn(Case) -> Fut,
+        Fut: std::future::Future<Output = Result<(Measured, Option<CpuUse>), BenchError>>,
+    {
+        for &case in cases {
+            let kept = Samples::of(samples, self.target, case);
+            let (measured, cpu) = match measure(case).await {
+                Ok(run) => run,
+                Err(error) => {
+                    kept.failed = true;
+                    return Err(error);
                 }
             };
-            measured.map(|measured| (measured, None))
-        };
-        failures.extend(run_cases(plan, target, &[case], fresh, rows).await.err());
+            eprintln!(
+                "{} {} C={} depth={} run {}/{}: {:.1} {}",
+                self.target.name(),
+                case.scenario.name(),
+                case.clients,
+                case.depth,
+                self.pass,
+                self.plan.runs,
+                measured.rate,
+                case.scenario.unit()
+            );
+            if let Some(cpu) = &cpu {
+                eprintln!("  cpu: {}", cpu.describe(&case));
+            }
+            kept.runs.push(measured);
+            kept.cpus.extend(cpu);
+        }
+        Ok(())
     }
-    failures
 }
 
 async fn fresh_case(server: &Server, target: Target, case: Case) -> Result<Measured, BenchError> {
@@ -164,44 +278,4 @@ async fn fresh_case(server: &Server, target: Target, case: Case) -> Result<Measu
             case.scenario.name()
         ))),
     }
-}
-
-/// Runs each case `plan.runs` times with `measure` and adds its row.
-async fn run_cases<F, Fut>(
-    plan: &Plan,
-    target: Target,
-    cases: &[Case],
-    measure: F,
-    rows: &mut Vec<Row>,
-) -> Result<(), BenchError>
-where
-    F: Fn(Case) -> Fut,
-    Fut: std::future::Future<Output = Result<(Measured, Option<CpuUse>), BenchError>>,
-{
-    for &case in cases {
-        let mut runs = Vec::with_capacity(plan.runs);
-        let mut cpus = Vec::with_capacity(plan.runs);
-        for run in 1..=plan.runs {
-            let (measured, cpu) = measure(case).await?;
-            eprintln!(
-                "{} {} C={} depth={} run {run}/{}: {:.1} {}",
-                target.name(),
-                case.scenario.name(),
-                case.clients,
-                case.depth,
-                plan.runs,
-                measured.rate,
-                case.scenario.unit()
-            );
-            if let Some(cpu) = &cpu {
-                eprintln!("  cpu: {}", cpu.describe(&case));
-            }
-            runs.push(measured);
-            cpus.extend(cpu);
-        }
-        let mut row = Row::summarize(target, case, &runs);
-        row.cpu = CpuUse::median_of(&cpus);
-        rows.push(row);
-    }
-    Ok(())
 }

@@ -58,7 +58,9 @@ pub struct Args {
     /// Unmeasured seconds of load before each run's measurement.
     #[arg(long, value_name = "SECS", default_value = "1", value_parser = parse_seconds)]
     pub warmup: Duration,
-    /// Runs per case; the table shows medians.
+    /// Runs per case, made as passes over every target (each pass
+    /// measures each target once), so that targets are compared on runs
+    /// made close together; the table shows medians.
     #[arg(long, default_value = "3", value_parser = parse_count)]
     pub runs: usize,
     /// A few seconds of every scenario at small sizes (for CI); overrides

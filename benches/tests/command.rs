@@ -86,6 +86,41 @@ fn a_server_that_exits_without_an_address_fails_the_bench() {
     );
 }
 
+/// Each pass measures every target once, so a ratio between two targets
+/// compares runs made close together; a failure is reported once.
+#[test]
+fn runs_are_passes_over_every_target() {
+    let out = bench(&[
+        "--target",
+        "echo,baton",
+        "--spawn",
+        "/bin/true",
+        "--runs",
+        "2",
+        "--scenario",
+        "uncontended",
+        "--clients",
+        "1",
+        "--warmup",
+        "0.1",
+        "--duration",
+        "0.2",
+    ]);
+    let stderr = text(&out.stderr);
+    assert!(!out.status.success(), "{stderr}");
+    let at = |what: &str| {
+        stderr
+            .find(what)
+            .unwrap_or_else(|| panic!("no {what:?} in:\n{stderr}"))
+    };
+    let first = at("echo uncontended C=1 depth=1 run 1/2");
+    let failed = at("baton failed:");
+    let second = at("echo uncontended C=1 depth=1 run 2/2");
+    assert!(first < failed && failed < second, "{stderr}");
+    let reported = stderr.matches("baton-bench: baton: ").count();
+    assert_eq!(reported, 1, "{stderr}");
+}
+
 #[test]
 fn nothing_but_loopback() {
     let out = bench(&["--smoke", "--addr", "192.0.2.1:7411"]);
