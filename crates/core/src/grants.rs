@@ -6,12 +6,24 @@
 //! `BTreeMap<(end, token), Key>` took 181 resident bytes per held lock at
 //! a million locks (the map at half load after its last doubling, the
 //! B-tree's half-full nodes of appended leases, and a second key handle).
-//! Here a lock costs one 40-byte slot, 5 bytes of index (at its load), 4
-//! of heap, and the key itself (`table_bytes` example: 97 bytes).
+//! Here a lock costs one 40-byte slot, an index bucket or two (8 bytes of
+//! entry and a control byte each; at a million locks, 2.1 buckets a lock),
+//! 4 bytes of heap, and the key itself (`table_bytes` example: 109 bytes
+//! a lock at a million).
 //!
 //! Every operation is O(1) but for the heap's O(log n); the heap is only
 //! ever read in order lazily ([`Grants::by_lease_end`]), or sorted whole
 //! for a snapshot.
+//!
+//! Each index entry carries 32 bits of its key's hash beside the slot
+//! number. When the index grows it rehashes every entry at once, and
+//! without the stored bits each entry meant reading its slot and its key,
+//! two cache misses: the grant that took the table past 917,504 locks took
+//! 178 ms (`table_stall` example), and on a core shared with two standbys
+//! doing the same, a priority active stopped for more than its failure
+//! timeout and stepped down. With them it takes a few milliseconds; a
+//! lookup also compares the stored bits before it reads a key. The cost:
+//! 4 bytes more per index bucket.
 
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
@@ -37,6 +49,23 @@ impl Slot {
     }
 }
 
+/// An index entry: a slot number and the high half of its key's hash.
+#[derive(Debug, Clone, Copy)]
+struct Entry {
+    slot: u32,
+    hash: u32,
+}
+
+impl Entry {
+    /// The hash the index places this entry by, from the stored half:
+    /// a multiply by an odd constant spreads those bits over the whole
+    /// word (the index takes its bucket from the low bits and its tag
+    /// from the top ones).
+    fn placed_by(hash: u32) -> u64 {
+        u64::from(hash).wrapping_mul(0x9E37_79B9_7F4A_7C15)
+    }
+}
+
 /// The grants of a lock table.
 #[derive(Debug, Clone, Default)]
 pub struct Grants {
@@ -44,7 +73,7 @@ pub struct Grants {
     /// Empty slots, reused first.
     free: Vec<u32>,
     /// Slot numbers, found by their key's hash.
-    index: HashTable<u32>,
+    index: HashTable<Entry>,
     /// Slot numbers, a min-heap by (lease end, token).
     heap: Vec<u32>,
     /// Seeded per process: keys come from clients (no hash flooding);
@@ -57,8 +86,9 @@ impl Grants {
         self.heap.len()
     }
 
-    fn hash(&self, key: &Key) -> u64 {
-        self.hasher.hash_one(key.as_bytes())
+    /// The stored half of `key`'s hash.
+    fn hash(&self, key: &Key) -> u32 {
+        (self.hasher.hash_one(key.as_bytes()) >> 32) as u32
     }
 
     fn slot(&self, n: u32) -> &Slot {
@@ -79,8 +109,10 @@ impl Grants {
     fn find(&self, key: &Key) -> Option<u32> {
         let hash = self.hash(key);
         self.index
-            .find(hash, |&n| self.slot(n).key == *key)
-            .copied()
+            .find(Entry::placed_by(hash), |e| {
+                e.hash == hash && self.slot(e.slot).key == *key
+            })
+            .map(|e| e.slot)
     }
 
     pub fn get(&self, key: &Key) -> Option<&Holder> {
@@ -111,13 +143,9 @@ impl Grants {
                 (self.slots.len() - 1) as u32
             }
         };
-        let slots = &self.slots;
-        let hasher = &self.hasher;
+        let entry = Entry { slot: n, hash };
         self.index
-            .insert_unique(hash, n, |&m| match &slots[m as usize] {
-                Some(slot) => hasher.hash_one(slot.key.as_bytes()),
-                None => unreachable!("slot {m} is empty"),
-            });
+            .insert_unique(Entry::placed_by(hash), entry, |e| Entry::placed_by(e.hash));
         self.heap.push(n);
         self.sift_up(heap_at);
     }
@@ -130,12 +158,11 @@ impl Grants {
         let slots = &self.slots;
         let entry = self
             .index
-            .find_entry(
-                hash,
-                |&n| matches!(&slots[n as usize], Some(s) if s.key == *key),
-            )
+            .find_entry(Entry::placed_by(hash), |e| {
+                e.hash == hash && matches!(&slots[e.slot as usize], Some(s) if s.key == *key)
+            })
             .ok()?;
-        let n = *entry.get();
+        let n = entry.get().slot;
         let held_by = self.slots[n as usize].as_ref()?.holder.token;
         if token.is_some_and(|t| t != held_by) {
             return None;
