@@ -9,7 +9,7 @@
 //! Lease expiry, too, is a command the leader proposes; followers only keep
 //! the time each lease ends, from their own clock, for the day they lead.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{HashMap, HashSet, VecDeque};
 
 use baton_core::{
     AcquireOutcome, Command, Event, Key, KeyState, LockRules, LockTable, Millis, NodeIndex,
@@ -24,7 +24,7 @@ mod leadership;
 mod validate;
 
 pub use apply::Committed;
-pub use leadership::ORPHAN_WAIT_MS;
+pub use leadership::{ANSWER_BUDGET_MS, ORPHAN_WAIT_MS};
 
 /// Most commands one log entry carries; more wait for the next entry.
 pub const MAX_BATCH: usize = 1024;
@@ -128,11 +128,18 @@ pub struct RaftEngine<H> {
     own_entry_applied: Option<u64>,
     next_tag: u64,
     pending: HashMap<u64, Pending<H>>,
-    /// Set when a leadership ended with requests in the log's hands: until
-    /// the deadline, those with a tag below the bound wait for their entry
-    /// (the next leader may well commit it); then they are redirected.
-    orphans: Option<(Millis, u64)>,
+    /// One (deadline, bound) per leadership that ended with requests in
+    /// the log's hands, oldest first: until its deadline, those with a tag
+    /// below its bound wait for their entry (the next leader may well
+    /// commit it); then they are redirected. A group of its own each, so
+    /// that a leader stepping down again does not push back the wait of
+    /// the requests of its earlier lead. At most [`MAX_ORPHAN_GROUPS`].
+    orphans: VecDeque<(Millis, u64)>,
     orphan_wait_ms: Millis,
+    /// Every client's request in the log's hands, with when it must be
+    /// answered (proposed plus [`ANSWER_BUDGET_MS`]), oldest first; those
+    /// already answered are dropped from the front.
+    answer_by: VecDeque<(Millis, u64)>,
     /// Keys with renewals pending, and how many: an expiry of such a key
     /// waits for them (see `handle_tick`).
     renewing: HashMap<Key, u32>,
@@ -158,8 +165,9 @@ impl<H> RaftEngine<H> {
             own_entry_applied: None,
             next_tag: 1,
             pending: HashMap::new(),
-            orphans: None,
+            orphans: VecDeque::new(),
             orphan_wait_ms: ORPHAN_WAIT_MS,
+            answer_by: VecDeque::new(),
             renewing: HashMap::new(),
             latest_now: 0,
             quota: Quota::default(),
@@ -294,12 +302,17 @@ impl<H> RaftEngine<H> {
         if let Pending::Renew { key, .. } = &pending {
             *self.renewing.entry(key.clone()).or_default() += 1;
         }
+        if !matches!(pending, Pending::Expire { .. }) {
+            let deadline = self.latest_now.saturating_add(ANSWER_BUDGET_MS);
+            self.answer_by.push_back((deadline, tag));
+        }
         self.pending.insert(tag, pending);
     }
 
     /// The pending request of `tag`, no longer pending.
     fn take_pending(&mut self, tag: u64) -> Option<Pending<H>> {
         let pending = self.pending.remove(&tag)?;
+        self.forget_answered();
         if let Pending::Renew { key, .. } = &pending {
             match self.renewing.get_mut(key) {
                 Some(count) if *count > 1 => *count -= 1,
@@ -456,6 +469,7 @@ impl<H> RaftEngine<H> {
     pub fn handle_tick(&mut self, now: Millis, events: &mut Vec<Event<H>>) {
         self.saw(now);
         self.settle_orphans(now, events);
+        self.answer_overdue(now, events);
         if let Standing::Leader(leading) = &mut self.standing {
             leading.rules.time_out(now, events);
         }
@@ -498,7 +512,11 @@ impl<H> RaftEngine<H> {
 
     /// When [`RaftEngine::handle_tick`] next has something to do.
     pub fn next_deadline(&self) -> Option<Millis> {
-        let orphans = self.orphans.map(|(deadline, _)| deadline);
+        let orphans = [self.orphans.front(), self.answer_by.front()]
+            .into_iter()
+            .flatten()
+            .map(|&(deadline, _)| deadline)
+            .min();
         let lease = self
             .expiries_to_propose(None)
             .first()

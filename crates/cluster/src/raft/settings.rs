@@ -14,10 +14,6 @@ use super::shell::StartError;
 use super::types::NodeId;
 use crate::peer::ClusterKeys;
 
-/// Of the protocol's 3 s to answer, what the step-down and the wait for
-/// entries in the log may take together; the rest is margin.
-const ANSWER_BUDGET_MS: u64 = 2_500;
-
 /// The longest [`RaftSettings::step_down_after`] made of election timeouts.
 const STEP_DOWN_MAX_MS: u64 = 1_000;
 
@@ -104,7 +100,7 @@ impl RaftSettings {
     /// [`super::engine::ORPHAN_WAIT_MS`], at least 0.3 s.
     pub fn orphan_wait_ms(&self) -> u64 {
         let step_down = self.step_down_after().as_millis() as u64;
-        ANSWER_BUDGET_MS
+        super::engine::ANSWER_BUDGET_MS
             .saturating_sub(step_down)
             .clamp(300, super::engine::ORPHAN_WAIT_MS)
     }

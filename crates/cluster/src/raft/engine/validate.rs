@@ -5,6 +5,7 @@ use std::collections::HashMap;
 
 use baton_core::{invariant, Broken, Key};
 
+use super::leadership::MAX_ORPHAN_GROUPS;
 use super::{Pending, RaftEngine, Standing};
 
 fn ensure(holds: bool, what: impl FnOnce() -> String) -> Result<(), Broken> {
@@ -28,8 +29,25 @@ impl<H> RaftEngine<H> {
         ensure(renewals == counted, || {
             format!("renewals counted {counted:?}, pending {renewals:?}")
         })?;
-        if let Some((_, bound)) = self.orphans {
-            ensure(bound <= self.next_tag, || format!("orphans below {bound}"))?;
+        ensure(self.orphans.len() <= MAX_ORPHAN_GROUPS, || {
+            format!("{} orphan groups", self.orphans.len())
+        })?;
+        let mut earliest = 0;
+        for &(deadline, tag) in &self.answer_by {
+            ensure(earliest <= deadline && tag < self.next_tag, || {
+                format!("answer deadline {deadline} of tag {tag} out of order")
+            })?;
+            earliest = deadline;
+        }
+        let mut below = 0;
+        for &(_, bound) in &self.orphans {
+            ensure(below <= bound && bound <= self.next_tag, || {
+                format!(
+                    "orphans below {bound} after {below}, next tag {}",
+                    self.next_tag
+                )
+            })?;
+            below = bound;
         }
         let Standing::Leader(leading) = &self.standing else {
             let expiring = self
