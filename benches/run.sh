@@ -96,7 +96,9 @@ scenarios and the same concurrency; each server runs pinned to one core
 and the driver to the other. See `benches/README.md` for what each
 scenario does and what each column means.
 
-- **value**: the median over the runs, in the row's unit. **spread**:
+- **value**: the median over the runs (each run a pass over every
+  target, so every target's runs come from the same stretches), in the
+  row's unit. **spread**:
   (highest - lowest) / median of the runs: a wide spread means noise.
 - **vs echo / vs redis / vs etcd**: value over that system's value for the
   same scenario and C. For memory (bytes per lock) and failover
