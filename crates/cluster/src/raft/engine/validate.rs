@@ -29,26 +29,7 @@ impl<H> RaftEngine<H> {
         ensure(renewals == counted, || {
             format!("renewals counted {counted:?}, pending {renewals:?}")
         })?;
-        ensure(self.orphans.len() <= MAX_ORPHAN_GROUPS, || {
-            format!("{} orphan groups", self.orphans.len())
-        })?;
-        let mut earliest = 0;
-        for &(deadline, tag) in &self.answer_by {
-            ensure(earliest <= deadline && tag < self.next_tag, || {
-                format!("answer deadline {deadline} of tag {tag} out of order")
-            })?;
-            earliest = deadline;
-        }
-        let mut below = 0;
-        for &(_, bound) in &self.orphans {
-            ensure(below <= bound && bound <= self.next_tag, || {
-                format!(
-                    "orphans below {bound} after {below}, next tag {}",
-                    self.next_tag
-                )
-            })?;
-            below = bound;
-        }
+        self.validate_deadlines()?;
         let Standing::Leader(leading) = &self.standing else {
             let expiring = self
                 .pending
@@ -95,5 +76,31 @@ impl<H> RaftEngine<H> {
         let small = self.leading().is_none_or(|l| l.rules.small(&self.table))
             && self.pending.len() <= invariant::FULL_CHECK_UP_TO;
         invariant::debug_check(small, || self.validate());
+    }
+
+    /// The answer deadlines run in order over proposed tags; the orphan
+    /// groups are few, their bounds rising and proposed.
+    fn validate_deadlines(&self) -> Result<(), Broken> {
+        ensure(self.orphans.len() <= MAX_ORPHAN_GROUPS, || {
+            format!("{} orphan groups", self.orphans.len())
+        })?;
+        let mut earliest = 0;
+        for &(deadline, tag) in &self.answer_by {
+            ensure(earliest <= deadline && tag < self.next_tag, || {
+                format!("answer deadline {deadline} of tag {tag} out of order")
+            })?;
+            earliest = deadline;
+        }
+        let mut below = 0;
+        for &(_, bound) in &self.orphans {
+            ensure(below <= bound && bound <= self.next_tag, || {
+                format!(
+                    "orphans below {bound} after {below}, next tag {}",
+                    self.next_tag
+                )
+            })?;
+            below = bound;
+        }
+        Ok(())
     }
 }
