@@ -1,7 +1,11 @@
-//! Resident bytes the lock table adds per held lock, alone (no server):
+//! Resident bytes the lock table adds per held lock, alone (no server),
+//! and the longest single grant while it fills (a resize of the index or
+//! of the slab shows there):
 //! `cargo run --release -p baton-core --example table_bytes [N]`. The
 //! same keys as the benchmark's memory scenario; compare with its
 //! `memory` row, which measures a whole node.
+
+use std::time::{Duration, Instant};
 
 use baton_core::{Command, Key, LockTable};
 
@@ -23,11 +27,13 @@ fn main() {
         .unwrap_or(1_000_000);
     let mut table = LockTable::new();
     let before = rss();
+    let mut worst = (Duration::ZERO, 0);
     for i in 0..n {
         let text = format!("bm{}.{}", i % 16, i / 16);
         let Ok(key) = Key::new(text.as_bytes()) else {
             continue;
         };
+        let started = Instant::now();
         table.apply(
             &Command::Grant {
                 key,
@@ -35,6 +41,7 @@ fn main() {
             },
             i / 1000,
         );
+        worst = worst.max((started.elapsed(), i));
     }
     let after = rss();
     println!(
@@ -42,4 +49,5 @@ fn main() {
         (after - before) / n,
         table.len()
     );
+    println!("longest grant: {:?}, at lock {}", worst.0, worst.1);
 }

@@ -19,7 +19,7 @@
 //! number. When the index grows it rehashes every entry at once, and
 //! without the stored bits each entry meant reading its slot and its key,
 //! two cache misses: the grant that took the table past 917,504 locks took
-//! 178 ms (`table_stall` example), and on a core shared with two standbys
+//! 178 ms (`table_bytes` example), and on a core shared with two standbys
 //! doing the same, a priority active stopped for more than its failure
 //! timeout and stepped down. With them it takes a few milliseconds; a
 //! lookup also compares the stored bits before it reads a key. The cost:
