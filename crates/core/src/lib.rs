@@ -20,6 +20,7 @@
 //! - [`invariant`]: every state machine's `validate()`, run after each
 //!   change in debug builds.
 
+mod encoded;
 mod event;
 mod grants;
 pub mod invariant;
@@ -31,6 +32,7 @@ mod service;
 mod table;
 mod waiters;
 
+pub use encoded::{CommandEncoder, DecodeError, EncodedCommands};
 pub use event::{Change, Event, NodeIndex, NotServing};
 pub use invariant::Broken;
 pub use key::{validate as validate_key, Key, KeyError, MAX_KEY_LEN};

@@ -6,6 +6,7 @@
 //! Invariant kept by every method: a key that is free has no live waiters,
 //! because whatever frees a key hands it on in the same call.
 
+use crate::encoded::{CommandEncoder, EncodedCommands};
 use crate::event::Event;
 use crate::invariant::{debug_check, Broken};
 use crate::query::KeyState;
@@ -35,7 +36,10 @@ pub enum AcquireOutcome {
 pub struct LockService<H> {
     table: LockTable,
     rules: LockRules<H>,
-    journal: Option<Vec<Command>>,
+    journal: Option<CommandEncoder>,
+    /// Commands that changed the table, ever: what a node that saves its
+    /// table counts its changes by.
+    changes: u64,
 }
 
 impl<H> Default for LockService<H> {
@@ -55,6 +59,7 @@ impl<H> LockService<H> {
             table,
             rules: LockRules::new(),
             journal: None,
+            changes: 0,
         }
     }
 
@@ -71,8 +76,9 @@ impl<H> LockService<H> {
             Outcome::GrantRejected | Outcome::NotFound => false,
         };
         if changed {
+            self.changes += 1;
             if let Some(journal) = &mut self.journal {
-                journal.push(cmd);
+                journal.push(&cmd);
             }
         }
         outcome
@@ -222,18 +228,24 @@ impl<H> LockService<H> {
     }
 
     /// Replication support: when enabled, every command that changes the
-    /// table is appended to a journal, in the order applied. All commands
-    /// of one call share that call's `now`.
+    /// table is appended to a journal, encoded, in the order applied. All
+    /// commands of one call share that call's `now`.
     pub fn enable_journal(&mut self) {
-        self.journal.get_or_insert_with(Vec::new);
+        self.journal.get_or_insert_with(CommandEncoder::default);
     }
 
     /// The commands journaled since the last drain; empty when disabled.
-    pub fn drain_journal(&mut self) -> Vec<Command> {
+    pub fn drain_journal(&mut self) -> EncodedCommands {
         self.journal
             .as_mut()
-            .map(std::mem::take)
+            .map(CommandEncoder::take)
             .unwrap_or_default()
+    }
+
+    /// How many commands changed the table since this service was made
+    /// (journal or not): a stale release, a refused grant count nothing.
+    pub fn changes(&self) -> u64 {
+        self.changes
     }
 
     /// Applies a command replicated from the serving node, as a standby

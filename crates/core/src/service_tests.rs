@@ -214,6 +214,11 @@ fn next_deadline_is_the_earliest_of_leases_and_waits() {
     assert_eq!(s.next_deadline(), Some(100));
 }
 
+/// The commands `s` journaled since the last drain, decoded.
+fn journaled(s: &mut LockService<u32>) -> Vec<Command> {
+    s.drain_journal().iter().map(Result::unwrap).collect()
+}
+
 #[test]
 fn the_journal_replays_into_an_equal_table() {
     let mut s = LockService::<u32>::new();
@@ -225,17 +230,17 @@ fn the_journal_replays_into_an_equal_table() {
     let mut events = Vec::new();
     let mut steps: Vec<(Millis, Vec<Command>)> = Vec::new();
     let t = granted(s.acquire(key("a"), 0, 100, 1, 1));
-    steps.push((1, s.drain_journal()));
+    steps.push((1, journaled(&mut s)));
     queued(s.acquire(key("a"), 0, 70, 2, 2));
-    steps.push((2, s.drain_journal()));
+    steps.push((2, journaled(&mut s)));
     s.raise_token_floor(50);
-    steps.push((3, s.drain_journal()));
+    steps.push((3, journaled(&mut s)));
     s.release(&key("a"), t, 4, &mut events);
-    steps.push((4, s.drain_journal()));
+    steps.push((4, journaled(&mut s)));
     s.renew(&key("a"), 51, 30, 5);
-    steps.push((5, s.drain_journal()));
+    steps.push((5, journaled(&mut s)));
     s.tick(40, &mut events);
-    steps.push((40, s.drain_journal()));
+    steps.push((40, journaled(&mut s)));
     assert_eq!(
         steps
             .iter()

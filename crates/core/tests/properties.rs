@@ -277,7 +277,13 @@ impl Harness {
                 }
             }
         }
-        self.journal.push((now, self.svc.drain_journal()));
+        let journaled = self
+            .svc
+            .drain_journal()
+            .iter()
+            .map(Result::unwrap)
+            .collect();
+        self.journal.push((now, journaled));
         self.check_state()
     }
 

@@ -29,7 +29,7 @@ fn locks_with(keys: &[&str]) -> Arc<SharedLocks<SingleNode>> {
             0,
         );
     }
-    let node = SingleNode::starting_above(table, 1 << 40, false);
+    let node = SingleNode::starting_above(table, 1 << 40);
     Arc::new(SharedLocks::new(node, Clock::new()))
 }
 

@@ -47,9 +47,10 @@ pub struct SingleState {
 pub struct SingleNode {
     service: LockService<Mailbox>,
     scratch: Vec<Event<Mailbox>>,
-    /// Counts the changes of the table, when they are saved (the journal
-    /// is on only then).
+    /// Counts the calls that changed the table: a new version to save.
     version: u64,
+    /// The service's count of changes when `version` was last raised.
+    changes_counted: u64,
     /// Grants whose lease ran out (for the metrics).
     expiries: u64,
 }
@@ -61,15 +62,13 @@ impl SingleNode {
         SingleNode::default()
     }
 
-    /// A node over `table` whose tokens start above `floor`. With
-    /// `persistent`, it counts its changes for [`Self::state_to_persist`].
-    pub fn starting_above(table: LockTable, floor: Token, persistent: bool) -> SingleNode {
+    /// A node over `table` whose tokens start above `floor`; it counts its
+    /// changes for [`Self::state_to_persist`] from version 1.
+    pub fn starting_above(table: LockTable, floor: Token) -> SingleNode {
         let mut service = LockService::from_table(table);
         service.raise_token_floor(floor);
-        if persistent {
-            service.enable_journal();
-        }
         SingleNode {
+            changes_counted: service.changes(),
             service,
             scratch: Vec::new(),
             version: 1,
@@ -86,11 +85,11 @@ impl SingleNode {
         })
     }
 
-    /// Counts the changes the last call made (nothing to count without a
-    /// data directory: the journal is off).
+    /// Counts the changes the last call made, if any, as one version.
     fn count_changes(&mut self) {
-        if self.service.has_journal() {
-            self.service.drain_journal();
+        let changes = self.service.changes();
+        if changes != self.changes_counted {
+            self.changes_counted = changes;
             self.version += 1;
         }
     }
@@ -246,7 +245,7 @@ pub async fn start_single(
     let wall_ms = token_floor::wall_clock_ms();
     let Some(dir) = data_dir else {
         let floor = token_floor::restart_floor(wall_ms, None);
-        let node = SingleNode::starting_above(LockTable::new(), floor, false);
+        let node = SingleNode::starting_above(LockTable::new(), floor);
         tracing::info!(floor, "tokens start above the wall-clock floor");
         let locks = Arc::new(SharedLocks::new(node, clock));
         let server = Server::bind_shared(config, locks, None).await?;
@@ -271,7 +270,7 @@ pub async fn start_single(
         None => (LockTable::new(), None),
     };
     let floor = token_floor::restart_floor(wall_ms, saved_token);
-    let node = SingleNode::starting_above(table, floor, true);
+    let node = SingleNode::starting_above(table, floor);
     tracing::info!(floor, "tokens start above this floor");
     // Durable before any grant: see the module doc.
     let (version, state) = node
@@ -322,7 +321,7 @@ mod tests {
 
     #[test]
     fn tokens_start_above_the_floor_and_status_shows_it() {
-        let mut node = SingleNode::starting_above(LockTable::new(), 1 << 40, false);
+        let mut node = SingleNode::starting_above(LockTable::new(), 1 << 40);
         assert_eq!(node.status().token, 1 << 40);
         assert_eq!(grant(&mut node, "a", 0), (1 << 40) + 1);
         assert_eq!(node.status().token, (1 << 40) + 1);
@@ -330,7 +329,7 @@ mod tests {
 
     #[test]
     fn every_change_and_only_a_change_is_a_new_version_to_save() {
-        let mut node = SingleNode::starting_above(LockTable::new(), 100, true);
+        let mut node = SingleNode::starting_above(LockTable::new(), 100);
         let (v1, first) = node
             .state_to_persist(0, 0)
             .unwrap_or_else(|| panic!("nothing to save at start"));

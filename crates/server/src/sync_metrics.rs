@@ -99,7 +99,10 @@ mod tests {
     fn a_failed_sync_is_timed_and_its_error_returned() {
         let h = SyncHistogram::new();
         let failed: io::Result<()> = h.time(|| Err(io::Error::other("disk gone")));
-        assert_eq!(failed.map_err(|e| e.to_string()), Err("disk gone".to_string()));
+        assert_eq!(
+            failed.map_err(|e| e.to_string()),
+            Err("disk gone".to_string())
+        );
         let s = h.snapshot();
         assert_eq!(s.count, 1);
         let counted: u64 = s.buckets.iter().map(|b| b.1).sum();

@@ -5,7 +5,7 @@
 //! batch of commands is cut by encoded size, so the shell can cap its
 //! frames at exactly that and close a link that sends more.
 
-use baton_core::{Command, SnapshotLock, Token};
+use baton_core::{EncodedCommands, SnapshotLock, Token};
 use serde::{Deserialize, Serialize};
 
 /// The largest postcard encoding of one [`PriorityMessage`] the engine
@@ -84,11 +84,13 @@ pub enum PriorityMessage {
         seq: u64,
         part: TablePart,
     },
-    /// Commands the active applied, in order, numbered from `first_seq`.
+    /// Commands the active applied, in order, numbered from `first_seq`;
+    /// kept encoded, as the active journaled them and a receiver checked
+    /// them (the encoding of a `Vec<Command>`).
     Commands {
         term: Term,
         first_seq: u64,
-        commands: Vec<Command>,
+        commands: EncodedCommands,
     },
     /// A piece of the active's final state; with the last one, the active
     /// role (the successor takes it only once the whole table arrived).

@@ -1,5 +1,7 @@
 //! The hand-made encoding of `Commands` is the derived one, byte for byte.
 
+use baton_core::{Command, Key};
+
 use super::*;
 use crate::priority::messages::Heartbeat;
 use crate::priority::PeerRole;
@@ -42,7 +44,7 @@ fn commands(commands: Vec<Command>) -> PriorityMessage {
     PriorityMessage::Commands {
         term: 77,
         first_seq: 1 << 33,
-        commands,
+        commands: commands.into_iter().collect(),
     }
 }
 

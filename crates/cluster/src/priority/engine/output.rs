@@ -100,22 +100,16 @@ impl<H> PriorityNode<H> {
             );
             return;
         }
-        let synced: Vec<NodeIndex> = (0..self.peers.len())
-            .filter(|&p| p != self.config.me && self.peers[p].synced)
-            .collect();
-        // Every standby but the last gets a copy; the last takes the
-        // batches themselves (a copy of each command list fewer).
-        let Some((last, others)) = synced.split_last() else {
-            return;
-        };
         let batches = command_batches(self.term, first_seq, commands, self.message_limit);
-        for &p in others {
-            for batch in &batches {
-                self.outbox.push((p, batch.clone()));
+        // Every synced standby gets the same batches: their bytes are
+        // shared, not copied.
+        for p in 0..self.peers.len() {
+            if p != self.config.me && self.peers[p].synced {
+                for batch in &batches {
+                    self.outbox.push((p, batch.clone()));
+                }
             }
         }
-        self.outbox
-            .extend(batches.into_iter().map(|batch| (*last, batch)));
     }
 
     /// Whether [`Self::poll_transmits`] has something.

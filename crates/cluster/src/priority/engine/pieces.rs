@@ -8,7 +8,7 @@
 //! sizes fit. A piece always carries at least one item, so a limit below
 //! one item (only a test sets one) still makes progress.
 
-use baton_core::{Command, TableSnapshot, Token, MAX_ENCODED_COMMAND};
+use baton_core::{EncodedCommands, TableSnapshot, Token};
 use serde::Serialize;
 
 use super::super::messages::{encoded_len, PriorityMessage, TablePart, Term, MAX_MESSAGE_BYTES};
@@ -50,11 +50,12 @@ pub(super) fn table_parts(
 }
 
 /// `commands`, numbered from `first_seq`, as `Commands` messages of at
-/// most `limit` bytes each, in order. None for no commands.
+/// most `limit` bytes each, in order, sharing the commands' bytes. None
+/// for no commands.
 pub(super) fn command_batches(
     term: Term,
     first_seq: u64,
-    commands: Vec<Command>,
+    commands: EncodedCommands,
     limit: usize,
 ) -> Vec<PriorityMessage> {
     if commands.is_empty() {
@@ -63,22 +64,18 @@ pub(super) fn command_batches(
     let header = encoded_len(&PriorityMessage::Commands {
         term,
         first_seq: u64::MAX,
-        commands: Vec::new(),
+        commands: EncodedCommands::default(),
     }) + LIST_LEN_SLACK;
     let room = limit.saturating_sub(header);
     // The common case, a burst of commands far below the cap, is one
-    // batch: measuring each command's encoding showed in profiles.
-    if commands.len().saturating_mul(MAX_ENCODED_COMMAND) <= room {
-        let batch = PriorityMessage::Commands {
-            term,
-            first_seq,
-            commands,
-        };
-        debug_assert!(fits(&batch, limit), "a batch over {limit}");
-        return vec![batch];
-    }
+    // batch, and the commands' size is known without walking them.
+    let runs = if commands.as_bytes().len() <= room {
+        vec![commands]
+    } else {
+        commands.split(room)
+    };
     let mut next = first_seq;
-    let batches: Vec<PriorityMessage> = split(commands, room)
+    let batches: Vec<PriorityMessage> = runs
         .into_iter()
         .map(|commands| {
             let batch_first = next;
@@ -141,6 +138,8 @@ pub(super) fn highest_token(part: &TablePart) -> Token {
 
 #[cfg(test)]
 mod tests {
+    use baton_core::{Command, MAX_ENCODED_COMMAND};
+
     use super::*;
 
     #[test]

@@ -41,7 +41,7 @@
 //! A node whose own clock is more than an hour behind its peers refuses
 //! them all and so hears nobody: the log line says so.
 
-use baton_core::{Command, Millis, Token};
+use baton_core::{Millis, Token};
 
 use super::super::messages::{NodeIndex, PriorityMessage, TablePart};
 use super::pieces::highest_token;
@@ -136,17 +136,9 @@ impl<H> PriorityNode<H> {
                         first_seq: *first_seq,
                     });
                 }
-                let highest = commands
-                    .iter()
-                    .map(|command| match command {
-                        Command::Grant { .. } => 0,
-                        Command::Release { token, .. }
-                        | Command::Renew { token, .. }
-                        | Command::Expire { token, .. } => *token,
-                        Command::RaiseTokenFloor { floor } => *floor,
-                    })
-                    .max()
-                    .unwrap_or(0);
+                // Checked by the link; a batch that does not walk is as
+                // implausible as one with a token from the future.
+                let highest = commands.highest_token().unwrap_or(u64::MAX);
                 self.check_value("a command's token", highest, now)
             }
             PriorityMessage::SyncRequest

@@ -153,10 +153,12 @@ fn an_active_answers_a_sync_request_with_its_table_then_sends_its_commands() {
             PriorityMessage::Commands {
                 term,
                 first_seq: 0,
-                commands: vec![Command::Grant {
+                commands: [Command::Grant {
                     key: key("a"),
                     lease_ms: 1_000,
-                }],
+                }]
+                .into_iter()
+                .collect(),
             }
         )]
     );
@@ -200,7 +202,7 @@ fn a_release_grants_the_waiter_and_replicates_both_in_order() {
             PriorityMessage::Commands {
                 term,
                 first_seq: 1,
-                commands: vec![
+                commands: [
                     Command::Release {
                         key: key("a"),
                         token: first,
@@ -209,7 +211,9 @@ fn a_release_grants_the_waiter_and_replicates_both_in_order() {
                         key: key("a"),
                         lease_ms: 1_000,
                     },
-                ],
+                ]
+                .into_iter()
+                .collect(),
             }
         )]
     );
@@ -311,7 +315,7 @@ fn every_synced_standby_gets_the_same_commands_in_the_peer_order() {
     let batch = PriorityMessage::Commands {
         term,
         first_seq: 0,
-        commands: vec![
+        commands: [
             Command::Grant {
                 key: key("a"),
                 lease_ms: 1_000,
@@ -320,7 +324,9 @@ fn every_synced_standby_gets_the_same_commands_in_the_peer_order() {
                 key: key("a"),
                 token: first,
             },
-        ],
+        ]
+        .into_iter()
+        .collect(),
     };
     assert_eq!(node.poll_transmits(), vec![(1, batch.clone()), (2, batch)]);
     assert_eq!(node.poll_transmits(), Vec::new());

@@ -3,7 +3,7 @@
 //! the sanity bound refused whole, indexes and sequence numbers checked.
 
 use super::*;
-use baton_core::{Command, SnapshotLock};
+use baton_core::{Command, EncodedCommands, SnapshotLock};
 
 use super::super::engine::{CLOCK_ALLOWANCE_MS, REFUSAL_LOG_EVERY_MS};
 
@@ -95,12 +95,14 @@ fn poisoned_messages(term: u64, bound: Token) -> Vec<PriorityMessage> {
         PriorityMessage::Commands {
             term,
             first_seq: 0,
-            commands: vec![Command::RaiseTokenFloor { floor: Token::MAX }],
+            commands: [Command::RaiseTokenFloor { floor: Token::MAX }]
+                .into_iter()
+                .collect(),
         },
         PriorityMessage::Commands {
             term: over,
             first_seq: 0,
-            commands: Vec::new(),
+            commands: EncodedCommands::default(),
         },
         PriorityMessage::HandoffPart {
             part: part(Token::MAX, 5),
@@ -235,7 +237,9 @@ fn commands_numbered_past_the_end_of_the_sequence_are_refused() {
     let message = PriorityMessage::Commands {
         term: c.node(1).term(),
         first_seq: u64::MAX,
-        commands: vec![Command::RaiseTokenFloor { floor: 5 }],
+        commands: [Command::RaiseTokenFloor { floor: 5 }]
+            .into_iter()
+            .collect(),
     };
     let before = seen(&c, 1);
     c.node_mut(1).handle_message(0, message, now);

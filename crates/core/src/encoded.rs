@@ -1,0 +1,371 @@
+//! Commands kept encoded: the journal a serving node replicates, written as
+//! each command is applied, so that no key outlives its request in a list
+//! waiting to be sent, and a batch bound for several standbys is encoded
+//! once and shared (a reference count per copy).
+//!
+//! The bytes are postcard's encoding of each [`Command`] in turn, what
+//! serde derives for it: the variant's index, then its fields in order,
+//! every integer a LEB128 varint and a key its length then its bytes. A
+//! `Vec<Command>` encodes as its length and then exactly these bytes, so a
+//! message that carries a list can write it with a copy. The tests pin the
+//! bytes against postcard itself.
+//!
+//! Bytes from a peer are hostile: [`EncodedCommands::parse`] checks every
+//! command (a known variant, canonical-enough varints within u64, a key
+//! within the key rules) before anything decodes them, and decoding never
+//! panics on bytes it did not check.
+
+use bytes::Bytes;
+
+use crate::key::{validate as validate_key, Key, KeyError, MAX_KEY_LEN};
+use crate::table::Command;
+use crate::Token;
+
+/// Why bytes are not a list of encoded commands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum DecodeError {
+    #[error("the commands end in the middle of one")]
+    Truncated,
+    #[error("an integer runs past 64 bits")]
+    Overflow,
+    #[error("unknown command variant {0}")]
+    Variant(u64),
+    #[error("a command's key: {0}")]
+    Key(KeyError),
+    #[error("{0} bytes follow the last command")]
+    Trailing(usize),
+}
+
+/// A list of commands in their postcard encoding, in order.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct EncodedCommands {
+    count: usize,
+    bytes: Bytes,
+}
+
+impl EncodedCommands {
+    /// How many commands.
+    pub fn len(&self) -> usize {
+        self.count
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.count == 0
+    }
+
+    /// The commands' encoding, without a length in front.
+    pub fn as_bytes(&self) -> &[u8] {
+        &self.bytes
+    }
+
+    /// Checks that `bytes` are exactly `count` commands and keeps them.
+    pub fn parse(count: usize, bytes: &[u8]) -> Result<EncodedCommands, DecodeError> {
+        let mut rest = bytes;
+        for _ in 0..count {
+            let (command, after) = take_command(rest)?;
+            validate_key_of(&command)?;
+            rest = after;
+        }
+        if !rest.is_empty() {
+            return Err(DecodeError::Trailing(rest.len()));
+        }
+        Ok(EncodedCommands {
+            count,
+            bytes: Bytes::copy_from_slice(bytes),
+        })
+    }
+
+    /// The commands, decoded one at a time.
+    pub fn iter(&self) -> impl Iterator<Item = Result<Command, DecodeError>> + '_ {
+        let mut rest = &self.bytes[..];
+        (0..self.count).map(move |_| {
+            let (command, after) = take_command(rest)?;
+            rest = after;
+            command.into_command()
+        })
+    }
+
+    /// The highest token the commands name (0 for none): what a receiver
+    /// checks for plausibility before applying them.
+    pub fn highest_token(&self) -> Result<Token, DecodeError> {
+        let mut rest = &self.bytes[..];
+        let mut highest = 0;
+        for _ in 0..self.count {
+            let (command, after) = take_command(rest)?;
+            highest = highest.max(command.token);
+            rest = after;
+        }
+        Ok(highest)
+    }
+
+    /// Cuts the list into runs of at most `room` bytes each (a run of one
+    /// command may be larger), in order, sharing these bytes. At least one
+    /// run, empty for no commands.
+    pub fn split(&self, room: usize) -> Vec<EncodedCommands> {
+        let mut runs = Vec::new();
+        let (mut start, mut end, mut count) = (0usize, 0usize, 0usize);
+        for _ in 0..self.count {
+            let Ok((_, after)) = take_command(&self.bytes[end..]) else {
+                debug_assert!(false, "our own encoding failed to walk");
+                break;
+            };
+            let size = self.bytes.len() - end - after.len();
+            if count > 0 && end - start + size > room {
+                runs.push(self.run(start, end, count));
+                (start, count) = (end, 0);
+            }
+            end += size;
+            count += 1;
+        }
+        runs.push(self.run(start, end, count));
+        runs
+    }
+
+    fn run(&self, start: usize, end: usize, count: usize) -> EncodedCommands {
+        EncodedCommands {
+            count,
+            bytes: self.bytes.slice(start..end),
+        }
+    }
+}
+
+/// As a `Vec<Command>` serializes: what a message that derives its
+/// encoding writes. The cluster's wire encodes `Commands` with a copy of
+/// the bytes instead; this is the reference it is tested against, and
+/// what sizes a message header.
+impl serde::Serialize for EncodedCommands {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::{Error, SerializeSeq};
+        let mut seq = serializer.serialize_seq(Some(self.count))?;
+        for command in self.iter() {
+            seq.serialize_element(&command.map_err(S::Error::custom)?)?;
+        }
+        seq.end()
+    }
+}
+
+impl<'de> serde::Deserialize<'de> for EncodedCommands {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let commands = Vec::<Command>::deserialize(deserializer)?;
+        Ok(commands.iter().collect())
+    }
+}
+
+/// Encodes commands one after the other (the journal of a serving node).
+#[derive(Debug, Default)]
+pub struct CommandEncoder {
+    count: usize,
+    bytes: Vec<u8>,
+}
+
+impl CommandEncoder {
+    pub fn push(&mut self, command: &Command) {
+        encode_command(command, &mut self.bytes);
+        self.count += 1;
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.count == 0
+    }
+
+    /// The commands pushed since the last call; the encoder starts over
+    /// with room for as many bytes (bursts tend to look alike).
+    pub fn take(&mut self) -> EncodedCommands {
+        let room = self.bytes.len();
+        let bytes = std::mem::replace(&mut self.bytes, Vec::with_capacity(room));
+        let count = std::mem::take(&mut self.count);
+        EncodedCommands {
+            count,
+            bytes: Bytes::from(bytes),
+        }
+    }
+}
+
+impl<'a> FromIterator<&'a Command> for EncodedCommands {
+    fn from_iter<I: IntoIterator<Item = &'a Command>>(commands: I) -> Self {
+        let mut encoder = CommandEncoder::default();
+        commands.into_iter().for_each(|c| encoder.push(c));
+        encoder.take()
+    }
+}
+
+impl FromIterator<Command> for EncodedCommands {
+    fn from_iter<I: IntoIterator<Item = Command>>(commands: I) -> Self {
+        let mut encoder = CommandEncoder::default();
+        commands.into_iter().for_each(|c| encoder.push(&c));
+        encoder.take()
+    }
+}
+
+/// The variants' indexes, in [`Command`]'s order (serde's derive).
+const GRANT: u64 = 0;
+const RELEASE: u64 = 1;
+const RENEW: u64 = 2;
+const EXPIRE: u64 = 3;
+const RAISE_TOKEN_FLOOR: u64 = 4;
+
+fn encode_command(command: &Command, out: &mut Vec<u8>) {
+    match command {
+        Command::Grant { key, lease_ms } => {
+            encode_varint(GRANT, out);
+            encode_key(key, out);
+            encode_varint(*lease_ms, out);
+        }
+        Command::Release { key, token } => {
+            encode_varint(RELEASE, out);
+            encode_key(key, out);
+            encode_varint(*token, out);
+        }
+        Command::Renew {
+            key,
+            token,
+            lease_ms,
+        } => {
+            encode_varint(RENEW, out);
+            encode_key(key, out);
+            encode_varint(*token, out);
+            encode_varint(*lease_ms, out);
+        }
+        Command::Expire { key, token } => {
+            encode_varint(EXPIRE, out);
+            encode_key(key, out);
+            encode_varint(*token, out);
+        }
+        Command::RaiseTokenFloor { floor } => {
+            encode_varint(RAISE_TOKEN_FLOOR, out);
+            encode_varint(*floor, out);
+        }
+    }
+}
+
+fn encode_key(key: &Key, out: &mut Vec<u8>) {
+    encode_varint(key.len() as u64, out);
+    out.extend_from_slice(key.as_bytes());
+}
+
+/// LEB128, as postcard writes every integer wider than a byte.
+pub fn encode_varint(mut value: u64, out: &mut Vec<u8>) {
+    while value >= 0x80 {
+        out.push((value as u8) | 0x80);
+        value >>= 7;
+    }
+    out.push(value as u8);
+}
+
+/// The varint at the front of `bytes`, and what follows it.
+pub fn take_varint(bytes: &[u8]) -> Result<(u64, &[u8]), DecodeError> {
+    let mut value = 0u64;
+    for (i, &byte) in bytes.iter().enumerate().take(10) {
+        let bits = u64::from(byte & 0x7f);
+        // The tenth byte holds bit 63 only.
+        if i == 9 && bits > 1 {
+            return Err(DecodeError::Overflow);
+        }
+        value |= bits << (7 * i);
+        if byte & 0x80 == 0 {
+            return Ok((value, &bytes[i + 1..]));
+        }
+    }
+    if bytes.len() >= 10 {
+        Err(DecodeError::Overflow)
+    } else {
+        Err(DecodeError::Truncated)
+    }
+}
+
+/// One command read in place: its key borrowed, not yet checked.
+struct RawCommand<'a> {
+    variant: u64,
+    key: &'a [u8],
+    token: Token,
+    lease_ms: u64,
+}
+
+fn take_command(bytes: &[u8]) -> Result<(RawCommand<'_>, &[u8]), DecodeError> {
+    let (variant, rest) = take_varint(bytes)?;
+    let mut raw = RawCommand {
+        variant,
+        key: &[],
+        token: 0,
+        lease_ms: 0,
+    };
+    let rest = match variant {
+        GRANT => {
+            let rest = take_key(rest, &mut raw.key)?;
+            take_into(rest, &mut raw.lease_ms)?
+        }
+        RELEASE | EXPIRE => {
+            let rest = take_key(rest, &mut raw.key)?;
+            take_into(rest, &mut raw.token)?
+        }
+        RENEW => {
+            let rest = take_key(rest, &mut raw.key)?;
+            let rest = take_into(rest, &mut raw.token)?;
+            take_into(rest, &mut raw.lease_ms)?
+        }
+        RAISE_TOKEN_FLOOR => take_into(rest, &mut raw.token)?,
+        other => return Err(DecodeError::Variant(other)),
+    };
+    Ok((raw, rest))
+}
+
+fn take_into<'a>(bytes: &'a [u8], into: &mut u64) -> Result<&'a [u8], DecodeError> {
+    let (value, rest) = take_varint(bytes)?;
+    *into = value;
+    Ok(rest)
+}
+
+fn take_key<'a>(bytes: &'a [u8], key: &mut &'a [u8]) -> Result<&'a [u8], DecodeError> {
+    let (len, rest) = take_varint(bytes)?;
+    // A length past the key limit is refused before it is used.
+    let len = usize::try_from(len)
+        .ok()
+        .filter(|&len| len <= MAX_KEY_LEN)
+        .ok_or(DecodeError::Key(KeyError::TooLong {
+            len: usize::try_from(len).unwrap_or(usize::MAX),
+        }))?;
+    if rest.len() < len {
+        return Err(DecodeError::Truncated);
+    }
+    let (bytes, rest) = rest.split_at(len);
+    *key = bytes;
+    Ok(rest)
+}
+
+fn validate_key_of(command: &RawCommand<'_>) -> Result<(), DecodeError> {
+    if command.variant == RAISE_TOKEN_FLOOR {
+        return Ok(());
+    }
+    validate_key(command.key).map_err(DecodeError::Key)
+}
+
+impl RawCommand<'_> {
+    fn into_command(self) -> Result<Command, DecodeError> {
+        let key = || Key::new(self.key).map_err(DecodeError::Key);
+        Ok(match self.variant {
+            GRANT => Command::Grant {
+                key: key()?,
+                lease_ms: self.lease_ms,
+            },
+            RELEASE => Command::Release {
+                key: key()?,
+                token: self.token,
+            },
+            RENEW => Command::Renew {
+                key: key()?,
+                token: self.token,
+                lease_ms: self.lease_ms,
+            },
+            EXPIRE => Command::Expire {
+                key: key()?,
+                token: self.token,
+            },
+            RAISE_TOKEN_FLOOR => Command::RaiseTokenFloor { floor: self.token },
+            other => return Err(DecodeError::Variant(other)),
+        })
+    }
+}
+
+#[cfg(test)]
+#[path = "encoded_tests.rs"]
+mod tests;
