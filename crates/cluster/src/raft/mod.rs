@@ -18,6 +18,7 @@
 //! - [`shell`]: wires it all to the server; `node_inputs` names what the
 //!   shell and the state machine feed the node.
 
+mod append_stream;
 pub mod bounds;
 pub mod contact;
 pub mod engine;

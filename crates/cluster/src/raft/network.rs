@@ -9,16 +9,20 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
+use futures_util::Stream;
+use openraft::base::{BoxFuture, BoxStream};
 use openraft::errors::{
     NetworkError, RPCError, ReplicationClosed, StreamingError, Timeout, Unreachable,
 };
 use openraft::network::{RPCOption, RaftNetworkFactory, RaftNetworkV2};
+use openraft::raft::StreamAppendResult;
 use openraft::raft::{
     AppendEntriesRequest, AppendEntriesResponse, SnapshotResponse, TransferLeaderRequest,
     TransferLeaderResponse, VoteRequest, VoteResponse,
 };
 use openraft::{BasicNode, OptionalSend};
 
+use super::append_stream;
 use super::bounds::{self, Complaints, Implausible};
 use super::link::{CallError, Dialer, Link};
 use super::rpc::{LinkHello, ReplyBody, RequestBody};
@@ -182,7 +186,7 @@ impl PeerClient {
 
     /// Refuses an implausible reply: logged (rate limited), and to
     /// openraft the peer is unreachable.
-    fn implausible(&self, what: &str, why: Implausible) -> RPCError<TypeConfig> {
+    pub(super) fn implausible(&self, what: &str, why: Implausible) -> RPCError<TypeConfig> {
         self.complaints.refused(self.target, what, &why);
         RPCError::Unreachable(Unreachable::new(&why))
     }
@@ -243,6 +247,25 @@ fn unexpected(reply: &ReplyBody) -> RPCError<TypeConfig> {
 
 impl RaftNetworkV2<TypeConfig> for PeerClient {
     type SnapshotData = SnapshotData;
+
+    /// One request at a time, an entry-less one held a little for the
+    /// next to carry it ([`append_stream`]).
+    fn stream_append<'s, S>(
+        &'s mut self,
+        input: S,
+        option: RPCOption,
+    ) -> BoxFuture<
+        's,
+        Result<
+            BoxStream<'s, Result<StreamAppendResult<TypeConfig>, RPCError<TypeConfig>>>,
+            RPCError<TypeConfig>,
+        >,
+    >
+    where
+        S: Stream<Item = AppendEntriesRequest<TypeConfig>> + OptionalSend + Unpin + 'static,
+    {
+        append_stream::send_all(self, input, option)
+    }
 
     async fn append_entries(
         &mut self,
