@@ -126,11 +126,8 @@ async fn send(
     request: Request,
     option: RPCOption,
 ) -> Result<(StreamAppendResult<TypeConfig>, bool), RPCError<TypeConfig>> {
-    let prev = request.prev_log_id.clone();
-    let last = match request.entries.last() {
-        Some(entry) => Some(entry.log_id.clone()),
-        None => prev.clone(),
-    };
+    let prev = request.prev_log_id;
+    let last = request.entries.last().map(|entry| entry.log_id).or(prev);
     let response = client.append_entries(request, option).await?;
     let go_on = match &response {
         AppendEntriesResponse::Success => true,
