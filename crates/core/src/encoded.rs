@@ -40,6 +40,9 @@ pub enum DecodeError {
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct EncodedCommands {
     count: usize,
+    /// The highest token the commands name, kept as they are encoded or
+    /// checked, so that a receiver's plausibility check needs no walk.
+    highest_token: Token,
     bytes: Bytes,
 }
 
@@ -61,9 +64,11 @@ impl EncodedCommands {
     /// Checks that `bytes` are exactly `count` commands and keeps them.
     pub fn parse(count: usize, bytes: &[u8]) -> Result<EncodedCommands, DecodeError> {
         let mut rest = bytes;
+        let mut highest_token = 0;
         for _ in 0..count {
             let (command, after) = take_command(rest)?;
             validate_key_of(&command)?;
+            highest_token = highest_token.max(command.token);
             rest = after;
         }
         if !rest.is_empty() {
@@ -71,6 +76,7 @@ impl EncodedCommands {
         }
         Ok(EncodedCommands {
             count,
+            highest_token,
             bytes: Bytes::copy_from_slice(bytes),
         })
     }
@@ -85,17 +91,11 @@ impl EncodedCommands {
         })
     }
 
-    /// The highest token the commands name (0 for none): what a receiver
-    /// checks for plausibility before applying them.
-    pub fn highest_token(&self) -> Result<Token, DecodeError> {
-        let mut rest = &self.bytes[..];
-        let mut highest = 0;
-        for _ in 0..self.count {
-            let (command, after) = take_command(rest)?;
-            highest = highest.max(command.token);
-            rest = after;
-        }
-        Ok(highest)
+    /// The highest token the commands name, a token floor included (0
+    /// for none): what a receiver checks for plausibility before applying
+    /// them.
+    pub fn highest_token(&self) -> Token {
+        self.highest_token
     }
 
     /// Cuts the list into runs of at most `room` bytes each (a run of one
@@ -103,27 +103,30 @@ impl EncodedCommands {
     /// run, empty for no commands.
     pub fn split(&self, room: usize) -> Vec<EncodedCommands> {
         let mut runs = Vec::new();
-        let (mut start, mut end, mut count) = (0usize, 0usize, 0usize);
+        let (mut start, mut end) = (0usize, 0usize);
+        let mut run = CommandEncoder::default();
         for _ in 0..self.count {
-            let Ok((_, after)) = take_command(&self.bytes[end..]) else {
+            let Ok((command, after)) = take_command(&self.bytes[end..]) else {
                 debug_assert!(false, "our own encoding failed to walk");
                 break;
             };
             let size = self.bytes.len() - end - after.len();
-            if count > 0 && end - start + size > room {
-                runs.push(self.run(start, end, count));
-                (start, count) = (end, 0);
+            if run.count > 0 && end - start + size > room {
+                runs.push(self.run(start, end, &run));
+                (start, run) = (end, CommandEncoder::default());
             }
             end += size;
-            count += 1;
+            run.counted(command.token);
         }
-        runs.push(self.run(start, end, count));
+        runs.push(self.run(start, end, &run));
         runs
     }
 
-    fn run(&self, start: usize, end: usize, count: usize) -> EncodedCommands {
+    /// The bytes from `start` to `end`, as counted by `run`.
+    fn run(&self, start: usize, end: usize, run: &CommandEncoder) -> EncodedCommands {
         EncodedCommands {
-            count,
+            count: run.count,
+            highest_token: run.highest_token,
             bytes: self.bytes.slice(start..end),
         }
     }
@@ -155,13 +158,19 @@ impl<'de> serde::Deserialize<'de> for EncodedCommands {
 #[derive(Debug, Default)]
 pub struct CommandEncoder {
     count: usize,
+    highest_token: Token,
     bytes: Vec<u8>,
 }
 
 impl CommandEncoder {
     pub fn push(&mut self, command: &Command) {
-        encode_command(command, &mut self.bytes);
+        let token = encode_command(command, &mut self.bytes);
+        self.counted(token);
+    }
+
+    fn counted(&mut self, token: Token) {
         self.count += 1;
+        self.highest_token = self.highest_token.max(token);
     }
 
     pub fn is_empty(&self) -> bool {
@@ -173,9 +182,9 @@ impl CommandEncoder {
     pub fn take(&mut self) -> EncodedCommands {
         let room = self.bytes.len();
         let bytes = std::mem::replace(&mut self.bytes, Vec::with_capacity(room));
-        let count = std::mem::take(&mut self.count);
         EncodedCommands {
-            count,
+            count: std::mem::take(&mut self.count),
+            highest_token: std::mem::take(&mut self.highest_token),
             bytes: Bytes::from(bytes),
         }
     }
@@ -204,17 +213,21 @@ const RENEW: u64 = 2;
 const EXPIRE: u64 = 3;
 const RAISE_TOKEN_FLOOR: u64 = 4;
 
-fn encode_command(command: &Command, out: &mut Vec<u8>) {
+/// Appends `command`'s encoding; returns the token it names (a floor's
+/// included, 0 for a grant).
+fn encode_command(command: &Command, out: &mut Vec<u8>) -> Token {
     match command {
         Command::Grant { key, lease_ms } => {
             encode_varint(GRANT, out);
             encode_key(key, out);
             encode_varint(*lease_ms, out);
+            0
         }
         Command::Release { key, token } => {
             encode_varint(RELEASE, out);
             encode_key(key, out);
             encode_varint(*token, out);
+            *token
         }
         Command::Renew {
             key,
@@ -225,15 +238,18 @@ fn encode_command(command: &Command, out: &mut Vec<u8>) {
             encode_key(key, out);
             encode_varint(*token, out);
             encode_varint(*lease_ms, out);
+            *token
         }
         Command::Expire { key, token } => {
             encode_varint(EXPIRE, out);
             encode_key(key, out);
             encode_varint(*token, out);
+            *token
         }
         Command::RaiseTokenFloor { floor } => {
             encode_varint(RAISE_TOKEN_FLOOR, out);
             encode_varint(*floor, out);
+            *floor
         }
     }
 }

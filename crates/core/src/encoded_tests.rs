@@ -58,7 +58,8 @@ fn parsed_bytes_decode_into_the_commands() {
     let parsed = EncodedCommands::parse(commands.len(), encoded.as_bytes()).unwrap();
     let decoded: Vec<Command> = parsed.iter().map(Result::unwrap).collect();
     assert_eq!(decoded, commands);
-    assert_eq!(parsed.highest_token(), Ok(u64::MAX));
+    assert_eq!(parsed.highest_token(), u64::MAX);
+    assert_eq!(encoded.highest_token(), u64::MAX);
 }
 
 #[test]
@@ -92,7 +93,7 @@ fn bad_bytes_are_refused_with_their_reason() {
     let mut widest = vec![4];
     widest.extend([0xff; 9]);
     widest.push(0x01);
-    assert_eq!(parse(1, &widest).unwrap().highest_token(), Ok(u64::MAX));
+    assert_eq!(parse(1, &widest).unwrap().highest_token(), u64::MAX);
 }
 
 #[test]
@@ -116,6 +117,14 @@ fn a_split_keeps_the_order_and_each_run_within_room() {
             .iter()
             .all(|r| r.len() == 1 || r.as_bytes().len() <= room));
         assert!(runs.iter().all(|r| !r.is_empty()));
+        // Each run knows its own highest token.
+        for run in &runs {
+            let highest = run.iter().map(|c| match c.unwrap() {
+                Command::Release { token, .. } => token,
+                _ => unreachable!(),
+            });
+            assert_eq!(Some(run.highest_token()), highest.max());
+        }
     }
     assert_eq!(encoded.split(1000).len(), 1);
     assert_eq!(EncodedCommands::default().split(10).len(), 1);
@@ -134,6 +143,17 @@ fn the_encoder_starts_over_after_each_take() {
         (first.as_bytes(), second.as_bytes()),
         (&[4, 7][..], &[4, 8][..])
     );
+}
+
+/// The token a command names: what `highest_token` is the maximum of.
+fn named_token(command: &Command) -> u64 {
+    match command {
+        Command::Grant { .. } => 0,
+        Command::Release { token, .. }
+        | Command::Renew { token, .. }
+        | Command::Expire { token, .. } => *token,
+        Command::RaiseTokenFloor { floor } => *floor,
+    }
 }
 
 fn any_key() -> impl Strategy<Value = Key> {
@@ -166,6 +186,8 @@ proptest! {
         let encoded: EncodedCommands = commands.iter().collect();
         let parsed = EncodedCommands::parse(commands.len(), encoded.as_bytes()).unwrap();
         let decoded: Vec<Command> = parsed.iter().map(Result::unwrap).collect();
+        let highest = commands.iter().map(named_token).max().unwrap_or(0);
+        prop_assert_eq!((encoded.highest_token(), parsed.highest_token()), (highest, highest));
         prop_assert_eq!(decoded, commands);
     }
 

@@ -136,10 +136,7 @@ impl<H> PriorityNode<H> {
                         first_seq: *first_seq,
                     });
                 }
-                // Checked by the link; a batch that does not walk is as
-                // implausible as one with a token from the future.
-                let highest = commands.highest_token().unwrap_or(u64::MAX);
-                self.check_value("a command's token", highest, now)
+                self.check_value("a command's token", commands.highest_token(), now)
             }
             PriorityMessage::SyncRequest
             | PriorityMessage::HandoffTaken
