@@ -97,9 +97,14 @@ async fn a_single_node_is_healthy_and_its_metrics_move_with_the_requests() {
     c.send("A k 0.2 30").await; // queues, then times out
     assert_eq!(c.recv().await, "T k");
     c.send("A k 0 30").await; // queues, then gets the key at the release
-    let queued = Instant::now();
     let _ = wait_scrape(http, |m| m.get("baton_waiters_queued") == 1.0).await;
-    let waited = queued.elapsed().as_secs_f64();
+    // Queued by now, and granted only after the release below: its wait
+    // covers at least this stretch. (Timed from the send instead, the
+    // bound failed on a loaded machine: the node queued the request some
+    // milliseconds after the test had sent it.)
+    let seen_queued = Instant::now();
+    tokio::time::sleep(Duration::from_millis(30)).await;
+    let waited = seen_queued.elapsed().as_secs_f64();
     assert_eq!(c.request(&format!("R k {t1}")).await, "R k");
     let t2 = grant_token(&c.recv().await, "k");
     assert_eq!(c.request(&format!("K k {t2} 60")).await, "K k");
