@@ -249,7 +249,7 @@ impl RaftNetworkV2<TypeConfig> for PeerClient {
     type SnapshotData = SnapshotData;
 
     /// One request at a time, an entry-less one held a little for the
-    /// next to carry it ([`append_stream`]).
+    /// next to carry it (`raft/append_stream.rs`).
     fn stream_append<'s, S>(
         &'s mut self,
         input: S,
