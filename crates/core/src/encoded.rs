@@ -260,7 +260,7 @@ fn encode_key(key: &Key, out: &mut Vec<u8>) {
 }
 
 /// LEB128, as postcard writes every integer wider than a byte.
-pub fn encode_varint(mut value: u64, out: &mut Vec<u8>) {
+fn encode_varint(mut value: u64, out: &mut Vec<u8>) {
     while value >= 0x80 {
         out.push((value as u8) | 0x80);
         value >>= 7;
@@ -269,7 +269,7 @@ pub fn encode_varint(mut value: u64, out: &mut Vec<u8>) {
 }
 
 /// The varint at the front of `bytes`, and what follows it.
-pub fn take_varint(bytes: &[u8]) -> Result<(u64, &[u8]), DecodeError> {
+fn take_varint(bytes: &[u8]) -> Result<(u64, &[u8]), DecodeError> {
     let mut value = 0u64;
     for (i, &byte) in bytes.iter().enumerate().take(10) {
         let bits = u64::from(byte & 0x7f);
@@ -356,24 +356,26 @@ fn validate_key_of(command: &RawCommand<'_>) -> Result<(), DecodeError> {
 }
 
 impl RawCommand<'_> {
+    /// The command, its key taken as checked: every `EncodedCommands`
+    /// holds keys that were written from a `Key` or checked by `parse`.
     fn into_command(self) -> Result<Command, DecodeError> {
-        let key = || Key::new(self.key).map_err(DecodeError::Key);
+        let key = || Key::from_checked(self.key);
         Ok(match self.variant {
             GRANT => Command::Grant {
-                key: key()?,
+                key: key(),
                 lease_ms: self.lease_ms,
             },
             RELEASE => Command::Release {
-                key: key()?,
+                key: key(),
                 token: self.token,
             },
             RENEW => Command::Renew {
-                key: key()?,
+                key: key(),
                 token: self.token,
                 lease_ms: self.lease_ms,
             },
             EXPIRE => Command::Expire {
-                key: key()?,
+                key: key(),
                 token: self.token,
             },
             RAISE_TOKEN_FLOOR => Command::RaiseTokenFloor { floor: self.token },

@@ -40,6 +40,13 @@ impl Key {
         Ok(Key(Arc::from(bytes)))
     }
 
+    /// Copies bytes the caller has already checked against the key rules
+    /// (the commands of a batch, checked whole before any is applied).
+    pub(crate) fn from_checked(bytes: &[u8]) -> Key {
+        debug_assert_eq!(validate(bytes), Ok(()), "an unchecked key");
+        Key(Arc::from(bytes))
+    }
+
     pub fn as_bytes(&self) -> &[u8] {
         &self.0
     }

@@ -32,7 +32,7 @@ mod service;
 mod table;
 mod waiters;
 
-pub use encoded::{CommandEncoder, DecodeError, EncodedCommands};
+pub use encoded::{DecodeError, EncodedCommands};
 pub use event::{Change, Event, NodeIndex, NotServing};
 pub use invariant::Broken;
 pub use key::{validate as validate_key, Key, KeyError, MAX_KEY_LEN};

@@ -47,10 +47,8 @@ pub struct SingleState {
 pub struct SingleNode {
     service: LockService<Mailbox>,
     scratch: Vec<Event<Mailbox>>,
-    /// Counts the calls that changed the table: a new version to save.
-    version: u64,
-    /// The service's count of changes when `version` was last raised.
-    changes_counted: u64,
+    /// The service's count of changes at version 1 (see [`Self::version`]).
+    changes_at_start: u64,
     /// Grants whose lease ran out (for the metrics).
     expiries: u64,
 }
@@ -68,10 +66,9 @@ impl SingleNode {
         let mut service = LockService::from_table(table);
         service.raise_token_floor(floor);
         SingleNode {
-            changes_counted: service.changes(),
+            changes_at_start: service.changes(),
             service,
             scratch: Vec::new(),
-            version: 1,
             expiries: 0,
         }
     }
@@ -79,19 +76,16 @@ impl SingleNode {
     /// The state to write if the table changed since version `written`,
     /// with its version.
     pub fn state_to_persist(&self, written: u64, now: Millis) -> Option<(u64, SingleState)> {
-        (self.version != written).then(|| {
+        let version = self.version();
+        (version != written).then(|| {
             let table = self.service.table().snapshot(now);
-            (self.version, SingleState { table })
+            (version, SingleState { table })
         })
     }
 
-    /// Counts the changes the last call made, if any, as one version.
-    fn count_changes(&mut self) {
-        let changes = self.service.changes();
-        if changes != self.changes_counted {
-            self.changes_counted = changes;
-            self.version += 1;
-        }
+    /// The table's version: 1 at the start, one more per change since.
+    fn version(&self) -> u64 {
+        1 + (self.service.changes() - self.changes_at_start)
     }
 }
 
@@ -108,7 +102,6 @@ impl LockNode for SingleNode {
         let outcome = self
             .service
             .acquire(key, wait_ms, lease_ms, now, mailbox.clone());
-        self.count_changes();
         Served::Done(outcome)
     }
 
@@ -121,7 +114,6 @@ impl LockNode for SingleNode {
         events: &mut Vec<NodeEvent>,
     ) -> Served<Outcome> {
         let outcome = self.service.release(key, token, now, &mut self.scratch);
-        self.count_changes();
         events.extend(self.scratch.drain(..).map(NodeEvent::from));
         Served::Done(outcome)
     }
@@ -136,7 +128,6 @@ impl LockNode for SingleNode {
         _events: &mut Vec<NodeEvent>,
     ) -> Served<Outcome> {
         let outcome = self.service.renew(key, token, lease_ms, now);
-        self.count_changes();
         Served::Done(outcome)
     }
 
@@ -147,7 +138,6 @@ impl LockNode for SingleNode {
     fn tick(&mut self, now: Millis, events: &mut Vec<NodeEvent>) {
         let before = self.service.table().len();
         self.service.tick(now, &mut self.scratch);
-        self.count_changes();
         // A tick ends leases (a key whose next waiter got it stays held)
         // and times waits out (which changes no grant).
         let handed_on = self

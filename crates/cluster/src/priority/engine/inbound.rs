@@ -218,8 +218,9 @@ impl<H> PriorityNode<H> {
         let already = usize::try_from(self.seq - first_seq).unwrap_or(usize::MAX);
         for command in commands.iter().skip(already) {
             let Ok(command) = command else {
-                // The link checked every command; a batch made in-process
-                // (a test) may not be: the copy can no longer be trusted.
+                // Cannot happen: a batch is written by an encoder or
+                // checked whole by the link before it gets here. Should it
+                // anyway, the copy can no longer be trusted.
                 debug_assert!(false, "an unchecked batch: {command:?}");
                 standby.resync(now);
                 return;
