@@ -27,7 +27,15 @@ fn ended(attempt: &Attempt) -> Duration {
 /// saw (answered `A key token`), or one we may not have seen (an attempt
 /// whose answer never came). `None` for an acquire that surely holds
 /// nothing (answered `T`, `M`, or anything else).
-pub fn latest_end(history: &History, grant: &Attempt) -> Option<Duration> {
+/// `undone(node, at)` says whether an answer `node` gave at `at` may be
+/// undone by a fault (a release acknowledged just before a kill, on a node
+/// that saves its table a few times a second): such a release does not end
+/// the grant.
+pub fn latest_end(
+    history: &History,
+    grant: &Attempt,
+    undone: &dyn Fn(usize, Duration) -> bool,
+) -> Option<Duration> {
     let Request::Acquire { wait, lease } = grant.request else {
         return None;
     };
@@ -55,7 +63,9 @@ pub fn latest_end(history: &History, grant: &Attempt) -> Option<Duration> {
             match (&other.request, &other.outcome) {
                 (Request::Release { token: t }, Outcome::Answered { at, answer })
                 | (Request::Renew { token: t, .. }, Outcome::Answered { at, answer })
-                    if *t == token && matches!(answer, Answer::Released | Answer::NotHeld) =>
+                    if *t == token
+                        && (matches!(answer, Answer::NotHeld)
+                            || matches!(answer, Answer::Released) && !undone(other.node, *at)) =>
                 {
                     ended_by = Some(ended_by.map_or(*at, |e| e.min(*at)));
                 }
@@ -97,6 +107,11 @@ mod tests {
         Duration::from_millis(ms)
     }
 
+    /// No answer is undone.
+    fn never(_: usize, _: Duration) -> bool {
+        false
+    }
+
     fn acquire(sent: u64, outcome: Outcome) -> Attempt {
         Attempt {
             worker: 0,
@@ -132,7 +147,10 @@ mod tests {
             attempts: vec![grant.clone()],
             outages: Vec::new(),
         };
-        assert_eq!(latest_end(&h, &grant), Some(t(1100) + EXPIRY_MARGIN));
+        assert_eq!(
+            latest_end(&h, &grant, &never),
+            Some(t(1100) + EXPIRY_MARGIN)
+        );
         h.attempts.push(answered(
             200,
             210,
@@ -142,14 +160,17 @@ mod tests {
             },
             Answer::Renewed,
         ));
-        assert_eq!(latest_end(&h, &grant), Some(t(3210) + EXPIRY_MARGIN));
+        assert_eq!(
+            latest_end(&h, &grant, &never),
+            Some(t(3210) + EXPIRY_MARGIN)
+        );
         h.attempts.push(answered(
             400,
             420,
             Request::Release { token: 5 },
             Answer::Released,
         ));
-        assert_eq!(latest_end(&h, &grant), Some(t(420)));
+        assert_eq!(latest_end(&h, &grant, &never), Some(t(420)));
     }
 
     #[test]
@@ -159,16 +180,16 @@ mod tests {
             attempts: vec![lost.clone()],
             outages: Vec::new(),
         };
-        assert_eq!(latest_end(&h, &lost), Some(t(1550) + EXPIRY_MARGIN));
+        assert_eq!(latest_end(&h, &lost, &never), Some(t(1550) + EXPIRY_MARGIN));
         h.outages.push(Outage {
             node: 1,
             kind: FaultKind::Pause,
             from: t(1000),
             until: Some(t(3000)),
         });
-        assert_eq!(latest_end(&h, &lost), Some(t(4500) + EXPIRY_MARGIN));
+        assert_eq!(latest_end(&h, &lost, &never), Some(t(4500) + EXPIRY_MARGIN));
         h.outages[0].until = None;
-        assert_eq!(latest_end(&h, &lost), Some(Duration::MAX));
+        assert_eq!(latest_end(&h, &lost, &never), Some(Duration::MAX));
     }
 
     #[test]
@@ -179,6 +200,6 @@ mod tests {
             attempts: vec![timed_out.clone()],
             outages: Vec::new(),
         };
-        assert_eq!(latest_end(&h, &timed_out), None);
+        assert_eq!(latest_end(&h, &timed_out, &never), None);
     }
 }

@@ -419,7 +419,7 @@ fn releases_applied(history: &History, rules: &Rules, found: &mut Vec<Violation>
         let refused = || {
             after().find(|a| {
                 matches!(a.answer(), Some((_, Answer::TimedOut)))
-                    && !someone_else_may_hold(history, a, *token)
+                    && !someone_else_may_hold(history, rules, a, *token)
             })
         };
         if let Some(seen) = shown.or_else(refused) {
@@ -433,7 +433,12 @@ fn releases_applied(history: &History, rules: &Rules, found: &mut Vec<Violation>
 
 /// Whether a grant other than `released` may have held the key of the
 /// acquire `refused` at some moment between its sending and its answer.
-fn someone_else_may_hold(history: &History, refused: &Attempt, released: u64) -> bool {
+fn someone_else_may_hold(
+    history: &History,
+    rules: &Rules,
+    refused: &Attempt,
+    released: u64,
+) -> bool {
     let Some((answered, _)) = refused.answer() else {
         return true;
     };
@@ -444,7 +449,8 @@ fn someone_else_may_hold(history: &History, refused: &Attempt, released: u64) ->
         if matches!(other.answer(), Some((_, Answer::Granted(t))) if *t == released) {
             return false;
         }
-        match latest_end(history, other) {
+        let undone = |node, at| unsaved(history, rules, node, at);
+        match latest_end(history, other, &undone) {
             Some(end) => other.sent < answered && end > refused.sent,
             None => false,
         }

@@ -387,6 +387,46 @@ fn a_refusal_is_no_evidence_when_someone_else_may_hold_the_key() {
     assert!(found.is_empty(), "{found:?}");
 }
 
+/// Chaos seed 1796229318187114543 (single node with a data directory): a
+/// grant's release was acknowledged 24 us before a kill, so the restarted
+/// node still had the grant; a later acquire timed out behind it, and the
+/// check blamed an earlier, saved release of another grant of the key.
+#[test]
+fn a_release_a_kill_may_undo_leaves_its_grant_possibly_holding() {
+    let mut lenient = rules(false);
+    lenient.unsaved = Some(Unsaved {
+        window: t(100),
+        kinds: vec![FaultKind::Kill],
+    });
+    let later = grant("k", 150, 160, 7, 5000);
+    let mut h = released_then(
+        Answer::TimedOut,
+        vec![later, release("k", 7, 200, 300, Answer::Released)],
+    );
+    // The refused acquire is sent after the second release, not at 120.
+    h.attempts[2].sent = t(400);
+    h.attempts[2].outcome = Outcome::Answered {
+        at: t(600),
+        answer: Answer::TimedOut,
+    };
+    h.outages.push(Outage {
+        node: 0,
+        kind: FaultKind::Kill,
+        from: t(301),
+        until: Some(t(350)),
+    });
+    assert!(check(&h, &lenient).is_empty(), "{:?}", check(&h, &lenient));
+    // Without the window, the second release was acknowledged for good,
+    // and the refusal shows neither release applied.
+    assert_eq!(
+        rules_broken(&h, &rules(false)),
+        [
+            "acknowledged releases applied",
+            "acknowledged releases applied"
+        ]
+    );
+}
+
 #[test]
 fn the_clock_tolerance_forgives_only_milliseconds() {
     // The lease counts from the grant, itself after the sending at 0 ms:
