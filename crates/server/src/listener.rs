@@ -27,6 +27,33 @@ use crate::timer;
 /// How long a stopping node waits for its tasks to end.
 const STOP_WAIT: Duration = Duration::from_secs(5);
 
+/// The client port's accept queue. Tokio's default, 1,024, overflows
+/// under a burst of connections (2,000 peer hellos at once overflowed it
+/// some 4,000 times), and a connection the kernel drops there waits out
+/// TCP's doubling retransmission before the node even sees it: seconds
+/// in which its handshake or line timeout has not started. Linux caps
+/// the queue at `net.core.somaxconn` (4,096 by default since 5.4).
+pub const LISTEN_BACKLOG: u32 = 4096;
+
+/// Binds the client port at `addr`, with an accept queue of
+/// [`LISTEN_BACKLOG`] connections.
+pub fn bind_client_port(addr: SocketAddr) -> Result<TcpListener, ServerError> {
+    let bind = || {
+        let socket = if addr.is_ipv4() {
+            tokio::net::TcpSocket::new_v4()?
+        } else {
+            tokio::net::TcpSocket::new_v6()?
+        };
+        // As `TcpListener::bind` does: a restarted node rebinds at once
+        // over its old connections in TIME_WAIT.
+        #[cfg(unix)]
+        socket.set_reuseaddr(true)?;
+        socket.bind(addr)?;
+        socket.listen(LISTEN_BACKLOG)
+    };
+    bind().map_err(|source| ServerError::Bind { addr, source })
+}
+
 /// Serves `node` on `listener` with `clock` until `shutdown` completes,
 /// then stops every task of the node and returns. `batond` calls this with
 /// a TCP listener; the simulations with a simulated network's.
@@ -151,13 +178,7 @@ impl<N: LockNode> Server<N> {
         locks: Arc<SharedLocks<N>>,
         peers: Option<Arc<dyn PeerAcceptor>>,
     ) -> Result<Server<N>, ServerError> {
-        let listener =
-            TcpListener::bind(config.listen)
-                .await
-                .map_err(|source| ServerError::Bind {
-                    addr: config.listen,
-                    source,
-                })?;
+        let listener = bind_client_port(config.listen)?;
         Server::on(listener, config, locks, peers, Tasks::new())
     }
 }
@@ -291,5 +312,37 @@ impl<N: LockNode, L: Accept> Server<N, L> {
             open.fetch_sub(1, Ordering::AcqRel);
             locks.metrics().connection_closed();
         });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// More connections than tokio's default queue of 1,024.
+    const BURST: usize = 1_200;
+
+    #[tokio::test]
+    async fn a_burst_larger_than_tokios_default_backlog_waits_in_the_queue() {
+        // Both ends of every connection are open at once.
+        rlimit::increase_nofile_limit(2 * BURST as u64 + 64).expect("open-file limit");
+        let listener = bind_client_port("127.0.0.1:0".parse().expect("addr")).expect("bind");
+        let addr = listener.local_addr().expect("addr");
+        // Nothing accepts yet: each connect completes only if the kernel
+        // queued it. A dropped SYN is retried after a second; the bound
+        // is well inside that.
+        let mut clients = Vec::with_capacity(BURST);
+        for i in 0..BURST {
+            let connect = TcpStream::connect(addr);
+            match tokio::time::timeout(Duration::from_millis(500), connect).await {
+                Ok(Ok(stream)) => clients.push(stream),
+                Ok(Err(error)) => panic!("connection {i}: {error}"),
+                Err(_) => panic!("connection {i} was not queued: the accept queue is full"),
+            }
+        }
+        for i in 0..BURST {
+            let accept = tokio::time::timeout(Duration::from_secs(5), listener.accept());
+            assert!(matches!(accept.await, Ok(Ok(_))), "accept {i}");
+        }
     }
 }

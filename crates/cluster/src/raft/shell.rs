@@ -20,8 +20,7 @@ use openraft::ServerState;
 use tokio::net::TcpListener;
 
 use baton_server::{
-    Accept, Clock, PeerAcceptor, Server, ServerConfig, ServerError, ServerStream, SharedLocks,
-    Tasks,
+    Accept, Clock, PeerAcceptor, Server, ServerConfig, ServerStream, SharedLocks, Tasks,
 };
 
 use super::engine::RaftEngine;
@@ -242,12 +241,7 @@ pub async fn start(
 ) -> Result<RaftCluster, StartError> {
     let settings = settings.settled()?;
     let opened = Opened::open(&settings, NodeIo::tcp()).await?;
-    let listener = TcpListener::bind(server_config.listen)
-        .await
-        .map_err(|source| ServerError::Bind {
-            addr: server_config.listen,
-            source,
-        })?;
+    let listener = baton_server::bind_client_port(server_config.listen)?;
     opened.serve_on(listener, server_config, &settings)
 }
 
