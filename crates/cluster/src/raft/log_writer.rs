@@ -257,7 +257,10 @@ impl LogWriter {
         let shared = Arc::clone(&count);
         let thread = std::thread::Builder::new()
             .name("raft-log-writer".into())
-            .spawn(move || run(segments, &queue, &shared))?;
+            .spawn(move || {
+                super::writer_policy::batch_this_thread();
+                run(segments, &queue, &shared)
+            })?;
         Ok(LogWriter {
             jobs: Some(jobs),
             thread: Some(thread),

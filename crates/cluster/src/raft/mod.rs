@@ -50,6 +50,7 @@ pub mod state_machine;
 #[cfg(test)]
 mod test_host;
 pub mod types;
+mod writer_policy;
 
 pub use engine::{EngineEvent, RaftEngine, RaftRole};
 pub use lock_node::RaftLockNode;
