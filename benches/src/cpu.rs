@@ -168,7 +168,11 @@ fn schedstat_cpu(pid: u32) -> Option<Duration> {
     let tasks = std::fs::read_dir(format!("/proc/{pid}/task")).ok()?;
     let mut total = 0u64;
     for task in tasks.flatten() {
-        let text = std::fs::read_to_string(task.path().join("schedstat")).ok()?;
+        // A thread that ended since the listing counts for nothing, as
+        // one that ended before it.
+        let Ok(text) = std::fs::read_to_string(task.path().join("schedstat")) else {
+            continue;
+        };
         total += parse_schedstat(&text)?;
     }
     Some(Duration::from_nanos(total))
@@ -215,17 +219,27 @@ mod tests {
         assert_eq!(parse_schedstat(""), None);
     }
 
+    /// A child that spins, so that its CPU time grows between readings.
+    /// Not this process: the harness's other test threads end at any
+    /// moment, and an ended thread's time leaves the sum.
     #[test]
-    fn reads_this_process() {
-        let pid = std::process::id();
-        let cpu = process_cpu(pid).unwrap();
-        // Burn a little CPU so the second reading cannot be lower.
-        let mut x = 0u64;
-        for i in 0..1_000_000u64 {
-            x = x.wrapping_add(i * i);
+    fn reads_a_spinning_process() {
+        let mut child = std::process::Command::new("sh")
+            .args(["-c", "while :; do :; done"])
+            .spawn()
+            .expect("sh");
+        let pid = child.id();
+        let first = process_cpu(pid);
+        let start = std::time::Instant::now();
+        let mut grew = false;
+        while !grew && start.elapsed() < Duration::from_secs(10) {
+            std::thread::sleep(Duration::from_millis(20));
+            grew = process_cpu(pid) > first;
         }
-        assert!(x > 0);
-        assert!(process_cpu(pid).unwrap() >= cpu);
+        let _ = child.kill();
+        let _ = child.wait();
+        assert!(first.is_some(), "no reading of a running process");
+        assert!(grew, "a spinning process's CPU time did not grow");
     }
 
     #[test]
