@@ -33,7 +33,7 @@ const STOP_WAIT: Duration = Duration::from_secs(5);
 /// TCP's doubling retransmission before the node even sees it: seconds
 /// in which its handshake or line timeout has not started. Linux caps
 /// the queue at `net.core.somaxconn` (4,096 by default since 5.4).
-pub const LISTEN_BACKLOG: u32 = 4096;
+const LISTEN_BACKLOG: u32 = 4096;
 
 /// Binds the client port at `addr`, with an accept queue of
 /// [`LISTEN_BACKLOG`] connections.
