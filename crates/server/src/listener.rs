@@ -35,8 +35,8 @@ const STOP_WAIT: Duration = Duration::from_secs(5);
 /// the queue at `net.core.somaxconn` (4,096 by default since 5.4).
 const LISTEN_BACKLOG: u32 = 4096;
 
-/// Binds the client port at `addr`, with an accept queue of
-/// [`LISTEN_BACKLOG`] connections.
+/// Binds the client port at `addr`, with an accept queue of 4,096
+/// connections (`LISTEN_BACKLOG`).
 pub fn bind_client_port(addr: SocketAddr) -> Result<TcpListener, ServerError> {
     let bind = || {
         let socket = if addr.is_ipv4() {
