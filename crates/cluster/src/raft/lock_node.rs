@@ -11,6 +11,7 @@ use baton_server::{LockNode, Mailbox, NodeEvent, NodeStatus, Served, SharedLocks
 
 use super::contact::LeaderContact;
 use super::engine::{RaftEngine, RaftRole};
+use super::group_commit::Returns;
 use super::observe::{self, PeerProgress};
 use super::reads::PendingReads;
 use super::state_machine::TableHost;
@@ -32,6 +33,8 @@ pub struct RaftLockNode {
     indexes: observe::LogIndexes,
     /// When a follower last heard its leader (for `/health`).
     contact: LeaderContact,
+    /// Requests in and answers out, for the pump's group commit.
+    returns: std::sync::Arc<Returns>,
 }
 
 impl RaftLockNode {
@@ -45,6 +48,7 @@ impl RaftLockNode {
             role_changes: 0,
             indexes: observe::LogIndexes::default(),
             contact: LeaderContact::default(),
+            returns: std::sync::Arc::default(),
         }
     }
 
@@ -105,6 +109,11 @@ impl RaftLockNode {
         result
     }
 
+    /// The book of requests and answers the pump holds proposals on.
+    pub fn returns(&self) -> std::sync::Arc<Returns> {
+        self.returns.clone()
+    }
+
     /// The read task's wake-up, for the shell.
     pub fn reads_ready(&self) -> std::sync::Arc<tokio::sync::Notify> {
         self.reads.ready()
@@ -137,6 +146,7 @@ impl LockNode for RaftLockNode {
         mailbox: &Mailbox,
         events: &mut Vec<NodeEvent>,
     ) -> Served<AcquireOutcome> {
+        self.returns.request_in();
         let result = self.drive(events, |engine, ev| {
             engine.handle_acquire(key, wait_ms, lease_ms, now, mailbox.clone(), ev)
         });
@@ -154,6 +164,7 @@ impl LockNode for RaftLockNode {
         reply_to: Option<&Mailbox>,
         events: &mut Vec<NodeEvent>,
     ) -> Served<Outcome> {
+        self.returns.request_in();
         // The next waiter's grant rides in the release's entry: the
         // engine's hand-over, the core's rule.
         let proposed = self.drive(events, |engine, ev| {
@@ -171,6 +182,7 @@ impl LockNode for RaftLockNode {
         reply_to: &Mailbox,
         _events: &mut Vec<NodeEvent>,
     ) -> Served<Outcome> {
+        self.returns.request_in();
         let proposed = self
             .engine
             .handle_renew(key, token, lease_ms, reply_to.clone());
@@ -184,6 +196,7 @@ impl LockNode for RaftLockNode {
         reply_to: &Mailbox,
         _events: &mut Vec<NodeEvent>,
     ) -> Served<KeyState> {
+        self.returns.request_in();
         if let Err(to) = self.engine.check_serving() {
             return Served::Redirect(self.redirect(to));
         }

@@ -15,6 +15,8 @@
 //!   online membership changes (`baton member`).
 //! - [`observe`]: the role to serve in (a leader without a majority steps
 //!   down), followers' replication, a dead core, from openraft's metrics.
+//! - [`group_commit`], [`hold_timer`]: when the leader proposes its next
+//!   entry (held briefly for the clients it just answered).
 //! - [`shell`]: wires it all to the server; `node_inputs` names what the
 //!   shell and the state machine feed the node.
 
@@ -24,6 +26,8 @@ pub mod contact;
 pub mod engine;
 #[cfg(test)]
 mod engine_tests;
+pub mod group_commit;
+pub mod hold_timer;
 pub mod identity;
 pub mod inbound;
 mod inspect;

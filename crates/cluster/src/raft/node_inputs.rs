@@ -99,11 +99,17 @@ impl RaftLockNode {
 
     /// Committed entries, in log order.
     pub fn apply_committed(&mut self, entries: &[Entry], now: Millis, events: &mut Vec<NodeEvent>) {
+        let before = events.len();
         self.drive(events, |engine, ev| {
             for entry in entries {
                 engine.handle_committed(entry.into(), now, ev);
             }
         });
+        // Each event answers one client: those are the requests the pump
+        // expects back (see `group_commit`).
+        let answered = (events.len() - before) as u64;
+        self.returns()
+            .answered(answered, tokio::time::Instant::now());
     }
 
     /// The table now, for a snapshot.

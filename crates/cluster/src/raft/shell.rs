@@ -24,6 +24,8 @@ use baton_server::{
 };
 
 use super::engine::RaftEngine;
+use super::group_commit::{GroupCommit, Returns};
+use super::hold_timer::{HoldClock, HoldTimer};
 use super::inbound::RaftAcceptor;
 use super::link::{Dialer, TcpDialer};
 use super::lock_node::RaftLockNode;
@@ -211,6 +213,8 @@ pub struct NodeIo {
     pub clock: Clock,
     /// The name of this run of the node (see [`fresh_origin`]).
     pub origin: u64,
+    /// The clock a group-commit hold sleeps on.
+    pub hold_clock: HoldClock,
 }
 
 impl std::fmt::Debug for NodeIo {
@@ -229,6 +233,7 @@ impl NodeIo {
             dialer: Arc::new(TcpDialer),
             clock: Clock::new(),
             origin: fresh_origin(),
+            hold_clock: HoldClock::Kernel,
         }
     }
 }
@@ -261,6 +266,7 @@ pub async fn start_on<L: Accept>(
 
 /// A node whose storage and openraft are up, not yet serving.
 struct Opened {
+    hold_clock: HoldClock,
     locks: Shared,
     raft: Raft,
     tasks: Tasks,
@@ -273,7 +279,13 @@ impl Opened {
         let locks: Shared = Arc::new(SharedLocks::new(RaftLockNode::new(engine), io.clock));
         let tasks = Tasks::new();
         let raft = build_raft_in(settings, locks.clone(), io.dialer, tasks.clone()).await?;
-        Ok(Opened { locks, raft, tasks })
+        let hold_clock = io.hold_clock;
+        Ok(Opened {
+            hold_clock,
+            locks,
+            raft,
+            tasks,
+        })
     }
 
     /// Serves on `listener`: peers arrive there too. Starts the shell's
@@ -284,7 +296,12 @@ impl Opened {
         server_config: ServerConfig,
         settings: &RaftSettings,
     ) -> Result<RaftCluster<L>, StartError> {
-        let Opened { locks, raft, tasks } = self;
+        let Opened {
+            hold_clock,
+            locks,
+            raft,
+            tasks,
+        } = self;
         let acceptor = Arc::new(Inbound(RaftAcceptor::new_in(
             raft.clone(),
             settings.me,
@@ -307,7 +324,7 @@ impl Opened {
             reads_ready,
         ));
         tasks.spawn(watch_leader_contact(raft.clone(), locks.clone(), settings));
-        tasks.spawn(pump(raft.clone(), locks, tasks.clone()));
+        tasks.spawn(pump(raft.clone(), locks, tasks.clone(), hold_clock));
         tasks.spawn(unstick_replication(raft.clone(), settings));
         Ok(RaftCluster {
             server,
@@ -424,6 +441,8 @@ pub trait ProposalSource: Send + Sync + 'static {
     /// The batch with these tags did not make it into the log; `leader`
     /// leads instead, if known.
     fn proposal_failed(&self, tags: &[u64], leader: Option<NodeId>);
+    /// The requests in and answers out that a proposal is held on.
+    fn returns(&self) -> Arc<Returns>;
 }
 
 impl ProposalSource for SharedLocks<RaftLockNode> {
@@ -438,29 +457,54 @@ impl ProposalSource for SharedLocks<RaftLockNode> {
     fn proposal_failed(&self, tags: &[u64], leader: Option<NodeId>) {
         self.with(|node, now, events| node.proposal_failed(tags, leader, now, events));
     }
+
+    fn returns(&self) -> Arc<Returns> {
+        self.inspect(RaftLockNode::returns)
+    }
 }
 
 /// Proposes the engine's commands, one log entry per batch. One entry is
 /// in flight at a time: while it commits, the commands that arrive gather
 /// into the next entry, so under load each entry carries
 /// many commands and openraft's per-entry cost (log record, replication,
-/// apply) is paid once for all of them. Alone, a request waits for
-/// nothing more than its own commit. Each write runs among `tasks`.
-pub async fn pump<H: TableHost, S: ProposalSource>(raft: RaftOf<H>, source: Arc<S>, tasks: Tasks) {
+/// apply) is paid once for all of them. The next entry also waits, briefly,
+/// for the clients the last one answered ([`super::group_commit`]). Alone,
+/// a request waits for nothing more than its own commit. Each write runs
+/// among `tasks`.
+pub async fn pump<H: TableHost, S: ProposalSource>(
+    raft: RaftOf<H>,
+    source: Arc<S>,
+    tasks: Tasks,
+    clock: HoldClock,
+) {
     let in_flight = Arc::new(tokio::sync::Semaphore::new(MAX_ENTRIES_IN_FLIGHT));
+    let group = Arc::new(std::sync::Mutex::new(GroupCommit::new()));
+    let returns = source.returns();
+    let timer = HoldTimer::new(clock);
     loop {
         source.output_ready().await;
         loop {
             let Ok(permit) = in_flight.clone().acquire_owned().await else {
                 return;
             };
+            // Read once (the guard ends with the statement): the hold's
+            // bound does not move while it runs.
+            let rule = group.lock().unwrap_or_else(|p| p.into_inner()).clone();
+            returns.hold(&rule, |wait| timer.sleep(wait)).await;
             let Some((proposal, tags)) = source.take_proposal() else {
                 break;
             };
             let raft = raft.clone();
             let source = source.clone();
+            let group = group.clone();
             tasks.spawn(async move {
-                if let Err(error) = raft.client_write(proposal).await {
+                let proposed_at = tokio::time::Instant::now();
+                let written = raft.client_write(proposal).await;
+                group
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .handle_entry_done(proposed_at.elapsed());
+                if let Err(error) = written {
                     let leader = error.forward_to_leader().and_then(|f| f.leader_id);
                     tracing::debug!(%error, "a proposal did not make it into the log");
                     source.proposal_failed(&tags, leader);

@@ -117,6 +117,8 @@ pub async fn run(world: World, me: u64, incarnation: u64) -> turmoil::Result {
         clock: Clock::new(),
         // The run's name, from the seed: a replay names its runs alike.
         origin: world.seed ^ (me << 48) ^ (incarnation << 32),
+        // Simulated time: tokio's timer, which the simulation drives.
+        hold_clock: raft::hold_timer::HoldClock::Runtime,
     };
     let config = ServerConfig {
         listen: SocketAddr::from(([0, 0, 0, 0], PORT)),
