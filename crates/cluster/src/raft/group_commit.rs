@@ -13,9 +13,9 @@
 //! only queues counts too), or until a bound passes: half the time an
 //! entry takes, at most [`MAX_HOLD`]. (A quarter, at most 250 us, was too
 //! short for 64 clients answered through one driver thread: C=64 gained
-//! nothing; with half, at most 600 us, it gained 40%.) A lone client never waits (its own
-//! request is the one expected), and clients that do not come back at once
-//! cost each entry at most that bound.
+//! nothing; with half, at most 600 us, it gained 40%.) A lone client never
+//! waits (its own request is the one expected), and clients that do not
+//! come back at once cost each entry at most that bound.
 //!
 //! [`GroupCommit`] is the rule, pure; [`Returns`] is the book the lock node
 //! keeps (requests in, answers out) and the pump waits on.
