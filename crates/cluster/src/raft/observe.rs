@@ -13,6 +13,8 @@ use std::time::Duration;
 
 use openraft::async_runtime::WatchReceiver;
 use openraft::errors::Fatal;
+use openraft::metrics::RaftServerMetrics;
+use openraft::type_config::alias::WatchReceiverOf;
 use openraft::{Instant, RaftMetrics, ServerState, TokioInstant};
 
 use super::engine::RaftRole;
@@ -92,23 +94,31 @@ impl SaturatingSince for TokioInstant {
 /// (its metrics do not change while nobody answers), and calls `apply`
 /// with each role and the metrics it came from. Returns once the core is
 /// gone.
+///
+/// Woken by the server metrics (role, leader, vote, membership), which
+/// change only with them, not by the full metrics: openraft publishes
+/// those after every step of its loop, several times a commit, and each
+/// wake-up cost a task switch and a turn of the lock node for nothing.
+/// The followers' replication and the log indexes `apply` also passes on
+/// (for `S` and `/metrics`) are therefore at most one `tick` old.
 pub async fn follow_role<H: TableHost>(
     raft: RaftOf<H>,
     step_down_after: Duration,
     tick: Duration,
     mut apply: impl FnMut(RaftRole, &Metrics),
 ) {
-    let mut watch = raft.metrics();
+    let mut server = raft.server_metrics();
+    let mut all = raft.metrics();
     let mut roles = RoleWatch::new(step_down_after);
     loop {
         {
-            let metrics = watch.borrow_watched();
+            let metrics = all.borrow_and_update();
             let role = roles.role(&metrics, TokioInstant::now());
             apply(role, &metrics);
         }
         tokio::select! {
-            changed = watch.changed() => {
-                if changed.is_err() {
+            changed = server.changed() => {
+                if changed.is_err() || catch_up(&mut all, &mut server).await.is_err() {
                     return;
                 }
             }
@@ -117,21 +127,60 @@ pub async fn follow_role<H: TableHost>(
     }
 }
 
+/// Waits until the full metrics show what the server metrics just did.
+/// openraft sends the server metrics first and the full ones right after,
+/// in the same step, but a task on another worker thread can run in
+/// between. Errs once the core is gone.
+async fn catch_up(
+    all: &mut WatchReceiverOf<TypeConfig, Metrics>,
+    server: &mut WatchReceiverOf<TypeConfig, RaftServerMetrics<TypeConfig>>,
+) -> Result<(), ()> {
+    loop {
+        let shown = {
+            let server = server.borrow_and_update();
+            shows(&all.borrow_watched(), &server)
+        };
+        if shown {
+            return Ok(());
+        }
+        all.changed().await.map_err(|_| ())?;
+    }
+}
+
+/// Whether `all` holds the role, leader, vote and membership of `server`.
+fn shows(all: &Metrics, server: &RaftServerMetrics<TypeConfig>) -> bool {
+    all.state == server.state
+        && all.current_leader == server.current_leader
+        && all.vote == server.vote
+        && all.membership_config.log_id() == server.membership_config.log_id()
+}
+
 /// Resolves when the consensus core stops for any reason but a requested
 /// shutdown, with the reason: a storage error (disk full, a file that can
 /// no longer be written) or a panic. Such a node can neither lead nor
 /// follow, so it should exit and be restarted.
+///
+/// openraft records why it stopped in its full metrics just before the
+/// core goes, which closes every metrics channel; this waits on the
+/// server metrics, which change only with the role, so that it is not
+/// woken at every step of the core.
 pub async fn core_died<H: TableHost>(raft: RaftOf<H>) -> String {
-    let mut watch = raft.metrics();
+    let mut server = raft.server_metrics();
+    let all = raft.metrics();
     loop {
-        let state = watch.borrow_watched().running_state.clone();
+        let state = all.borrow_watched().running_state.clone();
         match state {
             Ok(()) => {}
             Err(Fatal::Stopped) => std::future::pending::<()>().await,
             Err(fatal) => return fatal.to_string(),
         }
-        if watch.changed().await.is_err() {
-            return "the Raft core task ended unexpectedly (a panic: see the message before this one)".to_string();
+        if server.changed().await.is_err() {
+            let state = all.borrow_watched().running_state.clone();
+            return match state {
+                Err(Fatal::Stopped) => std::future::pending().await,
+                Err(fatal) => fatal.to_string(),
+                Ok(()) => "the Raft core task ended unexpectedly (a panic: see the message before this one)".to_string(),
+            };
         }
     }
 }
@@ -407,6 +456,64 @@ mod tests {
                 ("peer.2".to_string(), "matched:-,lag:42".to_string()),
             ]
         );
+    }
+
+    /// The server metrics of a new role reach the role follower before the
+    /// full ones on another worker thread: it waits for the full metrics
+    /// that show the role, rather than applying the old one.
+    #[tokio::test]
+    async fn a_role_change_waits_for_the_full_metrics_that_show_it() {
+        use openraft::async_runtime::WatchSender;
+        use openraft::type_config::TypeConfigExt;
+        let initial = Metrics::new_initial(0);
+        let server_of = |m: &Metrics| RaftServerMetrics::<TypeConfig> {
+            id: m.id,
+            vote: m.vote,
+            state: m.state,
+            current_leader: m.current_leader,
+            membership_config: m.membership_config.clone(),
+            committed_membership_config: m.committed_membership_config.clone(),
+        };
+        let (all_tx, mut all) = TypeConfig::watch_channel(initial.clone());
+        let (server_tx, mut server) = TypeConfig::watch_channel(server_of(&initial));
+        all.borrow_and_update();
+        let mut leading = initial.clone();
+        leading.state = ServerState::Leader;
+        leading.current_leader = Some(0);
+        server_tx.send(server_of(&leading)).expect("sent");
+        let caught_up =
+            tokio::spawn(async move { catch_up(&mut all, &mut server).await.map(|()| all) });
+        for _ in 0..10 {
+            tokio::task::yield_now().await;
+        }
+        assert!(!caught_up.is_finished(), "applied the old full metrics");
+        all_tx.send(leading).expect("sent");
+        let all = caught_up.await.expect("ran").expect("core alive");
+        assert_eq!(all.borrow_watched().state, ServerState::Leader);
+        drop(all_tx);
+        drop(server_tx);
+    }
+
+    /// Once the core is gone (its channels closed), waiting ends with an
+    /// error instead of hanging.
+    #[tokio::test]
+    async fn catching_up_with_a_gone_core_ends() {
+        use openraft::type_config::TypeConfigExt;
+        let initial = Metrics::new_initial(0);
+        let (all_tx, mut all) = TypeConfig::watch_channel(initial.clone());
+        let mut leading = initial.clone();
+        leading.state = ServerState::Leader;
+        let (server_tx, mut server) = TypeConfig::watch_channel(RaftServerMetrics::<TypeConfig> {
+            id: 0,
+            vote: initial.vote,
+            state: ServerState::Leader,
+            current_leader: None,
+            membership_config: initial.membership_config.clone(),
+            committed_membership_config: initial.committed_membership_config.clone(),
+        });
+        drop(all_tx);
+        assert!(catch_up(&mut all, &mut server).await.is_err());
+        drop(server_tx);
     }
 
     /// The attack, straight at openraft (no link, no bounds): a
