@@ -23,7 +23,7 @@ mod apply;
 mod leadership;
 mod validate;
 
-pub use apply::Committed;
+pub use apply::{Committed, MAX_UNCLAIMED};
 pub use leadership::{ANSWER_BUDGET_MS, ORPHAN_WAIT_MS};
 
 /// Most commands one log entry carries; more wait for the next entry.
@@ -150,6 +150,11 @@ pub struct RaftEngine<H> {
     quota: Quota,
     /// Committed expiries that ended a grant, applied here (for the metrics).
     expiries: u64,
+    /// Grants this node proposed that applied while it did not serve, their
+    /// clients sent away: nobody holds them, so they are given back as soon
+    /// as it serves again rather than left to their leases. Oldest first,
+    /// at most [`MAX_UNCLAIMED`]; past that the oldest lapses with its lease.
+    unclaimed: VecDeque<(Key, Token)>,
 }
 
 impl<H> RaftEngine<H> {
@@ -172,6 +177,7 @@ impl<H> RaftEngine<H> {
             latest_now: 0,
             quota: Quota::default(),
             expiries: 0,
+            unclaimed: VecDeque::new(),
         }
     }
 
@@ -470,6 +476,7 @@ impl<H> RaftEngine<H> {
         self.saw(now);
         self.settle_orphans(now, events);
         self.answer_overdue(now, events);
+        self.give_back_unclaimed();
         if let Standing::Leader(leading) = &mut self.standing {
             leading.rules.time_out(now, events);
         }

@@ -7,6 +7,12 @@ use baton_core::{Change, Command, Event, Key, LockRules, Millis, Outcome, Waiter
 use super::{Pending, RaftEngine, Standing};
 use crate::raft::types::{NodeId, Proposal};
 
+/// Most grants a node keeps to give back once it serves again (see
+/// `RaftEngine::unclaimed`): each is one of its own requests whose entry
+/// applied while it did not serve, so only a long run of step-downs with
+/// grants in the log fills it.
+pub const MAX_UNCLAIMED: usize = 4_096;
+
 /// A committed log entry as the engine sees it (the state machine turns
 /// openraft's entries into these).
 #[derive(Debug, Clone, Copy)]
@@ -50,6 +56,7 @@ impl<H> RaftEngine<H> {
             }
             Committed::Membership => {}
         }
+        self.give_back_unclaimed();
         self.debug_validate();
     }
 
@@ -118,13 +125,14 @@ impl<H> RaftEngine<H> {
         current: bool,
         events: &mut Vec<Event<H>>,
     ) {
-        let serving = self.serving();
-        let Standing::Leader(leading) = &mut self.standing else {
-            return events.push(self.moved(waiter));
-        };
-        if !serving {
+        if !self.serving() {
+            self.keep_unclaimed(&waiter.key, outcome);
             return events.push(self.moved(waiter));
         }
+        let Standing::Leader(leading) = &mut self.standing else {
+            debug_assert!(false, "a node that serves leads");
+            return events.push(self.moved(waiter));
+        };
         let rules = &mut leading.rules;
         let result = if current {
             rules.grant_applied(waiter, outcome)
@@ -148,11 +156,45 @@ impl<H> RaftEngine<H> {
     /// leader gives it back at once.
     fn give_back(&mut self, key: &Key, outcome: Outcome) {
         if !self.serving() {
-            return;
+            return self.keep_unclaimed(key, outcome);
         }
         if let Some(release) = LockRules::<H>::give_back(key, outcome) {
             let key = key.clone();
             self.propose(release, Pending::Release { key, reply: None });
+        }
+    }
+
+    /// Keeps a grant of ours that applied while this node did not serve,
+    /// its client sent away, to give back once it serves. Without it the
+    /// key stayed taken by nobody until the lease ran out, although the
+    /// acquire was answered `M` (found by the chaos test: a leader paused
+    /// with a release and its hand-over in the log stepped down on resume,
+    /// then regained the lead in the same term with the key still held).
+    fn keep_unclaimed(&mut self, key: &Key, outcome: Outcome) {
+        let Outcome::Granted { token } = outcome else {
+            return;
+        };
+        if self.unclaimed.len() >= MAX_UNCLAIMED {
+            self.unclaimed.pop_front();
+        }
+        self.unclaimed.push_back((key.clone(), token));
+    }
+
+    /// On the serving leader, proposes the release of every unclaimed grant
+    /// that still holds its key (one that expired or was released since is
+    /// gone, and a newer grant of the key has another token).
+    pub(super) fn give_back_unclaimed(&mut self) {
+        if self.unclaimed.is_empty() || !self.serving() {
+            return;
+        }
+        for (key, token) in std::mem::take(&mut self.unclaimed) {
+            if self.table.holder(&key).is_some_and(|h| h.token == token) {
+                let release = Command::Release {
+                    key: key.clone(),
+                    token,
+                };
+                self.propose(release, Pending::Release { key, reply: None });
+            }
         }
     }
 

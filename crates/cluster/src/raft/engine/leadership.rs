@@ -131,6 +131,7 @@ impl<H> RaftEngine<H> {
         if let Standing::Leader(ended) = std::mem::replace(&mut self.standing, standing) {
             self.end_leadership(*ended, now, events);
         }
+        self.give_back_unclaimed();
         self.debug_validate();
     }
 

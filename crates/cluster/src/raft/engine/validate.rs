@@ -5,6 +5,7 @@ use std::collections::HashMap;
 
 use baton_core::{invariant, Broken, Key};
 
+use super::apply::MAX_UNCLAIMED;
 use super::leadership::MAX_ORPHAN_GROUPS;
 use super::{Pending, RaftEngine, Standing};
 
@@ -30,6 +31,12 @@ impl<H> RaftEngine<H> {
             format!("renewals counted {counted:?}, pending {renewals:?}")
         })?;
         self.validate_deadlines()?;
+        ensure(self.unclaimed.len() <= MAX_UNCLAIMED, || {
+            format!("{} unclaimed grants kept", self.unclaimed.len())
+        })?;
+        ensure(self.unclaimed.is_empty() || !self.serving(), || {
+            "unclaimed grants kept by the serving leader".to_string()
+        })?;
         let Standing::Leader(leading) = &self.standing else {
             let expiring = self
                 .pending

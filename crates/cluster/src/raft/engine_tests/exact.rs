@@ -41,7 +41,7 @@ impl Pair {
     }
 
     /// The commands proposed since the last call, in one entry (taken, not committed).
-    fn proposed(&mut self) -> Vec<Command> {
+    pub(super) fn proposed(&mut self) -> Vec<Command> {
         let mut commands = Vec::new();
         while let Some((proposal, _)) = self.leader.poll_proposal() {
             commands.extend(proposal.commands.into_iter().map(|t| t.command));
@@ -57,7 +57,7 @@ fn grant(k: &str, lease_ms: u64) -> Command {
     }
 }
 
-fn release(k: &str, token: Token) -> Command {
+pub(super) fn release(k: &str, token: Token) -> Command {
     Command::Release { key: key(k), token }
 }
 
