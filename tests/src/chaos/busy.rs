@@ -30,11 +30,14 @@ fn ended(attempt: &Attempt) -> Duration {
 /// `undone(node, at)` says whether an answer `node` gave at `at` may be
 /// undone by a fault (a release acknowledged just before a kill, on a node
 /// that saves its table a few times a second): such a release does not end
-/// the grant.
+/// the grant. With `moved_may_apply`, an acquire answered `M` that long or
+/// more after it was sent counts as a grant nobody saw (see
+/// [`Rules::moved_may_apply`](crate::chaos::history::Rules)).
 pub fn latest_end(
     history: &History,
     grant: &Attempt,
     undone: &dyn Fn(usize, Duration) -> bool,
+    moved_may_apply: Option<Duration>,
 ) -> Option<Duration> {
     let Request::Acquire { wait, lease } = grant.request else {
         return None;
@@ -44,6 +47,14 @@ pub fn latest_end(
             at,
             answer: Answer::Granted(token),
         } => (at.saturating_add(lease), Some(*token), Duration::ZERO),
+        // Sent away after a while: it may have been in a leader's log,
+        // which a later leader can commit, its grant unseen.
+        Outcome::Answered {
+            at,
+            answer: Answer::Moved(_),
+        } if moved_may_apply.is_some_and(|after| at.saturating_sub(grant.sent) >= after) => {
+            (at.saturating_add(wait).saturating_add(lease), None, wait)
+        }
         Outcome::Answered { .. } => return None,
         // Granted, if at all, by the end of its wait; a node that was
         // paused may take it up only at its resume (covered below).
@@ -148,7 +159,7 @@ mod tests {
             outages: Vec::new(),
         };
         assert_eq!(
-            latest_end(&h, &grant, &never),
+            latest_end(&h, &grant, &never, None),
             Some(t(1100) + EXPIRY_MARGIN)
         );
         h.attempts.push(answered(
@@ -161,7 +172,7 @@ mod tests {
             Answer::Renewed,
         ));
         assert_eq!(
-            latest_end(&h, &grant, &never),
+            latest_end(&h, &grant, &never, None),
             Some(t(3210) + EXPIRY_MARGIN)
         );
         h.attempts.push(answered(
@@ -170,7 +181,7 @@ mod tests {
             Request::Release { token: 5 },
             Answer::Released,
         ));
-        assert_eq!(latest_end(&h, &grant, &never), Some(t(420)));
+        assert_eq!(latest_end(&h, &grant, &never, None), Some(t(420)));
     }
 
     #[test]
@@ -180,16 +191,22 @@ mod tests {
             attempts: vec![lost.clone()],
             outages: Vec::new(),
         };
-        assert_eq!(latest_end(&h, &lost, &never), Some(t(1550) + EXPIRY_MARGIN));
+        assert_eq!(
+            latest_end(&h, &lost, &never, None),
+            Some(t(1550) + EXPIRY_MARGIN)
+        );
         h.outages.push(Outage {
             node: 1,
             kind: FaultKind::Pause,
             from: t(1000),
             until: Some(t(3000)),
         });
-        assert_eq!(latest_end(&h, &lost, &never), Some(t(4500) + EXPIRY_MARGIN));
+        assert_eq!(
+            latest_end(&h, &lost, &never, None),
+            Some(t(4500) + EXPIRY_MARGIN)
+        );
         h.outages[0].until = None;
-        assert_eq!(latest_end(&h, &lost, &never), Some(Duration::MAX));
+        assert_eq!(latest_end(&h, &lost, &never, None), Some(Duration::MAX));
     }
 
     #[test]
@@ -200,6 +217,6 @@ mod tests {
             attempts: vec![timed_out.clone()],
             outages: Vec::new(),
         };
-        assert_eq!(latest_end(&h, &timed_out, &never), None);
+        assert_eq!(latest_end(&h, &timed_out, &never, None), None);
     }
 }

@@ -30,6 +30,12 @@ pub enum Mode {
 /// replication is faster still); this leaves room for a loaded machine.
 const UNSAVED_WINDOW: Duration = Duration::from_millis(500);
 
+/// How late an `M` to an acquire must come to count as possibly applied
+/// later (Raft; see [`Rules::moved_may_apply`]): a follower redirects in
+/// a millisecond or two; a leader that had the request in its log answers
+/// when the entry applies after it stepped down, or after the orphan wait.
+const MOVED_MAY_APPLY: Duration = Duration::from_millis(20);
+
 impl Mode {
     pub fn name(self) -> &'static str {
         match self {
@@ -59,6 +65,7 @@ impl Mode {
 
     /// The promises of this mode beyond those of every mode.
     pub fn rules(self) -> Rules {
+        let moved_may_apply = matches!(self, Mode::Raft).then_some(MOVED_MAY_APPLY);
         let (holds, unsaved) = match self {
             // A restart without a data directory forgets every lock: holds
             // are not promised across it, releases trivially stay applied.
@@ -90,6 +97,7 @@ impl Mode {
             unsaved,
             answer_slack: Duration::from_millis(500),
             clock_tolerance: Duration::from_millis(20),
+            moved_may_apply,
         }
     }
 }

@@ -168,6 +168,12 @@ pub struct Rules {
     /// Taken off the earliest end of every lease: timer granularity and
     /// millisecond rounding, so that only a clear overlap counts.
     pub clock_tolerance: Duration,
+    /// Raft: an acquire answered `M` this long or more after it was sent
+    /// may have been in the log of a leader that then lost its majority;
+    /// a later leader may commit that entry, and its grant holds the key,
+    /// seen by nobody, until its lease ends (docs/cluster.md, "One window
+    /// remains"). A redirect answered at once never reached a log.
+    pub moved_may_apply: Option<Duration>,
 }
 
 /// One broken promise, with what shows it.
@@ -450,7 +456,7 @@ fn someone_else_may_hold(
             return false;
         }
         let undone = |node, at| unsaved(history, rules, node, at);
-        match latest_end(history, other, &undone) {
+        match latest_end(history, other, &undone, rules.moved_may_apply) {
             Some(end) => other.sent < answered && end > refused.sent,
             None => false,
         }

@@ -13,6 +13,7 @@ fn rules(holds: bool) -> Rules {
         unsaved: None,
         answer_slack: Duration::ZERO,
         clock_tolerance: Duration::ZERO,
+        moved_may_apply: None,
     }
 }
 
@@ -501,4 +502,46 @@ fn a_later_grant_a_kill_may_have_undone_is_no_evidence_of_overlap() {
     // window): when it is lost, the saved table with the first holder
     // comes back.
     overlap_excused_by_a_kill(350, 100);
+}
+
+/// Chaos seed 1796522529624992261 (Raft): an acquire answered `M` after
+/// the orphan wait by a leader cut off from its majority had reached a
+/// paused follower's socket; that follower, resumed and elected, committed
+/// it, and the unseen grant held the key when a later acquire timed out.
+/// A late `M` may hold the key in Raft; a redirect answered at once not.
+#[test]
+fn in_raft_a_late_move_may_have_left_an_unseen_grant() {
+    let late_move = attempt(
+        1,
+        "k",
+        Request::Acquire {
+            wait: t(200),
+            lease: t(1000),
+        },
+        112,
+        400,
+        Answer::Moved(None),
+    );
+    let quick_move = attempt(
+        1,
+        "k",
+        late_move.request.clone(),
+        112,
+        113,
+        Answer::Moved(Some(2)),
+    );
+    let mut raft = rules(true);
+    raft.moved_may_apply = Some(t(20));
+    let broken = |h: &History, rules: &Rules| -> Vec<&'static str> {
+        check(h, rules)
+            .iter()
+            .map(|v| v.rule())
+            .filter(|r| *r == "acknowledged releases applied")
+            .collect()
+    };
+    let h = released_then(Answer::TimedOut, vec![late_move.clone()]);
+    assert_eq!(broken(&h, &raft), Vec::<&str>::new());
+    assert_eq!(broken(&h, &rules(true)), ["acknowledged releases applied"]);
+    let h = released_then(Answer::TimedOut, vec![quick_move]);
+    assert_eq!(broken(&h, &raft), ["acknowledged releases applied"]);
 }
