@@ -21,16 +21,13 @@ use super::types::{Entry, Proposal};
 pub struct RaftLockNode {
     engine: RaftEngine<Mailbox>,
     scratch: Vec<Event<Mailbox>>,
-    /// The followers' replication, while this node leads (for `S`).
-    replication: Vec<PeerProgress>,
-    /// openraft's current term (for `S`): an election shows as a change.
-    term: u64,
+    /// openraft's metrics, read when `S`, `/metrics` or `/v1/cluster`
+    /// asks: the term, the followers' replication, the log's indexes.
+    observed: Option<observe::MetricsView>,
     /// `Q` requests waiting for the lead to be confirmed.
     reads: PendingReads,
-    /// For the metrics: changes of role, and openraft's last committed
-    /// and applied log indexes.
+    /// For the metrics: changes of role.
     role_changes: u64,
-    indexes: observe::LogIndexes,
     /// When a follower last heard its leader (for `/health`).
     contact: LeaderContact,
     /// Requests in and answers out, for the pump's group commit.
@@ -42,11 +39,9 @@ impl RaftLockNode {
         RaftLockNode {
             engine,
             scratch: Vec::new(),
-            replication: Vec::new(),
-            term: 0,
+            observed: None,
             reads: PendingReads::default(),
             role_changes: 0,
-            indexes: observe::LogIndexes::default(),
             contact: LeaderContact::default(),
             returns: std::sync::Arc::default(),
         }
@@ -56,16 +51,18 @@ impl RaftLockNode {
         &self.engine
     }
 
-    /// The term and the followers' replication as openraft last reported
-    /// them.
-    pub fn set_progress(&mut self, term: u64, progress: Vec<PeerProgress>) {
-        self.term = term;
-        self.replication = progress;
+    /// Where `S`, `/metrics` and `/v1/cluster` read openraft's view: read
+    /// when asked, not pushed at every change (openraft publishes after
+    /// every step of its loop).
+    pub fn observe(&mut self, view: observe::MetricsView) {
+        self.observed = Some(view);
     }
 
-    /// openraft's committed and applied indexes, as last reported (metrics).
-    pub fn set_indexes(&mut self, indexes: observe::LogIndexes) {
-        self.indexes = indexes;
+    /// The term and the followers' replication (none before `observe`).
+    fn progress(&self) -> (u64, Vec<PeerProgress>) {
+        self.observed
+            .as_ref()
+            .map_or((0, Vec::new()), observe::MetricsView::progress)
     }
 
     /// The leader was last heard `age` ago (`None`: never), and is
@@ -243,7 +240,10 @@ impl LockNode for RaftLockNode {
             waiters: engine.waiter_count() as u64,
             // Only a leader knows its followers' progress; a stepped-down
             // one still shows it, which is what an operator wants to see.
-            extra: observe::status_fields(self.term, &self.replication),
+            extra: {
+                let (term, progress) = self.progress();
+                observe::status_fields(term, &progress)
+            },
         }
     }
 
@@ -252,11 +252,16 @@ impl LockNode for RaftLockNode {
     }
 
     fn counters(&self) -> baton_server::NodeCounters {
+        let indexes = self
+            .observed
+            .as_ref()
+            .map(observe::MetricsView::indexes)
+            .unwrap_or_default();
         baton_server::NodeCounters {
             expiries: self.engine.expiries(),
             role_changes: self.role_changes,
-            commit_index: self.indexes.committed,
-            applied_index: self.indexes.applied,
+            commit_index: indexes.committed,
+            applied_index: indexes.applied,
             ..Default::default()
         }
     }
@@ -270,7 +275,7 @@ impl LockNode for RaftLockNode {
     }
 
     fn members(&self, _now: Millis) -> Vec<baton_server::inspect::Member> {
-        super::inspect::members(&self.engine, &self.replication)
+        super::inspect::members(&self.engine, &self.progress().1)
     }
 
     fn health_issue(&self, now: Millis) -> Option<String> {

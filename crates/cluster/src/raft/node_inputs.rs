@@ -15,26 +15,13 @@ use baton_server::NodeEvent;
 use super::engine::RaftRole;
 use super::lock_node::RaftLockNode;
 use super::members::Members;
-use super::observe::{LogIndexes, PeerProgress};
 use super::reads;
 use super::types::{Entry, NodeId};
 
 impl RaftLockNode {
     /// openraft's view of this node changed: the role to serve in (a
-    /// leader without a majority steps down), the term, and the
-    /// followers' replication (for `S`), and the log's committed and
-    /// applied indexes (for the metrics).
-    pub fn role_changed(
-        &mut self,
-        role: RaftRole,
-        term: u64,
-        progress: Vec<PeerProgress>,
-        indexes: LogIndexes,
-        now: Millis,
-        events: &mut Vec<NodeEvent>,
-    ) {
-        self.set_progress(term, progress);
-        self.set_indexes(indexes);
+    /// leader without a majority steps down).
+    pub fn role_changed(&mut self, role: RaftRole, now: Millis, events: &mut Vec<NodeEvent>) {
         if self.engine().role() != role {
             self.count_role_change();
         }

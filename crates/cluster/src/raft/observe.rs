@@ -99,8 +99,6 @@ impl SaturatingSince for TokioInstant {
 /// change only with them, not by the full metrics: openraft publishes
 /// those after every step of its loop, several times a commit, and each
 /// wake-up cost a task switch and a turn of the lock node for nothing.
-/// The followers' replication and the log indexes `apply` also passes on
-/// (for `S` and `/metrics`) are therefore at most one `tick` old.
 pub async fn follow_role<H: TableHost>(
     raft: RaftOf<H>,
     step_down_after: Duration,
@@ -245,6 +243,32 @@ pub fn answers(metrics: &Metrics, node: NodeId, now: TokioInstant, within: Durat
         .as_ref()
         .and_then(|h| h.get(&node).copied().flatten())
         .is_some_and(|acked| now.saturating_duration_since(*acked) < within)
+}
+
+/// openraft's metrics as the lock node reads them when asked (`S`,
+/// `/metrics`, `/v1/cluster`): a borrow of the watch, which wakes nothing.
+pub struct MetricsView(WatchReceiverOf<TypeConfig, Metrics>);
+
+impl MetricsView {
+    pub fn new(watch: WatchReceiverOf<TypeConfig, Metrics>) -> MetricsView {
+        MetricsView(watch)
+    }
+
+    /// The current term and the followers' replication (empty off the lead).
+    pub fn progress(&self) -> (u64, Vec<PeerProgress>) {
+        let metrics = self.0.borrow_watched();
+        (metrics.current_term, replication(&metrics))
+    }
+
+    pub fn indexes(&self) -> LogIndexes {
+        LogIndexes::of(&self.0.borrow_watched())
+    }
+}
+
+impl std::fmt::Debug for MetricsView {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("MetricsView")
+    }
 }
 
 /// openraft's last committed and last applied log indexes (`None`:

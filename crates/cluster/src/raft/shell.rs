@@ -279,6 +279,8 @@ impl Opened {
         let locks: Shared = Arc::new(SharedLocks::new(RaftLockNode::new(engine), io.clock));
         let tasks = Tasks::new();
         let raft = build_raft_in(settings, locks.clone(), io.dialer, tasks.clone()).await?;
+        let view = observe::MetricsView::new(raft.metrics());
+        locks.with(|node, _, _| node.observe(view));
         let hold_clock = io.hold_clock;
         Ok(Opened {
             hold_clock,
@@ -347,9 +349,6 @@ fn follow_role(
     let (step_down_after, tick) = (settings.step_down_after(), settings.quorum_check_every());
     let mut membership_seen = None;
     observe::follow_role(raft, step_down_after, tick, move |role, metrics| {
-        let progress = observe::replication(metrics);
-        let term = metrics.current_term;
-        let indexes = observe::LogIndexes::of(metrics);
         let membership = &metrics.membership_config;
         let members = (membership_seen != Some(*membership.log_id())).then(|| {
             membership_seen = Some(*membership.log_id());
@@ -359,7 +358,7 @@ fn follow_role(
             if let Some(members) = members {
                 node.members_changed(members);
             }
-            node.role_changed(role, term, progress, indexes, now, events)
+            node.role_changed(role, now, events)
         });
     })
 }
