@@ -109,11 +109,13 @@ pub async fn follow_role<H: TableHost>(
     let mut all = raft.metrics();
     let mut roles = RoleWatch::new(step_down_after);
     loop {
-        {
-            let metrics = all.borrow_and_update();
-            let role = roles.role(&metrics, TokioInstant::now());
-            apply(role, &metrics);
-        }
+        // A copy, so that `apply` (which takes the server's lock) runs with
+        // no guard of the watch held: `S` reads the watch under that lock
+        // (`MetricsView`), and a guard held across it, with openraft's
+        // sender waiting to write, would deadlock the two.
+        let metrics = all.borrow_and_update().clone();
+        let role = roles.role(&metrics, TokioInstant::now());
+        apply(role, &metrics);
         tokio::select! {
             changed = server.changed() => {
                 if changed.is_err() || catch_up(&mut all, &mut server).await.is_err() {
