@@ -220,18 +220,6 @@ impl<H> LockRules<H> {
         self.granting.clear();
     }
 
-    /// A grant applied that nobody holds (its waiter was answered
-    /// otherwise): the command that gives it back, if it granted anything.
-    pub fn give_back(key: &Key, outcome: Outcome) -> Option<Command> {
-        match outcome {
-            Outcome::Granted { token } => Some(Command::Release {
-                key: key.clone(),
-                token,
-            }),
-            _ => None,
-        }
-    }
-
     /// Waiters whose wait ran out by `now` (deadline <= now) leave, as
     /// [`Event::TimedOut`], soonest deadline first. Timeouts come before
     /// the expiries of the same moment: a waiter whose time is up is never

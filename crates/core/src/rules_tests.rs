@@ -113,21 +113,6 @@ fn a_refused_grant_gives_the_waiter_back() {
 }
 
 #[test]
-fn a_grant_nobody_holds_is_given_back_with_its_token() {
-    assert_eq!(
-        LockRules::<u32>::give_back(&key("a"), Outcome::Granted { token: 7 }),
-        Some(Command::Release {
-            key: key("a"),
-            token: 7
-        })
-    );
-    assert_eq!(
-        LockRules::<u32>::give_back(&key("a"), Outcome::GrantRejected),
-        None
-    );
-}
-
-#[test]
 fn due_expiries_and_the_next_deadline() {
     let mut table = LockTable::new();
     let token = held(&mut table, "a", 50);

@@ -167,20 +167,14 @@ fn shows(all: &Metrics, server: &RaftServerMetrics<TypeConfig>) -> bool {
 pub async fn core_died<H: TableHost>(raft: RaftOf<H>) -> String {
     let mut server = raft.server_metrics();
     let all = raft.metrics();
-    loop {
-        let state = all.borrow_watched().running_state.clone();
-        match state {
-            Ok(()) => {}
-            Err(Fatal::Stopped) => std::future::pending::<()>().await,
-            Err(fatal) => return fatal.to_string(),
-        }
-        if server.changed().await.is_err() {
-            let state = all.borrow_watched().running_state.clone();
-            return match state {
-                Err(Fatal::Stopped) => std::future::pending().await,
-                Err(fatal) => fatal.to_string(),
-                Ok(()) => "the Raft core task ended unexpectedly (a panic: see the message before this one)".to_string(),
-            };
+    while server.changed().await.is_ok() {}
+    let state = all.borrow_watched().running_state.clone();
+    match state {
+        Err(Fatal::Stopped) => std::future::pending().await,
+        Err(fatal) => fatal.to_string(),
+        Ok(()) => {
+            "the Raft core task ended unexpectedly (a panic: see the message before this one)"
+                .to_string()
         }
     }
 }

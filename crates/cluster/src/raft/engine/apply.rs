@@ -126,7 +126,7 @@ impl<H> RaftEngine<H> {
         events: &mut Vec<Event<H>>,
     ) {
         if !self.serving() {
-            self.keep_unclaimed(&waiter.key, outcome);
+            self.give_back(&waiter.key, outcome);
             return events.push(self.moved(waiter));
         }
         let Standing::Leader(leading) = &mut self.standing else {
@@ -151,26 +151,14 @@ impl<H> RaftEngine<H> {
         }
     }
 
-    /// Our own grant whose request was already answered (this node lost
-    /// and regained the lead meanwhile): nobody holds it, so the serving
-    /// leader gives it back at once.
+    /// Our own grant whose request was already answered (its client sent
+    /// away with `M`): nobody holds it, so the serving leader gives it back
+    /// at once, and a node that does not serve as soon as it serves again.
+    /// Without the wait the key stayed taken by nobody until the lease ran
+    /// out (found by the chaos test: a leader paused with a release and its
+    /// hand-over in the log stepped down on resume, then regained the lead
+    /// in the same term with the key still held).
     fn give_back(&mut self, key: &Key, outcome: Outcome) {
-        if !self.serving() {
-            return self.keep_unclaimed(key, outcome);
-        }
-        if let Some(release) = LockRules::<H>::give_back(key, outcome) {
-            let key = key.clone();
-            self.propose(release, Pending::Release { key, reply: None });
-        }
-    }
-
-    /// Keeps a grant of ours that applied while this node did not serve,
-    /// its client sent away, to give back once it serves. Without it the
-    /// key stayed taken by nobody until the lease ran out, although the
-    /// acquire was answered `M` (found by the chaos test: a leader paused
-    /// with a release and its hand-over in the log stepped down on resume,
-    /// then regained the lead in the same term with the key still held).
-    fn keep_unclaimed(&mut self, key: &Key, outcome: Outcome) {
         let Outcome::Granted { token } = outcome else {
             return;
         };
@@ -178,6 +166,7 @@ impl<H> RaftEngine<H> {
             self.unclaimed.pop_front();
         }
         self.unclaimed.push_back((key.clone(), token));
+        self.give_back_unclaimed();
     }
 
     /// On the serving leader, proposes the release of every unclaimed grant

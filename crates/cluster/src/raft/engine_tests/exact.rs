@@ -155,7 +155,7 @@ fn a_due_lease_is_expired_after_the_waits_of_the_same_moment_run_out() {
 }
 
 /// Wraps commands as an entry proposed by another process.
-fn proposal_of(commands: Vec<Command>) -> crate::raft::types::Proposal {
+pub(super) fn proposal_of(commands: Vec<Command>) -> crate::raft::types::Proposal {
     let commands = commands
         .into_iter()
         .enumerate()

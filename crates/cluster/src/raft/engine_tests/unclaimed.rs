@@ -5,7 +5,7 @@
 
 use baton_core::{Command, Event};
 
-use super::exact::release;
+use super::exact::{proposal_of, release};
 use super::{key, Pair};
 use crate::raft::engine::{Committed, RaftRole, MAX_UNCLAIMED};
 
@@ -97,28 +97,16 @@ fn unclaimed_grants_wait_for_the_new_terms_first_entry_and_spare_newer_grants() 
     p.commit(Committed::Proposal(&in_the_log), 20);
     assert_eq!(answers(&mut p), ["c1 moved", "c2 moved"]);
     // Node 1 leads meanwhile: `b`'s lease ends and the key goes to c9.
-    let expire_b = [Command::Expire {
+    let expire_b = Command::Expire {
         key: key("b"),
         token: 2,
-    }];
-    let grant_b = [Command::Grant {
+    };
+    let grant_b = Command::Grant {
         key: key("b"),
         lease_ms: 1_000,
-    }];
-    for (i, commands) in [&expire_b[..], &grant_b[..]].into_iter().enumerate() {
-        let proposal = crate::raft::types::Proposal {
-            origin: 99,
-            commands: commands
-                .iter()
-                .cloned()
-                .enumerate()
-                .map(|(tag, command)| crate::raft::types::Tagged {
-                    tag: (100 * i + tag) as u64,
-                    command,
-                })
-                .collect(),
-        };
-        p.commit(Committed::Proposal(&proposal), 1_100);
+    };
+    for command in [expire_b, grant_b] {
+        p.commit(Committed::Proposal(&proposal_of(vec![command])), 1_100);
     }
     assert_eq!(p.leader.table().holder(&key("b")).map(|h| h.token), Some(3));
     // Node 0 leads term 2: nothing is given back before its first entry.
