@@ -5,11 +5,13 @@
 Each row carries a `fence` column (0 at first). The update and the token
 check are one statement, so they are atomic:
 
-    UPDATE accounts SET balance = :balance, fence = :token
-     WHERE id = :id AND fence <= :token
+    UPDATE accounts SET balance = ?, fence = ? WHERE id = ? AND fence <= ?
 
 0 rows updated: a newer holder got there first; `baton.fence.sql_update`
-then raises `StaleToken`.
+then raises `StaleToken`. sqlite3 here; the same call works on any DB-API 2
+connection (psycopg, psycopg2, PyMySQL, mysqlclient), in the placeholders
+its driver declares, and `sql_update_async` on asyncpg. Declare the fence
+column to hold the tokens: see docs/fencing.md.
 """
 
 import sqlite3

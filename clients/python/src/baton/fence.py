@@ -6,9 +6,12 @@ ones cannot be harmed by a holder that woke up after its lease lapsed, even
 if the lock service briefly let two holders overlap (a failover). The check
 and the change must be atomic together; these helpers do it for:
 
-- SQL: `sql_update` runs `UPDATE ... SET ..., fence = :token WHERE ... AND
-  fence <= :token` (`fence < :token` with `reentrant=False`): 0 rows means a
-  newer holder got there first.
+- SQL: `sql_update` runs `UPDATE ... SET ..., fence = <token> WHERE ... AND
+  fence <= <token>` (`fence < <token>` with `reentrant=False`) through any
+  DB-API 2 connection, in its driver's parameter style; 0 rows means a
+  newer holder got there first. `sql_update_async` does the same on
+  asyncpg. Both refuse a token the fence column cannot hold
+  (`column_max`).
 - files and directories: `write_file` (a fence file raised before the data
   is replaced, both under an exclusive `flock`), `publish_dir` (a symlink to
   a directory named after its token, swapped atomically).
@@ -24,9 +27,10 @@ from __future__ import annotations
 
 import os
 import re
+import sys
 import tempfile
 import threading
-from typing import Any, Callable, Mapping, Optional, Tuple
+from typing import Any, Callable, List, Mapping, Optional, Sequence, Tuple
 
 from .errors import Error
 
@@ -74,11 +78,136 @@ class Fence:
 
 _IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
+#: The largest token a signed 64-bit column holds: PostgreSQL `bigint`,
+#: MySQL/MariaDB `BIGINT`, SQLite `INTEGER`. The default limit of the SQL
+#: helpers.
+SIGNED_BIGINT_MAX = 2**63 - 1
+
+#: The largest token there is (tokens are unsigned 64-bit): what PostgreSQL
+#: `numeric(20)` and MySQL/MariaDB `BIGINT UNSIGNED` hold. Pass it as
+#: `column_max` when the fence column is one of those.
+UNSIGNED_BIGINT_MAX = 2**64 - 1
+
+# The DB-API 2 parameter styles (PEP 249), and asyncpg's `$1`.
+_STYLES = ("qmark", "numeric", "named", "format", "pyformat", "dollar")
+
+
+class TokenOutOfRange(Error, ValueError):
+    """The token does not fit the fence column (`column_max`): writing it
+    would fail or, on some servers, be clamped or wrapped, and a fence that
+    wraps admits stale tokens again. Nothing was written."""
+
+    def __init__(self, token: int, column_max: int) -> None:
+        super().__init__(
+            f"token {token} does not fit the fence column (at most {column_max}): declare it "
+            "numeric(20) (PostgreSQL) or BIGINT UNSIGNED (MySQL) and pass "
+            "column_max=UNSIGNED_BIGINT_MAX"
+        )
+        self.token = token
+        self.column_max = column_max
+
 
 def _ident(name: str) -> str:
     if not _IDENT.match(name):
         raise ValueError(f"not a plain SQL identifier: {name!r}")
     return name
+
+
+def _check_token(token: int, column_max: int) -> None:
+    if isinstance(token, bool) or not isinstance(token, int) or token < 1:
+        raise ValueError(f"not a fencing token: {token!r}")
+    if token > min(column_max, UNSIGNED_BIGINT_MAX):
+        raise TokenOutOfRange(token, column_max)
+
+
+def paramstyle_of(conn: Any) -> str:
+    """The parameter style the driver of `conn` declares: the module-level
+    `paramstyle` (PEP 249) of the package its connection class comes from
+    (`psycopg`, `psycopg2`, `pymysql`, `MySQLdb`, `sqlite3`...); `dollar`
+    for asyncpg. Raises `ValueError` when the driver declares none."""
+    module = type(conn).__module__
+    parts = module.split(".")
+    if parts[0] == "asyncpg":
+        return "dollar"
+    for i in range(len(parts), 0, -1):
+        style = getattr(sys.modules.get(".".join(parts[:i])), "paramstyle", None)
+        if isinstance(style, str) and style in _STYLES:
+            return style
+    raise ValueError(f"the driver of {module}.{type(conn).__name__} declares no paramstyle: pass paramstyle=")
+
+
+class _Params:
+    """Placeholders in one parameter style, and the parameters they bind."""
+
+    def __init__(self, style: str) -> None:
+        if style not in _STYLES:
+            raise ValueError(f"unknown parameter style {style!r} (one of {', '.join(_STYLES)})")
+        self.style = style
+        self.values: List[Any] = []
+
+    def add(self, value: Any) -> str:
+        self.values.append(value)
+        n = len(self.values)
+        return {
+            "qmark": "?",
+            "numeric": f":{n}",
+            "named": f":p{n}",
+            "format": "%s",
+            "pyformat": f"%(p{n})s",
+            "dollar": f"${n}",
+        }[self.style]
+
+    def bound(self) -> Any:
+        if self.style in ("named", "pyformat"):
+            return {f"p{i}": v for i, v in enumerate(self.values, 1)}
+        return list(self.values)
+
+
+class _Statements:
+    """The fenced UPDATE, and the SELECT that tells why it changed nothing."""
+
+    def __init__(
+        self,
+        style: str,
+        table: str,
+        values: Mapping[str, Any],
+        where: Mapping[str, Any],
+        token: int,
+        fence_column: str,
+        reentrant: bool,
+        column_max: int,
+    ) -> None:
+        table, fence = _ident(table), _ident(fence_column)
+        if not where:
+            raise ValueError("where must name the row(s) to update")
+        _check_token(token, column_max)
+        self.table, self.where, self.token, self.reentrant = table, dict(where), token, reentrant
+        update = _Params(style)
+        sets = [f"{_ident(column)} = {update.add(value)}" for column, value in values.items()]
+        sets.append(f"{fence} = {update.add(token)}")
+        conds = [f"{_ident(column)} = {update.add(value)}" for column, value in where.items()]
+        cmp = "<=" if reentrant else "<"
+        self.update = (
+            f"UPDATE {table} SET {', '.join(sets)} WHERE {' AND '.join(conds)} "
+            f"AND {fence} {cmp} {update.add(token)}"
+        )
+        self.update_params = update.bound()
+        probe = _Params(style)
+        conds = [f"{column} = {probe.add(value)}" for column, value in where.items()]
+        self.probe = f"SELECT COUNT(*), MAX({fence}) FROM {table} WHERE {' AND '.join(conds)}"
+        self.probe_params = probe.bound()
+
+    def verdict(self, found: Optional[Sequence[Any]]) -> int:
+        """What an UPDATE that changed no row meant, from the probe's row:
+        no row matches (`LookupError`), a newer holder wrote (`StaleToken`),
+        or the rows already held these values with this token (MySQL counts
+        changed rows, not matched ones): then the rows matched."""
+        if found is None or not found[0] or found[1] is None:
+            raise LookupError(f"no row of {self.table} matches {self.where}")
+        highest = int(found[1])
+        if not _admits(highest, self.token, self.reentrant):
+            raise StaleToken(self.token, highest)
+        return int(found[0])
 
 
 def sql_update(
@@ -90,40 +219,69 @@ def sql_update(
     *,
     fence_column: str = "fence",
     reentrant: bool = True,
+    column_max: int = SIGNED_BIGINT_MAX,
+    paramstyle: Optional[str] = None,
 ) -> int:
     """Updates the rows of `table` matching `where` (column = value, ANDed)
     with `values`, only if their fence column is below `token` (or equal,
     when `reentrant`), and sets the fence to `token`: one statement, so the
-    check and the write are atomic. `conn` is a DB-API connection using the
-    `named` parameter style (sqlite3 does). Returns the rows updated;
-    raises `StaleToken` when a matching row has a newer fence, `LookupError`
-    when no row matches `where`. The caller commits."""
-    table, fence = _ident(table), _ident(fence_column)
-    if not where:
-        raise ValueError("where must name the row(s) to update")
-    params = {}
-    sets = []
-    for i, (column, value) in enumerate(values.items()):
-        sets.append(f"{_ident(column)} = :v{i}")
-        params[f"v{i}"] = value
-    sets.append(f"{fence} = :token")
-    conds = []
-    for i, (column, value) in enumerate(where.items()):
-        conds.append(f"{_ident(column)} = :w{i}")
-        params[f"w{i}"] = value
-    params["token"] = token
-    cmp = "<=" if reentrant else "<"
-    sql = f"UPDATE {table} SET {', '.join(sets)} WHERE {' AND '.join(conds)} AND {fence} {cmp} :token"
-    cursor = conn.execute(sql, params)
-    if cursor.rowcount > 0:
-        return int(cursor.rowcount)
-    found = conn.execute(
-        f"SELECT MAX({fence}) FROM {table} WHERE {' AND '.join(conds)}",
-        {k: v for k, v in params.items() if k.startswith("w")},
-    ).fetchone()
-    if found is None or found[0] is None:
-        raise LookupError(f"no row of {table} matches {dict(where)}")
-    raise StaleToken(token, int(found[0]))
+    check and the write are atomic.
+
+    `conn` is any DB-API 2 connection (psycopg 3, psycopg2, PyMySQL,
+    mysqlclient, sqlite3...): the statement goes through a cursor in the
+    parameter style its driver declares (`paramstyle_of`), or `paramstyle`
+    if given. `column_max` is the largest value the fence column holds:
+    `SIGNED_BIGINT_MAX` (the default: `bigint`, `BIGINT`, SQLite `INTEGER`)
+    or `UNSIGNED_BIGINT_MAX` (`numeric(20)`, `BIGINT UNSIGNED`); a larger
+    token raises `TokenOutOfRange` before anything is sent.
+
+    Returns the rows updated; raises `StaleToken` when a matching row has a
+    newer fence, `LookupError` when no row matches `where`. The caller
+    commits."""
+    style = paramstyle or paramstyle_of(conn)
+    st = _Statements(style, table, values, where, token, fence_column, reentrant, column_max)
+    cursor = conn.cursor()
+    try:
+        cursor.execute(st.update, st.update_params)
+        if cursor.rowcount > 0:
+            return int(cursor.rowcount)
+        cursor.execute(st.probe, st.probe_params)
+        return st.verdict(cursor.fetchone())
+    finally:
+        cursor.close()
+
+
+async def sql_update_async(
+    conn: Any,
+    table: str,
+    values: Mapping[str, Any],
+    where: Mapping[str, Any],
+    token: int,
+    *,
+    fence_column: str = "fence",
+    reentrant: bool = True,
+    column_max: int = SIGNED_BIGINT_MAX,
+    paramstyle: Optional[str] = None,
+) -> int:
+    """`sql_update` for asyncio: an asyncpg connection (`$1` placeholders,
+    `execute` and `fetchrow` on the connection), or an async DB-API style
+    connection whose `cursor()` is an async context manager (psycopg 3's
+    `AsyncConnection`), in its driver's parameter style."""
+    style = paramstyle or paramstyle_of(conn)
+    st = _Statements(style, table, values, where, token, fence_column, reentrant, column_max)
+    if style == "dollar":
+        status = await conn.execute(st.update, *st.update_params)
+        tail = str(status).rsplit(" ", 1)[-1]  # "UPDATE 1"
+        updated = int(tail) if tail.isdigit() else 0
+        if updated > 0:
+            return updated
+        return st.verdict(await conn.fetchrow(st.probe, *st.probe_params))
+    async with conn.cursor() as cursor:
+        await cursor.execute(st.update, st.update_params)
+        if cursor.rowcount > 0:
+            return int(cursor.rowcount)
+        await cursor.execute(st.probe, st.probe_params)
+        return st.verdict(await cursor.fetchone())
 
 
 # Files and directories.
@@ -278,10 +436,15 @@ def conditional_put(
 __all__ = [
     "Fence",
     "PreconditionFailed",
+    "SIGNED_BIGINT_MAX",
     "StaleToken",
+    "TokenOutOfRange",
+    "UNSIGNED_BIGINT_MAX",
     "conditional_put",
+    "paramstyle_of",
     "publish_dir",
     "read_fence",
     "sql_update",
+    "sql_update_async",
     "write_file",
 ]
