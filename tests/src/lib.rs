@@ -9,6 +9,7 @@ pub mod binary;
 pub mod chaos;
 pub mod cluster;
 pub mod daemon;
+pub mod databases;
 pub mod expect;
 pub mod http;
 pub mod key;
