@@ -8,9 +8,20 @@
 //! replays a run's schedule; a failure prints both and the command to
 //! replay it. A longer soak: `CHAOS_SECS=120 cargo test -p baton-tests
 //! --test chaos -- --nocapture`.
+//!
+//! The fenced mode (`priority_cluster_fenced_postgres`) also has every
+//! holder write to a real PostgreSQL through baton-fence-sql, late writes
+//! of holders whose lease lapsed included, and checks that no row ever
+//! took a lower fence than it had (see `chaos_support`).
+
+mod chaos_support;
+
+use std::sync::Arc;
 
 use baton_tests::chaos::fleet::Mode;
 use baton_tests::chaos::run::{run, Config};
+use baton_tests::databases::DbServer;
+use chaos_support::PgFencedTable;
 use tokio::sync::Mutex;
 
 /// One fleet at a time: the schedule's timings mean little on a machine
@@ -42,4 +53,20 @@ async fn priority_cluster() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn raft_cluster() {
     chaos(Mode::Raft, "raft_cluster").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn priority_cluster_fenced_postgres() {
+    let _serial = SERIAL.lock().await;
+    let Some(server) = DbServer::postgres() else {
+        return;
+    };
+    let table = Arc::new(PgFencedTable::new(server).await);
+    let test = "priority_cluster_fenced_postgres";
+    let mut config = Config::from_env(Mode::Priority, test);
+    config.fenced = Some(table.clone());
+    let report = run(config).await;
+    println!("{}", report.summary());
+    assert!(report.passed(), "{report}");
+    println!("{}", table.check().await);
 }

@@ -13,7 +13,7 @@ use crate::chaos::fleet::{Fleet, Mode};
 use crate::chaos::history::{self, Answer, History, Outcome, Violation};
 use crate::chaos::rng::Rng;
 use crate::chaos::schedule::{self, ScheduleLog};
-use crate::chaos::worker::{Shared, Worker};
+use crate::chaos::worker::{FencedResource, Shared, Worker};
 use crate::line_client::LineClient;
 
 /// Faults go on this long unless `CHAOS_SECS` says otherwise: short, so
@@ -37,6 +37,8 @@ pub struct Config {
     pub duration: Duration,
     /// The test's name, for the replay command.
     pub test: String,
+    /// A resource the workers write to with their tokens (the fenced mode).
+    pub fenced: Option<Arc<dyn FencedResource>>,
 }
 
 impl Config {
@@ -64,6 +66,7 @@ impl Config {
             seed,
             duration: Duration::from_secs_f64(secs),
             test: test.to_owned(),
+            fenced: None,
         }
     }
 
@@ -218,6 +221,7 @@ pub async fn run(config: Config) -> Report {
         serving: Arc::new(AtomicUsize::new(0)),
         answer_slack: mode.rules().answer_slack,
         query,
+        fenced: config.fenced.clone(),
     };
     let workers: Vec<_> = (0..WORKERS)
         .map(|i| {

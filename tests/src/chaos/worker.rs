@@ -4,7 +4,9 @@
 //! history checker. It never panics on what a node says: judging is the
 //! checker's job.
 
+use std::future::Future;
 use std::net::SocketAddr;
+use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -39,6 +41,25 @@ const RETRY_PAUSE: Duration = Duration::from_millis(25);
 /// A logical request (all its attempts) gives up after this long.
 const REQUEST_BOUND: Duration = Duration::from_secs(8);
 
+/// A protected resource the workers write to with each token they are
+/// granted, which must check the fence: the fenced chaos mode's PostgreSQL
+/// table. The run judges nothing here; the resource's owner checks it.
+pub trait FencedResource: Send + Sync + std::fmt::Debug {
+    /// One fenced write of `key` by `worker` with `token`; the outcome is
+    /// the resource's to record.
+    fn write(
+        &self,
+        key: &str,
+        worker: usize,
+        token: u64,
+    ) -> Pin<Box<dyn Future<Output = ()> + Send + '_>>;
+
+    /// The same, by a holder that walked away and wakes `after` its grant,
+    /// its lease lapsed (Kleppmann's paused client); not waited for by the
+    /// worker, so the resource keeps it and finishes it before checking.
+    fn write_late(&self, key: &str, worker: usize, token: u64, after: Duration);
+}
+
 /// What a worker shares with the run.
 #[derive(Debug, Clone)]
 pub struct Shared {
@@ -53,6 +74,8 @@ pub struct Shared {
     /// Whether the nodes answer `Q` (PROTOCOL.md 1.1): then every
     /// acknowledged release is followed by a `Q` of its key.
     pub query: bool,
+    /// Where each grant's holder writes with its token, if anywhere.
+    pub fenced: Option<Arc<dyn FencedResource>>,
 }
 
 #[derive(Debug)]
@@ -118,6 +141,9 @@ impl Worker {
         let Some(Answer::Granted(token)) = self.request(key, acquire).await else {
             return;
         };
+        if let Some(fenced) = &self.shared.fenced {
+            fenced.write(key, self.id, token).await;
+        }
         let renewals = self.rng.below(3);
         for _ in 0..renewals {
             tokio::time::sleep(lease / 3).await;
@@ -130,8 +156,12 @@ impl Worker {
             }
         }
         // Now and then a holder of a shared key walks away and lets the
-        // lease run out.
+        // lease run out (and, fenced, writes again once it lapsed).
         if (!own && self.rng.chance(15)) || self.stopping() {
+            if let Some(fenced) = &self.shared.fenced {
+                let after = lease + self.rng.millis(50, 500);
+                fenced.write_late(key, self.id, token, after);
+            }
             return;
         }
         let hold = self.rng.millis(0, 200);
