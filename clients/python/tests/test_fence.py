@@ -331,3 +331,11 @@ def test_every_style_sqlite3_knows_works(style):
     with pytest.raises(ValueError):
         sql_update(db, "t", {"v": "c"}, {"id": 1}, 6, paramstyle="percent")
     assert db.execute("SELECT v, fence FROM t").fetchone() == ("b", 5)
+
+
+def test_a_driver_without_paramstyle_must_be_told():
+    class Unknown:  # defined here: this test module declares no paramstyle
+        pass
+
+    with pytest.raises(ValueError, match="paramstyle="):
+        sql_update(Unknown(), "t", {"v": "b"}, {"id": 1}, 5)
