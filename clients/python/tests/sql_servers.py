@@ -10,6 +10,7 @@ passes without having tested against the real servers.
 from __future__ import annotations
 
 import glob
+import importlib
 import os
 import pwd
 import shutil
@@ -17,7 +18,7 @@ import socket
 import subprocess
 import tempfile
 import time
-from typing import Callable, List, Optional
+from typing import Any, Callable, List, Optional
 
 import pytest
 
@@ -27,10 +28,22 @@ START_BOUND = 60.0
 
 def missing(what: str, package: str) -> None:
     """Skips, or fails under CI, for a server that is not installed."""
-    message = f"{what} not found: apt-get install {package} (.ci/run does)"
+    skip_or_fail(f"{what} not found: apt-get install {package} (.ci/run does)")
+
+
+def skip_or_fail(message: str) -> None:
     if os.environ.get("CI", "").lower() in ("1", "true", "yes"):
         pytest.fail(message)
     pytest.skip(message)
+
+
+def driver(module: str, reason: str = "") -> Any:
+    """The driver `module`; skips, or fails under CI, when it is missing
+    (requirements-test.txt installs every one)."""
+    try:
+        return importlib.import_module(module)
+    except ImportError as err:
+        skip_or_fail(f"{reason or module + ' is not installed'}: {err}")
 
 
 def free_port() -> int:

@@ -183,7 +183,7 @@ def server_port(started: Dict[str, Any], kind: str) -> int:
             started[kind] = sql_servers.start_postgres()
         else:
             started[kind] = sql_servers.start_mariadb()
-            pymysql = pytest.importorskip("pymysql")
+            pymysql = sql_servers.driver("pymysql")
             conn = pymysql.connect(host="127.0.0.1", port=started[kind].port, user="root")
             conn.cursor().execute(f"CREATE DATABASE IF NOT EXISTS {MARIADB_DATABASE}")
             conn.close()
@@ -196,22 +196,22 @@ def connect(driver: str, started: Dict[str, Any], sqlite_path: str) -> Db:
     port = server_port(started, DRIVERS[driver])
     pg = {"host": "127.0.0.1", "port": port, "user": "postgres", "dbname": "postgres"}
     if driver == "psycopg":
-        return Db(driver, pytest.importorskip("psycopg").connect(**pg), None)
+        return Db(driver, sql_servers.driver("psycopg").connect(**pg), None)
     if driver == "psycopg2":
-        return Db(driver, pytest.importorskip("psycopg2").connect(**pg), None)
+        return Db(driver, sql_servers.driver("psycopg2").connect(**pg), None)
     if driver in ("asyncpg", "psycopg-async"):
         loop = asyncio.new_event_loop()
         if driver == "asyncpg":
-            asyncpg = pytest.importorskip("asyncpg")
+            asyncpg = sql_servers.driver("asyncpg")
             opening = asyncpg.connect(host="127.0.0.1", port=port, user="postgres", database="postgres")
         else:
-            opening = pytest.importorskip("psycopg").AsyncConnection.connect(**pg)
+            opening = sql_servers.driver("psycopg").AsyncConnection.connect(**pg)
         return Db(driver, loop.run_until_complete(opening), loop)
     my = {"host": "127.0.0.1", "port": port, "user": "root", "database": MARIADB_DATABASE}
     if driver == "pymysql":
-        return Db(driver, pytest.importorskip("pymysql").connect(**my), None)
-    reason = "mysqlclient did not install (it builds against libmariadb-dev with pkg-config and a C compiler)"
-    return Db(driver, pytest.importorskip("MySQLdb", reason=reason).connect(**my), None)
+        return Db(driver, sql_servers.driver("pymysql").connect(**my), None)
+    reason = "mysqlclient is not installed (it builds against libmariadb-dev with pkg-config and a C compiler)"
+    return Db(driver, sql_servers.driver("MySQLdb", reason).connect(**my), None)
 
 
 @pytest.fixture
