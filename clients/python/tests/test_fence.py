@@ -290,24 +290,31 @@ def test_sql_update_admits_the_holder_and_refuses_older_tokens(open_db, driver):
 
 @pytest.mark.parametrize("driver", list(DRIVERS))
 def test_tokens_the_column_cannot_hold_are_refused(open_db, driver):
+    """Signed 64-bit columns refuse 2^63 and up, unsigned ones (found in
+    the catalog, or told by `column_max`) hold every token; nothing is
+    clamped or wrapped."""
     db = open_db(driver)
     signed, unsigned = COLUMNS[DRIVERS[driver]]
     table = make_table(db, signed)
-    with pytest.raises(TokenOutOfRange):
-        db.update(table, {"v": "wrapped"}, SIGNED_BIGINT_MAX + 1)
+    for told in ({}, {"column_max": UNSIGNED_BIGINT_MAX}):
+        with pytest.raises(TokenOutOfRange):
+            db.update(table, {"v": "wrapped"}, SIGNED_BIGINT_MAX + 1, **(told if unsigned is None else {}))
     assert db.update(table, {"v": "max"}, SIGNED_BIGINT_MAX) == 1
     assert row(db, table) == ("max", SIGNED_BIGINT_MAX)
     if unsigned is None:
         return
     table = make_table(db, unsigned)
-    wide = {"column_max": UNSIGNED_BIGINT_MAX}
-    assert db.update(table, {"v": "high"}, SIGNED_BIGINT_MAX + 5, **wide) == 1
+    with pytest.raises(TokenOutOfRange):  # told less than the column holds: the caller's word
+        db.update(table, {"v": "told"}, SIGNED_BIGINT_MAX + 1, column_max=SIGNED_BIGINT_MAX)
+    assert db.update(table, {"v": "high"}, SIGNED_BIGINT_MAX + 5) == 1  # the catalog says unsigned
     with pytest.raises(StaleToken) as err:
-        db.update(table, {"v": "stale"}, SIGNED_BIGINT_MAX + 4, **wide)
+        db.update(table, {"v": "stale"}, SIGNED_BIGINT_MAX + 4)
     assert err.value.highest == SIGNED_BIGINT_MAX + 5
+    wide = {"column_max": UNSIGNED_BIGINT_MAX}
     assert db.update(table, {"v": "top"}, UNSIGNED_BIGINT_MAX, **wide) == 1
-    with pytest.raises(TokenOutOfRange):
-        db.update(table, {"v": "beyond"}, UNSIGNED_BIGINT_MAX + 1, **wide)
+    for told in ({}, wide):
+        with pytest.raises(TokenOutOfRange):
+            db.update(table, {"v": "beyond"}, UNSIGNED_BIGINT_MAX + 1, **told)
     assert row(db, table) == ("top", UNSIGNED_BIGINT_MAX)
 
 

@@ -10,8 +10,8 @@ and the change must be atomic together; these helpers do it for:
   fence <= <token>` (`fence < <token>` with `reentrant=False`) through any
   DB-API 2 connection, in its driver's parameter style; 0 rows means a
   newer holder got there first. `sql_update_async` does the same on
-  asyncpg. Both refuse a token the fence column cannot hold
-  (`column_max`).
+  asyncpg. Both refuse a token the fence column cannot hold (its declared
+  type, or `column_max`).
 - files and directories: `write_file` (a fence file raised before the data
   is replaced, both under an exclusive `flock`), `publish_dir` (a symlink to
   a directory named after its token, swapped atomically).
@@ -79,14 +79,31 @@ class Fence:
 _IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 #: The largest token a signed 64-bit column holds: PostgreSQL `bigint`,
-#: MySQL/MariaDB `BIGINT`, SQLite `INTEGER`. The default limit of the SQL
-#: helpers.
+#: MySQL/MariaDB `BIGINT`, SQLite `INTEGER`. Every 64-bit column holds the
+#: tokens up to here.
 SIGNED_BIGINT_MAX = 2**63 - 1
 
 #: The largest token there is (tokens are unsigned 64-bit): what PostgreSQL
-#: `numeric(20)` and MySQL/MariaDB `BIGINT UNSIGNED` hold. Pass it as
-#: `column_max` when the fence column is one of those.
+#: `numeric(20)` and MySQL/MariaDB `BIGINT UNSIGNED` hold.
 UNSIGNED_BIGINT_MAX = 2**64 - 1
+
+# The server behind each driver package whose catalog can tell the fence
+# column's declared type.
+_SERVERS = {
+    "psycopg": "postgres",
+    "psycopg2": "postgres",
+    "asyncpg": "postgres",
+    "pg8000": "postgres",
+    "pymysql": "mysql",
+    "MySQLdb": "mysql",
+    "mysql": "mysql",
+    "mariadb": "mysql",
+    "aiomysql": "mysql",
+    "sqlite3": "sqlite",
+    "aiosqlite": "sqlite",
+}
+
+_DECIMAL = re.compile(r"^(?:numeric|decimal)\s*\(\s*(\d+)\s*(?:,\s*(\d+)\s*)?\)")
 
 # The DB-API 2 parameter styles (PEP 249), and asyncpg's `$1`.
 _STYLES = ("qmark", "numeric", "named", "format", "pyformat", "dollar")
@@ -100,8 +117,7 @@ class TokenOutOfRange(Error, ValueError):
     def __init__(self, token: int, column_max: int) -> None:
         super().__init__(
             f"token {token} does not fit the fence column (at most {column_max}): declare it "
-            "numeric(20) (PostgreSQL) or BIGINT UNSIGNED (MySQL) and pass "
-            "column_max=UNSIGNED_BIGINT_MAX"
+            "numeric(20) (PostgreSQL) or BIGINT UNSIGNED (MySQL)"
         )
         self.token = token
         self.column_max = column_max
@@ -113,11 +129,33 @@ def _ident(name: str) -> str:
     return name
 
 
-def _check_token(token: int, column_max: int) -> None:
+def _check_token(token: int) -> None:
     if isinstance(token, bool) or not isinstance(token, int) or token < 1:
         raise ValueError(f"not a fencing token: {token!r}")
-    if token > min(column_max, UNSIGNED_BIGINT_MAX):
-        raise TokenOutOfRange(token, column_max)
+
+
+def _server_of(conn: Any) -> Optional[str]:
+    return _SERVERS.get(type(conn).__module__.split(".")[0])
+
+
+def _declared_limit(found: Optional[Sequence[Any]]) -> int:
+    """The largest token a column holds, from its declared type as the
+    catalog gives it (`numeric(20,0)`, `bigint(20) unsigned`...), when it
+    holds more than a signed 64-bit integer; else `SIGNED_BIGINT_MAX`, also
+    for a type or column not found (only larger tokens ask)."""
+    declared = found[0] if found else None
+    if isinstance(declared, (bytes, bytearray)):
+        declared = declared.decode("ascii", "replace")
+    text = str(declared or "").strip().lower()
+    if text in ("numeric", "decimal"):  # PostgreSQL's unconstrained numeric
+        return UNSIGNED_BIGINT_MAX
+    decimal = _DECIMAL.match(text)
+    if decimal:
+        digits = max(0, int(decimal.group(1)) - int(decimal.group(2) or 0))
+        return max(SIGNED_BIGINT_MAX, min(int(10**digits) - 1, UNSIGNED_BIGINT_MAX))
+    if text.startswith("bigint") and "unsigned" in text:
+        return UNSIGNED_BIGINT_MAX
+    return SIGNED_BIGINT_MAX
 
 
 def paramstyle_of(conn: Any) -> str:
@@ -175,13 +213,13 @@ class _Statements:
         token: int,
         fence_column: str,
         reentrant: bool,
-        column_max: int,
     ) -> None:
         table, fence = _ident(table), _ident(fence_column)
         if not where:
             raise ValueError("where must name the row(s) to update")
-        _check_token(token, column_max)
-        self.table, self.where, self.token, self.reentrant = table, dict(where), token, reentrant
+        _check_token(token)
+        self.style, self.table, self.fence = style, table, fence
+        self.where, self.token, self.reentrant = dict(where), token, reentrant
         update = _Params(style)
         sets = [f"{_ident(column)} = {update.add(value)}" for column, value in values.items()]
         sets.append(f"{fence} = {update.add(token)}")
@@ -196,6 +234,39 @@ class _Statements:
         conds = [f"{column} = {probe.add(value)}" for column, value in where.items()]
         self.probe = f"SELECT COUNT(*), MAX({fence}) FROM {table} WHERE {' AND '.join(conds)}"
         self.probe_params = probe.bound()
+
+    def column_query(self, conn: Any, column_max: Optional[int]) -> Optional[Tuple[str, Any]]:
+        """The catalog query for the fence column's declared type, when the
+        limit must come from it: no `column_max` given, and a token above
+        what every 64-bit column holds, on a server whose catalog we read."""
+        if column_max is not None or self.token <= SIGNED_BIGINT_MAX:
+            return None
+        server = _server_of(conn)
+        q = _Params(self.style)
+        if server == "postgres":  # unquoted names fold to lower case
+            sql = (
+                "SELECT format_type(atttypid, atttypmod) FROM pg_attribute WHERE attrelid = "
+                f"CAST(CAST({q.add(self.table)} AS text) AS regclass) "
+                f"AND attname = lower({q.add(self.fence)}) AND NOT attisdropped"
+            )
+        elif server == "mysql":
+            sql = (
+                "SELECT COLUMN_TYPE FROM information_schema.COLUMNS WHERE TABLE_SCHEMA = DATABASE() "
+                f"AND TABLE_NAME = {q.add(self.table)} AND COLUMN_NAME = {q.add(self.fence)}"
+            )
+        else:
+            return None
+        return sql, q.bound()
+
+    def check_range(self, conn: Any, column_max: Optional[int], declared: Optional[Sequence[Any]]) -> None:
+        """Raises `TokenOutOfRange` if the token exceeds `column_max`, or
+        without it, what the `declared` type (the catalog's row) holds.
+        SQLite holds signed 64-bit integers at most, whatever is declared."""
+        limit = _declared_limit(declared) if column_max is None else column_max
+        if _server_of(conn) == "sqlite":
+            limit = min(limit, SIGNED_BIGINT_MAX)
+        if self.token > min(limit, UNSIGNED_BIGINT_MAX):
+            raise TokenOutOfRange(self.token, limit)
 
     def verdict(self, found: Optional[Sequence[Any]]) -> int:
         """What an UPDATE that changed no row meant, from the probe's row:
@@ -219,7 +290,7 @@ def sql_update(
     *,
     fence_column: str = "fence",
     reentrant: bool = True,
-    column_max: int = SIGNED_BIGINT_MAX,
+    column_max: Optional[int] = None,
     paramstyle: Optional[str] = None,
 ) -> int:
     """Updates the rows of `table` matching `where` (column = value, ANDed)
@@ -230,18 +301,27 @@ def sql_update(
     `conn` is any DB-API 2 connection (psycopg 3, psycopg2, PyMySQL,
     mysqlclient, sqlite3...): the statement goes through a cursor in the
     parameter style its driver declares (`paramstyle_of`), or `paramstyle`
-    if given. `column_max` is the largest value the fence column holds:
-    `SIGNED_BIGINT_MAX` (the default: `bigint`, `BIGINT`, SQLite `INTEGER`)
-    or `UNSIGNED_BIGINT_MAX` (`numeric(20)`, `BIGINT UNSIGNED`); a larger
-    token raises `TokenOutOfRange` before anything is sent.
+    if given.
+
+    A token the fence column cannot hold raises `TokenOutOfRange` before
+    anything is written. Every 64-bit column holds tokens up to
+    `SIGNED_BIGINT_MAX`; for a larger one the limit is `column_max` if
+    given (`UNSIGNED_BIGINT_MAX` for `numeric(20)` or `BIGINT UNSIGNED`),
+    else the column's declared type as the catalog tells it (PostgreSQL,
+    MySQL/MariaDB drivers), else `SIGNED_BIGINT_MAX` (SQLite's `INTEGER`).
 
     Returns the rows updated; raises `StaleToken` when a matching row has a
     newer fence, `LookupError` when no row matches `where`. The caller
     commits."""
     style = paramstyle or paramstyle_of(conn)
-    st = _Statements(style, table, values, where, token, fence_column, reentrant, column_max)
+    st = _Statements(style, table, values, where, token, fence_column, reentrant)
     cursor = conn.cursor()
     try:
+        query, declared = st.column_query(conn, column_max), None
+        if query is not None:
+            cursor.execute(*query)
+            declared = cursor.fetchone()
+        st.check_range(conn, column_max, declared)
         cursor.execute(st.update, st.update_params)
         if cursor.rowcount > 0:
             return int(cursor.rowcount)
@@ -260,7 +340,7 @@ async def sql_update_async(
     *,
     fence_column: str = "fence",
     reentrant: bool = True,
-    column_max: int = SIGNED_BIGINT_MAX,
+    column_max: Optional[int] = None,
     paramstyle: Optional[str] = None,
 ) -> int:
     """`sql_update` for asyncio: an asyncpg connection (`$1` placeholders,
@@ -268,8 +348,11 @@ async def sql_update_async(
     connection whose `cursor()` is an async context manager (psycopg 3's
     `AsyncConnection`), in its driver's parameter style."""
     style = paramstyle or paramstyle_of(conn)
-    st = _Statements(style, table, values, where, token, fence_column, reentrant, column_max)
+    st = _Statements(style, table, values, where, token, fence_column, reentrant)
+    query = st.column_query(conn, column_max)
     if style == "dollar":
+        declared = None if query is None else await conn.fetchrow(query[0], *query[1])
+        st.check_range(conn, column_max, declared)
         status = await conn.execute(st.update, *st.update_params)
         tail = str(status).rsplit(" ", 1)[-1]  # "UPDATE 1"
         updated = int(tail) if tail.isdigit() else 0
@@ -277,6 +360,11 @@ async def sql_update_async(
             return updated
         return st.verdict(await conn.fetchrow(st.probe, *st.probe_params))
     async with conn.cursor() as cursor:
+        declared = None
+        if query is not None:
+            await cursor.execute(*query)
+            declared = await cursor.fetchone()
+        st.check_range(conn, column_max, declared)
         await cursor.execute(st.update, st.update_params)
         if cursor.rowcount > 0:
             return int(cursor.rowcount)
