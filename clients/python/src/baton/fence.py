@@ -87,20 +87,17 @@ SIGNED_BIGINT_MAX = 2**63 - 1
 #: `numeric(20)` and MySQL/MariaDB `BIGINT UNSIGNED` hold.
 UNSIGNED_BIGINT_MAX = 2**64 - 1
 
-# The server behind each driver package whose catalog can tell the fence
-# column's declared type.
+# The server behind each driver package (the tested ones): a catalog that
+# tells the fence column's declared type, or SQLite's signed integers. A
+# driver not named here is held to SIGNED_BIGINT_MAX unless given
+# column_max.
 _SERVERS = {
     "psycopg": "postgres",
     "psycopg2": "postgres",
     "asyncpg": "postgres",
-    "pg8000": "postgres",
     "pymysql": "mysql",
     "MySQLdb": "mysql",
-    "mysql": "mysql",
-    "mariadb": "mysql",
-    "aiomysql": "mysql",
     "sqlite3": "sqlite",
-    "aiosqlite": "sqlite",
 }
 
 _DECIMAL = re.compile(r"^(?:numeric|decimal)\s*\(\s*(\d+)\s*(?:,\s*(\d+)\s*)?\)")
