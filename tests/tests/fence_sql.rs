@@ -185,7 +185,11 @@ async fn scenario(node: &Batond, db: &Driver) {
 async fn rules_and_limits(db: &Driver) {
     let (signed, unsigned) = db.columns();
     let table = db.table(signed).await;
-    let (s, u) = (TokenColumn::Signed, TokenColumn::Unsigned);
+    let (s, u, d) = (
+        TokenColumn::Signed,
+        TokenColumn::Unsigned,
+        TokenColumn::Declared,
+    );
     let token = 1_u64 << 60;
     let name = db.name();
     assert_eq!(db.write(&table, token, "b", s).await.expect(name), 1);
@@ -197,11 +201,14 @@ async fn rules_and_limits(db: &Driver) {
         "{name}: {stale:?}"
     );
     let high = i64::MAX as u64;
-    let wrapped = db.write(&table, high + 1, "wrapped", s).await;
-    assert!(
-        matches!(wrapped, Err(FenceError::TokenOutOfRange { .. })),
-        "{name}: {wrapped:?}"
-    );
+    // Told signed, or found so in the catalog (SQLite: signed anyway).
+    for told in [s, d] {
+        let wrapped = db.write(&table, high + 1, "wrapped", told).await;
+        assert!(
+            matches!(wrapped, Err(FenceError::TokenOutOfRange { .. })),
+            "{name}: {wrapped:?}"
+        );
+    }
     assert_eq!(db.write(&table, high, "max", s).await.expect(name), 1);
     assert_eq!(db.row(&table).await, ("max".to_owned(), high));
     let missing = update_missing_row(db, &table).await;
@@ -218,13 +225,25 @@ async fn rules_and_limits(db: &Driver) {
         return;
     };
     let table = db.table(unsigned).await;
-    assert_eq!(db.write(&table, high + 5, "high", u).await.expect(name), 1);
+    // Told signed: the caller's word stands.
+    let told = db.write(&table, high + 5, "told", s).await;
+    assert!(
+        matches!(told, Err(FenceError::TokenOutOfRange { .. })),
+        "{name}: {told:?}"
+    );
+    // Found unsigned in the catalog.
+    assert_eq!(db.write(&table, high + 5, "high", d).await.expect(name), 1);
     let stale = db.write(&table, high + 4, "stale", u).await;
     assert!(
         matches!(stale, Err(FenceError::StaleToken { highest, .. }) if highest == high + 5),
         "{name}: {stale:?}"
     );
     assert_eq!(db.write(&table, u64::MAX, "top", u).await.expect(name), 1);
+    let stale = db.write(&table, u64::MAX - 1, "stale", d).await;
+    assert!(
+        matches!(stale, Err(FenceError::StaleToken { .. })),
+        "{name}: {stale:?}"
+    );
     assert_eq!(db.row(&table).await, ("top".to_owned(), u64::MAX));
 }
 

@@ -24,19 +24,20 @@
 //! # The fence column
 //!
 //! Tokens are unsigned 64-bit numbers and start near 2^60. Declare the
-//! column to hold them all, and say which with [`TokenColumn`]:
+//! column to hold them all:
 //!
-//! | database | column | [`TokenColumn`] | largest token |
-//! |---|---|---|---|
-//! | PostgreSQL | `numeric(20) NOT NULL DEFAULT 0` | `Unsigned` | 2^64-1 |
-//! | PostgreSQL | `bigint NOT NULL DEFAULT 0` | `Signed` (default) | 2^63-1 |
-//! | MySQL, MariaDB | `BIGINT UNSIGNED NOT NULL DEFAULT 0` | `Unsigned` | 2^64-1 |
-//! | MySQL, MariaDB | `BIGINT NOT NULL DEFAULT 0` | `Signed` (default) | 2^63-1 |
-//! | SQLite | `INTEGER NOT NULL DEFAULT 0` | `Signed` (default) | 2^63-1 |
+//! | database | column | largest token |
+//! |---|---|---|
+//! | PostgreSQL | `numeric(20) NOT NULL DEFAULT 0` | 2^64-1 |
+//! | PostgreSQL | `bigint NOT NULL DEFAULT 0` | 2^63-1 |
+//! | MySQL, MariaDB | `BIGINT UNSIGNED NOT NULL DEFAULT 0` | 2^64-1 |
+//! | MySQL, MariaDB | `BIGINT NOT NULL DEFAULT 0` | 2^63-1 |
+//! | SQLite | `INTEGER NOT NULL DEFAULT 0` | 2^63-1 |
 //!
 //! A token above the column's limit is refused rather than sent: servers
 //! clamp or wrap such values, and a fence that goes down admits stale
-//! writers again.
+//! writers again. The limit is found in the database's catalog when it
+//! matters ([`TokenColumn::Declared`], the default), or given.
 
 pub mod plan;
 #[cfg(any(feature = "postgres", feature = "mysql", feature = "sqlite"))]
@@ -85,7 +86,7 @@ pub enum FenceError {
     /// The fence column cannot hold the token; nothing was sent.
     #[error(
         "token {token} does not fit the fence column (at most {max}): declare it numeric(20) \
-         (PostgreSQL) or BIGINT UNSIGNED (MySQL) and use TokenColumn::Unsigned"
+         (PostgreSQL) or BIGINT UNSIGNED (MySQL)"
     )]
     TokenOutOfRange {
         /// The caller's token.
@@ -127,26 +128,37 @@ pub enum FenceError {
 /// What the fence column is declared as, hence the largest token it holds.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum TokenColumn {
+    /// Read from the database when it matters: every 64-bit column holds
+    /// tokens up to 2^63-1, which go out as they are; for a larger token
+    /// the fence column's declared type is read from the catalog
+    /// (PostgreSQL `pg_attribute`, MySQL `information_schema.COLUMNS`), one
+    /// query more. SQLite holds 2^63-1 at most.
+    #[default]
+    Declared,
     /// A signed 64-bit integer: PostgreSQL `bigint`, MySQL `BIGINT`,
     /// SQLite `INTEGER`. Holds tokens up to 2^63-1.
-    #[default]
     Signed,
     /// PostgreSQL `numeric(20)`, MySQL `BIGINT UNSIGNED`: every token.
     Unsigned,
 }
 
+/// The largest token every 64-bit column holds, signed or not.
+pub const SIGNED_BIGINT_MAX: u64 = i64::MAX as u64;
+
 impl TokenColumn {
-    /// The largest token such a column holds.
+    /// The largest token such a column holds; `None` when the catalog says.
     ///
     /// ```
     /// use baton_fence_sql::TokenColumn;
-    /// assert_eq!(TokenColumn::Signed.max_token(), i64::MAX as u64);
-    /// assert_eq!(TokenColumn::Unsigned.max_token(), u64::MAX);
+    /// assert_eq!(TokenColumn::Signed.max_token(), Some(i64::MAX as u64));
+    /// assert_eq!(TokenColumn::Unsigned.max_token(), Some(u64::MAX));
+    /// assert_eq!(TokenColumn::Declared.max_token(), None);
     /// ```
-    pub fn max_token(self) -> u64 {
+    pub fn max_token(self) -> Option<u64> {
         match self {
-            TokenColumn::Signed => i64::MAX as u64,
-            TokenColumn::Unsigned => u64::MAX,
+            TokenColumn::Declared => None,
+            TokenColumn::Signed => Some(SIGNED_BIGINT_MAX),
+            TokenColumn::Unsigned => Some(u64::MAX),
         }
     }
 }
@@ -211,6 +223,7 @@ impl Plan {
                 max,
             });
         }
+        let column_unknown = self.column == TokenColumn::Declared && dialect != Dialect::Sqlite;
         Ok(Validated {
             table: &self.table,
             sets: &self.sets,
@@ -218,6 +231,7 @@ impl Plan {
             fence: &self.fence_column,
             token: self.token,
             reentrant: self.reentrant,
+            needs_catalog: column_unknown && self.token > SIGNED_BIGINT_MAX,
         })
     }
 }
@@ -231,6 +245,8 @@ pub struct Validated<'a> {
     fence: &'a str,
     token: u64,
     reentrant: bool,
+    /// Whether the token's fit must be read from the catalog.
+    needs_catalog: bool,
 }
 
 /// A plain SQL identifier: a letter or `_`, then letters, digits or `_`;

@@ -2,7 +2,7 @@
 //! means: pure, no driver. The drivers' modules walk the [`Piece`]s,
 //! writing their own placeholders and binding their own values.
 
-use crate::{FenceError, TokenColumn, Validated};
+use crate::{FenceError, TokenColumn, Validated, SIGNED_BIGINT_MAX};
 
 /// The SQL dialects the drivers speak.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -18,11 +18,13 @@ pub enum Dialect {
 impl Dialect {
     /// The largest token this database can store in an integer fence
     /// column of the given kind.
+    /// `Declared` is checked against the catalog later: here it is every
+    /// token but on SQLite.
     pub fn max_token(self, column: TokenColumn) -> u64 {
         match self {
             // SQLite's INTEGER is signed 64-bit whatever the declared type.
-            Dialect::Sqlite => TokenColumn::Signed.max_token(),
-            Dialect::Postgres | Dialect::MySql => column.max_token(),
+            Dialect::Sqlite => SIGNED_BIGINT_MAX,
+            Dialect::Postgres | Dialect::MySql => column.max_token().unwrap_or(u64::MAX),
         }
     }
 
@@ -60,6 +62,9 @@ pub enum Piece {
     Filter(usize),
     /// The token, as decimal text.
     Token,
+    /// A text value the statement itself binds (a name looked up in the
+    /// catalog).
+    Text(String),
 }
 
 /// The two statements of a fenced update.
@@ -109,6 +114,89 @@ fn filters(plan: &Validated<'_>, out: &mut Vec<Piece>) {
         out.push(Piece::Sql(format!("{and}{column} = ")));
         out.push(Piece::Filter(i));
     }
+}
+
+/// The query for the fence column's declared type, when the token's fit
+/// must come from the catalog ([`TokenColumn::Declared`] and a token above
+/// 2^63-1): one text column, or no row.
+pub fn catalog(plan: &Validated<'_>, dialect: Dialect) -> Option<Vec<Piece>> {
+    if !plan.needs_catalog {
+        return None;
+    }
+    let sql = |s: &str| Piece::Sql(s.to_owned());
+    let (table, fence) = (
+        Piece::Text(plan.table.to_owned()),
+        Piece::Text(plan.fence.to_owned()),
+    );
+    match dialect {
+        // Unquoted names fold to lower case, as the update's do.
+        Dialect::Postgres => Some(vec![
+            sql("SELECT format_type(atttypid, atttypmod) FROM pg_attribute WHERE attrelid = CAST(CAST("),
+            table,
+            sql(" AS text) AS regclass) AND attname = lower("),
+            fence,
+            sql(") AND NOT attisdropped"),
+        ]),
+        Dialect::MySql => Some(vec![
+            sql("SELECT CAST(COLUMN_TYPE AS CHAR) FROM information_schema.COLUMNS WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = "),
+            table,
+            sql(" AND COLUMN_NAME = "),
+            fence,
+        ]),
+        Dialect::Sqlite => None,
+    }
+}
+
+/// Refuses the token if the fence column's `declared` type (the catalog's
+/// answer; `None`: no such column) cannot hold it.
+pub fn check_declared(plan: &Validated<'_>, declared: Option<&str>) -> Result<(), FenceError> {
+    let max = declared_limit(declared);
+    if plan.token > max {
+        return Err(FenceError::TokenOutOfRange {
+            token: plan.token,
+            max,
+        });
+    }
+    Ok(())
+}
+
+/// The largest token a column of the `declared` type holds, as the
+/// catalog spells it (`numeric(20,0)`, `bigint(20) unsigned`...), when that
+/// is more than a signed 64-bit integer; else [`SIGNED_BIGINT_MAX`], also
+/// for a type not known here (only larger tokens ask).
+pub fn declared_limit(declared: Option<&str>) -> u64 {
+    let text = declared.unwrap_or_default().trim().to_ascii_lowercase();
+    if text == "numeric" || text == "decimal" {
+        return u64::MAX; // PostgreSQL's unconstrained numeric
+    }
+    if let Some(digits) = decimal_digits(&text) {
+        // 10^20 - 1 > 2^64 - 1: twenty integral digits hold every token.
+        return match 10_u64.checked_pow(digits) {
+            None => u64::MAX,
+            Some(p) => (p - 1).max(SIGNED_BIGINT_MAX),
+        };
+    }
+    if text.starts_with("bigint") && text.contains("unsigned") {
+        return u64::MAX;
+    }
+    SIGNED_BIGINT_MAX
+}
+
+/// The integral digits of `numeric(p)` / `decimal(p,s)`: p - s.
+fn decimal_digits(text: &str) -> Option<u32> {
+    let args = text
+        .strip_prefix("numeric")
+        .or_else(|| text.strip_prefix("decimal"))?
+        .trim()
+        .strip_prefix('(')?
+        .strip_suffix(')')?;
+    let mut parts = args.split(',').map(|p| p.trim().parse::<u32>());
+    let precision = parts.next()?.ok()?;
+    let scale = match parts.next() {
+        Some(s) => s.ok()?,
+        None => 0,
+    };
+    Some(precision.saturating_sub(scale))
 }
 
 /// What an update that changed no row meant, from the probe's two texts:
@@ -207,24 +295,75 @@ mod tests {
     #[test]
     fn tokens_the_column_cannot_hold_are_refused() {
         let signed_max = i64::MAX as u64;
-        assert!(plan(signed_max).validate(Dialect::Postgres).is_ok());
+        let mut signed = plan(signed_max);
+        signed.column = TokenColumn::Signed;
+        assert!(signed.validate(Dialect::Postgres).is_ok());
+        signed.token += 1;
         assert!(matches!(
-            plan(signed_max + 1).validate(Dialect::Postgres),
+            signed.validate(Dialect::Postgres),
             Err(FenceError::TokenOutOfRange { max, .. }) if max == signed_max
         ));
         let mut wide = plan(u64::MAX);
         wide.column = TokenColumn::Unsigned;
-        assert!(wide.validate(Dialect::MySql).is_ok());
+        assert!(!wide.validate(Dialect::MySql).unwrap().needs_catalog);
         assert!(wide.validate(Dialect::Postgres).is_ok());
         // SQLite has no unsigned 64-bit integers, whatever is declared.
-        assert!(matches!(
-            wide.validate(Dialect::Sqlite),
-            Err(FenceError::TokenOutOfRange { .. })
-        ));
+        for column in [TokenColumn::Unsigned, TokenColumn::Declared] {
+            wide.column = column;
+            assert!(matches!(
+                wide.validate(Dialect::Sqlite),
+                Err(FenceError::TokenOutOfRange { .. })
+            ));
+        }
         assert!(matches!(
             plan(0).validate(Dialect::Sqlite),
             Err(FenceError::NotAToken)
         ));
+    }
+
+    #[test]
+    fn the_catalog_is_asked_only_about_tokens_above_2_pow_63() {
+        let low = plan(i64::MAX as u64);
+        let low = low.validate(Dialect::Postgres).unwrap();
+        assert!(catalog(&low, Dialect::Postgres).is_none());
+        let high = plan(i64::MAX as u64 + 5);
+        let valid = high.validate(Dialect::MySql).unwrap();
+        let query = catalog(&valid, Dialect::MySql).unwrap();
+        assert_eq!(
+            render(&query, Dialect::MySql),
+            "SELECT CAST(COLUMN_TYPE AS CHAR) FROM information_schema.COLUMNS \
+             WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = ? AND COLUMN_NAME = ?"
+        );
+        assert!(query.contains(&Piece::Text("accounts".to_owned())));
+        for wide in [
+            "numeric(20,0)",
+            "numeric",
+            "bigint(20) unsigned",
+            "decimal(20,0)",
+        ] {
+            assert!(check_declared(&valid, Some(wide)).is_ok(), "{wide}");
+        }
+        for narrow in [
+            "bigint",
+            "integer",
+            "numeric(18,0)",
+            "text",
+            "numeric(20,2)",
+        ] {
+            assert!(
+                matches!(
+                    check_declared(&valid, Some(narrow)),
+                    Err(FenceError::TokenOutOfRange { .. })
+                ),
+                "{narrow}"
+            );
+        }
+        assert!(check_declared(&valid, None).is_err(), "no such column");
+        assert_eq!(
+            declared_limit(Some("numeric(19)")),
+            9_999_999_999_999_999_999
+        );
+        assert_eq!(declared_limit(Some("numeric(25, 0)")), u64::MAX);
     }
 
     #[test]

@@ -6,6 +6,9 @@
 //! # async fn demo(pool: sqlx::PgPool, token: u64) -> Result<(), baton_fence_sql::FenceError> {
 //! use baton_fence_sql::{sqlx::update, FenceError, TokenColumn};
 //!
+//! // fence numeric(20): TokenColumn::Declared (the default) would find it
+//! // in the catalog when a token is above 2^63-1; saying it saves the query.
+//!
 //! let mut tx = pool.begin().await?;
 //! let written = update::<sqlx::Postgres>("accounts", token)
 //!     .set("balance", 110_i64)
@@ -124,6 +127,17 @@ impl<DB: Backend> FencedUpdate<Value<DB>> {
         usize: ColumnIndex<DB::Row>,
     {
         let valid = self.plan.validate(DB::DIALECT)?;
+        if let Some(catalog) = plan::catalog(&valid, DB::DIALECT) {
+            let (sql, args) = self.bind(&catalog)?;
+            let row = ::sqlx::query_with(&sql, args)
+                .fetch_optional(&mut *conn)
+                .await?;
+            let declared: Option<String> = match row {
+                Some(row) => row.try_get(0)?,
+                None => None,
+            };
+            plan::check_declared(&valid, declared.as_deref())?;
+        }
         let statements = plan::statements(&valid, DB::DIALECT);
         let (sql, args) = self.bind(&statements.update)?;
         let result = ::sqlx::query_with(&sql, args).execute(&mut *conn).await?;
@@ -151,6 +165,9 @@ impl<DB: Backend> FencedUpdate<Value<DB>> {
                     sql.push_str(text);
                     continue;
                 }
+                (Piece::Text(text), _) => args
+                    .add(text.clone())
+                    .map_err(|e| (self.plan.fence_column.as_str(), e)),
                 (_, Some((column, value))) => value.0.bind(&mut args).map_err(|e| (column, e)),
                 (_, None) => args
                     .add(self.plan.token.to_string())

@@ -50,8 +50,18 @@ impl FencedUpdate<Value> {
     /// In a transaction, the caller commits.
     pub async fn execute(&self, client: &impl GenericClient) -> Result<u64, FenceError> {
         let valid = self.plan.validate(Dialect::Postgres)?;
-        let statements = plan::statements(&valid, Dialect::Postgres);
         let token = self.plan.token.to_string();
+        if let Some(catalog) = plan::catalog(&valid, Dialect::Postgres) {
+            let params = self.params(&catalog, &token);
+            let sql = plan::render(&catalog, Dialect::Postgres);
+            let row = client.query_opt(sql.as_str(), &params).await?;
+            let declared: Option<String> = match row {
+                Some(row) => row.try_get(0)?,
+                None => None,
+            };
+            plan::check_declared(&valid, declared.as_deref())?;
+        }
+        let statements = plan::statements(&valid, Dialect::Postgres);
         let params = self.params(&statements.update, &token);
         let sql = plan::render(&statements.update, Dialect::Postgres);
         let updated = client.execute(sql.as_str(), &params).await?;
@@ -67,13 +77,14 @@ impl FencedUpdate<Value> {
     }
 
     /// The parameters of `pieces`, in placeholder order.
-    fn params<'a>(&'a self, pieces: &[Piece], token: &'a String) -> Vec<&'a (dyn ToSql + Sync)> {
+    fn params<'a>(&'a self, pieces: &'a [Piece], token: &'a String) -> Vec<&'a (dyn ToSql + Sync)> {
         pieces
             .iter()
             .filter(|piece| !matches!(piece, Piece::Sql(_)))
-            .map(|piece| match self.value(piece) {
-                Some((_, value)) => value.as_ref() as &(dyn ToSql + Sync),
-                None => token as &(dyn ToSql + Sync),
+            .map(|piece| match (piece, self.value(piece)) {
+                (Piece::Text(text), _) => text as &(dyn ToSql + Sync),
+                (_, Some((_, value))) => value.as_ref() as &(dyn ToSql + Sync),
+                (_, None) => token as &(dyn ToSql + Sync),
             })
             .collect()
     }

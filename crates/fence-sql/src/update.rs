@@ -48,7 +48,8 @@ impl<V> FencedUpdate<V> {
     }
 
     /// What the fence column is declared as (default
-    /// [`TokenColumn::Signed`]): tokens above its limit are refused.
+    /// [`TokenColumn::Declared`]: read from the catalog when a token is
+    /// above 2^63-1): tokens above its limit are refused.
     pub fn token_column(mut self, column: TokenColumn) -> Self {
         self.plan.column = column;
         self
@@ -72,7 +73,7 @@ impl<V> FencedUpdate<V> {
         match *piece {
             Piece::Set(i) => Some((&self.plan.sets[i], &self.sets[i])),
             Piece::Filter(i) => Some((&self.plan.filters[i], &self.filters[i])),
-            Piece::Sql(_) | Piece::Token => None,
+            Piece::Sql(_) | Piece::Token | Piece::Text(_) => None,
         }
     }
 }
