@@ -614,6 +614,8 @@ impl<H> RaftEngine<H> {
         for key in waited_on {
             self.hand_on(&key, None, now, events);
         }
+        // Its last token may bring a leader to its token floor: it serves.
+        self.give_back_unclaimed();
         self.debug_validate();
     }
 }
