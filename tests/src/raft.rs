@@ -166,6 +166,15 @@ impl RaftCluster {
         ClusterClient::new(self.peers.clone(), first)
     }
 
+    /// Starts every node again on its address and data directory (after
+    /// kills, or wipes) and waits for them to agree on a leader.
+    pub async fn restart_all(&mut self) -> (usize, Duration) {
+        for node in &mut self.nodes {
+            node.restart();
+        }
+        self.wait_leader(SETTLE).await
+    }
+
     /// Kills node `i` and empties its data directory: restarted, it is a
     /// new node that knows nothing of the cluster's past.
     pub fn wipe(&mut self, i: usize) {

@@ -152,10 +152,7 @@ async fn a_full_cluster_restart_keeps_locks_and_token_order() {
         cluster.nodes[i].kill();
     }
     let floor = wall_clock_floor();
-    for i in 0..3 {
-        cluster.nodes[i].restart();
-    }
-    let (leader, took) = cluster.wait_leader(SETTLE).await;
+    let (leader, took) = cluster.restart_all().await;
     println!("raft: leader {leader} agreed {took:?} after a full restart");
     let mut client = cluster.client(leader);
     let reply = client.request("A kept 0.2 60", REQUEST).await;
@@ -188,10 +185,7 @@ async fn a_cluster_rebuilt_from_empty_data_directories_issues_higher_tokens() {
     for i in 0..3 {
         cluster.wipe(i);
     }
-    for i in 0..3 {
-        cluster.nodes[i].restart();
-    }
-    let (leader, took) = cluster.wait_leader(SETTLE).await;
+    let (leader, took) = cluster.restart_all().await;
     println!("raft: rebuilt cluster's leader {leader} agreed after {took:?}");
     let mut client = cluster.client(leader);
     let reply = client.request("A old-0 0 60", REQUEST).await;
