@@ -3,10 +3,11 @@
 //! computes the same tokens.
 //!
 //! A new leader puts `RaiseTokenFloor { floor }` first in its outbox, the
-//! floor being its wall clock's (`baton_server::token_floor::wall_floor`,
-//! the single node's mapping) when it took the lead of the term. Every node applies it as any command:
-//! `last_token = max(last_token, floor)`, so tokens never fall, whatever
-//! the leader's clock says, and a snapshot's last token carries it on.
+//! floor being its wall clock's when it took the lead of the term
+//! (`baton_server::token_floor::wall_floor`, the single node's mapping).
+//! Every node applies it as any command: `last_token = max(last_token,
+//! floor)`, so tokens never fall, whatever the leader's clock says, and a
+//! snapshot's last token carries it on.
 //! The leader serves only once the floor has applied (or its table was
 //! already above it): any grant it proposes then lies behind the floor in
 //! the log, whatever order its proposals reach the log in. A floor that
