@@ -19,13 +19,18 @@ fn engine(me: u64, origin: u64, wall_ms: u64) -> RaftEngine<&'static str> {
     engine
 }
 
-/// Node 0 led term 1 from `now` 5, its token floor the only proposal.
-fn leading_at_wall(follower_wall_ms: u64) -> (Pair, Proposal) {
-    let mut p = Pair {
+/// Node 0 (its clock at [`WALL_MS`]) and node 1.
+fn pair(follower_wall_ms: u64) -> Pair {
+    Pair {
         leader: engine(0, 11, WALL_MS),
         follower: engine(1, 22, follower_wall_ms),
         events: Vec::new(),
-    };
+    }
+}
+
+/// Node 0 led term 1 from `now` 5, its token floor the only proposal.
+fn leading_at_wall(follower_wall_ms: u64) -> (Pair, Proposal) {
+    let mut p = pair(follower_wall_ms);
     p.leader
         .handle_role(RaftRole::Leader { term: 1 }, 5, &mut p.events);
     p.follower
@@ -148,11 +153,7 @@ fn a_node_replaying_the_log_or_installing_a_snapshot_computes_the_same_tokens() 
 
 #[test]
 fn a_floor_that_missed_the_log_is_proposed_again_and_a_regained_lead_keeps_it() {
-    let mut p = Pair {
-        leader: engine(0, 11, WALL_MS),
-        follower: engine(1, 22, WALL_MS),
-        events: Vec::new(),
-    };
+    let mut p = pair(WALL_MS);
     let leader = RaftRole::Leader { term: 1 };
     p.leader.handle_role(leader, 5, &mut p.events);
     let (_, tags) = p.leader.poll_proposal().expect("the token floor");
@@ -178,4 +179,34 @@ fn a_floor_that_missed_the_log_is_proposed_again_and_a_regained_lead_keeps_it() 
     assert!(p.leader.serving());
     assert_eq!(p.leader.poll_proposal(), None);
     assert!(p.events.is_empty(), "{:?}", p.events);
+}
+
+/// A log written before leaders proposed floors (tokens from 1, no
+/// floor): it replays as it is, and the next leader lifts its tokens.
+#[test]
+fn an_old_logs_tokens_rise_to_the_next_leaders_floor() {
+    let old_grants = super::exact::proposal_of(vec![
+        Command::Grant {
+            key: key("a"),
+            lease_ms: 60_000,
+        },
+        Command::Grant {
+            key: key("b"),
+            lease_ms: 60_000,
+        },
+    ]);
+    let mut p = pair(WALL_MS);
+    p.commit(Committed::Proposal(&old_grants), 0);
+    assert_eq!(p.leader.table().holder(&key("b")).map(|h| h.token), Some(2));
+    p.leader
+        .handle_role(RaftRole::Leader { term: 1 }, 5, &mut p.events);
+    let (floor, _) = p.leader.poll_proposal().expect("the token floor");
+    assert_eq!(commands(&floor), [floor_of(WALL_MS + 5)]);
+    p.commit(Committed::LeaderBlank { leader: 0, term: 1 }, 6);
+    p.commit(Committed::Proposal(&floor), 7);
+    assert_eq!(grant(&mut p, "c", 8), ((WALL_MS + 5) << 20) + 1);
+    assert_eq!(
+        p.follower.table().holder(&key("a")).map(|h| h.token),
+        Some(1)
+    );
 }
