@@ -5,7 +5,7 @@
 //! tests share. Every wait polls `S` and is bounded.
 
 use std::net::SocketAddr;
-use std::time::Duration;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use tempfile::TempDir;
 use tokio::sync::Mutex;
@@ -165,6 +165,35 @@ impl RaftCluster {
     pub fn client(&self, first: usize) -> ClusterClient {
         ClusterClient::new(self.peers.clone(), first)
     }
+
+    /// Starts every node again on its address and data directory (after
+    /// kills, or wipes) and waits for them to agree on a leader.
+    pub async fn restart_all(&mut self) -> (usize, Duration) {
+        for node in &mut self.nodes {
+            node.restart();
+        }
+        self.wait_leader(SETTLE).await
+    }
+
+    /// Kills node `i` and empties its data directory: restarted, it is a
+    /// new node that knows nothing of the cluster's past.
+    pub fn wipe(&mut self, i: usize) {
+        self.nodes[i].kill();
+        let dir = self.dirs[i].path();
+        std::fs::remove_dir_all(dir)
+            .and_then(|()| std::fs::create_dir(dir))
+            .unwrap_or_else(|e| panic!("emptying {}: {e}", dir.display()));
+    }
+}
+
+/// The wall-clock floor now: milliseconds since 1970 << 20, which every
+/// token a leader elected from now on issues is above (docs/cluster.md).
+pub fn wall_clock_floor() -> u64 {
+    let since_1970 = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap_or_else(|e| panic!("the clock reads before 1970: {e}"));
+    let ms = u64::try_from(since_1970.as_millis()).unwrap_or(u64::MAX);
+    ms << 20
 }
 
 pub async fn grant(client: &mut ClusterClient, key: &str) -> u64 {

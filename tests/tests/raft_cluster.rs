@@ -6,7 +6,9 @@
 //! (election time, locks kept, old tokens still release, new tokens
 //! higher); two of three killed (the survivor grants nothing); a follower
 //! killed and restarted (catches up); all three killed and restarted (locks
-//! and token order kept); graceful stop of the leader (handoff gap).
+//! and token order kept); graceful stop of the leader (handoff gap);
+//! tokens above the wall clock, in a fresh, a restarted and a rebuilt
+//! cluster (data directories emptied: tokens above the old cluster's).
 //! Faults beyond kills and stops are in `raft_faults.rs`.
 //!
 //! Timing-sensitive, so the tests run one at a time and print what they
@@ -15,13 +17,16 @@
 use std::time::Duration;
 
 use baton_tests::cluster::{field, ClusterClient};
-use baton_tests::raft::{grant, release, RaftCluster, ELECTION_BOUND, REQUEST, SERIAL, SETTLE};
-use baton_tests::{status_u64, LineClient};
+use baton_tests::raft::{
+    grant, release, wall_clock_floor, RaftCluster, ELECTION_BOUND, REQUEST, SERIAL, SETTLE,
+};
+use baton_tests::{grant_token, status_u64, LineClient};
 use tokio::time::Instant;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn one_leader_and_followers_redirect_to_it() {
     let _serial = SERIAL.lock().await;
+    let floor = wall_clock_floor();
     let mut cluster = RaftCluster::start(3);
     let (leader, took) = cluster.wait_leader(SETTLE).await;
     println!("fresh raft cluster: leader {leader} agreed after {took:?}");
@@ -35,17 +40,19 @@ async fn one_leader_and_followers_redirect_to_it() {
         assert_eq!(field(&status, "role"), "follower");
     }
     let mut c = LineClient::connect(cluster.peers[leader]).await;
-    assert_eq!(c.request("A k 0 10").await, "A k 1");
-    assert_eq!(c.request("A j 0 10").await, "A j 2");
-    assert_eq!(c.request("K k 1 20").await, "K k");
-    assert_eq!(c.request("R k 1").await, "R k");
-    assert_eq!(c.request("R k 1").await, "N R k");
+    // Tokens start above the wall clock, as a single node's do.
+    let k = grant_token(&c.request("A k 0 10").await, "k");
+    assert!(k > floor, "token {k} below the wall-clock floor {floor}");
+    assert_eq!(c.request("A j 0 10").await, format!("A j {}", k + 1));
+    assert_eq!(c.request(&format!("K k {k} 20")).await, "K k");
+    assert_eq!(c.request(&format!("R k {k}")).await, "R k");
+    assert_eq!(c.request(&format!("R k {k}")).await, "N R k");
     // Every follower applies the same commands.
     for i in 0..3 {
         let mut f = LineClient::connect(cluster.peers[i]).await;
         let status = f
             .wait_status("in step with the leader", Duration::from_secs(5), |s| {
-                status_u64(s, "token") == 2 && status_u64(s, "locks") == 1
+                status_u64(s, "token") == k + 1 && status_u64(s, "locks") == 1
             })
             .await;
         assert_eq!(field(&status, "mode"), "raft");
@@ -144,17 +151,49 @@ async fn a_full_cluster_restart_keeps_locks_and_token_order() {
     for i in 0..3 {
         cluster.nodes[i].kill();
     }
-    for i in 0..3 {
-        cluster.nodes[i].restart();
-    }
-    let (leader, took) = cluster.wait_leader(SETTLE).await;
+    let floor = wall_clock_floor();
+    let (leader, took) = cluster.restart_all().await;
     println!("raft: leader {leader} agreed {took:?} after a full restart");
     let mut client = cluster.client(leader);
     let reply = client.request("A kept 0.2 60", REQUEST).await;
     assert_eq!(reply.line, "T kept", "the lock held before the restart");
     let fresh = grant(&mut client, "after").await;
     assert!(fresh > last, "token {fresh} after {last}");
+    // The new leader's floor is the wall clock's at its election.
+    assert!(
+        fresh > floor,
+        "token {fresh} below the restart's floor {floor}"
+    );
     release(&mut client, "kept", kept).await;
+}
+
+/// A cluster re-created from empty data directories (after a disaster, or
+/// moving from another mode) issues tokens above the old cluster's, which
+/// every fence has seen: its tokens start above the wall clock.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cluster_rebuilt_from_empty_data_directories_issues_higher_tokens() {
+    let _serial = SERIAL.lock().await;
+    let mut cluster = RaftCluster::start(3);
+    let (leader, _) = cluster.wait_leader(SETTLE).await;
+    let mut client = cluster.client(leader);
+    let mut last = 0;
+    for i in 0..5 {
+        let token = grant(&mut client, &format!("old-{i}")).await;
+        assert!(token > last, "token {token} after {last}");
+        last = token;
+    }
+    for i in 0..3 {
+        cluster.wipe(i);
+    }
+    let (leader, took) = cluster.restart_all().await;
+    println!("raft: rebuilt cluster's leader {leader} agreed after {took:?}");
+    let mut client = cluster.client(leader);
+    let reply = client.request("A old-0 0 60", REQUEST).await;
+    let fresh = grant_token(&reply.line, "old-0");
+    assert!(
+        fresh > last,
+        "rebuilt cluster's token {fresh} not above {last}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -19,11 +19,16 @@
 //! - **Payload.** At most [`MAX_PAYLOAD_ENTRIES`] entries, each proposal at
 //!   most [`MAX_BATCH`] commands: what a leader sends (see
 //!   [`super::limits`]).
-//! - **Tokens.** Every token is one grant command, and every entry up to
-//!   index `i` holds at most `MAX_BATCH` commands, so no table at index `i`
-//!   has a token over `(i + 1) * MAX_BATCH` ([`max_token_at`]): a snapshot
-//!   or a token floor beyond it is refused. (Raft tokens count grants, not
-//!   time, so the log, not the wall clock, is what bounds them.)
+//! - **Tokens.** A token floor in the log is a leader's wall clock
+//!   (`ms << 20`): one beyond this node's clock plus
+//!   [`CLOCK_ALLOWANCE_MS`] (an hour, the priority cluster's allowance) is
+//!   refused ([`max_floor_at`]). Past the floors, every token is one grant
+//!   command, and every entry up to index `i` holds at most `MAX_BATCH`
+//!   commands, so no table at index `i` has a token over that floor plus
+//!   `(i + 1) * MAX_BATCH` ([`max_token_at`]): a snapshot beyond it is
+//!   refused. A node whose clock is over an hour behind its leader's
+//!   refuses the leader's floors, so it cannot follow: the log line says
+//!   why.
 //! - **Membership.** Node ids a node can have, well-formed addresses, at
 //!   most [`super::members::MAX_MEMBERS`] nodes (see [`super::members`]).
 //!
@@ -45,6 +50,7 @@ use tokio::time::Instant;
 use super::engine::MAX_BATCH;
 use super::limits::MAX_PAYLOAD_ENTRIES;
 use super::types::{LogId, NodeId, SnapshotMeta, StoredMembership, TypeConfig, Vote};
+use crate::priority::CLOCK_ALLOWANCE_MS;
 
 /// How far beyond this node's term a peer's term may be.
 pub const MAX_TERM_LEAP: u64 = 1 << 32;
@@ -84,10 +90,16 @@ pub enum Implausible {
     Reply,
 }
 
-/// The highest token a table can have reached once the log entry at
-/// `index` is applied (`None`: nothing applied, no token).
+/// How many tokens a table can have granted above its highest floor once
+/// the log entry at `index` is applied (`None`: nothing applied, none).
 pub fn max_token_at(index: Option<u64>) -> Token {
     index.map_or(0, |i| i.saturating_add(1).saturating_mul(MAX_BATCH as u64))
+}
+
+/// The highest token floor a leader can have proposed by `wall_ms` (ms
+/// since 1970) on this node's clock.
+pub fn max_floor_at(wall_ms: u64) -> Token {
+    baton_server::token_floor::wall_floor(wall_ms.saturating_add(CLOCK_ALLOWANCE_MS))
 }
 
 /// What a message is checked against: this node's view.
@@ -95,17 +107,13 @@ pub fn max_token_at(index: Option<u64>) -> Token {
 pub struct Bounds {
     /// This node's current term.
     pub term: u64,
+    /// This node's wall clock, ms since 1970.
+    pub wall_ms: u64,
 }
 
 impl Bounds {
     fn term(&self, term: u64) -> Result<(), Implausible> {
-        if term >= TERM_CEILING || term > self.term.saturating_add(MAX_TERM_LEAP) {
-            return Err(Implausible::Term {
-                term,
-                current: self.term,
-            });
-        }
-        Ok(())
+        term_within(self.term, term)
     }
 
     fn node(&self, node: NodeId) -> Result<(), Implausible> {
@@ -160,7 +168,7 @@ impl Bounds {
                     }
                     for tagged in &proposal.commands {
                         if let Command::RaiseTokenFloor { floor } = tagged.command {
-                            if floor > max_token_at(Some(index)) {
+                            if floor > max_floor_at(self.wall_ms) {
                                 return Err(Implausible::Token {
                                     token: floor,
                                     index: Some(index),
@@ -214,8 +222,13 @@ fn log_id_within(log_id: Option<&LogId>, term: u64) -> Result<(), Implausible> {
     Ok(())
 }
 
-/// A snapshot's table: no token beyond what its log can have granted.
-pub fn check_table(meta: &SnapshotMeta, table: &TableSnapshot) -> Result<(), Implausible> {
+/// A snapshot's table: no token beyond what its log can have granted
+/// above a floor proposed by `wall_ms` on this node's clock.
+pub fn check_table(
+    meta: &SnapshotMeta,
+    table: &TableSnapshot,
+    wall_ms: u64,
+) -> Result<(), Implausible> {
     let index = meta.last_log_id.as_ref().map(|l| l.index);
     let highest = table
         .locks
@@ -224,7 +237,7 @@ pub fn check_table(meta: &SnapshotMeta, table: &TableSnapshot) -> Result<(), Imp
         .max()
         .unwrap_or(0)
         .max(table.last_token);
-    if highest > max_token_at(index) {
+    if highest > max_floor_at(wall_ms).saturating_add(max_token_at(index)) {
         return Err(Implausible::Token {
             token: highest,
             index,
@@ -236,7 +249,15 @@ pub fn check_table(meta: &SnapshotMeta, table: &TableSnapshot) -> Result<(), Imp
 /// A reply's term against the term of the request it answers: a peer
 /// may be ahead (then this node steps down), never implausibly far.
 pub fn check_reply_term(sent: u64, got: u64) -> Result<(), Implausible> {
-    Bounds { term: sent }.term(got)
+    term_within(sent, got)
+}
+
+/// A term a node at term `current` can take.
+fn term_within(current: u64, term: u64) -> Result<(), Implausible> {
+    if term >= TERM_CEILING || term > current.saturating_add(MAX_TERM_LEAP) {
+        return Err(Implausible::Term { term, current });
+    }
+    Ok(())
 }
 
 pub fn check_vote_reply(sent: u64, reply: &VoteResponse<TypeConfig>) -> Result<(), Implausible> {

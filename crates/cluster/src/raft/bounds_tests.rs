@@ -10,6 +10,9 @@ use crate::raft::types::{Entry, Proposal, Tagged};
 
 type Payload = EntryPayload<Proposal, u64, BasicNode>;
 
+/// The wall clock the tests' node reads, ms since 1970.
+const WALL_MS: u64 = 1_800_000_000_000;
+
 fn peers() -> Vec<String> {
     vec!["a:1".into(), "b:1".into(), "c:1".into()]
 }
@@ -64,7 +67,10 @@ fn append(entries: Vec<Entry>) -> AppendEntriesRequest<TypeConfig> {
 
 #[test]
 fn a_term_far_beyond_this_nodes_is_refused_whatever_the_message() {
-    let at = |term| Bounds { term };
+    let at = |term| Bounds {
+        term,
+        wall_ms: WALL_MS,
+    };
     // The attack: a vote near 2^64, at every node's term.
     for current in [0, 7, 1 << 40] {
         assert!(matches!(
@@ -97,7 +103,10 @@ fn a_term_far_beyond_this_nodes_is_refused_whatever_the_message() {
 
 #[test]
 fn node_ids_no_node_can_have_and_log_ids_past_the_leader_are_refused() {
-    let bounds = Bounds { term: 5 };
+    let bounds = Bounds {
+        term: 5,
+        wall_ms: WALL_MS,
+    };
     let mut rpc = vote_request(6);
     rpc.vote = vote(6, 64);
     assert_eq!(bounds.check_vote(&rpc), Err(Implausible::Node(64)));
@@ -124,7 +133,10 @@ fn node_ids_no_node_can_have_and_log_ids_past_the_leader_are_refused() {
 #[test]
 fn appends_carry_what_a_leader_sends_and_nothing_more() {
     let peers = peers();
-    let bounds = Bounds { term: 5 };
+    let bounds = Bounds {
+        term: 5,
+        wall_ms: WALL_MS,
+    };
     let key = Key::new(b"k").expect("key");
     let grant = || Command::Grant {
         key: key.clone(),
@@ -173,12 +185,22 @@ fn appends_carry_what_a_leader_sends_and_nothing_more() {
         bounds.check_append(&poison),
         Err(Implausible::Token { .. })
     ));
-    let modest = append(vec![entry(
-        5,
-        10,
-        proposal(vec![Command::RaiseTokenFloor { floor: 100 }]),
-    )]);
-    assert_eq!(bounds.check_append(&modest), Ok(()));
+    // A leader's wall-clock floor, its clock up to an hour ahead of ours.
+    let floor = |floor| {
+        append(vec![entry(
+            5,
+            10,
+            proposal(vec![Command::RaiseTokenFloor { floor }]),
+        )])
+    };
+    assert_eq!(bounds.check_append(&floor(100)), Ok(()));
+    let ahead = max_floor_at(WALL_MS);
+    assert_eq!(ahead, (WALL_MS + 3_600_000) << 20);
+    assert_eq!(bounds.check_append(&floor(ahead)), Ok(()));
+    assert!(matches!(
+        bounds.check_append(&floor(ahead + 1)),
+        Err(Implausible::Token { .. })
+    ));
     // A joined node's id under an address that does not give it.
     let forged_id = crate::raft::members::joined_id("c:1");
     let forged = openraft::Membership::new(
@@ -217,18 +239,20 @@ fn a_snapshot_never_carries_a_token_its_log_cannot_have_granted() {
             remaining_ms: 10,
         }],
     };
-    assert_eq!(check_table(&meta(Some(49)), &table(50, 50)), Ok(()));
-    assert_eq!(
-        check_table(&meta(Some(0)), &table(MAX_BATCH as u64, 1)),
-        Ok(())
-    );
-    assert!(check_table(&meta(Some(0)), &table(MAX_BATCH as u64 + 1, 1)).is_err());
-    assert!(check_table(&meta(Some(10)), &table(u64::MAX, 5)).is_err());
+    // Above the highest floor a leader can have proposed by our clock,
+    // at most MAX_BATCH grants an entry.
+    let floor = max_floor_at(WALL_MS);
+    let check = |index, table: &TableSnapshot| check_table(&meta(index), table, WALL_MS);
+    assert_eq!(check(Some(49), &table(50, 50)), Ok(()));
+    assert_eq!(check(Some(0), &table(floor + MAX_BATCH as u64, 1)), Ok(()));
+    assert!(check(Some(0), &table(floor + MAX_BATCH as u64 + 1, 1)).is_err());
+    assert_eq!(check(Some(9), &table(floor + 3, floor + 3)), Ok(()));
+    assert!(check(Some(10), &table(u64::MAX, 5)).is_err());
     assert!(
-        check_table(&meta(Some(10)), &table(5, u64::MAX)).is_err(),
+        check(Some(10), &table(5, u64::MAX)).is_err(),
         "a lock's token counts too"
     );
-    assert!(check_table(&meta(None), &table(1, 1)).is_err());
+    assert!(check(None, &table(floor + 1, 1)).is_err());
     assert_eq!(max_token_at(Some(u64::MAX)), u64::MAX, "saturates");
 }
 

@@ -21,6 +21,7 @@ use super::types::{NodeId, Proposal, Tagged};
 
 mod apply;
 mod leadership;
+mod token_floor;
 mod validate;
 
 pub use apply::{Committed, MAX_UNCLAIMED};
@@ -49,7 +50,8 @@ pub enum RaftRole {
     },
     Candidate,
     /// Leads `term`. It serves only once it has applied its own first entry
-    /// of the term: from then on its table holds every committed change.
+    /// of the term (from then on its table holds every committed change)
+    /// and its token floor (see `token_floor`).
     Leader {
         term: u64,
     },
@@ -79,6 +81,11 @@ struct Leading<H> {
     /// No expiry is proposed before this (the log refused one).
     expiries_resume_at: Millis,
     outbox: Vec<Tagged>,
+    /// The wall-clock floor this leadership's grants start above (`None`
+    /// until chosen): it serves once its table is there.
+    token_floor: Option<Token>,
+    /// The tag of the floor's proposal while it is on its way.
+    floor_tag: Option<u64>,
 }
 
 impl<H> Leading<H> {
@@ -92,6 +99,8 @@ impl<H> Leading<H> {
             expiring: HashSet::new(),
             expiries_resume_at: 0,
             outbox: Vec::new(),
+            token_floor: None,
+            floor_tag: None,
         }
     }
 }
@@ -155,6 +164,11 @@ pub struct RaftEngine<H> {
     /// as it serves again rather than left to their leases. Oldest first,
     /// at most [`MAX_UNCLAIMED`]; past that the oldest lapses with its lease.
     unclaimed: VecDeque<(Key, Token)>,
+    /// The wall clock (ms since 1970) when `now` read 0: a leader's token
+    /// floor (see `token_floor`).
+    wall_at_zero: u64,
+    /// The token floor this node chose as leader of a term, with the term.
+    term_floor: Option<(u64, Token)>,
 }
 
 impl<H> RaftEngine<H> {
@@ -178,6 +192,8 @@ impl<H> RaftEngine<H> {
             quota: Quota::default(),
             expiries: 0,
             unclaimed: VecDeque::new(),
+            wall_at_zero: 0,
+            term_floor: None,
         }
     }
 
@@ -250,16 +266,18 @@ impl<H> RaftEngine<H> {
 
     /// The leadership, if this node serves (leads and has caught up).
     fn serving_mut(&mut self) -> Option<&mut Leading<H>> {
+        let last = self.table.last_token();
         match &mut self.standing {
-            Standing::Leader(l) if self.own_entry_applied == Some(l.term) => Some(l),
+            Standing::Leader(l) if l.caught_up(self.own_entry_applied, last) => Some(l),
             _ => None,
         }
     }
 
     /// Whether this node is the leader and has caught up: it serves.
     pub fn serving(&self) -> bool {
+        let last = self.table.last_token();
         self.leading()
-            .is_some_and(|l| self.own_entry_applied == Some(l.term))
+            .is_some_and(|l| l.caught_up(self.own_entry_applied, last))
     }
 
     /// Where a client should go instead of here: the leader this node
@@ -596,6 +614,8 @@ impl<H> RaftEngine<H> {
         for key in waited_on {
             self.hand_on(&key, None, now, events);
         }
+        // Its last token may bring a leader to its token floor: it serves.
+        self.give_back_unclaimed();
         self.debug_validate();
     }
 }

@@ -231,7 +231,8 @@ impl<H: TableHost> RaftAcceptor<H> {
         slots: (OwnedSemaphorePermit, OwnedSemaphorePermit),
     ) {
         let term = self.raft.metrics().borrow_watched().current_term;
-        let bounds = Bounds { term };
+        let wall_ms = baton_server::token_floor::wall_clock_ms();
+        let bounds = Bounds { term, wall_ms };
         let id = request.id;
         let refuse = |what: &str, why: Implausible| {
             self.complaints.refused(from, what, &why);
@@ -315,7 +316,10 @@ async fn write_replies<S: PeerStream>(
 async fn install<H: TableHost>(raft: &RaftOf<H>, head: SnapshotHead, data: Vec<u8>) -> ReplyBody {
     let checked = snapshot_store::decode_table(&data)
         .map_err(|e| Implausible::SnapshotData(e.to_string()))
-        .and_then(|table| bounds::check_table(&head.meta, &table));
+        .and_then(|table| {
+            let wall_ms = baton_server::token_floor::wall_clock_ms();
+            bounds::check_table(&head.meta, &table, wall_ms)
+        });
     if let Err(why) = checked {
         tracing::warn!(reason = %why, "refused a snapshot from the leader");
         return ReplyBody::failed(&why);

@@ -276,6 +276,8 @@ impl Opened {
     async fn open(settings: &RaftSettings, io: NodeIo) -> Result<Opened, StartError> {
         let mut engine = RaftEngine::new(settings.me, settings.seeds(), io.origin);
         engine.set_orphan_wait(settings.orphan_wait_ms());
+        let wall_ms = baton_server::token_floor::wall_clock_ms();
+        engine.set_wall_at_zero(wall_ms.saturating_sub(io.clock.now()));
         let locks: Shared = Arc::new(SharedLocks::new(RaftLockNode::new(engine), io.clock));
         let tasks = Tasks::new();
         let raft = build_raft_in(settings, locks.clone(), io.dialer, tasks.clone()).await?;

@@ -20,7 +20,8 @@ pub enum Committed<'a> {
     /// A batch of lock commands one leader proposed, applied in order.
     Proposal(&'a Proposal),
     /// The first entry of `leader`'s `term`: once its own applies, a
-    /// leader's table holds every committed change and it serves.
+    /// leader's table holds every committed change; it serves once its
+    /// token floor, right behind, has applied too.
     LeaderBlank { leader: NodeId, term: u64 },
     /// A change of membership: nothing for the locks.
     Membership,

@@ -56,6 +56,7 @@ impl<H> RaftEngine<H> {
         events: &mut Vec<Event<H>>,
     ) {
         self.saw(now);
+        self.token_floor_failed(tags);
         let to = NotServing::redirect(leader.and_then(|n| usize::try_from(n).ok()));
         for tag in tags {
             let current = self.of_this_leadership(*tag);
@@ -113,11 +114,14 @@ impl<H> RaftEngine<H> {
     /// entry: if the next leader commits it, this node applies it too and
     /// answers with the real outcome, instead of sending the client to
     /// retry a change that was made (a release answered `N R`, a grant
-    /// held by nobody until its lease ends).
+    /// held by nobody until its lease ends). A new leader proposes its
+    /// token floor first; told its role again (the shell does at every
+    /// quorum check), it proposes again a floor that missed the log.
     pub fn handle_role(&mut self, role: RaftRole, now: Millis, events: &mut Vec<Event<H>>) {
         self.saw(now);
         let before = self.role();
         if role == before {
+            self.propose_token_floor(now);
             return;
         }
         self.log_role_change(before, role);
@@ -131,6 +135,7 @@ impl<H> RaftEngine<H> {
         if let Standing::Leader(ended) = std::mem::replace(&mut self.standing, standing) {
             self.end_leadership(*ended, now, events);
         }
+        self.propose_token_floor(now);
         self.give_back_unclaimed();
         self.debug_validate();
     }

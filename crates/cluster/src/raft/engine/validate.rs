@@ -45,7 +45,8 @@ impl<H> RaftEngine<H> {
             return ensure(!expiring, || "an expiry pending off the lead".to_string());
         };
         for tagged in &leading.outbox {
-            ensure(self.pending.contains_key(&tagged.tag), || {
+            let floor = leading.floor_tag == Some(tagged.tag);
+            ensure(floor || self.pending.contains_key(&tagged.tag), || {
                 format!("tag {} to propose, not pending", tagged.tag)
             })?;
         }

@@ -109,11 +109,20 @@ fn unclaimed_grants_wait_for_the_new_terms_first_entry_and_spare_newer_grants() 
         p.commit(Committed::Proposal(&proposal_of(vec![command])), 1_100);
     }
     assert_eq!(p.leader.table().holder(&key("b")).map(|h| h.token), Some(3));
-    // Node 0 leads term 2: nothing is given back before its first entry.
+    // Node 0 leads term 2: nothing is given back before its first entry
+    // and its token floor (its clock reads 1,200 ms since 1970) apply.
     p.leader
         .handle_role(RaftRole::Leader { term: 2 }, 1_200, &mut p.events);
+    let (floor, _) = p.leader.poll_proposal().expect("the token floor");
+    assert_eq!(
+        floor.commands[0].command,
+        Command::RaiseTokenFloor { floor: 1_200 << 20 }
+    );
     assert_eq!(p.proposed(), []);
     p.commit(Committed::LeaderBlank { leader: 0, term: 2 }, 1_210);
+    assert!(!p.leader.serving());
+    assert_eq!(p.proposed(), []);
+    p.commit(Committed::Proposal(&floor), 1_211);
     assert!(p.leader.serving());
     assert_eq!(p.proposed(), [release("a", 1)], "b's grant is c9's now");
 }
