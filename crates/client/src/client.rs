@@ -8,7 +8,7 @@ use baton_proto::{Request, Response, StatusReport};
 use bytes::BytesMut;
 use tokio::time::Instant;
 
-use crate::acquire_attempt::AcquireAttempt;
+use crate::acquire_attempt::{AcquireAttempt, NoVerdict};
 use crate::builder::ClientBuilder;
 use crate::duration::lease_ms;
 use crate::error::{Error, Result};
@@ -49,6 +49,30 @@ const FREE_HOPS: u32 = 4;
 pub struct Client {
     pool: Arc<Pool>,
     life: Arc<Lifecycle<Held>>,
+    /// Shared by the handles the program holds (kept for its drop); `None`
+    /// in a guard's copy, so that the program dropping its last handle is
+    /// seen.
+    _handles: Option<Arc<Handles>>,
+}
+
+/// Dropped with the program's last [`Client`] handle: says once if guards
+/// still hold locks then, for a program about to exit without `close`
+/// leaves them held until their leases end.
+#[derive(Debug)]
+struct Handles {
+    life: Arc<Lifecycle<Held>>,
+}
+
+impl Drop for Handles {
+    fn drop(&mut self) {
+        if self.life.has_live() && !self.life.is_closing() && self.life.first_warning() {
+            tracing::warn!(
+                "the last Client handle was dropped while guards still hold locks; \
+                 each is released when its guard is (within a tokio runtime), else its \
+                 lock stays held until its lease ends: call Client::close before exiting"
+            );
+        }
+    }
 }
 
 /// What one node said about itself, or why it could not be asked.
@@ -101,10 +125,29 @@ impl Client {
     }
 
     pub(crate) fn from_pool(pool: Arc<Pool>) -> Client {
+        let life = Arc::new(Lifecycle::default());
+        let handles = Some(Arc::new(Handles {
+            life: Arc::clone(&life),
+        }));
         Client {
             pool,
-            life: Arc::new(Lifecycle::default()),
+            life,
+            _handles: handles,
         }
+    }
+
+    /// The copy a guard keeps: it does not count as the program's handle.
+    fn for_guard(&self) -> Client {
+        Client {
+            pool: Arc::clone(&self.pool),
+            life: Arc::clone(&self.life),
+            _handles: None,
+        }
+    }
+
+    /// True the first time only: the client's lifecycle warning is said once.
+    pub(crate) fn first_warning(&self) -> bool {
+        self.life.first_warning()
     }
 
     /// Registers a new guard's shared state, so that `close` finds it.
@@ -221,11 +264,15 @@ impl Client {
         loop {
             // Each attempt checks: `close` may have started during the last.
             self.check_open()?;
+            let following_redirect = attempt.redirect.is_some();
             let Some(slot) = self.next_acquire_slot(&mut attempt).await? else {
                 continue;
             };
             // Computed only now: finding a connection may have taken a while.
-            let wait_ms = attempt.wait_left_ms()?;
+            let wait_ms = attempt
+                .wait_left_ms(following_redirect)
+                .ok_or_else(|| attempt.no_verdict.error(&self.pool))?;
+            attempt.sent = true;
             let (answer, sent) = self.send_acquire(&slot, &attempt, wait_ms).await?;
             if let Some(guard) = self
                 .settle_acquire(&mut attempt, &slot, answer, sent)
@@ -250,12 +297,10 @@ impl Client {
         if let Some(slot) = picked {
             return Ok(Some(slot));
         }
+        attempt.no_verdict = NoVerdict::NoConnection;
         // Nothing usable for the rest of the wait: that is the more useful
         // thing to report than the wait running out.
-        if attempt
-            .deadline
-            .is_some_and(|deadline| Instant::now() >= deadline)
-        {
+        if attempt.wait_is_over() {
             return Err(self.pool.no_server());
         }
         attempt.failures += 1;
@@ -310,10 +355,13 @@ impl Client {
             Ok(Response::Granted { token, .. }) => self
                 .guard_granted(key.clone(), token, attempt.lease_ms, sent)
                 .map(Some),
-            Ok(Response::TimedOut { .. }) | Err(CallError::Unanswered) => {
-                Err(Error::TimedOut { key: key.clone() })
-            }
+            // Only the node's word means the wait ran out.
+            Ok(Response::TimedOut { .. }) => Err(Error::TimedOut { key: key.clone() }),
+            Err(CallError::Unanswered(after)) => Err(Error::Unanswered { after }),
             Ok(Response::Moved { addr, .. }) => {
+                if addr.is_none() {
+                    attempt.no_verdict = NoVerdict::NotServing;
+                }
                 attempt.redirect = self
                     .follow(addr.as_deref(), &mut attempt.hops, attempt.deadline)
                     .await;
@@ -326,6 +374,7 @@ impl Client {
             Err(CallError::Broken) if self.life.is_closing() => Err(Error::Closed),
             Err(CallError::Broken) => {
                 tracing::debug!(%key, addr = %slot.addr, "connection broke during acquire; failing over");
+                attempt.no_verdict = NoVerdict::NoConnection;
                 attempt.failures += 1;
                 if attempt.failures >= self.pool.len()
                     && self.pool.pick(attempt.deadline).await.is_none()
@@ -340,7 +389,7 @@ impl Client {
     /// Wraps a grant in its guard, unless `close` started meanwhile.
     fn guard_granted(&self, key: Key, token: Token, lease_ms: u64, sent: Instant) -> Result<Guard> {
         let guard = Guard::new(
-            self.clone(),
+            self.for_guard(),
             key,
             token,
             Duration::from_millis(lease_ms),
@@ -496,7 +545,7 @@ impl Client {
             Ok(Response::Error(reply)) => Err(crate::auth::rejected(reply)),
             Ok(other) => Err(Error::Unexpected(line(&other))),
             Err(CallError::Broken) => Err(self.pool.no_server_at(addr)),
-            Err(CallError::Unanswered) => Err(Error::Unanswered { after: limit }),
+            Err(CallError::Unanswered(after)) => Err(Error::Unanswered { after }),
         }
     }
 
@@ -506,7 +555,7 @@ impl Client {
         let end = Instant::now() + window;
         let mut hops = 0;
         let mut redirect: Option<Arc<Slot>> = None;
-        let mut unanswered = None;
+        let mut no_verdict = NoVerdict::default();
         loop {
             if let Some(slot) = redirect.take().or_else(|| self.pool.pick_now()) {
                 let limit = end
@@ -514,6 +563,9 @@ impl Client {
                     .min(self.pool.request_timeout);
                 match slot.call(req.clone(), Some(limit)).await {
                     Ok(Response::Moved { addr, .. }) => {
+                        if addr.is_none() {
+                            no_verdict = NoVerdict::NotServing;
+                        }
                         redirect = self.follow(addr.as_deref(), &mut hops, Some(end)).await;
                         if redirect.is_some() {
                             continue;
@@ -521,17 +573,15 @@ impl Client {
                     }
                     Ok(Response::Error(reply)) => return Err(crate::auth::rejected(reply)),
                     Ok(answer) => return Ok(answer),
-                    Err(CallError::Unanswered) => unanswered = Some(limit),
+                    Err(CallError::Unanswered(after)) => no_verdict = NoVerdict::Unanswered(after),
                     Err(CallError::Broken) => {
+                        no_verdict = NoVerdict::NoConnection;
                         tracing::debug!(addr = %slot.addr, "connection broke; retrying elsewhere");
                     }
                 }
             }
             if Instant::now() + RETRY_INTERVAL > end || self.pool.tls_failure().is_some() {
-                return Err(match unanswered {
-                    Some(after) => Error::Unanswered { after },
-                    None => self.pool.no_server(),
-                });
+                return Err(no_verdict.error(&self.pool));
             }
             tokio::time::sleep(RETRY_INTERVAL).await;
         }

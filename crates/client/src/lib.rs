@@ -66,6 +66,7 @@ mod error;
 mod fence;
 mod guard;
 mod lifecycle;
+mod liveness;
 mod pool;
 mod slot;
 mod tls;

@@ -7,6 +7,7 @@
 mod codec;
 mod duration;
 mod error_reply;
+mod host_port;
 mod limits;
 mod line;
 mod number;
@@ -23,6 +24,7 @@ mod status;
 pub use codec::{ClientCodec, ServerCodec};
 pub use duration::{format_duration_ms, parse_duration_ms, DurationError};
 pub use error_reply::{connection_refused_line, ErrorReply};
+pub use host_port::host_port;
 pub use limits::{Limits, MAX_REQUEST_LINE, MAX_RESPONSE_LINE};
 pub use op::Op;
 pub use parse_request::parse_request;
