@@ -10,6 +10,7 @@ pub mod chaos;
 pub mod cluster;
 pub mod daemon;
 pub mod expect;
+pub mod frozen;
 pub mod http;
 pub mod key;
 pub mod line_client;
