@@ -13,7 +13,7 @@ use crate::builder::ClientBuilder;
 use crate::duration::lease_ms;
 use crate::error::{Error, Result};
 use crate::guard::{Guard, Held};
-use crate::lifecycle::{Background, Lifecycle};
+use crate::lifecycle::{Background, Handles, Lifecycle};
 use crate::pool::Pool;
 use crate::slot::{CallError, Slot};
 
@@ -52,27 +52,7 @@ pub struct Client {
     /// Shared by the handles the program holds (kept for its drop); `None`
     /// in a guard's copy, so that the program dropping its last handle is
     /// seen.
-    _handles: Option<Arc<Handles>>,
-}
-
-/// Dropped with the program's last [`Client`] handle: says once if guards
-/// still hold locks then, for a program about to exit without `close`
-/// leaves them held until their leases end.
-#[derive(Debug)]
-struct Handles {
-    life: Arc<Lifecycle<Held>>,
-}
-
-impl Drop for Handles {
-    fn drop(&mut self) {
-        if self.life.has_live() && !self.life.is_closing() && self.life.first_warning() {
-            tracing::warn!(
-                "the last Client handle was dropped while guards still hold locks; \
-                 each is released when its guard is (within a tokio runtime), else its \
-                 lock stays held until its lease ends: call Client::close before exiting"
-            );
-        }
-    }
+    _handles: Option<Arc<Handles<Held>>>,
 }
 
 /// What one node said about itself, or why it could not be asked.
@@ -126,9 +106,7 @@ impl Client {
 
     pub(crate) fn from_pool(pool: Arc<Pool>) -> Client {
         let life = Arc::new(Lifecycle::default());
-        let handles = Some(Arc::new(Handles {
-            life: Arc::clone(&life),
-        }));
+        let handles = Some(Arc::new(Handles::new(Arc::clone(&life))));
         Client {
             pool,
             life,

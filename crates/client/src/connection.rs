@@ -87,8 +87,8 @@ impl Ends<'_> {
         self.silence.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    fn heard(&self, answered: bool) {
-        self.silence().heard(Instant::now(), answered);
+    /// The node answered for the first time.
+    fn alive(&self) {
         let first = self
             .on_alive
             .lock()
@@ -249,6 +249,7 @@ async fn read_answers<R: AsyncRead + Unpin>(
     ends: &Ends<'_>,
 ) -> End {
     let mut pending = Pending::default();
+    let mut alive = false;
     loop {
         let response = match reader.next().await {
             Some(Ok(response)) => response,
@@ -271,7 +272,11 @@ async fn read_answers<R: AsyncRead + Unpin>(
         }
         pending.take_registrations(&mut registrations);
         let reply = pending.reply_for(&response);
-        ends.heard(reply.is_some());
+        ends.silence().heard(Instant::now(), reply.is_some());
+        if !alive {
+            alive = true;
+            ends.alive();
+        }
         let Some(reply) = reply else {
             continue;
         };

@@ -143,6 +143,34 @@ impl<T> Lifecycle<T> {
     }
 }
 
+/// Dropped with the program's last [`Client`](crate::Client) handle (a
+/// guard's copy does not count): says once if guards still hold locks
+/// then, for a program that exits without `close` leaves them held until
+/// their leases end.
+#[derive(Debug)]
+pub(crate) struct Handles<T> {
+    life: Arc<Lifecycle<T>>,
+}
+
+impl<T> Handles<T> {
+    pub(crate) fn new(life: Arc<Lifecycle<T>>) -> Handles<T> {
+        Handles { life }
+    }
+}
+
+impl<T> Drop for Handles<T> {
+    fn drop(&mut self) {
+        let life = &self.life;
+        if life.has_live() && !life.is_closing() && life.first_warning() {
+            tracing::warn!(
+                "the last Client handle was dropped while guards still hold locks; \
+                 each is released when its guard is (within a tokio runtime), else its \
+                 lock stays held until its lease ends: call Client::close before exiting"
+            );
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used)]
