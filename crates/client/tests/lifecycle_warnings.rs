@@ -42,18 +42,24 @@ impl<'a> MakeWriter<'a> for Captured {
     }
 }
 
+/// Captures what is logged on this thread until the guard is dropped.
+fn capture() -> (Captured, tracing::subscriber::DefaultGuard) {
+    let captured = Captured::default();
+    let subscriber = tracing_subscriber::fmt()
+        .with_writer(captured.clone())
+        .with_ansi(false)
+        .finish();
+    let guard = tracing::subscriber::set_default(subscriber);
+    (captured, guard)
+}
+
 const OUTLIVED: &str = "the last Client handle was dropped while guards still hold locks";
 
 // A current-thread runtime: the subscriber set here sees every task.
 #[tokio::test]
 async fn the_last_client_handle_dropped_under_live_guards_warns_once() {
     let node = Batond::start(&[]);
-    let captured = Captured::default();
-    let subscriber = tracing_subscriber::fmt()
-        .with_writer(captured.clone())
-        .with_ansi(false)
-        .finish();
-    let _default = tracing::subscriber::set_default(subscriber);
+    let (captured, _capturing) = capture();
 
     let client = client(&[node.addr()]).await;
     let first = client
@@ -80,12 +86,7 @@ async fn the_last_client_handle_dropped_under_live_guards_warns_once() {
     assert_eq!(captured.text().matches(OUTLIVED).count(), 1);
 
     // Nothing held when the last handle goes: no warning.
-    let quiet = Captured::default();
-    let subscriber = tracing_subscriber::fmt()
-        .with_writer(quiet.clone())
-        .with_ansi(false)
-        .finish();
-    let _quiet = tracing::subscriber::set_default(subscriber);
+    let (quiet, _capturing_quiet) = capture();
     let client = common::client(&[node.addr()]).await;
     let guard = client
         .acquire("outlive/c", secs(5), secs(30))
