@@ -169,6 +169,7 @@ async fn watch_silence(
     liveness: Liveness,
     own: mpsc::UnboundedSender<Call>,
 ) -> End {
+    let mut judged = false;
     loop {
         let verdict = ends.silence().verdict(Instant::now(), liveness);
         match verdict {
@@ -177,8 +178,16 @@ async fn watch_silence(
                 probe(&own);
                 tokio::time::sleep_until(at).await;
             }
-            Verdict::Unresponsive => return End::Unresponsive,
+            Verdict::Unresponsive if judged => return End::Unresponsive,
+            // Once more after the reader had its turn: answers already
+            // here (the task itself was held up, say) count first.
+            Verdict::Unresponsive => {
+                judged = true;
+                tokio::task::yield_now().await;
+                continue;
+            }
         }
+        judged = false;
     }
 }
 
