@@ -271,7 +271,8 @@ mod tests {
             .await;
         let err = built.err().map(|e| e.to_string()).unwrap_or_default();
         assert!(
-            err.starts_with("invalid server address \"a..b:7411\""),
+            err.starts_with("invalid server address: expected host:port")
+                && err.contains("\"a..b:7411\""),
             "{err}"
         );
     }

@@ -97,7 +97,7 @@ pub enum Error {
     /// A server address given to the builder is not `host:port` (an IP
     /// address, `[v6]` in brackets, or a DNS name, and a port); nothing was
     /// dialled.
-    #[error("invalid server address {addr:?}: {why}")]
+    #[error("invalid server address: {why}")]
     InvalidAddress {
         /// The address as given.
         addr: String,
