@@ -223,21 +223,24 @@ async fn serve_connected(
         }
     };
     state.usable.store(false, Ordering::Release);
+    let answered = answered.load(Ordering::Acquire);
     match &end {
         End::ClientGone => {}
         End::Broken => tracing::info!(%addr, "connection lost; reconnecting in the background"),
-        End::Unresponsive => tracing::warn!(
+        End::Unresponsive if answered => tracing::warn!(
             %addr,
             after_ms = liveness.unresponsive_after.as_millis(),
             "the node stopped answering; dropped the connection, reconnecting in the background"
         ),
+        // A redial to a node still frozen: said once above, when it froze.
+        End::Unresponsive => tracing::debug!(%addr, "the node does not answer a new connection"),
         End::Tls(why) => {
             tracing::warn!(%addr, %why, "TLS failure");
             state.set_tls_failure(Some(why.clone()));
         }
     }
     publish(changed);
-    (end, answered.load(Ordering::Acquire))
+    (end, answered)
 }
 
 fn publish(changed: &watch::Sender<u64>) {
