@@ -70,7 +70,8 @@ impl ClientBuilder {
         self
     }
 
-    /// How long one connection attempt may take (default 3 s).
+    /// How long one connection attempt may take (default 3 s); `build`
+    /// waits at most this long for every node to answer its first `S`.
     ///
     /// ```
     /// # use std::time::Duration;
@@ -162,10 +163,14 @@ impl ClientBuilder {
         self
     }
 
-    /// Opens the connections and waits for their first attempt.
+    /// Opens the connections and waits for their first attempt: a
+    /// connection is usable once its node answered an `S`.
     ///
-    /// Fails with [`Error::NoServer`] when not a single node could be
-    /// reached, [`Error::AuthenticationFailed`] (or
+    /// Fails with [`Error::InvalidAddress`] (before dialling) when an
+    /// address is not `host:port`, [`Error::NoServer`] when not a single
+    /// node could be reached and answered within the connect timeout (a
+    /// frozen node accepts connections but answers nothing),
+    /// [`Error::AuthenticationFailed`] (or
     /// [`Error::AuthenticationNotEnabled`]) when nodes were reached but
     /// none took the credentials, [`Error::Tls`] when every node failed for
     /// a TLS reason; once built, the client reconnects broken connections
