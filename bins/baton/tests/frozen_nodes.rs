@@ -19,8 +19,8 @@ fn secs(n: u64) -> Duration {
 }
 
 /// The `--servers` list with `frozen` second: the first request after the
-/// client is built goes to the second connection, so the old behaviour
-/// (sitting on the frozen node) cannot hide behind round-robin luck.
+/// client is built goes to the second connection, so a client that sat on
+/// a frozen node could not pass by round-robin luck.
 fn servers_with_second(cluster: &FreezableCluster, frozen: usize) -> String {
     let peers = cluster.peers();
     let mut order: Vec<usize> = (0..peers.len()).filter(|i| *i != frozen).collect();

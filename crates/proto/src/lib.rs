@@ -1,5 +1,6 @@
 //! Baton's client protocol (PROTOCOL.md, version 1.1): request and response
-//! lines, parsed and formatted, and the tokio-util codecs that frame them.
+//! lines, parsed and formatted, the tokio-util codecs that frame them, and
+//! the `host:port` syntax of node addresses.
 //!
 //! No I/O here: the server and the client plug [`ServerCodec`] and
 //! [`ClientCodec`] into their own framed streams.
