@@ -1,8 +1,8 @@
 //! A node that stops answering, against scripted fake nodes: a silent
 //! connection with requests in flight is probed with `S`, given up when the
-//! probe goes unanswered, and its acquire fails over with the wait left; a
-//! wait nobody answered is not a timeout; a redirect to a connection that
-//! is down dials it at once.
+//! probe goes unanswered, and its acquire fails over with the wait left
+//! (its renewals are retried elsewhere in time); a wait nobody answered is
+//! not a timeout; a redirect to a connection that is down dials it at once.
 
 #![allow(clippy::unwrap_used)] // a failed unwrap in a test is a failed test
 
@@ -61,6 +61,34 @@ async fn a_silent_connection_is_probed_then_its_acquire_fails_over() {
             "{key} not on the serving node: {granted:?}"
         );
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn keep_alive_renewals_go_elsewhere_when_a_node_goes_silent() {
+    let frozen = FakeNode::start(Script::Serve).await;
+    let serving = FakeNode::start(Script::Serve).await;
+    let client = client_of(&[frozen.addr, serving.addr]).await;
+    // Renewed every second, retried within the two seconds left.
+    let mut guard = client.acquire("renewed", secs(5), secs(3)).await.unwrap();
+    guard.keep_alive();
+    frozen.freeze();
+    let frozen_at = Instant::now();
+    tokio::select! {
+        lost = guard.lost() => panic!("{lost} after {:?}", frozen_at.elapsed()),
+        () = tokio::time::sleep(secs(7)) => {}
+    }
+    // Round-robin sent a renewal to the frozen node, which never answered.
+    assert!(
+        frozen.lines().iter().any(|l| l.starts_with("K renewed ")),
+        "{:?}",
+        frozen.lines()
+    );
+    let renewed = serving
+        .lines()
+        .iter()
+        .filter(|l| l.starts_with("K renewed "))
+        .count();
+    assert!(renewed >= 4, "{renewed} renewals on the serving node");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
