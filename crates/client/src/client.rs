@@ -424,7 +424,8 @@ impl Client {
             key: key.clone(),
             token,
         };
-        match self.call_retrying(req, RELEASE_WINDOW).await? {
+        let per_node = self.pool.request_timeout;
+        match self.call_retrying(req, RELEASE_WINDOW, per_node).await? {
             Response::Released { .. } => Ok(()),
             Response::NotHeld { .. } => Err(Error::NotHeld { key, token }),
             other => Err(Error::Unexpected(line(&other))),
@@ -461,7 +462,11 @@ impl Client {
             token,
             lease_ms: lease_ms(lease)?,
         };
-        match self.call_retrying(req, window).await? {
+        // A renewal may be sent twice, so half the window is given to one
+        // node: one that does not answer leaves time to renew elsewhere
+        // before the lease runs out, even before it is found frozen.
+        let per_node = (window / 2).min(self.pool.request_timeout);
+        match self.call_retrying(req, window, per_node).await? {
             Response::Renewed { .. } => Ok(()),
             Response::NotHeld { .. } => Err(Error::LeaseLost { key, token }),
             other => Err(Error::Unexpected(line(&other))),
@@ -487,7 +492,8 @@ impl Client {
         self.check_open()?;
         let key = Key::new(key.as_ref())?;
         let req = Request::Query { key };
-        match self.call_retrying(req, self.pool.request_timeout).await? {
+        let window = self.pool.request_timeout;
+        match self.call_retrying(req, window, window).await? {
             Response::Queried { state, .. } => Ok(state),
             other => Err(Error::Unexpected(line(&other))),
         }
@@ -528,17 +534,21 @@ impl Client {
     }
 
     /// Sends `req` until a node gives an answer other than a redirect,
-    /// trying the connections in turn every [`RETRY_INTERVAL`] for `window`.
-    async fn call_retrying(&self, req: Request, window: Duration) -> Result<Response> {
+    /// trying the connections in turn every [`RETRY_INTERVAL`] for `window`,
+    /// waiting at most `per_node` for each answer.
+    async fn call_retrying(
+        &self,
+        req: Request,
+        window: Duration,
+        per_node: Duration,
+    ) -> Result<Response> {
         let end = Instant::now() + window;
         let mut hops = 0;
         let mut redirect: Option<Arc<Slot>> = None;
         let mut no_verdict = NoVerdict::default();
         loop {
             if let Some(slot) = redirect.take().or_else(|| self.pool.pick_now()) {
-                let limit = end
-                    .saturating_duration_since(Instant::now())
-                    .min(self.pool.request_timeout);
+                let limit = end.saturating_duration_since(Instant::now()).min(per_node);
                 match slot.call(req.clone(), Some(limit)).await {
                     Ok(Response::Moved { addr, .. }) => {
                         if addr.is_none() {

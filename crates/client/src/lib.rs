@@ -21,9 +21,10 @@
 //! background, its pending acquires sent to the next connection with what
 //! is left of their wait, its releases and renewals retried elsewhere. A
 //! connection is used once its node answered a first `S`, so a redial to a
-//! node still frozen is not. A keep-alive lease of 10 s or more rides this
-//! out (the renewal after a third of it, given up 4 s later, still has time
-//! elsewhere); a lease of 6 s or less may be lost while another node serves.
+//! node still frozen is not. A renewal waits for one node at most half the
+//! time its lease has left, then goes to another, so a keep-alive lease
+//! outlasts a frozen node even before the node is found out (3 s leases
+//! do, given another node that serves).
 //!
 //! [`Error::TimedOut`] means a node said the wait ran out (`T`), nothing
 //! else: a wait that runs out while no node answers ends as

@@ -92,6 +92,24 @@ async fn keep_alive_renewals_go_elsewhere_when_a_node_goes_silent() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_short_keep_alive_lease_outlasts_a_silent_node_before_it_is_found_out() {
+    let frozen = FakeNode::start(Script::Serve).await;
+    let serving = FakeNode::start(Script::Serve).await;
+    // The default 4 s before a silent connection is given up: longer than
+    // the whole lease.
+    let client = common::client(&[frozen.addr, serving.addr]).await;
+    let mut guard = client.acquire("short", secs(5), secs(3)).await.unwrap();
+    guard.keep_alive();
+    frozen.freeze();
+    let frozen_at = Instant::now();
+    tokio::select! {
+        lost = guard.lost() => panic!("{lost} after {:?}", frozen_at.elapsed()),
+        () = tokio::time::sleep(secs(7)) => {}
+    }
+    assert!(frozen.lines().iter().any(|l| l.starts_with("K short ")));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_wait_no_node_answered_is_no_server_not_a_timeout() {
     let first = FakeNode::start(Script::Serve).await;
     let second = FakeNode::start(Script::Serve).await;
