@@ -126,7 +126,7 @@ async fn a_wait_no_node_answered_is_no_server_not_a_timeout() {
 async fn a_redirect_to_a_connection_that_is_down_dials_it_at_once() {
     let serving = FakeNode::start(Script::Serve).await;
     let proxy = FaultProxy::start(serving.addr).await;
-    let standby = FakeNode::start(Script::Redirect(proxy.addr())).await;
+    let standby = FakeNode::start(Script::Redirect(proxy.addr(), Duration::ZERO)).await;
     let client = client_of(&[standby.addr, proxy.addr()]).await;
     // The connection through the proxy breaks: the background redial is
     // 3 s away.
@@ -143,5 +143,21 @@ async fn a_redirect_to_a_connection_that_is_down_dials_it_at_once() {
         "the redirect waited for the background redial: {took:?}"
     );
     assert!(standby.lines().iter().any(|l| l.starts_with("A moved/now")));
+    let _ = guard.into_token();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_try_follows_a_redirect_that_came_after_its_wait_ran_out() {
+    let serving = FakeNode::start(Script::Serve).await;
+    // The redirect comes 50 ms after the try's 1 ms wait ran out: the node
+    // it names still decides.
+    let slow = Duration::from_millis(50);
+    let standby = FakeNode::start(Script::Redirect(serving.addr, slow)).await;
+    let client = client_of(&[standby.addr]).await;
+    let guard = client.try_acquire("moved/try", secs(30)).await.unwrap();
+    assert!(serving
+        .lines()
+        .iter()
+        .any(|l| l.starts_with("A moved/try 0.001 ")));
     let _ = guard.into_token();
 }

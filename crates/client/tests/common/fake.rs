@@ -7,6 +7,7 @@
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::net::TcpListener;
@@ -19,8 +20,8 @@ const STATUS: &[u8] =
 pub enum Script {
     /// Grants, releases and renews, like a node serving.
     Serve,
-    /// `M <op> <key> <addr>`, like a standby.
-    Redirect(SocketAddr),
+    /// `M <op> <key> <addr>`, like a standby, after the pause given.
+    Redirect(SocketAddr, Duration),
 }
 
 #[derive(Debug)]
@@ -76,6 +77,11 @@ async fn serve(socket: tokio::net::TcpStream, shared: Arc<Shared>) {
         if shared.frozen.load(Ordering::SeqCst) {
             continue;
         }
+        if let Script::Redirect(_, pause) = shared.script {
+            if line != "S" {
+                tokio::time::sleep(pause).await;
+            }
+        }
         let answer = answer(&line, &shared);
         if write.write_all(answer.as_bytes()).await.is_err() {
             return;
@@ -90,7 +96,7 @@ fn answer(line: &str, shared: &Shared) -> String {
     let fields: Vec<&str> = line.split(' ').collect();
     let (op, key) = (fields[0], fields.get(1).copied().unwrap_or("?"));
     match (shared.script, op) {
-        (Script::Redirect(to), _) => format!("M {op} {key} {to}\n"),
+        (Script::Redirect(to, _), _) => format!("M {op} {key} {to}\n"),
         (Script::Serve, "A") => {
             let token = shared.next_token.fetch_add(1, Ordering::SeqCst);
             format!("A {key} {token}\n")
