@@ -2,7 +2,8 @@
 //! connection with requests in flight is probed with `S`, given up when the
 //! probe goes unanswered, and its acquire fails over with the wait left
 //! (its renewals are retried elsewhere in time); a wait nobody answered is
-//! not a timeout; a redirect to a connection that is down dials it at once.
+//! not a timeout; a redirect to a connection that is down dials it at once,
+//! and one that comes after the wait ran out is still followed.
 
 #![allow(clippy::unwrap_used)] // a failed unwrap in a test is a failed test
 
