@@ -13,10 +13,10 @@ pub enum Exit {
     Failure = 1,
     /// Bad arguments (also what clap uses for its own usage errors).
     Usage = 2,
-    /// The wait ran out before the lock was granted (with `--try`: the lock
-    /// was held).
+    /// A node said the wait ran out before the lock was granted (with
+    /// `--try`: the lock was held). Never a wait that ran out unanswered.
     TimedOut = 3,
-    /// No node could be reached.
+    /// No node could be reached, none answered in time, or none serves.
     NoServer = 4,
     /// A node refused the request (`E`), for instance a lease over its maximum.
     Rejected = 5,
@@ -40,8 +40,11 @@ Exit codes:
   0  success
   1  other failure (unexpected answer, I/O error)
   2  usage error
-  3  wait timed out: the lock was not granted (with --try: it is held)
-  4  no server reachable (the error names each address and the cause)
+  3  wait timed out: the node said the wait ran out, the lock was not
+     granted (with --try: it is held)
+  4  no server reachable, answering in time (a stopped node) or serving
+     (no Raft majority, no active node); the error names each address
+     that cannot be reached and the cause
   5  rejected by the node (E: malformed or beyond a limit)
   6  not held: no live grant with that token (release, renew), or
      nothing to force-release
@@ -61,7 +64,7 @@ impl Exit {
     pub fn of(err: &Error) -> Exit {
         match err {
             Error::TimedOut { .. } => Exit::TimedOut,
-            Error::NoServer | Error::Unanswered { .. } => Exit::NoServer,
+            Error::NoServer | Error::NotServing | Error::Unanswered { .. } => Exit::NoServer,
             Error::Rejected { .. } => Exit::Rejected,
             Error::NotHeld { .. } => Exit::NotHeld,
             Error::LeaseLost { .. } => Exit::LeaseLost,
@@ -70,7 +73,10 @@ impl Exit {
             | Error::AuthenticationRequired => Exit::AuthFailed,
             Error::PermissionDenied { .. } => Exit::PermissionDenied,
             Error::InvalidCredentials { .. } => Exit::Usage,
-            Error::InvalidKey(_) | Error::InvalidDuration { .. } | Error::NoAddress => Exit::Usage,
+            Error::InvalidKey(_)
+            | Error::InvalidDuration { .. }
+            | Error::NoAddress
+            | Error::InvalidAddress { .. } => Exit::Usage,
             _ => Exit::Failure,
         }
     }

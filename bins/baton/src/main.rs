@@ -47,12 +47,17 @@ fn main() -> ExitCode {
 }
 
 /// Prints `err` as one line and returns its exit code. "No server
-/// reachable" names each address and why it could not be reached.
+/// reachable" names each address and why it could not be reached, or says
+/// that the nodes take connections but do not answer.
 pub(crate) fn fail(err: &Error) -> ExitCode {
     match err {
         Error::NoServer => match unreachable::explain() {
             Some(why) => eprintln!("baton: {why}"),
-            None => eprintln!("baton: {err}"),
+            // Every node takes connections, yet none answered in time.
+            None => eprintln!(
+                "baton: no server answered: every address accepts connections, \
+                 but no node answered in time (stopped or overloaded?)"
+            ),
         },
         _ => eprintln!("baton: {err}"),
     }

@@ -105,6 +105,25 @@ fn usage_errors_exit_2() {
 }
 
 #[test]
+fn a_malformed_server_address_is_a_usage_error_naming_it() {
+    for (servers, bad) in [
+        ("a..b:7411", "a..b:7411"),
+        ("bogus", "bogus"),
+        ("127.0.0.1:7411,a..b:7411", "a..b:7411"),
+    ] {
+        let out = baton(servers, &["acquire", "k", "--wait", "1"]);
+        assert_eq!(out.status.code(), Some(2), "{servers}: {}", stderr(&out));
+        let said = stderr(&out);
+        assert!(
+            said.starts_with("baton: invalid server address: ")
+                && said.contains(&format!("{bad:?}"))
+                && said.lines().count() == 1,
+            "{said}"
+        );
+    }
+}
+
+#[test]
 fn help_documents_the_exit_codes() {
     let out = Command::new(BATON).arg("--help").output().unwrap();
     assert_eq!(out.status.code(), Some(0));

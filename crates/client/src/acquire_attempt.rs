@@ -1,5 +1,5 @@
-//! One acquire's state across its attempts (failover, redirects), and the
-//! wait it has left.
+//! One acquire's state across its attempts (failover, redirects), the wait
+//! it has left, and what to report when no node gave a verdict in time.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -8,8 +8,39 @@ use baton_core::Key;
 use tokio::time::Instant;
 
 use crate::duration::ceil_ms;
-use crate::error::{Error, Result};
+use crate::error::Error;
+use crate::pool::Pool;
 use crate::slot::Slot;
+
+/// Redirects still followed once the wait has run out (with the shortest
+/// wait), so the node a redirect names still gives the verdict, while two
+/// nodes pointing at each other cannot keep the caller forever.
+pub(crate) const HOPS_PAST_THE_WAIT: u32 = 4;
+
+/// Why a request has no verdict yet: what it ends with if its time runs
+/// out. Only a node's own answer (`T` for an acquire) is a verdict.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) enum NoVerdict {
+    /// No usable connection, or the connection broke (or its node stopped
+    /// answering) before the answer came.
+    #[default]
+    NoConnection,
+    /// The nodes answered `M ... -`: none of them knows a serving node.
+    NotServing,
+    /// A node that answers probes did not answer this within the limit.
+    Unanswered(Duration),
+}
+
+impl NoVerdict {
+    /// The error a request without a verdict ends with.
+    pub(crate) fn error(self, pool: &Pool) -> Error {
+        match self {
+            NoVerdict::NoConnection => pool.no_server(),
+            NoVerdict::NotServing => Error::NotServing,
+            NoVerdict::Unanswered(after) => Error::Unanswered { after },
+        }
+    }
+}
 
 /// One acquire's progress across its attempts: what failover and redirects
 /// carry from one attempt to the next.
@@ -25,6 +56,12 @@ pub(crate) struct AcquireAttempt {
     pub hops: u32,
     /// Where the last `M addr` pointed, to be tried next.
     pub redirect: Option<Arc<Slot>>,
+    /// Whether an `A` went out yet: the first always does.
+    pub sent: bool,
+    /// Redirects followed after the wait ran out.
+    pub late_hops: u32,
+    /// Why the last attempt gave no verdict.
+    pub no_verdict: NoVerdict,
 }
 
 impl AcquireAttempt {
@@ -36,20 +73,38 @@ impl AcquireAttempt {
             failures: 0,
             hops: 0,
             redirect: None,
+            sent: false,
+            late_hops: 0,
+            no_verdict: NoVerdict::default(),
         }
     }
 
-    /// The wait left to ask the node for, in ms (0: its maximum), or
-    /// [`Error::TimedOut`] once the wait has run out.
-    pub(crate) fn wait_left_ms(&self) -> Result<u64> {
+    /// Whether the wait has run out.
+    pub(crate) fn wait_is_over(&self) -> bool {
+        self.deadline
+            .is_some_and(|deadline| Instant::now() >= deadline)
+    }
+
+    /// The wait to ask the next node for, in ms (0: its maximum), or `None`
+    /// when the wait has run out without a verdict. Once it has run out an
+    /// attempt still goes out with the shortest wait (1 ms) if it is the
+    /// first, or follows a redirect: a node still decides.
+    pub(crate) fn wait_left_ms(&mut self, following_redirect: bool) -> Option<u64> {
         let Some(deadline) = self.deadline else {
-            return Ok(0);
+            return Some(0);
         };
-        match deadline.checked_duration_since(Instant::now()) {
-            Some(left) if !left.is_zero() => Ok(ceil_ms(left)),
-            _ => Err(Error::TimedOut {
-                key: self.key.clone(),
-            }),
+        if let Some(left) = deadline.checked_duration_since(Instant::now()) {
+            if !left.is_zero() {
+                return Some(ceil_ms(left));
+            }
         }
+        if !self.sent {
+            return Some(1);
+        }
+        if following_redirect && self.late_hops < HOPS_PAST_THE_WAIT {
+            self.late_hops += 1;
+            return Some(1);
+        }
+        None
     }
 }

@@ -6,6 +6,7 @@ use std::time::Duration;
 use crate::auth::Credentials;
 use crate::client::Client;
 use crate::error::{Error, Result};
+use crate::liveness::Liveness;
 use crate::pool::Pool;
 use crate::tls::TlsConfig;
 
@@ -31,6 +32,7 @@ pub struct ClientBuilder {
     /// Checked when given, reported by `build` (the builder stays `Clone`).
     credentials: Option<Result<Credentials, String>>,
     tls: Option<TlsConfig>,
+    liveness: Liveness,
 }
 
 impl Default for ClientBuilder {
@@ -41,13 +43,18 @@ impl Default for ClientBuilder {
             request_timeout: Duration::from_secs(5),
             credentials: None,
             tls: None,
+            liveness: Liveness::default(),
         }
     }
 }
 
 impl ClientBuilder {
-    /// The nodes' client addresses (`host:port`), as in the cluster's peer
-    /// list. With a single address the client keeps two connections to it.
+    /// The nodes' client addresses (`host:port`: an IP address, `[v6]` in
+    /// brackets, or a DNS name), as in the cluster's peer list. An entry may
+    /// also be a comma-separated list, as the `baton` CLI takes them
+    /// (`"10.0.0.1:7411,10.0.0.2:7411"`). With a single address the client
+    /// keeps two connections to it. [`build`](Self::build) refuses an
+    /// address that is not `host:port` with [`Error::InvalidAddress`].
     ///
     /// ```
     /// let builder = baton_client::Client::builder()
@@ -63,7 +70,8 @@ impl ClientBuilder {
         self
     }
 
-    /// How long one connection attempt may take (default 3 s).
+    /// How long one connection attempt may take (default 3 s); `build`
+    /// waits at most this long for every node to answer its first `S`.
     ///
     /// ```
     /// # use std::time::Duration;
@@ -89,6 +97,34 @@ impl ClientBuilder {
     /// ```
     pub fn request_timeout(mut self, timeout: Duration) -> Self {
         self.request_timeout = timeout;
+        self
+    }
+
+    /// How long a connection with requests in flight may hear nothing from
+    /// its node before it is treated as cut (default 4 s; at least 100 ms).
+    ///
+    /// A node that stops answering (a frozen process, a stuck disk, a long
+    /// pause) keeps its sockets open, so nothing breaks by itself. The
+    /// protocol has a node answer every request within 3 s (an acquire
+    /// within its wait plus 3 s), so after a quarter of this silence the
+    /// client asks the node for its status (`S`), which a live node answers
+    /// at once even while acquires wait; if nothing comes by the end, the
+    /// connection is closed, left out of the rotation and redialled in the
+    /// background, its pending acquires go to the next connection with what
+    /// is left of their wait, and its releases and renewals are retried
+    /// elsewhere. A new connection is used once its node answered a first
+    /// `S`. Below the default a node that is only slow (a loaded machine)
+    /// may be dropped.
+    ///
+    /// ```
+    /// # use std::time::Duration;
+    /// let builder = baton_client::Client::builder()
+    ///     .servers(["10.0.0.1:7411", "10.0.0.2:7411"])
+    ///     .unresponsive_after(Duration::from_secs(6));
+    /// # let _ = builder;
+    /// ```
+    pub fn unresponsive_after(mut self, silence: Duration) -> Self {
+        self.liveness = Liveness::new(silence);
         self
     }
 
@@ -127,10 +163,14 @@ impl ClientBuilder {
         self
     }
 
-    /// Opens the connections and waits for their first attempt.
+    /// Opens the connections and waits for their first attempt: a
+    /// connection is usable once its node answered an `S`.
     ///
-    /// Fails with [`Error::NoServer`] when not a single node could be
-    /// reached, [`Error::AuthenticationFailed`] (or
+    /// Fails with [`Error::InvalidAddress`] (before dialling) when an
+    /// address is not `host:port`, [`Error::NoServer`] when not a single
+    /// node could be reached and answered within the connect timeout (a
+    /// frozen node accepts connections but answers nothing),
+    /// [`Error::AuthenticationFailed`] (or
     /// [`Error::AuthenticationNotEnabled`]) when nodes were reached but
     /// none took the credentials, [`Error::Tls`] when every node failed for
     /// a TLS reason; once built, the client reconnects broken connections
@@ -146,9 +186,7 @@ impl ClientBuilder {
     /// # }
     /// ```
     pub async fn build(self) -> Result<Client> {
-        if self.servers.is_empty() {
-            return Err(Error::NoAddress);
-        }
+        let servers = server_list(&self.servers)?;
         let credentials = self
             .credentials
             .transpose()
@@ -160,16 +198,87 @@ impl ClientBuilder {
             .map(TlsConfig::client_config)
             .transpose()?;
         let pool = Pool::start(
-            &self.servers,
+            &servers,
             self.connect_timeout,
             self.request_timeout,
             credentials,
             tls,
+            self.liveness,
         );
         pool.settle().await;
         if pool.pick_now().is_none() {
             return Err(pool.auth_refusal().unwrap_or_else(|| pool.no_server()));
         }
         Ok(Client::from_pool(Arc::new(pool)))
+    }
+}
+
+/// The addresses given, comma-separated lists split, each checked to be
+/// `host:port`: a typo is refused here rather than failing every dial.
+fn server_list(given: &[String]) -> Result<Vec<String>> {
+    let mut servers = Vec::new();
+    for entry in given {
+        for addr in entry.split(',').map(str::trim).filter(|a| !a.is_empty()) {
+            baton_proto::host_port(addr).map_err(|why| Error::InvalidAddress {
+                addr: addr.to_owned(),
+                why,
+            })?;
+            servers.push(addr.to_owned());
+        }
+    }
+    if servers.is_empty() {
+        return Err(Error::NoAddress);
+    }
+    Ok(servers)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn list(given: &[&str]) -> Result<Vec<String>> {
+        server_list(&given.iter().map(|s| s.to_string()).collect::<Vec<_>>())
+    }
+
+    #[test]
+    fn comma_joined_lists_are_split_like_the_cli_does() {
+        let servers = list(&["10.0.0.1:7411, 10.0.0.2:7411,", "node-3:7411"]);
+        assert_eq!(
+            servers.ok(),
+            Some(vec![
+                "10.0.0.1:7411".to_owned(),
+                "10.0.0.2:7411".to_owned(),
+                "node-3:7411".to_owned()
+            ])
+        );
+        assert!(matches!(list(&[" , "]), Err(Error::NoAddress)));
+        assert!(matches!(list(&[]), Err(Error::NoAddress)));
+    }
+
+    #[test]
+    fn a_malformed_address_is_refused_with_its_text() {
+        for bad in ["a..b:7411", "bogus", "[::1]", "host:70000", "a b:1"] {
+            match list(&["127.0.0.1:7411", bad]) {
+                Err(Error::InvalidAddress { addr, why }) => {
+                    assert_eq!(addr, bad);
+                    assert!(why.contains("host:port"), "{why}");
+                }
+                other => panic!("{bad}: {other:?}"),
+            }
+        }
+    }
+
+    #[tokio::test]
+    async fn build_refuses_a_malformed_host_before_dialling() {
+        let built = ClientBuilder::default()
+            .servers(["a..b:7411"])
+            .build()
+            .await;
+        let err = built.err().map(|e| e.to_string()).unwrap_or_default();
+        assert!(
+            err.starts_with("invalid server address: expected host:port")
+                && err.contains("\"a..b:7411\""),
+            "{err}"
+        );
     }
 }

@@ -8,12 +8,12 @@ use baton_proto::{Request, Response, StatusReport};
 use bytes::BytesMut;
 use tokio::time::Instant;
 
-use crate::acquire_attempt::AcquireAttempt;
+use crate::acquire_attempt::{AcquireAttempt, NoVerdict};
 use crate::builder::ClientBuilder;
 use crate::duration::lease_ms;
 use crate::error::{Error, Result};
 use crate::guard::{Guard, Held};
-use crate::lifecycle::{Background, Lifecycle};
+use crate::lifecycle::{Background, Handles, Lifecycle};
 use crate::pool::Pool;
 use crate::slot::{CallError, Slot};
 
@@ -49,6 +49,10 @@ const FREE_HOPS: u32 = 4;
 pub struct Client {
     pool: Arc<Pool>,
     life: Arc<Lifecycle<Held>>,
+    /// Shared by the handles the program holds (kept for its drop); `None`
+    /// in a guard's copy, so that the program dropping its last handle is
+    /// seen.
+    _handles: Option<Arc<Handles<Held>>>,
 }
 
 /// What one node said about itself, or why it could not be asked.
@@ -101,10 +105,27 @@ impl Client {
     }
 
     pub(crate) fn from_pool(pool: Arc<Pool>) -> Client {
+        let life = Arc::new(Lifecycle::default());
+        let handles = Some(Arc::new(Handles::new(Arc::clone(&life))));
         Client {
             pool,
-            life: Arc::new(Lifecycle::default()),
+            life,
+            _handles: handles,
         }
+    }
+
+    /// The copy a guard keeps: it does not count as the program's handle.
+    fn for_guard(&self) -> Client {
+        Client {
+            pool: Arc::clone(&self.pool),
+            life: Arc::clone(&self.life),
+            _handles: None,
+        }
+    }
+
+    /// True the first time only: the client's lifecycle warning is said once.
+    pub(crate) fn first_warning(&self) -> bool {
+        self.life.first_warning()
     }
 
     /// Registers a new guard's shared state, so that `close` finds it.
@@ -221,11 +242,15 @@ impl Client {
         loop {
             // Each attempt checks: `close` may have started during the last.
             self.check_open()?;
+            let following_redirect = attempt.redirect.is_some();
             let Some(slot) = self.next_acquire_slot(&mut attempt).await? else {
                 continue;
             };
             // Computed only now: finding a connection may have taken a while.
-            let wait_ms = attempt.wait_left_ms()?;
+            let wait_ms = attempt
+                .wait_left_ms(following_redirect)
+                .ok_or_else(|| attempt.no_verdict.error(&self.pool))?;
+            attempt.sent = true;
             let (answer, sent) = self.send_acquire(&slot, &attempt, wait_ms).await?;
             if let Some(guard) = self
                 .settle_acquire(&mut attempt, &slot, answer, sent)
@@ -250,12 +275,10 @@ impl Client {
         if let Some(slot) = picked {
             return Ok(Some(slot));
         }
+        attempt.no_verdict = NoVerdict::NoConnection;
         // Nothing usable for the rest of the wait: that is the more useful
         // thing to report than the wait running out.
-        if attempt
-            .deadline
-            .is_some_and(|deadline| Instant::now() >= deadline)
-        {
+        if attempt.wait_is_over() {
             return Err(self.pool.no_server());
         }
         attempt.failures += 1;
@@ -310,10 +333,13 @@ impl Client {
             Ok(Response::Granted { token, .. }) => self
                 .guard_granted(key.clone(), token, attempt.lease_ms, sent)
                 .map(Some),
-            Ok(Response::TimedOut { .. }) | Err(CallError::Unanswered) => {
-                Err(Error::TimedOut { key: key.clone() })
-            }
+            // Only the node's word means the wait ran out.
+            Ok(Response::TimedOut { .. }) => Err(Error::TimedOut { key: key.clone() }),
+            Err(CallError::Unanswered(after)) => Err(Error::Unanswered { after }),
             Ok(Response::Moved { addr, .. }) => {
+                if addr.is_none() {
+                    attempt.no_verdict = NoVerdict::NotServing;
+                }
                 attempt.redirect = self
                     .follow(addr.as_deref(), &mut attempt.hops, attempt.deadline)
                     .await;
@@ -326,6 +352,7 @@ impl Client {
             Err(CallError::Broken) if self.life.is_closing() => Err(Error::Closed),
             Err(CallError::Broken) => {
                 tracing::debug!(%key, addr = %slot.addr, "connection broke during acquire; failing over");
+                attempt.no_verdict = NoVerdict::NoConnection;
                 attempt.failures += 1;
                 if attempt.failures >= self.pool.len()
                     && self.pool.pick(attempt.deadline).await.is_none()
@@ -340,7 +367,7 @@ impl Client {
     /// Wraps a grant in its guard, unless `close` started meanwhile.
     fn guard_granted(&self, key: Key, token: Token, lease_ms: u64, sent: Instant) -> Result<Guard> {
         let guard = Guard::new(
-            self.clone(),
+            self.for_guard(),
             key,
             token,
             Duration::from_millis(lease_ms),
@@ -397,7 +424,8 @@ impl Client {
             key: key.clone(),
             token,
         };
-        match self.call_retrying(req, RELEASE_WINDOW).await? {
+        let per_node = self.pool.request_timeout;
+        match self.call_retrying(req, RELEASE_WINDOW, per_node).await? {
             Response::Released { .. } => Ok(()),
             Response::NotHeld { .. } => Err(Error::NotHeld { key, token }),
             other => Err(Error::Unexpected(line(&other))),
@@ -434,7 +462,11 @@ impl Client {
             token,
             lease_ms: lease_ms(lease)?,
         };
-        match self.call_retrying(req, window).await? {
+        // A renewal may be sent twice, so half the window is given to one
+        // node: one that does not answer leaves time to renew elsewhere
+        // before the lease runs out, even before it is found frozen.
+        let per_node = (window / 2).min(self.pool.request_timeout);
+        match self.call_retrying(req, window, per_node).await? {
             Response::Renewed { .. } => Ok(()),
             Response::NotHeld { .. } => Err(Error::LeaseLost { key, token }),
             other => Err(Error::Unexpected(line(&other))),
@@ -460,7 +492,8 @@ impl Client {
         self.check_open()?;
         let key = Key::new(key.as_ref())?;
         let req = Request::Query { key };
-        match self.call_retrying(req, self.pool.request_timeout).await? {
+        let window = self.pool.request_timeout;
+        match self.call_retrying(req, window, window).await? {
             Response::Queried { state, .. } => Ok(state),
             other => Err(Error::Unexpected(line(&other))),
         }
@@ -496,24 +529,31 @@ impl Client {
             Ok(Response::Error(reply)) => Err(crate::auth::rejected(reply)),
             Ok(other) => Err(Error::Unexpected(line(&other))),
             Err(CallError::Broken) => Err(self.pool.no_server_at(addr)),
-            Err(CallError::Unanswered) => Err(Error::Unanswered { after: limit }),
+            Err(CallError::Unanswered(after)) => Err(Error::Unanswered { after }),
         }
     }
 
     /// Sends `req` until a node gives an answer other than a redirect,
-    /// trying the connections in turn every [`RETRY_INTERVAL`] for `window`.
-    async fn call_retrying(&self, req: Request, window: Duration) -> Result<Response> {
+    /// trying the connections in turn every [`RETRY_INTERVAL`] for `window`,
+    /// waiting at most `per_node` for each answer.
+    async fn call_retrying(
+        &self,
+        req: Request,
+        window: Duration,
+        per_node: Duration,
+    ) -> Result<Response> {
         let end = Instant::now() + window;
         let mut hops = 0;
         let mut redirect: Option<Arc<Slot>> = None;
-        let mut unanswered = None;
+        let mut no_verdict = NoVerdict::default();
         loop {
             if let Some(slot) = redirect.take().or_else(|| self.pool.pick_now()) {
-                let limit = end
-                    .saturating_duration_since(Instant::now())
-                    .min(self.pool.request_timeout);
+                let limit = end.saturating_duration_since(Instant::now()).min(per_node);
                 match slot.call(req.clone(), Some(limit)).await {
                     Ok(Response::Moved { addr, .. }) => {
+                        if addr.is_none() {
+                            no_verdict = NoVerdict::NotServing;
+                        }
                         redirect = self.follow(addr.as_deref(), &mut hops, Some(end)).await;
                         if redirect.is_some() {
                             continue;
@@ -521,17 +561,15 @@ impl Client {
                     }
                     Ok(Response::Error(reply)) => return Err(crate::auth::rejected(reply)),
                     Ok(answer) => return Ok(answer),
-                    Err(CallError::Unanswered) => unanswered = Some(limit),
+                    Err(CallError::Unanswered(after)) => no_verdict = NoVerdict::Unanswered(after),
                     Err(CallError::Broken) => {
+                        no_verdict = NoVerdict::NoConnection;
                         tracing::debug!(addr = %slot.addr, "connection broke; retrying elsewhere");
                     }
                 }
             }
             if Instant::now() + RETRY_INTERVAL > end || self.pool.tls_failure().is_some() {
-                return Err(match unanswered {
-                    Some(after) => Error::Unanswered { after },
-                    None => self.pool.no_server(),
-                });
+                return Err(no_verdict.error(&self.pool));
             }
             tokio::time::sleep(RETRY_INTERVAL).await;
         }

@@ -1,18 +1,23 @@
 //! One TCP connection to a node. A single task owns the socket: it writes
 //! the requests callers hand it through a channel and matches each response
-//! to its request by (op, key), oldest first, as PROTOCOL.md says.
+//! to its request by (op, key), oldest first, as PROTOCOL.md says. It also
+//! watches the node's silence (see [`crate::liveness`]): the connection is
+//! usable once the node answered its first probe, and given up when a
+//! probe goes unanswered.
 
 use std::collections::{HashMap, VecDeque};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
 
 use baton_core::{Key, Token};
 use baton_proto::{ClientCodec, Op, Request, Response, ResponseError};
 use futures_util::{SinkExt, StreamExt};
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::sync::{mpsc, oneshot, watch};
+use tokio::time::Instant;
 use tokio_util::codec::{FramedRead, FramedWrite};
 
 use crate::lifecycle::Background;
+use crate::liveness::{Liveness, Silence, Verdict};
 
 /// A request on its way to a connection, with where to deliver its answer.
 /// Dropping `reply` unanswered tells the caller the connection broke.
@@ -30,6 +35,9 @@ pub(crate) enum End {
     ClientGone,
     /// The socket failed, closed, or the node sent a line that does not parse.
     Broken,
+    /// The node stopped answering: requests were in flight and a probe
+    /// went unanswered for [`Liveness::unresponsive_after`].
+    Unresponsive,
     /// The TLS side failed, or the node said it wants TLS: reconnecting
     /// the same way will not help. The words for `Error::Tls`.
     Tls(String),
@@ -59,59 +67,149 @@ type Registration = (MatchKey, oneshot::Sender<Response>);
 type Reader<R> = FramedRead<R, ClientCodec>;
 type Writer<W> = FramedWrite<W, ClientCodec>;
 
-/// Runs the connection until it breaks, the client goes away or is closed.
+/// What one connection's task needs besides its socket.
+pub(crate) struct Serving<'a> {
+    pub(crate) calls: &'a mut mpsc::UnboundedReceiver<Call>,
+    pub(crate) shutdown: &'a mut watch::Receiver<bool>,
+    pub(crate) background: &'a Arc<Background>,
+    pub(crate) liveness: Liveness,
+}
+
+/// What the writer, the reader and the watchdog of one connection share.
+struct Ends<'a> {
+    silence: &'a Mutex<Silence>,
+    /// Called once, when the first line comes from the node.
+    on_alive: Mutex<Option<Box<dyn FnOnce() + Send + 'a>>>,
+}
+
+impl Ends<'_> {
+    fn silence(&self) -> std::sync::MutexGuard<'_, Silence> {
+        self.silence.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// The node answered for the first time.
+    fn alive(&self) {
+        let first = self
+            .on_alive
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .take();
+        if let Some(on_alive) = first {
+            on_alive();
+        }
+    }
+}
+
+/// Runs the connection until it breaks, stops answering, the client goes
+/// away or is closed. `on_alive` runs when the node answers for the first
+/// time (an `S` probe goes out first, before any call).
 ///
-/// Reading and writing are two futures inside this one task, so a large
-/// pipelined burst can never deadlock with a node that blocks writing its
-/// answers while we block writing requests.
+/// Reading, writing and watching the silence are futures inside this one
+/// task, so a large pipelined burst can never deadlock with a node that
+/// blocks writing its answers while we block writing requests, and a node
+/// that stopped reading is still noticed.
 pub(crate) async fn serve<R, W>(
     read_half: R,
     write_half: W,
-    calls: &mut mpsc::UnboundedReceiver<Call>,
-    shutdown: &mut watch::Receiver<bool>,
-    background: &Arc<Background>,
+    serving: Serving<'_>,
+    on_alive: impl FnOnce() + Send,
 ) -> End
 where
     R: AsyncRead + Unpin,
     W: AsyncWrite + Unpin,
 {
+    let Serving {
+        calls,
+        shutdown,
+        background,
+        liveness,
+    } = serving;
     let reader = FramedRead::new(read_half, ClientCodec::default());
     let writer = FramedWrite::new(write_half, ClientCodec::default());
     // The writer registers a request before writing it, so its registration
     // is always queued before the node can possibly answer it.
     let (register_tx, register_rx) = mpsc::unbounded_channel::<Registration>();
-    // Grants nobody waits for any more go back to the node at once, so the
-    // lock is not held by nobody until its lease runs out. Their answers are
-    // awaited in the background, so that `close` can wait for them.
-    let (orphan_tx, orphan_rx) = mpsc::unbounded_channel::<Call>();
+    // The connection's own requests, written before the callers': probes,
+    // and the release of grants nobody waits for any more, so the lock is
+    // not held by nobody until its lease runs out (their answers are
+    // awaited in the background, so that `close` can wait for them).
+    let (own_tx, own_rx) = mpsc::unbounded_channel::<Call>();
+    let silence = Mutex::new(Silence::new(Instant::now()));
+    let ends = Ends {
+        silence: &silence,
+        on_alive: Mutex::new(Some(Box::new(on_alive))),
+    };
+    // The node is usable once it answered this.
+    probe(&own_tx);
 
-    let write = write_calls(writer, calls, orphan_rx, register_tx);
-    let read = read_answers(reader, register_rx, orphan_tx, background);
+    let write = write_calls(writer, calls, own_rx, register_tx, &ends);
+    let read = read_answers(reader, register_rx, own_tx.clone(), background, &ends);
+    let watch = watch_silence(&ends, liveness, own_tx);
     tokio::select! {
         end = write => end,
         end = read => end,
+        end = watch => end,
         () = closed(shutdown) => End::ClientGone,
     }
 }
 
-/// The writing half: writes calls (releases of orphaned grants first) in
+/// Queues an `S` probe; its answer only shows the node alive.
+fn probe(own: &mpsc::UnboundedSender<Call>) {
+    let (reply, _) = oneshot::channel();
+    let _ = own.send(Call {
+        req: Request::Status,
+        reply,
+    });
+}
+
+/// Probes a connection that has requests in flight and has been silent,
+/// and ends it when the probe goes unanswered.
+async fn watch_silence(
+    ends: &Ends<'_>,
+    liveness: Liveness,
+    own: mpsc::UnboundedSender<Call>,
+) -> End {
+    let mut judged = false;
+    loop {
+        let verdict = ends.silence().verdict(Instant::now(), liveness);
+        match verdict {
+            Verdict::WaitUntil(at) => tokio::time::sleep_until(at).await,
+            Verdict::Probe(at) => {
+                probe(&own);
+                tokio::time::sleep_until(at).await;
+            }
+            Verdict::Unresponsive if judged => return End::Unresponsive,
+            // Once more after the reader had its turn: answers already
+            // here (the task itself was held up, say) count first.
+            Verdict::Unresponsive => {
+                judged = true;
+                tokio::task::yield_now().await;
+                continue;
+            }
+        }
+        judged = false;
+    }
+}
+
+/// The writing half: writes calls (the connection's own first) in
 /// batches, registering each before it is written.
 async fn write_calls<W: AsyncWrite + Unpin>(
     mut writer: Writer<W>,
     calls: &mut mpsc::UnboundedReceiver<Call>,
-    mut orphans: mpsc::UnboundedReceiver<Call>,
+    mut own: mpsc::UnboundedReceiver<Call>,
     register: mpsc::UnboundedSender<Registration>,
+    ends: &Ends<'_>,
 ) -> End {
     loop {
         let first = tokio::select! {
             biased;
-            Some(orphan) = orphans.recv() => orphan,
+            Some(own) = own.recv() => own,
             call = calls.recv() => match call {
                 Some(call) => call,
                 None => return End::ClientGone,
             },
         };
-        if let Err(end) = write_batch(&mut writer, first, calls, &register).await {
+        if let Err(end) = write_batch(&mut writer, first, calls, &register, ends).await {
             return end;
         }
     }
@@ -124,6 +222,7 @@ async fn write_batch<W: AsyncWrite + Unpin>(
     first: Call,
     calls: &mut mpsc::UnboundedReceiver<Call>,
     register: &mpsc::UnboundedSender<Registration>,
+    ends: &Ends<'_>,
 ) -> Result<(), End> {
     let mut next = Some(first);
     let mut written = 0;
@@ -132,6 +231,7 @@ async fn write_batch<W: AsyncWrite + Unpin>(
         if register.send((key, call.reply)).is_err() {
             return Err(End::Broken);
         }
+        ends.silence().sent(Instant::now());
         if let Err(err) = SinkExt::<Request>::feed(writer, call.req).await {
             tracing::debug!(%err, "write failed");
             return Err(broken(&err));
@@ -155,8 +255,10 @@ async fn read_answers<R: AsyncRead + Unpin>(
     mut registrations: mpsc::UnboundedReceiver<Registration>,
     orphans: mpsc::UnboundedSender<Call>,
     background: &Background,
+    ends: &Ends<'_>,
 ) -> End {
     let mut pending = Pending::default();
+    let mut alive = false;
     loop {
         let response = match reader.next().await {
             Some(Ok(response)) => response,
@@ -178,7 +280,13 @@ async fn read_answers<R: AsyncRead + Unpin>(
             }
         }
         pending.take_registrations(&mut registrations);
-        let Some(reply) = pending.reply_for(&response) else {
+        let reply = pending.reply_for(&response);
+        ends.silence().heard(Instant::now(), reply.is_some());
+        if !alive {
+            alive = true;
+            ends.alive();
+        }
+        let Some(reply) = reply else {
             continue;
         };
         if let Err(Response::Granted { key, token }) = reply.send(response) {

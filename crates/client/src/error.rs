@@ -7,8 +7,10 @@ use baton_core::{Key, KeyError, Token};
 /// Everything that can go wrong in a client call.
 ///
 /// The variants map to decisions a caller makes: retry later
-/// ([`Error::TimedOut`], [`Error::NoServer`]), fix the request
-/// ([`Error::Rejected`], [`Error::InvalidKey`], [`Error::InvalidDuration`]),
+/// ([`Error::TimedOut`], [`Error::NoServer`], [`Error::NotServing`],
+/// [`Error::Unanswered`]), fix the request
+/// ([`Error::Rejected`], [`Error::InvalidKey`], [`Error::InvalidDuration`],
+/// [`Error::InvalidAddress`]),
 /// or stop touching the protected resource ([`Error::LeaseLost`],
 /// [`Error::NotHeld`]).
 ///
@@ -27,16 +29,27 @@ use baton_core::{Key, KeyError, Token};
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum Error {
-    /// The wait ran out before the lock was granted (`T` from the node, or
-    /// the wait elapsed while the client was failing over).
+    /// The node said the wait ran out (`T`): the lock was not granted
+    /// (for [`Client::try_acquire`](crate::Client::try_acquire): it is
+    /// held). Only a node's `T` gives this error: a wait that ran out while
+    /// no node answered is [`Error::NoServer`], [`Error::NotServing`] or
+    /// [`Error::Unanswered`].
     #[error("timed out waiting for {key}")]
     TimedOut {
         /// The key asked for.
         key: Key,
     },
-    /// No node could be reached on any connection.
+    /// No node could be reached on any connection, or every node reached
+    /// stopped answering (a frozen process is treated like a cut
+    /// connection: see [`ClientBuilder::unresponsive_after`](crate::ClientBuilder::unresponsive_after)).
     #[error("no server reachable")]
     NoServer,
+    /// The nodes reached answered that none of them serves now
+    /// (`M <op> <key> -`), for as long as the request could wait: a Raft
+    /// cluster without a majority, or a priority cluster between two
+    /// active nodes. Nothing was granted or changed; retry later.
+    #[error("no node is serving: the nodes reached know of no leader or active node")]
+    NotServing,
     /// A node answered `E`: the request is malformed or beyond a limit.
     #[error("rejected by the node: {reason}")]
     Rejected {
@@ -81,6 +94,16 @@ pub enum Error {
     /// The builder was given no server address.
     #[error("no server address given")]
     NoAddress,
+    /// A server address given to the builder is not `host:port` (an IP
+    /// address, `[v6]` in brackets, or a DNS name, and a port); nothing was
+    /// dialled.
+    #[error("invalid server address: {why}")]
+    InvalidAddress {
+        /// The address as given.
+        addr: String,
+        /// What is wrong with it.
+        why: String,
+    },
     /// The client was closed with [`Client::close`](crate::Client::close):
     /// nothing was sent, or (for an acquire granted as the client closed)
     /// the grant was given back. From [`Guard::release`](crate::Guard::release):

@@ -317,14 +317,22 @@ impl fmt::Debug for Guard {
 impl Drop for Guard {
     fn drop(&mut self) {
         self.stop_keep_alive();
-        // Without a runtime there is nothing to send with; the lease then
-        // frees the lock.
-        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
-            return;
-        };
         if !self.held.settle() {
             return;
         }
+        // Without a runtime there is nothing to send with; the lease then
+        // frees the lock.
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            if self.held.client.first_warning() {
+                tracing::warn!(
+                    key = %self.held.key,
+                    "a guard was dropped outside a tokio runtime: no release was sent, \
+                     and the lock stays held until its lease ends; release guards or call \
+                     Client::close before the runtime shuts down"
+                );
+            }
+            return;
+        };
         let held = Arc::clone(&self.held);
         // Tracked, so that `Client::close` waits for it.
         held.client.background().spawn_on(&runtime, {

@@ -6,7 +6,31 @@
 //! connection. A broken connection leaves the rotation at once and is
 //! reconnected in the background every 3 seconds. An acquire whose
 //! connection breaks is sent again elsewhere with what is left of its wait;
-//! a release is retried for 5 seconds; `M` redirects are followed.
+//! a release is retried for 5 seconds; `M` redirects are followed, and a
+//! redirect to a node whose connection is down dials it at once.
+//!
+//! # A node that stops answering
+//!
+//! A frozen node (SIGSTOP, a long pause, a VM migration, a stuck disk)
+//! keeps its sockets open: nothing breaks, it just does not answer. While a
+//! connection has requests in flight and has heard nothing for a second,
+//! the client asks the node for its status (`S`); if that goes unanswered
+//! for the protocol's 3 s (4 s of silence in all, see
+//! [`ClientBuilder::unresponsive_after`]) the connection is treated exactly
+//! like a cut one: closed, left out of the rotation, redialled in the
+//! background, its pending acquires sent to the next connection with what
+//! is left of their wait, its releases and renewals retried elsewhere. A
+//! connection is used once its node answered a first `S`, so a redial to a
+//! node still frozen is not. A renewal waits for one node at most half the
+//! time its lease has left, then goes to another, so a keep-alive lease
+//! outlasts a frozen node even before the node is found out (3 s leases
+//! do, given another node that serves).
+//!
+//! [`Error::TimedOut`] means a node said the wait ran out (`T`), nothing
+//! else: a wait that runs out while no node answers ends as
+//! [`Error::NoServer`], while no node serves (`M ... -`: a Raft cluster
+//! without a majority) as [`Error::NotServing`], and a request a live node
+//! left unanswered as [`Error::Unanswered`].
 //!
 //! ```no_run
 //! use std::time::Duration;
@@ -51,6 +75,12 @@
 //! lease. Without a tokio runtime a drop sends nothing at all. Dropping the
 //! [`Client`] releases nothing either. `close` is what makes an exit clean.
 //!
+//! So a program that exits (or crashes, or is killed) without `close` keeps
+//! every lock it held until that lock's lease ends: other clients wait
+//! that long for its keys. The client warns once (a `tracing` warning)
+//! when the program drops its last [`Client`] handle while guards still
+//! hold locks, and when a guard is dropped outside a tokio runtime.
+//!
 //! Tokens fence the resource: see [`Fence`] for the check the resource
 //! makes so that a holder whose lease lapsed cannot do harm.
 
@@ -66,6 +96,7 @@ mod error;
 mod fence;
 mod guard;
 mod lifecycle;
+mod liveness;
 mod pool;
 mod slot;
 mod tls;

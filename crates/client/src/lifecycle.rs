@@ -9,7 +9,7 @@
 
 use std::collections::HashMap;
 use std::future::Future;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError, Weak};
 
 use tokio::runtime::Handle;
@@ -68,6 +68,8 @@ pub(crate) struct Lifecycle<T> {
     /// Guards whose grant nobody has released or given up yet. Weak, so a
     /// guard forgotten with `mem::forget` cannot keep the client alive.
     live: Mutex<HashMap<u64, Weak<T>>>,
+    /// Set by the client's one lifecycle warning, so it is said once.
+    warned: AtomicBool,
 }
 
 impl<T> Default for Lifecycle<T> {
@@ -76,6 +78,7 @@ impl<T> Default for Lifecycle<T> {
             closing: watch::channel(false).0,
             next_id: AtomicU64::new(0),
             live: Mutex::new(HashMap::new()),
+            warned: AtomicBool::new(false),
         }
     }
 }
@@ -117,6 +120,20 @@ impl<T> Lifecycle<T> {
             .remove(&id);
     }
 
+    /// Whether a registered guard is still alive.
+    pub(crate) fn has_live(&self) -> bool {
+        self.live
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .values()
+            .any(|guard| guard.strong_count() > 0)
+    }
+
+    /// True the first time only: the client warns about its lifecycle once.
+    pub(crate) fn first_warning(&self) -> bool {
+        !self.warned.swap(true, Ordering::AcqRel)
+    }
+
     /// Takes every guard still registered (and still alive).
     pub(crate) fn take_live(&self) -> Vec<Arc<T>> {
         let live = std::mem::take(&mut *self.live.lock().unwrap_or_else(PoisonError::into_inner));
@@ -126,12 +143,39 @@ impl<T> Lifecycle<T> {
     }
 }
 
+/// Dropped with the program's last [`Client`](crate::Client) handle (a
+/// guard's copy does not count): says once if guards still hold locks
+/// then, for a program that exits without `close` leaves them held until
+/// their leases end.
+#[derive(Debug)]
+pub(crate) struct Handles<T> {
+    life: Arc<Lifecycle<T>>,
+}
+
+impl<T> Handles<T> {
+    pub(crate) fn new(life: Arc<Lifecycle<T>>) -> Handles<T> {
+        Handles { life }
+    }
+}
+
+impl<T> Drop for Handles<T> {
+    fn drop(&mut self) {
+        let life = &self.life;
+        if life.has_live() && !life.is_closing() && life.first_warning() {
+            tracing::warn!(
+                "the last Client handle was dropped while guards still hold locks; \
+                 each is released when its guard is (within a tokio runtime), else its \
+                 lock stays held until its lease ends: call Client::close before exiting"
+            );
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used)]
 
     use super::*;
-    use std::sync::atomic::AtomicBool;
     use std::time::Duration;
 
     #[test]
@@ -151,11 +195,15 @@ mod tests {
         let released = life.register(|id| Arc::new((id, 3)));
         life.unregister(released.0);
         drop(gone);
+        assert!(life.has_live());
         let live = life.take_live();
+        assert!(!life.has_live());
         assert_eq!(live.len(), 1);
         assert_eq!(live[0].1, 1);
         assert_eq!(kept.0, live[0].0);
         assert!(life.take_live().is_empty(), "taken once");
+        assert!(life.first_warning());
+        assert!(!life.first_warning(), "warned once");
     }
 
     #[tokio::test]

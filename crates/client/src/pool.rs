@@ -10,6 +10,7 @@ use tokio::time::Instant;
 use crate::auth::Credentials;
 use crate::error::Error;
 use crate::lifecycle::Background;
+use crate::liveness::Liveness;
 use crate::slot::{Shared, Slot, RECONNECT_INTERVAL};
 
 #[derive(Debug)]
@@ -25,6 +26,7 @@ pub(crate) struct Pool {
     pub(crate) request_timeout: Duration,
     credentials: Option<Arc<Credentials>>,
     tls: Option<Arc<rustls::ClientConfig>>,
+    liveness: Liveness,
 }
 
 impl Pool {
@@ -36,6 +38,7 @@ impl Pool {
         request_timeout: Duration,
         credentials: Option<Arc<Credentials>>,
         tls: Option<Arc<rustls::ClientConfig>>,
+        liveness: Liveness,
     ) -> Pool {
         let (changed, _) = watch::channel(0);
         let changed = Arc::new(changed);
@@ -48,6 +51,7 @@ impl Pool {
             background: Arc::clone(&background),
             credentials: credentials.clone(),
             tls,
+            liveness,
         };
         let mut slots = Vec::new();
         let copies = if addrs.len() == 1 { 2 } else { 1 };
@@ -66,6 +70,7 @@ impl Pool {
             request_timeout,
             credentials,
             tls: shared.tls,
+            liveness,
         }
     }
 
@@ -140,15 +145,17 @@ impl Pool {
     }
 
     /// The connection a redirect points at, registering it if the address is
-    /// new. A usable connection is preferred when several share the address.
+    /// new. A usable connection is preferred when several share the address;
+    /// one that is down is dialled at once (the node the redirect names is
+    /// likely up again), unless its last dial failed.
     pub(crate) fn slot_for(&self, addr: &str) -> Arc<Slot> {
         let mut slots = self.slots.write().unwrap_or_else(PoisonError::into_inner);
         let known = slots.iter().filter(|slot| slot.addr == addr);
-        if let Some(slot) = known
-            .clone()
-            .find(|slot| slot.is_usable())
-            .or_else(|| known.clone().next_back())
-        {
+        if let Some(slot) = known.clone().find(|slot| slot.is_usable()) {
+            return Arc::clone(slot);
+        }
+        if let Some(slot) = known.clone().next_back() {
+            slot.dial_now();
             return Arc::clone(slot);
         }
         tracing::info!(%addr, "redirected to a new address; connecting to it");
@@ -165,6 +172,7 @@ impl Pool {
             background: Arc::clone(&self.background),
             credentials: self.credentials.clone(),
             tls: self.tls.clone(),
+            liveness: self.liveness,
         }
     }
 

@@ -6,24 +6,29 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use baton_proto::{Request, Response};
-use tokio::sync::{mpsc, oneshot, watch};
+use futures_util::FutureExt;
+use tokio::sync::{mpsc, oneshot, watch, Notify};
 
 use crate::auth::{self, AuthOutcome, Credentials};
-use crate::connection::{self, closed, Call, End};
+use crate::connection::{self, closed, Call, End, Serving};
 use crate::error::Error;
 use crate::lifecycle::Background;
+use crate::liveness::Liveness;
 use crate::tls::{self, ConnectError};
 
-/// How long a broken connection stays out before the next reconnect attempt.
+/// How long a broken connection stays out before the next reconnect
+/// attempt (unless a redirect names its node: see [`Slot::dial_now`]).
 pub(crate) const RECONNECT_INTERVAL: Duration = Duration::from_secs(3);
 
 /// Why a call on one connection got no answer.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum CallError {
-    /// The connection is down or broke before the answer came.
+    /// The connection is down, broke before the answer came, or was given
+    /// up because its node stopped answering.
     Broken,
-    /// The connection is up but the answer did not come in time.
-    Unanswered,
+    /// The connection is up (its node answers probes) but this answer did
+    /// not come within the limit given.
+    Unanswered(Duration),
 }
 
 /// What the supervisor publishes about its connection.
@@ -36,6 +41,8 @@ pub(crate) struct SlotState {
     auth_not_enabled: AtomicBool,
     /// Why the last attempt failed, when it failed for a TLS reason.
     tls_failure: Mutex<Option<String>>,
+    /// Asks a supervisor waiting to redial to dial at once.
+    dial_now: Notify,
 }
 
 impl SlotState {
@@ -59,6 +66,8 @@ pub(crate) struct Shared {
     pub(crate) credentials: Option<Arc<Credentials>>,
     /// TLS to every node, when the builder was given it.
     pub(crate) tls: Option<Arc<rustls::ClientConfig>>,
+    /// When a silent connection is given up.
+    pub(crate) liveness: Liveness,
 }
 
 /// A connection as the pool sees it.
@@ -80,8 +89,17 @@ impl Slot {
         Arc::new(Slot { addr, calls, state })
     }
 
+    /// Up, and its node answered since it was dialled.
     pub(crate) fn is_usable(&self) -> bool {
         self.state.usable.load(Ordering::Acquire)
+    }
+
+    /// Dials now if the connection is down and waiting to redial, unless
+    /// its last dial failed: a node that keeps failing is redialled every
+    /// [`RECONNECT_INTERVAL`] only. For a redirect to this node, whose
+    /// call should be sent right after (it waits for the dial).
+    pub(crate) fn dial_now(&self) {
+        self.state.dial_now.notify_one();
     }
 
     /// Why the last attempt failed, if it was for a TLS reason.
@@ -124,7 +142,7 @@ impl Slot {
             None => answer.await.map_err(|_| CallError::Broken),
             Some(limit) => match tokio::time::timeout(limit, answer).await {
                 Ok(answer) => answer.map_err(|_| CallError::Broken),
-                Err(_) => Err(CallError::Unanswered),
+                Err(_) => Err(CallError::Unanswered(limit)),
             },
         }
     }
@@ -172,45 +190,57 @@ async fn authenticated(
     }
 }
 
-/// Serves a connection that is up (and authenticated) until it ends;
-/// publishes its state on the way.
+/// Serves a connection that is up (and authenticated) until it ends; it
+/// is usable from the node's first answer. Publishes its state on the way.
+/// The end, and whether the node ever answered.
 async fn serve_connected(
     stream: tls::Connected,
     addr: &str,
     state: &SlotState,
     changed: &watch::Sender<u64>,
-    calls: &mut mpsc::UnboundedReceiver<Call>,
-    shutdown: &mut watch::Receiver<bool>,
-    background: &Arc<Background>,
-) -> End {
-    state.auth_failed.store(false, Ordering::Release);
-    state.auth_not_enabled.store(false, Ordering::Release);
-    state.set_tls_failure(None);
-    state.usable.store(true, Ordering::Release);
-    state.attempted.store(true, Ordering::Release);
-    publish(changed);
-    tracing::debug!(%addr, "connected");
+    serving: Serving<'_>,
+) -> (End, bool) {
+    let liveness = serving.liveness;
+    let answered = AtomicBool::new(false);
+    let on_alive = || {
+        answered.store(true, Ordering::Release);
+        state.auth_failed.store(false, Ordering::Release);
+        state.auth_not_enabled.store(false, Ordering::Release);
+        state.set_tls_failure(None);
+        state.usable.store(true, Ordering::Release);
+        state.attempted.store(true, Ordering::Release);
+        publish(changed);
+        tracing::debug!(%addr, "connected");
+    };
     let end = match stream {
         tls::Connected::Plain(stream) => {
             let (read, write) = stream.into_split();
-            connection::serve(read, write, calls, shutdown, background).await
+            connection::serve(read, write, serving, on_alive).await
         }
         tls::Connected::Tls(stream) => {
             let (read, write) = tokio::io::split(stream);
-            connection::serve(read, write, calls, shutdown, background).await
+            connection::serve(read, write, serving, on_alive).await
         }
     };
     state.usable.store(false, Ordering::Release);
+    let answered = answered.load(Ordering::Acquire);
     match &end {
         End::ClientGone => {}
         End::Broken => tracing::info!(%addr, "connection lost; reconnecting in the background"),
+        End::Unresponsive if answered => tracing::warn!(
+            %addr,
+            after_ms = liveness.unresponsive_after.as_millis(),
+            "the node stopped answering; dropped the connection, reconnecting in the background"
+        ),
+        // A redial to a node still frozen: said once above, when it froze.
+        End::Unresponsive => tracing::debug!(%addr, "the node does not answer a new connection"),
         End::Tls(why) => {
             tracing::warn!(%addr, %why, "TLS failure");
             state.set_tls_failure(Some(why.clone()));
-            publish(changed);
         }
     }
-    end
+    publish(changed);
+    (end, answered)
 }
 
 fn publish(changed: &watch::Sender<u64>) {
@@ -232,6 +262,7 @@ async fn supervise(
         background,
         credentials,
         tls,
+        liveness,
     } = shared;
     loop {
         if *shutdown.borrow() {
@@ -239,6 +270,8 @@ async fn supervise(
             publish(&changed);
             return;
         }
+        // This dial answers any request for one made so far.
+        let _ = state.dial_now.notified().now_or_never();
         let connect = tokio::time::timeout(connect_timeout, tls::connect(&addr, tls.as_ref()));
         let connected = tokio::select! {
             connected = connect => connected,
@@ -250,21 +283,23 @@ async fn supervise(
             }
             (other, _) => other,
         };
+        // A connection that worked (or was given up) may be redialled at
+        // once for a redirect; a failed dial waits its turn.
+        let mut dial_failed = true;
         match connected {
             Ok(Ok(stream)) => {
-                let end = serve_connected(
-                    stream,
-                    &addr,
-                    &state,
-                    &changed,
-                    &mut calls,
-                    &mut shutdown,
-                    &background,
-                )
-                .await;
+                let serving = Serving {
+                    calls: &mut calls,
+                    shutdown: &mut shutdown,
+                    background: &background,
+                    liveness,
+                };
+                let (end, answered) =
+                    serve_connected(stream, &addr, &state, &changed, serving).await;
                 if end == End::ClientGone {
                     return;
                 }
+                dial_failed = !answered || matches!(end, End::Tls(_));
             }
             Ok(Err(ConnectError::Tls(why))) => {
                 tracing::warn!(%addr, %why, "TLS failure");
@@ -279,24 +314,38 @@ async fn supervise(
         if !state.attempted.swap(true, Ordering::AcqRel) {
             publish(&changed);
         }
-        if !pause_before_redial(&mut calls, &mut shutdown).await {
+        let early = (!dial_failed).then_some(&state.dial_now);
+        if !pause_before_redial(&mut calls, &mut shutdown, early).await {
             return;
         }
     }
 }
 
 /// Between two dials: calls that come fail at once (dropping them tells
-/// the caller, who fails over instead of waiting for the reconnect).
-/// False once the client is gone.
+/// the caller, who fails over instead of waiting for the reconnect), until
+/// the pause ends or `early` asks for a dial now; the calls sent after
+/// that request wait for the dial. False once the client is gone.
 async fn pause_before_redial(
     calls: &mut mpsc::UnboundedReceiver<Call>,
     shutdown: &mut watch::Receiver<bool>,
+    early: Option<&Notify>,
 ) -> bool {
     while calls.try_recv().is_ok() {}
     let pause = tokio::time::sleep(RECONNECT_INTERVAL);
     tokio::pin!(pause);
+    let dial_now = async {
+        match early {
+            Some(early) => early.notified().await,
+            None => std::future::pending().await,
+        }
+    };
+    tokio::pin!(dial_now);
     loop {
         tokio::select! {
+            // Before the calls: a call sent right after asking for the dial
+            // must not be dropped as if the pause went on.
+            biased;
+            () = &mut dial_now => return true,
             () = &mut pause => return true,
             () = closed(shutdown) => return true,
             call = calls.recv() => if call.is_none() { return false },

@@ -1,5 +1,6 @@
 //! Baton's client protocol (PROTOCOL.md, version 1.1): request and response
-//! lines, parsed and formatted, and the tokio-util codecs that frame them.
+//! lines, parsed and formatted, the tokio-util codecs that frame them, and
+//! the `host:port` syntax of node addresses.
 //!
 //! No I/O here: the server and the client plug [`ServerCodec`] and
 //! [`ClientCodec`] into their own framed streams.
@@ -7,6 +8,7 @@
 mod codec;
 mod duration;
 mod error_reply;
+mod host_port;
 mod limits;
 mod line;
 mod number;
@@ -23,6 +25,7 @@ mod status;
 pub use codec::{ClientCodec, ServerCodec};
 pub use duration::{format_duration_ms, parse_duration_ms, DurationError};
 pub use error_reply::{connection_refused_line, ErrorReply};
+pub use host_port::host_port;
 pub use limits::{Limits, MAX_REQUEST_LINE, MAX_RESPONSE_LINE};
 pub use op::Op;
 pub use parse_request::parse_request;

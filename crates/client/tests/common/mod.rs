@@ -7,6 +7,8 @@ use std::time::Duration;
 
 use baton_client::Client;
 
+pub mod fake;
+
 /// A client of `addrs` with timeouts suited to a loaded test machine.
 pub async fn client(addrs: &[SocketAddr]) -> Client {
     Client::builder()
