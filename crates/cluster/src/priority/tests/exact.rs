@@ -21,7 +21,7 @@ fn promoted_term(me: NodeIndex, n: usize, now: Millis) -> u64 {
 /// Node `me` of `n`, full-size messages, started at 0 and ticked every
 /// heartbeat to `until` (no peer heard: a lone node promotes at the end
 /// of its quiet period), with everything it said so far taken.
-fn lone(me: NodeIndex, n: usize, until: Millis) -> PriorityNode<u64> {
+pub(super) fn lone(me: NodeIndex, n: usize, until: Millis) -> PriorityNode<u64> {
     let mut node = PriorityNode::new(config(me, n), 0);
     let mut now = 0;
     while now <= until {
@@ -35,17 +35,17 @@ fn lone(me: NodeIndex, n: usize, until: Millis) -> PriorityNode<u64> {
 
 /// `Event` has no `PartialEq` (its handle may be a channel): compared by
 /// its full `Debug` form, which names every field.
-fn assert_event(node: &mut PriorityNode<u64>, expected: Event<u64>) {
+pub(super) fn assert_event(node: &mut PriorityNode<u64>, expected: Event<u64>) {
     let got = node.poll_event().map(|e| format!("{e:?}"));
     assert_eq!(got, Some(format!("{expected:?}")));
 }
 
-fn assert_no_event(node: &mut PriorityNode<u64>) {
+pub(super) fn assert_no_event(node: &mut PriorityNode<u64>) {
     let got = node.poll_event().map(|e| format!("{e:?}"));
     assert_eq!(got, None);
 }
 
-fn heartbeat(
+pub(super) fn heartbeat(
     role: PeerRole,
     term: u64,
     last_token: u64,
