@@ -131,7 +131,8 @@ impl InboundLinks {
     async fn refuse_peer_list(&self, framed: &mut Framed, hello: &LinkHello) {
         let theirs = hello.peers.get(hello.from).map_or("?", String::as_str);
         let shown: String = theirs.chars().take(MAX_SHOWN_ADDR).collect();
-        self.peer_lists.refused(shown, &format_args!("their peers: {:?}", hello.peers));
+        self.peer_lists
+            .refused(shown, &format_args!("their peers: {:?}", hello.peers));
         let refusal = LinkRefusal::PeerList {
             peers: self.peers.clone(),
         };

@@ -12,8 +12,8 @@ use futures_util::{SinkExt, StreamExt};
 use tokio::net::TcpStream;
 use tokio::sync::mpsc;
 
-use super::super::link_frames::{self, MAX_FRAME};
 use super::super::engine::LinkRefused;
+use super::super::link_frames::{self, MAX_FRAME};
 use super::super::messages::{LinkHello, LinkRefusal, NodeIndex, PriorityMessage};
 use super::{Shared, Tasks};
 use crate::peer::reach_log::ReachLog;

@@ -3,7 +3,7 @@
 //! compared whole. Full-size messages (every table in one piece) and a
 //! clock near the epoch.
 
-use baton_core::{Command, SnapshotLock};
+use baton_core::{Command, SnapshotLock, WaiterId};
 
 use super::super::engine::wall_floor;
 use super::super::token_floor::TokenBlocks;
@@ -21,7 +21,7 @@ fn promoted_term(me: NodeIndex, n: usize, now: Millis) -> u64 {
 /// Node `me` of `n`, full-size messages, started at 0 and ticked every
 /// heartbeat to `until` (no peer heard: a lone node promotes at the end
 /// of its quiet period), with everything it said so far taken.
-pub(super) fn lone(me: NodeIndex, n: usize, until: Millis) -> PriorityNode<u64> {
+fn lone(me: NodeIndex, n: usize, until: Millis) -> PriorityNode<u64> {
     let mut node = PriorityNode::new(config(me, n), 0);
     let mut now = 0;
     while now <= until {
@@ -31,6 +31,23 @@ pub(super) fn lone(me: NodeIndex, n: usize, until: Millis) -> PriorityNode<u64> 
     node.poll_transmits();
     drain(&mut node);
     node
+}
+
+/// Node `me` of 2, active since the end of its quiet period, holding
+/// `a` (handle 7, the term's first token) with a waiter on it (handle 8),
+/// both from `TIMEOUT + 1`, everything it said so far taken.
+pub(super) fn active_with_a_waiter(me: NodeIndex) -> (PriorityNode<u64>, WaiterId) {
+    let mut node = lone(me, 2, TIMEOUT);
+    let now = TIMEOUT + 1;
+    let term = node.term();
+    let held = node.handle_acquire(key("a"), 0, 1_000, now, 7);
+    assert_eq!(held, Ok(AcquireOutcome::Granted { token: term + 1 }));
+    let queued = node.handle_acquire(key("a"), 5_000, 1_000, now, 8);
+    let Ok(AcquireOutcome::Queued { id }) = queued else {
+        panic!("not queued: {queued:?}");
+    };
+    node.poll_transmits();
+    (node, id)
 }
 
 /// `Event` has no `PartialEq` (its handle may be a channel): compared by
@@ -221,17 +238,10 @@ fn a_release_grants_the_waiter_and_replicates_both_in_order() {
 
 #[test]
 fn an_active_that_hears_a_higher_priority_active_hands_it_its_table_and_moves_its_waiters() {
-    let mut node = lone(1, 2, TIMEOUT);
+    let (mut node, id) = active_with_a_waiter(1);
     let term = node.term();
     assert_eq!(term, promoted_term(1, 2, TIMEOUT));
     let now = TIMEOUT + 1;
-    let held = node.handle_acquire(key("a"), 0, 1_000, now, 7);
-    assert_eq!(held, Ok(AcquireOutcome::Granted { token: term + 1 }));
-    let queued = node.handle_acquire(key("a"), 5_000, 1_000, now, 8);
-    let Ok(AcquireOutcome::Queued { id }) = queued else {
-        panic!("not queued: {queued:?}");
-    };
-    node.poll_transmits();
     let higher = heartbeat(PeerRole::Active, TOKEN_MARGIN, TOKEN_MARGIN, None);
     node.handle_message(0, PriorityMessage::Heartbeat(higher), now + 1);
     let lock = SnapshotLock {

@@ -5,7 +5,7 @@
 //! node, wherever it is listed, blocks no failover of the others.
 
 use super::super::engine::{Barred, LinkRefused};
-use super::exact::{assert_event, assert_no_event, heartbeat, lone};
+use super::exact::{active_with_a_waiter, assert_event, assert_no_event, heartbeat};
 use super::*;
 
 /// Node `me` of `n`, started at 0 and ticked every heartbeat to `until`,
@@ -80,17 +80,9 @@ fn a_peer_that_stops_answering_is_dead_and_a_lone_node_then_promotes() {
 
 #[test]
 fn an_active_refused_by_every_peer_that_answers_steps_down_and_sends_its_waiters_nowhere() {
-    let mut node = lone(0, 2, TIMEOUT);
+    let (mut node, id) = active_with_a_waiter(0);
     assert_eq!(node.role(), NodeRole::Active);
     let now = TIMEOUT + 1;
-    let term = node.term();
-    let held = node.handle_acquire(key("a"), 0, 1_000, now, 7);
-    assert_eq!(held, Ok(AcquireOutcome::Granted { token: term + 1 }));
-    let queued = node.handle_acquire(key("a"), 5_000, 1_000, now, 8);
-    let Ok(AcquireOutcome::Queued { id }) = queued else {
-        panic!("not queued: {queued:?}");
-    };
-    node.poll_transmits();
     node.handle_link_refused(1, LinkRefused::PeerList, now + 1);
     assert_eq!(node.role(), NodeRole::Standby);
     assert_eq!(node.following(), None);
