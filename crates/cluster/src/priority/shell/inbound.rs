@@ -136,10 +136,21 @@ impl InboundLinks {
         let refusal = LinkRefusal::PeerList {
             peers: self.peers.clone(),
         };
-        if let Ok(frame) = peer::encode(&refusal) {
-            // Bounded: a dialler that does not read gets nothing more.
-            let _ = tokio::time::timeout(self.link_timeout, framed.send(frame)).await;
-        }
+        let Ok(frame) = peer::encode(&refusal) else {
+            return;
+        };
+        // Sent, then the write side closed, then what the dialler sent
+        // meanwhile read and dropped until it hangs up: closing with its
+        // frames unread would reset the connection, and a reset can
+        // destroy the refusal before the dialler reads it. All bounded:
+        // a dialler that neither reads nor hangs up gets nothing more.
+        let linger = async {
+            framed.send(frame).await?;
+            SinkExt::<bytes::Bytes>::close(framed).await?;
+            while let Some(Ok(_)) = framed.next().await {}
+            Ok::<_, peer::PeerError>(())
+        };
+        let _ = tokio::time::timeout(self.link_timeout, linger).await;
     }
 
     /// Feeds the engine the frames of peer `from`'s link until it ends, goes
