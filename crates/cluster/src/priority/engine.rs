@@ -3,7 +3,8 @@
 //! One shape, as in quinn-proto or openraft's engine: every input is a
 //! `handle_*` call that takes the time (`handle_acquire`, `handle_release`,
 //! `handle_renew`, `handle_cancel`, `handle_tick`, `handle_message`,
-//! `handle_link_down`, `handle_link_refused`, `handle_begin_handoff`);
+//! `handle_link_down`, `handle_link_refused`, `handle_nobody_listening`,
+//! `handle_begin_handoff`);
 //! every output is polled
 //! (`poll_event` for waiters' [`Event`]s, `poll_transmits` for the peers'
 //! messages, `poll_timeout` for when `handle_tick` next has work). No I/O,
@@ -71,7 +72,7 @@ use super::token_floor::TokenBlocks;
 use reassembly::Incoming;
 use roles::{Role, Standby};
 
-pub use refused::{Barred, LinkRefused};
+pub use refused::{Barred, LinkRefused, REFUSAL_HOLD_MIN_MS};
 pub use sanity::{Implausible, CLOCK_ALLOWANCE_MS, REFUSAL_LOG_EVERY_MS};
 pub use validate::Broken;
 

@@ -16,7 +16,8 @@
 //!   messages of one frame, in the order the link brought them;
 //! - the shell's dialling tasks: [`PriorityLockNode::link_down`] when a
 //!   link they wrote on broke, [`PriorityLockNode::link_refused`] when the
-//!   peer answered but refused the link;
+//!   peer answered but refused the link,
+//!   [`PriorityLockNode::nobody_listening`] when its connection was refused;
 //! - the shell's pump, whenever [`LockNode::has_output`] woke it:
 //!   [`PriorityLockNode::take_transmits`], whose messages it queues on the
 //!   links in order;
@@ -131,6 +132,12 @@ impl PriorityLockNode {
     /// but will not link with this node.
     pub fn link_refused(&mut self, peer: NodeIndex, why: LinkRefused, now: Millis) {
         self.engine.handle_link_refused(peer, why, now);
+        self.after_input(now, &mut Vec::new());
+    }
+
+    /// Dialling `peer`, the shell found nobody listening there.
+    pub fn nobody_listening(&mut self, peer: NodeIndex, now: Millis) {
+        self.engine.handle_nobody_listening(peer);
         self.after_input(now, &mut Vec::new());
     }
 

@@ -17,7 +17,8 @@ mod wire;
 
 pub use engine::{
     wall_floor, Barred, Broken, HandoffCounts, Implausible, LinkRefused, NodeRole, PersistedState,
-    PriorityConfig, PriorityNode, CLOCK_ALLOWANCE_MS, REFUSAL_LOG_EVERY_MS, TOKEN_MARGIN,
+    PriorityConfig, PriorityNode, CLOCK_ALLOWANCE_MS, REFUSAL_HOLD_MIN_MS, REFUSAL_LOG_EVERY_MS,
+    TOKEN_MARGIN,
 };
 pub use lock_node::{HandoffStep, PriorityLockNode, RoleView};
 pub use messages::{

@@ -5,8 +5,11 @@
 //! token blocks another peer list shares out differently).
 //!
 //! The shell reports each refusal it meets when dialling a peer
-//! ([`PriorityNode::handle_link_refused`], about every redial); a report
-//! counts for a failure timeout, and a peer heard since counts as linked.
+//! ([`PriorityNode::handle_link_refused`], at every redial, some 100 ms
+//! apart); a report counts for a failure timeout but at least
+//! [`REFUSAL_HOLD_MIN_MS`], until a dial finds nobody listening there
+//! ([`PriorityNode::handle_nobody_listening`]: the process is gone), and
+//! a peer heard since counts as linked.
 //! The rule, from what this node sees at `now`:
 //! - *linked*: this node and the peers it hears; *refusing*: the peers
 //!   that answered with a refusal within a failure timeout;
@@ -26,6 +29,12 @@ use super::super::messages::NodeIndex;
 use super::roles::addr_in;
 use super::sanity::REFUSAL_LOG_EVERY_MS;
 use super::PriorityNode;
+
+/// A refusal counts at least this long after it came (a failure timeout
+/// if longer): a misconfigured node must not take a redial that came late
+/// on a loaded host for a dead peer and promote. A peer that is gone
+/// says so sooner, by refusing the connection.
+pub const REFUSAL_HOLD_MIN_MS: Millis = 1_000;
 
 /// Why a peer that answers does not link with this node, as the shell
 /// found it when dialling the peer.
@@ -102,12 +111,23 @@ impl<H> PriorityNode<H> {
         self.checked();
     }
 
-    /// Whether `peer` answered with a refusal within a failure timeout
-    /// and has not been heard since it would count as linked.
+    /// The shell's dial of `peer` found nobody listening (connection
+    /// refused): the process that refused the link is gone, and its
+    /// refusal no longer counts. A peer out of range is ignored.
+    pub fn handle_nobody_listening(&mut self, peer: NodeIndex) {
+        if let Some(view) = self.peers.get_mut(peer) {
+            view.link_refused = None;
+        }
+        self.checked();
+    }
+
+    /// Whether `peer` answered with a refusal that still counts (see
+    /// [`REFUSAL_HOLD_MIN_MS`]) and is not heard (a peer heard is linked).
     pub fn refuses_link(&self, peer: NodeIndex, now: Millis) -> bool {
+        let hold = self.config.failure_timeout_ms.max(REFUSAL_HOLD_MIN_MS);
         self.peers.get(peer).is_some_and(|view| {
             view.link_refused
-                .is_some_and(|r| now.saturating_sub(r.at) <= self.config.failure_timeout_ms)
+                .is_some_and(|r| now.saturating_sub(r.at) <= hold)
         }) && !self.is_live(peer, now)
     }
 

@@ -143,6 +143,8 @@ impl OnceEncoder {
 /// and snapshots are all repeated as needed.
 async fn dial(link: OutboundLink, mut outbox: mpsc::Receiver<Bytes>, locks: Shared) {
     let mut batch = Vec::with_capacity(64);
+    // The peer refused the link since it was last found gone.
+    let mut refused = false;
     loop {
         // Short, so that the first attempt after a heal comes soon.
         // By name or address: a name is resolved at every dial, so a peer
@@ -154,6 +156,12 @@ async fn dial(link: OutboundLink, mut outbox: mpsc::Receiver<Bytes>, locks: Shar
             }
             Ok(Err(error)) => {
                 link.reach.failed(error);
+                // Only after a refusal: a dead peer is dialled ten times a
+                // second, and each report takes the node's lock.
+                if error.kind() == std::io::ErrorKind::ConnectionRefused && refused {
+                    refused = false;
+                    locks.with(|node, now, _| node.nobody_listening(link.index, now));
+                }
             }
             Err(_) => {
                 link.reach.failed(&"no connection within a failure timeout");
@@ -169,6 +177,7 @@ async fn dial(link: OutboundLink, mut outbox: mpsc::Receiver<Bytes>, locks: Shar
                 // The engine logs refusals (once a minute per peer and
                 // reason) and decides what they mean for the role.
                 if let LinkClosed::Refused(why) = error {
+                    refused = true;
                     locks.with(|node, now, _| node.link_refused(link.index, why, now));
                 }
             }
