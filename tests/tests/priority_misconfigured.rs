@@ -16,7 +16,9 @@ use std::time::Duration;
 
 use baton_tests::cluster::{field, probe_status, Cluster};
 use baton_tests::http::http_get;
-use baton_tests::{baton_bin, free_addr, peer_list, write_key_file, Batond, LineClient};
+use baton_tests::{
+    baton_bin, distinct_free_addrs, free_addr, peer_list, write_key_file, Batond, LineClient,
+};
 use tokio::time::Instant;
 
 use priority_support::{grant, SERIAL, SETTLE};
@@ -181,11 +183,11 @@ async fn a_node_with_another_key_listed_first_blocks_no_failover() {
     let _serial = SERIAL.lock().await;
     let dir = tempfile::tempdir().expect("dir");
     let key = other_key_file(dir.path()).display().to_string();
-    let mut cluster = Cluster::start_each(4, |i| match i {
-        0 => vec!["--cluster-key-file".to_owned(), key.clone()],
-        _ => Vec::new(),
-    });
-    let addrs = cluster.peers().to_vec();
+    let addrs = distinct_free_addrs(4);
+    // The real nodes first: a node that hears nobody at all serves alone,
+    // misconfigured or not, until its peers answer.
+    let mut nodes: Vec<Batond> = (1..4).map(|i| node(addrs[i], &addrs, &[]).0).collect();
+    let (_odd, _) = node(addrs[0], &addrs, &["--cluster-key-file", &key]);
     let mut up = vec![true; 4];
     wait_serving(&addrs, 1, 0, &up).await;
     let end = Instant::now() + WATCH;
@@ -193,7 +195,7 @@ async fn a_node_with_another_key_listed_first_blocks_no_failover() {
         wait_serving(&addrs, 1, 0, &up).await;
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    cluster.kill(1);
+    nodes[0].kill();
     up[1] = false;
     wait_serving(&addrs, 2, 0, &up).await;
     let mut line = LineClient::connect(addrs[0]).await;
