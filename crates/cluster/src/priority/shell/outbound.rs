@@ -327,3 +327,40 @@ async fn coalesce(outbox: &mut mpsc::Receiver<Bytes>, batch: &mut Vec<Bytes>) {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn frame(bytes: &[u8]) -> bytes::BytesMut {
+        bytes::BytesMut::from(bytes)
+    }
+
+    #[test]
+    fn an_empty_frame_is_a_sign_of_life_and_a_refusal_names_the_peer_list() {
+        assert!(read_back(&frame(b"")).is_ok());
+        let refusal = LinkRefusal::PeerList {
+            peers: vec!["10.0.0.1:7411".into()],
+        };
+        let encoded = peer::encode(&refusal).expect("encodes");
+        assert!(matches!(
+            read_back(&frame(&encoded)),
+            Err(LinkClosed::Refused(LinkRefused::PeerList))
+        ));
+        assert!(matches!(
+            read_back(&frame(&[0xff; 8])),
+            Err(LinkClosed::Peer(_))
+        ));
+    }
+
+    #[test]
+    fn only_an_answer_at_the_opening_is_a_refusal() {
+        let refused = |e| matches!(opening_refused(e), LinkClosed::Refused(_));
+        assert!(refused(peer::PeerError::WrongKey));
+        assert!(refused(peer::PeerError::Malformed));
+        // A hang-up or a reset: a node going down, or a flood's victim.
+        let eof = std::io::Error::from(std::io::ErrorKind::UnexpectedEof);
+        assert!(!refused(peer::PeerError::Io(eof)));
+        assert!(!refused(peer::PeerError::HandshakeTimeout));
+    }
+}
