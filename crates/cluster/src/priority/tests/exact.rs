@@ -50,6 +50,23 @@ pub(super) fn active_with_a_waiter(me: NodeIndex) -> (PriorityNode<u64>, WaiterI
     (node, id)
 }
 
+/// The one event of [`active_with_a_waiter`]'s node after it stopped
+/// serving: its waiter sent to `to`.
+pub(super) fn assert_only_waiter_moved(
+    node: &mut PriorityNode<u64>,
+    id: WaiterId,
+    to: Option<NodeIndex>,
+) {
+    let moved = Event::Moved {
+        id,
+        handle: 8,
+        key: key("a"),
+        to: NotServing::redirect(to),
+    };
+    assert_event(node, moved);
+    assert_no_event(node);
+}
+
 /// `Event` has no `PartialEq` (its handle may be a channel): compared by
 /// its full `Debug` form, which names every field.
 pub(super) fn assert_event(node: &mut PriorityNode<u64>, expected: Event<u64>) {
@@ -258,16 +275,7 @@ fn an_active_that_hears_a_higher_priority_active_hands_it_its_table_and_moves_it
             }
         )]
     );
-    assert_event(
-        &mut node,
-        Event::Moved {
-            id,
-            handle: 8,
-            key: key("a"),
-            to: NotServing::redirect(Some(0)),
-        },
-    );
-    assert_no_event(&mut node);
+    assert_only_waiter_moved(&mut node, id, Some(0));
     assert_eq!(node.role(), NodeRole::Standby);
     assert_eq!(node.following(), Some(0));
 }

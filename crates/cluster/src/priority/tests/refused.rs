@@ -5,7 +5,7 @@
 //! node, wherever it is listed, blocks no failover of the others.
 
 use super::super::engine::{Barred, LinkRefused, REFUSAL_HOLD_MIN_MS};
-use super::exact::{active_with_a_waiter, assert_event, assert_no_event, heartbeat};
+use super::exact::{active_with_a_waiter, assert_no_event, assert_only_waiter_moved, heartbeat};
 use super::*;
 
 /// Node `me` of `n`, started at 0 and ticked every heartbeat to `until`,
@@ -104,16 +104,7 @@ fn an_active_refused_by_every_peer_that_answers_steps_down_and_sends_its_waiters
     node.handle_link_refused(1, LinkRefused::PeerList, now + 1);
     assert_eq!(node.role(), NodeRole::Standby);
     assert_eq!(node.following(), None);
-    assert_event(
-        &mut node,
-        Event::Moved {
-            id,
-            handle: 8,
-            key: key("a"),
-            to: NotServing::redirect(None),
-        },
-    );
-    assert_no_event(&mut node);
+    assert_only_waiter_moved(&mut node, id, None);
     assert_eq!(node.poll_transmits(), vec![]);
     let refused = node.handle_acquire(key("b"), 0, 1_000, now + 2, 9);
     assert_eq!(refused, Err(NotServing::redirect(None)));
