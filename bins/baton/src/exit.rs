@@ -32,6 +32,8 @@ pub enum Exit {
     /// `run --child-exit-code`: the command ran and failed (exited non-zero
     /// or was killed by a signal).
     ChildFailed = 10,
+    /// `status`: more than one node says it serves (a split service).
+    ManyServing = 11,
 }
 
 /// The table shown at the end of `--help`.
@@ -54,6 +56,8 @@ Exit codes:
   9  permission denied: the user may not use that key
   10 run --child-exit-code: the command ran and failed (its status is
      printed on stderr)
+  11 status: more than one node serves (each grants on its own: a
+     misconfigured or split cluster)
   126, 127  run: the command cannot be executed, or is not found
   Without --child-exit-code, run exits with the command's own status
   once it ran to its end (128+N if killed by signal N), which a command

@@ -293,6 +293,10 @@ async fn status(client: Result<Client, Error>, servers: Vec<String>, json: bool)
     } else {
         print!("{}", status_table::render(&nodes));
     }
+    if let Some(line) = status_table::many_serving(&nodes) {
+        eprintln!("baton: {line}");
+        return Exit::ManyServing.code();
+    }
     if nodes.iter().any(|node| node.status.is_ok()) {
         Exit::Ok.code()
     } else {

@@ -1,6 +1,7 @@
 //! `baton status`: one row per node, unreachable ones included.
 
 use baton_client::NodeStatus;
+use baton_proto::Role;
 
 const HEADER: [&str; 6] = ["ADDRESS", "ROLE", "ACTIVE", "TOKEN", "LOCKS", "WAITERS"];
 
@@ -30,6 +31,28 @@ pub fn render(nodes: &[NodeStatus]) -> String {
     pad(&rows)
 }
 
+/// A warning when more than one node says it serves (a priority active
+/// or a Raft leader): each grants on its own, so locks no longer exclude.
+pub fn many_serving(nodes: &[NodeStatus]) -> Option<String> {
+    let serving: Vec<&str> = nodes
+        .iter()
+        .filter(|node| {
+            node.status
+                .as_ref()
+                .is_ok_and(|s| matches!(s.role, Role::Active | Role::Leader))
+        })
+        .map(|node| node.addr.as_str())
+        .collect();
+    (serving.len() > 1).then(|| {
+        format!(
+            "{} nodes serve at once ({}): a split service; check that every node has the same \
+             --peers and --cluster-key-file",
+            serving.len(),
+            serving.join(", ")
+        )
+    })
+}
+
 /// Rows as text, columns padded to their widest cell, two spaces apart.
 pub fn pad<const N: usize>(rows: &[[String; N]]) -> String {
     let mut widths = [0; N];
@@ -51,4 +74,56 @@ pub fn pad<const N: usize>(rows: &[[String; N]]) -> String {
         out.push('\n');
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use baton_client::{Error, StatusReport};
+    use baton_proto::Mode;
+
+    fn node(addr: &str, role: Option<Role>) -> NodeStatus {
+        NodeStatus {
+            addr: addr.to_owned(),
+            status: role
+                .map(|role| StatusReport {
+                    role,
+                    mode: Mode::Priority,
+                    self_addr: addr.to_owned(),
+                    active: None,
+                    token: 1,
+                    locks: 0,
+                    waiters: 0,
+                    extra: Vec::new(),
+                })
+                .ok_or(Error::NoServer),
+        }
+    }
+
+    #[test]
+    fn two_serving_nodes_are_named() {
+        let nodes = [
+            node("a:1", Some(Role::Active)),
+            node("b:2", Some(Role::Standby)),
+            node("c:3", Some(Role::Active)),
+        ];
+        let line = many_serving(&nodes).expect("two actives");
+        assert!(line.contains("2 nodes serve at once (a:1, c:3)"), "{line}");
+        let nodes = [
+            node("a:1", Some(Role::Leader)),
+            node("b:2", Some(Role::Leader)),
+        ];
+        assert!(many_serving(&nodes).is_some());
+    }
+
+    #[test]
+    fn one_serving_node_is_no_warning() {
+        let nodes = [
+            node("a:1", Some(Role::Active)),
+            node("b:2", Some(Role::Standby)),
+            node("c:3", None),
+        ];
+        assert_eq!(many_serving(&nodes), None);
+        assert_eq!(many_serving(&[node("a:1", Some(Role::Single))]), None);
+    }
 }

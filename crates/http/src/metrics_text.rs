@@ -273,13 +273,13 @@ impl Scrape {
         let up = self.members.iter().map(|m| {
             (
                 m.addr.as_str(),
-                i64::from(m.state != "down" && m.state != "unknown"),
+                i64::from(!matches!(m.state, "down" | "unknown" | "refusing")),
             )
         });
         gauge_family(
             e,
             "baton_peer_up",
-            "1 for a member this node knows to be up or serving, 0 otherwise.",
+            "1 for a member this node knows to be up or serving, 0 otherwise (down, unknown, or refusing the link).",
             "peer",
             up,
         )?;

@@ -1,8 +1,12 @@
-//! Logs refused peer connections once per source address per interval,
-//! with how many were refused quietly since: a flood of forged handshakes
-//! must not become a flood of log lines.
+//! Logs refused peer connections once per source per interval, with how
+//! many were refused quietly since: a flood of forged handshakes must not
+//! become a flood of log lines. A source is an address (handshakes that
+//! failed, before the peer said who it is) or the name a peer gives
+//! itself (peers refused for another peer list).
 
 use std::collections::HashMap;
+use std::fmt::Display;
+use std::hash::Hash;
 use std::net::IpAddr;
 use std::sync::{Mutex, PoisonError};
 use std::time::Duration;
@@ -21,23 +25,43 @@ struct Source {
     quiet: u64,
 }
 
-#[derive(Debug, Default)]
-struct Sources {
-    by_addr: HashMap<IpAddr, Source>,
-    /// Refusals from addresses that found the table full.
+#[derive(Debug)]
+struct Sources<K> {
+    by_addr: HashMap<K, Source>,
+    /// Refusals from sources that found the table full.
     overflow: Option<Source>,
 }
 
-/// The refusal log of one node.
-#[derive(Debug, Default)]
-pub struct RefusalLog {
-    sources: Mutex<Sources>,
+/// The refusal log of one node, for one kind of refusal.
+#[derive(Debug)]
+pub struct RefusalLog<K = IpAddr> {
+    sources: Mutex<Sources<K>>,
+    /// The log line's message.
+    what: &'static str,
 }
 
-impl RefusalLog {
+impl Default for RefusalLog<IpAddr> {
+    fn default() -> Self {
+        RefusalLog::new("refused a peer connection (is its --cluster-key-file this cluster's key?)")
+    }
+}
+
+impl<K: Hash + Eq + Display> RefusalLog<K> {
+    /// A log whose lines say `what`.
+    pub fn new(what: &'static str) -> RefusalLog<K> {
+        RefusalLog {
+            sources: Mutex::new(Sources {
+                by_addr: HashMap::new(),
+                overflow: None,
+            }),
+            what,
+        }
+    }
+
     /// Notes a refused peer connection from `from`; logs it unless that
-    /// address was logged within the interval. Returns whether it logged.
-    pub fn refused(&self, from: IpAddr, reason: &dyn std::fmt::Display) -> bool {
+    /// source was logged within the interval. Returns whether it logged.
+    pub fn refused(&self, from: K, reason: &dyn Display) -> bool {
+        let what = self.what;
         let now = Instant::now();
         let mut sources = self.sources.lock().unwrap_or_else(PoisonError::into_inner);
         if !sources.by_addr.contains_key(&from) && sources.by_addr.len() >= MAX_SOURCES {
@@ -54,13 +78,14 @@ impl RefusalLog {
                 tracing::warn!(
                     %reason,
                     refused_quietly = quiet,
-                    "refused peer connections from many addresses"
+                    "{what}, from many sources"
                 );
             });
         }
         match sources.by_addr.get_mut(&from) {
-            Some(source) => note(source, now, |quiet| log_refusal(from, reason, quiet)),
+            Some(source) => note(source, now, |quiet| log_refusal(what, &from, reason, quiet)),
             None => {
+                log_refusal(what, &from, reason, 0);
                 sources.by_addr.insert(
                     from,
                     Source {
@@ -68,7 +93,6 @@ impl RefusalLog {
                         quiet: 0,
                     },
                 );
-                log_refusal(from, reason, 0);
                 true
             }
         }
@@ -86,13 +110,8 @@ fn note(source: &mut Source, now: Instant, log: impl FnOnce(u64)) -> bool {
     true
 }
 
-fn log_refusal(from: IpAddr, reason: &dyn std::fmt::Display, quiet: u64) {
-    tracing::warn!(
-        %from,
-        %reason,
-        refused_quietly = quiet,
-        "refused a peer connection (is its --cluster-key-file this cluster's key?)"
-    );
+fn log_refusal(what: &str, from: &dyn Display, reason: &dyn Display, quiet: u64) {
+    tracing::warn!(%from, %reason, refused_quietly = quiet, "{what}");
 }
 
 #[cfg(test)]

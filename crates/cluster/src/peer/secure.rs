@@ -11,6 +11,11 @@
 //! original run). The hello line is part of the handshake's prologue, so
 //! a priority channel cannot be taken for a Raft one.
 //!
+//! A responder that holds none of the dialler's keys answers an empty
+//! handshake message and hangs up: the dialler's handshake then fails
+//! with [`PeerError::WrongKey`] at once, so a node with the wrong key
+//! file is told apart from one that is down.
+//!
 //! Wire format: handshake messages and transport records alike are a
 //! 2-byte big-endian length and that many bytes. A transport record
 //! decrypts to a flag byte and a chunk of an application frame; frames
@@ -43,6 +48,10 @@ const MAX_HANDSHAKE_MESSAGE: usize = 256;
 /// Record flags: a frame's last chunk, or one with more to follow.
 const LAST: u8 = 0;
 const MORE: u8 = 1;
+
+/// What the dialled end answers to a handshake made with a key it does
+/// not hold: a handshake message of length 0, which no key reads.
+const REFUSED_HANDSHAKE: [u8; 2] = [0, 0];
 
 /// The dialled end closes a connection that has not finished the
 /// handshake and sent its first frame within this.
@@ -170,7 +179,15 @@ where
             break;
         }
     }
-    let mut noise = chosen.ok_or(PeerError::WrongKey)?;
+    let Some(mut noise) = chosen else {
+        // An empty handshake message says "refused" without a word any
+        // key could forge: the dialler finds it cannot read it and learns
+        // the node answers but does not share its key (a node that is
+        // merely down never answers), rather than seeing a hang-up.
+        let _ = stream.write_all(&REFUSED_HANDSHAKE).await;
+        let _ = stream.flush().await;
+        return Err(PeerError::WrongKey);
+    };
     let mut message = [0u8; MAX_HANDSHAKE_MESSAGE];
     let len = noise
         .write_message(&[], &mut message)

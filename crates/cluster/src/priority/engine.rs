@@ -3,7 +3,9 @@
 //! One shape, as in quinn-proto or openraft's engine: every input is a
 //! `handle_*` call that takes the time (`handle_acquire`, `handle_release`,
 //! `handle_renew`, `handle_cancel`, `handle_tick`, `handle_message`,
-//! `handle_link_down`, `handle_begin_handoff`); every output is polled
+//! `handle_link_down`, `handle_link_refused`, `handle_nobody_listening`,
+//! `handle_begin_handoff`);
+//! every output is polled
 //! (`poll_event` for waiters' [`Event`]s, `poll_transmits` for the peers'
 //! messages, `poll_timeout` for when `handle_tick` next has work). No I/O,
 //! no clock: the async shell, the unit tests and the simulation drive it
@@ -13,7 +15,8 @@
 //! The sections live in submodules: client requests (`client`), time and
 //! failure detection (`time`), roles, promotion and step-down (`roles`),
 //! handoffs (`handoff`), token floors (`floors`), peers' messages
-//! (`inbound`, `heartbeats`), what goes out (`output`), persistence (`persist`) and the
+//! (`inbound`, `heartbeats`), peers that answer but refuse the link
+//! (`refused`), what goes out (`output`), persistence (`persist`) and the
 //! invariants (`validate`).
 //!
 //! The rules, in short (docs/cluster.md has the long form):
@@ -23,6 +26,10 @@
 //!   full copy, then applies its commands in order;
 //! - with no live active, the best live node promotes itself: the one whose
 //!   state is of the newest term, the highest priority among those;
+//! - a peer that answers but refuses the link (another cluster key or
+//!   peer list) is alive, not dead: a node that links with none of the
+//!   peers that answer, or whose side is outnumbered by those that
+//!   refuse, does not serve (`refused`);
 //! - an active that hears a higher-priority active steps down, sends it its
 //!   table (the winner keeps the grants of keys it does not hold) and
 //!   adopts its state; one that hears a higher-priority standby holding its state
@@ -50,6 +57,7 @@ mod output;
 mod persist;
 mod pieces;
 mod reassembly;
+mod refused;
 mod roles;
 mod sanity;
 mod time;
@@ -64,6 +72,7 @@ use super::token_floor::TokenBlocks;
 use reassembly::Incoming;
 use roles::{Role, Standby};
 
+pub use refused::{Barred, LinkRefused, REFUSAL_HOLD_MIN_MS};
 pub use sanity::{Implausible, CLOCK_ALLOWANCE_MS, REFUSAL_LOG_EVERY_MS};
 pub use validate::Broken;
 
@@ -131,6 +140,8 @@ struct PeerView {
     refusal_logged_at: Option<Millis>,
     /// Log lines about its refused messages (the tests count them).
     refusal_lines: u64,
+    /// Its last refusal of this node's link, if any (`refused`).
+    link_refused: Option<refused::Refusal>,
 }
 
 #[derive(Debug)]
@@ -182,6 +193,8 @@ pub struct PriorityNode<H> {
     message_limit: usize,
     /// The number of the next table this node sends in pieces.
     next_table: u64,
+    /// When this node last logged why it may not serve (`refused`).
+    barred_logged_at: Option<Millis>,
 }
 
 impl<H> PriorityNode<H> {
@@ -219,6 +232,7 @@ impl<H> PriorityNode<H> {
             scratch: Vec::new(),
             message_limit: MAX_MESSAGE_BYTES,
             next_table,
+            barred_logged_at: None,
         };
         node.checked();
         node

@@ -23,8 +23,9 @@ pub(super) fn list_locks(
 }
 
 /// Every node of the peer list: the active (this node, or the one it
-/// follows), the standbys heard within a failure timeout, and `down` for
-/// the others.
+/// follows), the standbys heard within a failure timeout, `refusing` for
+/// a peer that answers but refuses the link (another key or peer list),
+/// and `down` for the others.
 pub(super) fn members(engine: &PriorityNode<Mailbox>, now: Millis) -> Vec<Member> {
     let me = engine.config().me;
     let active = match engine.role() {
@@ -41,6 +42,8 @@ pub(super) fn members(engine: &PriorityNode<Mailbox>, now: Millis) -> Vec<Member
                 "active"
             } else if i == me || engine.peer_live(i, now) {
                 "standby"
+            } else if engine.refuses_link(i, now) {
+                "refusing"
             } else {
                 "down"
             };

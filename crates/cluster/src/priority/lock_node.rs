@@ -15,7 +15,9 @@
 //! - the shell's inbound link tasks: [`PriorityLockNode::receive`] with the
 //!   messages of one frame, in the order the link brought them;
 //! - the shell's dialling tasks: [`PriorityLockNode::link_down`] when a
-//!   link they wrote on broke;
+//!   link they wrote on broke, [`PriorityLockNode::link_refused`] when the
+//!   peer answered but refused the link,
+//!   [`PriorityLockNode::nobody_listening`] when its connection was refused;
 //! - the shell's pump, whenever [`LockNode::has_output`] woke it:
 //!   [`PriorityLockNode::take_transmits`], whose messages it queues on the
 //!   links in order;
@@ -34,7 +36,7 @@ use baton_proto::{Mode, Role};
 use baton_server::{LockNode, Mailbox, NodeEvent, NodeStatus, Served};
 use tokio::sync::watch;
 
-use super::engine::{NodeRole, PersistedState, PriorityNode};
+use super::engine::{LinkRefused, NodeRole, PersistedState, PriorityNode};
 use super::messages::{NodeIndex, PriorityMessage};
 
 /// What a graceful stop waits on: the role, whether a handoff was taken,
@@ -123,6 +125,19 @@ impl PriorityLockNode {
     /// lost.
     pub fn link_down(&mut self, peer: NodeIndex, now: Millis) {
         self.engine.handle_link_down(peer);
+        self.after_input(now, &mut Vec::new());
+    }
+
+    /// Dialling `peer`, the shell met a refusal `why`: the peer answers
+    /// but will not link with this node.
+    pub fn link_refused(&mut self, peer: NodeIndex, why: LinkRefused, now: Millis) {
+        self.engine.handle_link_refused(peer, why, now);
+        self.after_input(now, &mut Vec::new());
+    }
+
+    /// Dialling `peer`, the shell found nobody listening there.
+    pub fn nobody_listening(&mut self, peer: NodeIndex, now: Millis) {
+        self.engine.handle_nobody_listening(peer);
         self.after_input(now, &mut Vec::new());
     }
 
@@ -328,5 +343,10 @@ impl LockNode for PriorityLockNode {
 
     fn members(&self, now: Millis) -> Vec<baton_server::inspect::Member> {
         super::inspect::members(&self.engine, now)
+    }
+
+    /// Peers answer but refuse the link, and this node may not serve.
+    fn health_issue(&self, now: Millis) -> Option<String> {
+        self.engine.barred_reason(now)
     }
 }

@@ -111,6 +111,17 @@ pub struct LinkHello {
     pub peers: Vec<String>,
 }
 
+/// What the dialled node writes on a link it will not take, before it
+/// closes it: the only non-empty frame it ever writes on a link (the
+/// others are empty signs of life), so the dialler knows the node answers
+/// and why it refuses.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum LinkRefusal {
+    /// The dialler's peer list (or its place in it) is not this node's;
+    /// `peers` is this node's list, for the dialler's log.
+    PeerList { peers: Vec<String> },
+}
+
 /// The length of `value`'s postcard encoding (0 if it does not encode,
 /// which the engine's own messages always do).
 pub fn encoded_len<T: Serialize>(value: &T) -> usize {

@@ -16,13 +16,14 @@ mod token_floor;
 mod wire;
 
 pub use engine::{
-    wall_floor, Broken, HandoffCounts, Implausible, NodeRole, PersistedState, PriorityConfig,
-    PriorityNode, CLOCK_ALLOWANCE_MS, REFUSAL_LOG_EVERY_MS, TOKEN_MARGIN,
+    wall_floor, Barred, Broken, HandoffCounts, Implausible, LinkRefused, NodeRole, PersistedState,
+    PriorityConfig, PriorityNode, CLOCK_ALLOWANCE_MS, REFUSAL_HOLD_MIN_MS, REFUSAL_LOG_EVERY_MS,
+    TOKEN_MARGIN,
 };
 pub use lock_node::{HandoffStep, PriorityLockNode, RoleView};
 pub use messages::{
-    encoded_len, Heartbeat, LinkHello, NodeIndex, PeerRole, PriorityMessage, TablePart, Term,
-    MAX_MESSAGE_BYTES, MAX_TABLE_LOCKS,
+    encoded_len, Heartbeat, LinkHello, LinkRefusal, NodeIndex, PeerRole, PriorityMessage,
+    TablePart, Term, MAX_MESSAGE_BYTES, MAX_TABLE_LOCKS,
 };
 pub use shell::{start, PriorityCluster, PriorityHandle, PrioritySettings, PriorityStartError};
 pub use state_file::{load_checked, StateFile, StateFileError};

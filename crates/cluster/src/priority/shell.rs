@@ -34,6 +34,7 @@ use super::engine::{PriorityConfig, PriorityNode};
 use super::lock_node::{HandoffStep, PriorityLockNode, RoleView};
 use super::messages::NodeIndex;
 use super::state_file::{self, PriorityPersister, StateFile, StateFileError};
+use crate::peer::refusals::RefusalLog;
 use crate::peer::{ClusterKeys, GateLimits, PeerGate};
 use inbound::{Inbound, InboundLinks};
 use outbound::Outbound;
@@ -180,6 +181,9 @@ pub async fn start(
             gate: PeerGate::new(GateLimits::for_cluster(settings.peers.len())),
             link_timeout,
             ack_every: Duration::from_millis(settings.heartbeat_ms / 2),
+            peer_lists: RefusalLog::new(
+                "refused a peer with another peer list; every node needs the same --peers",
+            ),
         }),
         tasks: tasks.clone(),
     };

@@ -19,6 +19,7 @@ mod exact;
 mod handoffs;
 mod limits;
 mod pieces;
+mod refused;
 mod watch;
 
 use cluster::{config, drain, elected, engine, key, Cluster, HEARTBEAT, TIMEOUT};

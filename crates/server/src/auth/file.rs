@@ -131,9 +131,12 @@ fn check_user(entry: Entry) -> Result<User, String> {
         })?,
     };
     let access = match (entry.admin, entry.prefixes) {
+        // An empty list restricts nothing, and configuration tools write
+        // one for every user: beside admin = true it means admin.
+        (true, Some(prefixes)) if prefixes.is_empty() => Access::Admin,
         (true, Some(_)) => {
             return Err(format!(
-                "user {shown}: admin = true already permits every key; remove prefixes"
+                "user {shown}: admin = true already permits every key; remove prefixes or make it empty"
             ))
         }
         (true, None) => Access::Admin,

@@ -94,6 +94,15 @@ fn every_broken_rule_is_named() {
 }
 
 #[test]
+fn an_admin_with_an_empty_prefix_list_is_an_admin() {
+    let users =
+        parse("[[user]]\nname = \"ops\"\nsecret = \"x\"\nadmin = true\nprefixes = []\n").unwrap();
+    let ops = Key::try_from("ops").unwrap();
+    let access = users.verify(&ops, &sha256(b"x")).unwrap();
+    assert!(access.permits(b"orders/1") && access.permits(b"billing/1"));
+}
+
+#[test]
 fn a_secret_is_never_quoted_in_a_problem() {
     let text = "[[user]]\nname = \"a\"\nsecret = \"hunter2 x\"\nprefixes = [\"a/\"]\n";
     assert!(!refused(text).contains("hunter2"));

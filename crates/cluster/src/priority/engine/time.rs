@@ -15,6 +15,7 @@ impl<H> PriorityNode<H> {
         self.check_pause(now);
         self.last_tick = now;
         self.drop_stale_tables(now);
+        self.enforce_bar(now);
         match &self.role {
             Role::Active => {
                 self.make_room(now);
@@ -147,7 +148,10 @@ impl<H> PriorityNode<H> {
                 }
             }
             None => {
-                if now >= self.quiet_until && self.is_best_candidate(now) {
+                if now >= self.quiet_until
+                    && self.is_best_candidate(now)
+                    && self.barred(now).is_none()
+                {
                     self.promote(now, "no live active; the best candidate promotes");
                 }
             }

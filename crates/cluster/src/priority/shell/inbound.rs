@@ -13,8 +13,9 @@ use tokio::net::TcpStream;
 use baton_server::PeerAcceptor;
 
 use super::super::link_frames::{self, MAX_FRAME};
-use super::super::messages::{LinkHello, NodeIndex};
+use super::super::messages::{LinkHello, LinkRefusal, NodeIndex};
 use super::{Shared, Tasks};
+use crate::peer::refusals::RefusalLog;
 use crate::peer::{self, ClusterKeys, PeerGate, PEER_HELLO};
 
 /// Bytes of acks an inbound link may have waiting to be written; past it
@@ -23,6 +24,8 @@ const MAX_UNSENT_ACKS: usize = 4096;
 /// The largest first frame of an incoming link (its `LinkHello`: a peer
 /// list of addresses).
 const MAX_HELLO_FRAME: usize = 64 * 1024;
+/// The longest address of a refused peer the log shows.
+const MAX_SHOWN_ADDR: usize = 256;
 
 /// Takes the links peers dial to this node.
 pub(super) struct Inbound {
@@ -44,6 +47,9 @@ pub(super) struct InboundLinks {
     /// How often at most the node writes an empty frame back on a link it
     /// reads.
     pub(super) ack_every: Duration,
+    /// Peers refused for another peer list, by the address they give
+    /// themselves: one log line per peer per interval.
+    pub(super) peer_lists: RefusalLog<String>,
 }
 
 impl PeerAcceptor for Inbound {
@@ -110,17 +116,41 @@ impl InboundLinks {
         .map_err(refused)?;
         let hello: LinkHello = peer::decode(&first).map_err(refused)?;
         if hello.peers != self.peers || hello.from == self.me || hello.from >= self.peers.len() {
-            tracing::warn!(
-                from = hello.from,
-                their_peers = ?hello.peers,
-                "refused a peer with another peer list; every node needs the same --peers"
-            );
+            self.refuse_peer_list(&mut framed, &hello).await;
             return Ok(());
         }
         let link = self.gate.admit_link(permit, hello.from as u64);
         framed.codec_mut().set_max_frame(MAX_FRAME);
         let superseded = link.superseded();
         self.read_link(framed, hello.from, superseded).await
+    }
+
+    /// Tells a peer with another peer list (or another place in it) why
+    /// its link is refused, so that it knows this node answers, and logs
+    /// it once a minute per peer.
+    async fn refuse_peer_list(&self, framed: &mut Framed, hello: &LinkHello) {
+        let theirs = hello.peers.get(hello.from).map_or("?", String::as_str);
+        let shown: String = theirs.chars().take(MAX_SHOWN_ADDR).collect();
+        self.peer_lists
+            .refused(shown, &format_args!("their peers: {:?}", hello.peers));
+        let refusal = LinkRefusal::PeerList {
+            peers: self.peers.clone(),
+        };
+        let Ok(frame) = peer::encode(&refusal) else {
+            return;
+        };
+        // Sent, then the write side closed, then what the dialler sent
+        // meanwhile read and dropped until it hangs up: closing with its
+        // frames unread would reset the connection, and a reset can
+        // destroy the refusal before the dialler reads it. All bounded:
+        // a dialler that neither reads nor hangs up gets nothing more.
+        let linger = async {
+            framed.send(frame).await?;
+            SinkExt::<bytes::Bytes>::close(framed).await?;
+            while let Some(Ok(_)) = framed.next().await {}
+            Ok::<_, peer::PeerError>(())
+        };
+        let _ = tokio::time::timeout(self.link_timeout, linger).await;
     }
 
     /// Feeds the engine the frames of peer `from`'s link until it ends, goes

@@ -12,11 +12,11 @@ use futures_util::{SinkExt, StreamExt};
 use tokio::net::TcpStream;
 use tokio::sync::mpsc;
 
+use super::super::engine::LinkRefused;
 use super::super::link_frames::{self, MAX_FRAME};
-use super::super::messages::{LinkHello, NodeIndex, PriorityMessage};
+use super::super::messages::{LinkHello, LinkRefusal, NodeIndex, PriorityMessage};
 use super::{Shared, Tasks};
 use crate::peer::reach_log::ReachLog;
-use crate::peer::refusals::REFUSAL_LOG_INTERVAL;
 use crate::peer::{self, ClusterKey, PEER_HELLO};
 
 /// Pause between attempts to reach a peer that is down.
@@ -143,7 +143,8 @@ impl OnceEncoder {
 /// and snapshots are all repeated as needed.
 async fn dial(link: OutboundLink, mut outbox: mpsc::Receiver<Bytes>, locks: Shared) {
     let mut batch = Vec::with_capacity(64);
-    let mut warned: Option<tokio::time::Instant> = None;
+    // The peer refused the link since it was last found gone.
+    let mut refused = false;
     loop {
         // Short, so that the first attempt after a heal comes soon.
         // By name or address: a name is resolved at every dial, so a peer
@@ -155,6 +156,12 @@ async fn dial(link: OutboundLink, mut outbox: mpsc::Receiver<Bytes>, locks: Shar
             }
             Ok(Err(error)) => {
                 link.reach.failed(error);
+                // Only after a refusal: a dead peer is dialled ten times a
+                // second, and each report takes the node's lock.
+                if error.kind() == std::io::ErrorKind::ConnectionRefused && refused {
+                    refused = false;
+                    locks.with(|node, now, _| node.nobody_listening(link.index, now));
+                }
             }
             Err(_) => {
                 link.reach.failed(&"no connection within a failure timeout");
@@ -167,14 +174,11 @@ async fn dial(link: OutboundLink, mut outbox: mpsc::Receiver<Bytes>, locks: Shar
             link.overflowed.store(false, Ordering::Release);
             if let Err(error) = send_link(stream, &link, &mut outbox, &mut batch).await {
                 tracing::debug!(peer = link.index, %error, "peer link down");
-                let quiet = warned.is_some_and(|at| at.elapsed() < REFUSAL_LOG_INTERVAL);
-                if matches!(error, LinkClosed::Peer(peer::PeerError::WrongKey)) && !quiet {
-                    warned = Some(tokio::time::Instant::now());
-                    tracing::warn!(
-                        peer = link.index,
-                        addr = %link.addr,
-                        "peer does not hold this cluster's key; every node needs the same --cluster-key-file"
-                    );
+                // The engine logs refusals (once a minute per peer and
+                // reason) and decides what they mean for the role.
+                if let LinkClosed::Refused(why) = error {
+                    refused = true;
+                    locks.with(|node, now, _| node.link_refused(link.index, why, now));
                 }
             }
             locks.with(|node, now, _| node.link_down(link.index, now));
@@ -208,6 +212,34 @@ enum LinkClosed {
     WriteStalled,
     #[error("the link fell {LINK_QUEUE} messages behind")]
     Overflowed,
+    #[error("the peer answers but refuses the link: {0}")]
+    Refused(LinkRefused),
+}
+
+/// A failed opening that shows the peer answered and refused: its
+/// handshake reply said it holds another key, or was no handshake at all.
+/// A hang-up or a timeout is no refusal: a node that is going down or
+/// stopped gives those.
+fn opening_refused(error: peer::PeerError) -> LinkClosed {
+    match error {
+        peer::PeerError::WrongKey => LinkClosed::Refused(LinkRefused::Key),
+        peer::PeerError::Malformed => LinkClosed::Refused(LinkRefused::Handshake),
+        other => LinkClosed::Peer(other),
+    }
+}
+
+/// What a frame from the dialled node means: an empty one is a sign of
+/// life; any other is its refusal of the link (see [`LinkRefusal`]).
+fn read_back(frame: &bytes::BytesMut) -> Result<(), LinkClosed> {
+    if frame.is_empty() {
+        return Ok(());
+    }
+    match peer::decode::<LinkRefusal>(frame)? {
+        LinkRefusal::PeerList { peers } => {
+            tracing::debug!(?peers, "the peer's list");
+            Err(LinkClosed::Refused(LinkRefused::PeerList))
+        }
+    }
 }
 
 async fn send_link(
@@ -221,7 +253,7 @@ async fn send_link(
         peer::connect(stream, PEER_HELLO, &link.key, first, MAX_FRAME).await
     };
     let mut frames = match tokio::time::timeout(link.timeout, opening).await {
-        Ok(framed) => framed?,
+        Ok(framed) => framed.map_err(opening_refused)?,
         Err(_) => return Err(LinkClosed::WriteStalled),
     };
     // The peer writes an empty frame back now and then for what it reads:
@@ -254,7 +286,10 @@ async fn send_link(
                 wrote = std::time::Instant::now();
             }
             ack = frames.next() => match ack {
-                Some(Ok(_)) => heard = tokio::time::Instant::now(),
+                Some(Ok(frame)) => {
+                    read_back(&frame)?;
+                    heard = tokio::time::Instant::now();
+                }
                 Some(Err(error)) => return Err(error.into()),
                 None => return Ok(()),
             },
@@ -290,5 +325,42 @@ async fn coalesce(outbox: &mut mpsc::Receiver<Bytes>, batch: &mut Vec<Bytes>) {
             Ok(message) => batch.push(message),
             Err(_) => break,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn frame(bytes: &[u8]) -> bytes::BytesMut {
+        bytes::BytesMut::from(bytes)
+    }
+
+    #[test]
+    fn an_empty_frame_is_a_sign_of_life_and_a_refusal_names_the_peer_list() {
+        assert!(read_back(&frame(b"")).is_ok());
+        let refusal = LinkRefusal::PeerList {
+            peers: vec!["10.0.0.1:7411".into()],
+        };
+        let encoded = peer::encode(&refusal).expect("encodes");
+        assert!(matches!(
+            read_back(&frame(&encoded)),
+            Err(LinkClosed::Refused(LinkRefused::PeerList))
+        ));
+        assert!(matches!(
+            read_back(&frame(&[0xff; 8])),
+            Err(LinkClosed::Peer(_))
+        ));
+    }
+
+    #[test]
+    fn only_an_answer_at_the_opening_is_a_refusal() {
+        let refused = |e| matches!(opening_refused(e), LinkClosed::Refused(_));
+        assert!(refused(peer::PeerError::WrongKey));
+        assert!(refused(peer::PeerError::Malformed));
+        // A hang-up or a reset: a node going down, or a flood's victim.
+        let eof = std::io::Error::from(std::io::ErrorKind::UnexpectedEof);
+        assert!(!refused(peer::PeerError::Io(eof)));
+        assert!(!refused(peer::PeerError::HandshakeTimeout));
     }
 }

@@ -7,7 +7,7 @@
 use baton_core::{AcquireOutcome, Event, Key, Millis, Token};
 
 use super::super::driver::Driver;
-use super::super::engine::{NodeRole, PriorityConfig, PriorityNode};
+use super::super::engine::{LinkRefused, NodeRole, PriorityConfig, PriorityNode};
 use super::super::messages::{encoded_len, NodeIndex, PriorityMessage, MAX_MESSAGE_BYTES};
 
 pub(super) const HEARTBEAT: u64 = 10;
@@ -49,6 +49,9 @@ pub(super) struct Cluster {
     pub(super) cut: Vec<(NodeIndex, NodeIndex)>,
     /// Nodes that get heartbeats but no snapshot or commands.
     pub(super) starved: Vec<NodeIndex>,
+    /// (dialler, dialled, why): links the dialled node answers and
+    /// refuses, reported to the dialler at every step while both are up.
+    pub(super) refusals: Vec<(NodeIndex, NodeIndex, LinkRefused)>,
     pub(super) traffic: Traffic,
     pub(super) now: Millis,
 }
@@ -82,6 +85,7 @@ impl Cluster {
             frozen: vec![false; n],
             cut: Vec::new(),
             starved: Vec::new(),
+            refusals: Vec::new(),
             traffic: Traffic {
                 snapshots: vec![0; n],
                 ..Traffic::default()
@@ -131,6 +135,17 @@ impl Cluster {
         }
     }
 
+    /// Node `i` is started with another key or peer list: no link
+    /// between it and any other node carries, and each side's dials are
+    /// answered with a refusal `why`.
+    pub(super) fn misconfigure(&mut self, i: NodeIndex, why: LinkRefused) {
+        self.isolate(i);
+        for p in (0..self.len()).filter(|&p| p != i) {
+            self.refusals.push((i, p, why));
+            self.refusals.push((p, i, why));
+        }
+    }
+
     /// Hands every output to its addressee until nobody has anything to say.
     pub(super) fn deliver(&mut self) {
         for _ in 0..100 {
@@ -173,6 +188,11 @@ impl Cluster {
         for i in 0..self.len() {
             if self.up(i) {
                 self.driver.tick(i);
+            }
+        }
+        for (from, to, why) in self.refusals.clone() {
+            if self.up(from) && self.up(to) {
+                self.call(from, |node, now| node.handle_link_refused(to, why, now));
             }
         }
         self.deliver();

@@ -3,7 +3,7 @@
 //! compared whole. Full-size messages (every table in one piece) and a
 //! clock near the epoch.
 
-use baton_core::{Command, SnapshotLock};
+use baton_core::{Command, SnapshotLock, WaiterId};
 
 use super::super::engine::wall_floor;
 use super::super::token_floor::TokenBlocks;
@@ -33,19 +33,53 @@ fn lone(me: NodeIndex, n: usize, until: Millis) -> PriorityNode<u64> {
     node
 }
 
+/// Node `me` of 2, active since the end of its quiet period, holding
+/// `a` (handle 7, the term's first token) with a waiter on it (handle 8),
+/// both from `TIMEOUT + 1`, everything it said so far taken.
+pub(super) fn active_with_a_waiter(me: NodeIndex) -> (PriorityNode<u64>, WaiterId) {
+    let mut node = lone(me, 2, TIMEOUT);
+    let now = TIMEOUT + 1;
+    let term = node.term();
+    let held = node.handle_acquire(key("a"), 0, 1_000, now, 7);
+    assert_eq!(held, Ok(AcquireOutcome::Granted { token: term + 1 }));
+    let queued = node.handle_acquire(key("a"), 5_000, 1_000, now, 8);
+    let Ok(AcquireOutcome::Queued { id }) = queued else {
+        panic!("not queued: {queued:?}");
+    };
+    node.poll_transmits();
+    (node, id)
+}
+
+/// The one event of [`active_with_a_waiter`]'s node after it stopped
+/// serving: its waiter sent to `to`.
+pub(super) fn assert_only_waiter_moved(
+    node: &mut PriorityNode<u64>,
+    id: WaiterId,
+    to: Option<NodeIndex>,
+) {
+    let moved = Event::Moved {
+        id,
+        handle: 8,
+        key: key("a"),
+        to: NotServing::redirect(to),
+    };
+    assert_event(node, moved);
+    assert_no_event(node);
+}
+
 /// `Event` has no `PartialEq` (its handle may be a channel): compared by
 /// its full `Debug` form, which names every field.
-fn assert_event(node: &mut PriorityNode<u64>, expected: Event<u64>) {
+pub(super) fn assert_event(node: &mut PriorityNode<u64>, expected: Event<u64>) {
     let got = node.poll_event().map(|e| format!("{e:?}"));
     assert_eq!(got, Some(format!("{expected:?}")));
 }
 
-fn assert_no_event(node: &mut PriorityNode<u64>) {
+pub(super) fn assert_no_event(node: &mut PriorityNode<u64>) {
     let got = node.poll_event().map(|e| format!("{e:?}"));
     assert_eq!(got, None);
 }
 
-fn heartbeat(
+pub(super) fn heartbeat(
     role: PeerRole,
     term: u64,
     last_token: u64,
@@ -221,17 +255,10 @@ fn a_release_grants_the_waiter_and_replicates_both_in_order() {
 
 #[test]
 fn an_active_that_hears_a_higher_priority_active_hands_it_its_table_and_moves_its_waiters() {
-    let mut node = lone(1, 2, TIMEOUT);
+    let (mut node, id) = active_with_a_waiter(1);
     let term = node.term();
     assert_eq!(term, promoted_term(1, 2, TIMEOUT));
     let now = TIMEOUT + 1;
-    let held = node.handle_acquire(key("a"), 0, 1_000, now, 7);
-    assert_eq!(held, Ok(AcquireOutcome::Granted { token: term + 1 }));
-    let queued = node.handle_acquire(key("a"), 5_000, 1_000, now, 8);
-    let Ok(AcquireOutcome::Queued { id }) = queued else {
-        panic!("not queued: {queued:?}");
-    };
-    node.poll_transmits();
     let higher = heartbeat(PeerRole::Active, TOKEN_MARGIN, TOKEN_MARGIN, None);
     node.handle_message(0, PriorityMessage::Heartbeat(higher), now + 1);
     let lock = SnapshotLock {
@@ -248,16 +275,7 @@ fn an_active_that_hears_a_higher_priority_active_hands_it_its_table_and_moves_it
             }
         )]
     );
-    assert_event(
-        &mut node,
-        Event::Moved {
-            id,
-            handle: 8,
-            key: key("a"),
-            to: NotServing::redirect(Some(0)),
-        },
-    );
-    assert_no_event(&mut node);
+    assert_only_waiter_moved(&mut node, id, Some(0));
     assert_eq!(node.role(), NodeRole::Standby);
     assert_eq!(node.following(), Some(0));
 }
