@@ -13,6 +13,8 @@ from ._slot import RECONNECT_INTERVAL, Shared, Slot
 #: Redirects may name addresses the client was not given; past this many
 #: connections in all, a redirect to a new address is not followed.
 MAX_SLOTS = 64
+#: Beyond the connect timeout, how long to wait for a dial's outcome to be told.
+SETTLE_SLACK = 0.2
 
 
 class Pool:
@@ -68,6 +70,22 @@ class Pool:
             if left <= 0 or not await self.shared.changed.wait(left):
                 return None
 
+    async def reach(self, slot: Slot, until: Optional[float]) -> bool:
+        """Whether `slot` is usable, dialling it at once when it is down (a
+        redirect names its node) and waiting for that dial, at most the
+        connect timeout and never past `until` (a monotonic time)."""
+        failed = slot.failed_dials
+        if slot.usable or not slot.dial_now():
+            return slot.usable
+        end = time.monotonic() + self.shared.connect_timeout + SETTLE_SLACK
+        if until is not None:
+            end = min(end, until)
+        while not slot.usable and slot.failed_dials == failed and not self.shared.closed.is_set():
+            left = end - time.monotonic()
+            if left <= 0 or not await self.shared.changed.wait(left):
+                break
+        return slot.usable
+
     def slot_for(self, addr: str) -> Optional[Slot]:
         """The connection a redirect points at, registering it if the address
         is new (None when the address is not host:port or the pool is full)."""
@@ -115,7 +133,7 @@ class Pool:
     async def settle(self) -> None:
         """Waits until every connection made its first attempt, bounded by
         the connect timeout (plus a little slack)."""
-        end = time.monotonic() + self.shared.connect_timeout + 0.2
+        end = time.monotonic() + self.shared.connect_timeout + SETTLE_SLACK
         while not all(slot.attempted for slot in self.slots):
             left = end - time.monotonic()
             if left <= 0 or not await self.shared.changed.wait(left):
