@@ -9,9 +9,12 @@ import asyncio
 import socket
 import threading
 import time
-from typing import Callable, List, Optional
+from typing import Callable, Iterator, List, Optional
 
-#: What a node answers to one request line (None: answer nothing).
+import pytest
+
+#: What a node answers to one request line: None for its usual answer,
+#: "" for no answer at all.
 Script = Callable[[List[str]], Optional[str]]
 
 
@@ -54,7 +57,7 @@ class ScriptedNode:
                 if self.frozen.is_set():
                     continue
                 answer = self._answer(text.split(" "))
-                if answer is not None:
+                if answer:
                     writer.write(answer.encode() + b"\n")
         except (ConnectionError, OSError):
             self.closed_by_client += 1
@@ -77,6 +80,16 @@ class ScriptedNode:
         if op == "Q":
             return f"Q {fields[1]} token=- lease=- waiters=0"
         return f"E {op} ? unknown"
+
+    def push(self, line: str) -> None:
+        """Sends `line` on every open connection."""
+
+        def send() -> None:
+            for writer in self._writers:
+                if not writer.is_closing():
+                    writer.write(line.encode() + b"\n")
+
+        self._loop.call_soon_threadsafe(send)
 
     def received(self, op: str) -> List[str]:
         return [line for line in list(self.lines) if line.split(" ")[0] == op]
@@ -106,4 +119,20 @@ def poll(cond: Callable[[], object], timeout: float, what: str) -> None:
         time.sleep(0.01)
 
 
-__all__ = ["ScriptedNode", "Script", "reserved_port", "poll"]
+@pytest.fixture
+def fakes() -> Iterator[Callable[..., ScriptedNode]]:
+    """Makes scripted nodes (`fakes(token_base=..., script=..., port=...)`),
+    closed at teardown."""
+    made: List[ScriptedNode] = []
+
+    def make(**kw: object) -> ScriptedNode:
+        node = ScriptedNode(**kw)  # type: ignore[arg-type]
+        made.append(node)
+        return node
+
+    yield make
+    for node in made:
+        node.close()
+
+
+__all__ = ["ScriptedNode", "Script", "fakes", "reserved_port", "poll"]

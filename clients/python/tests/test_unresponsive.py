@@ -11,21 +11,7 @@ import time
 import pytest
 
 import baton
-from scripted import ScriptedNode, poll, reserved_port
-
-
-@pytest.fixture
-def fakes():
-    made = []
-
-    def make(**kw):
-        node = ScriptedNode(**kw)
-        made.append(node)
-        return node
-
-    yield make
-    for node in made:
-        node.close()
+from scripted import fakes, poll, reserved_port  # noqa: F401 (fakes is a fixture)
 
 
 def test_a_silent_connection_is_probed_then_failed_over(fakes):

@@ -238,6 +238,7 @@ class Client:
         while self._background:
             await asyncio.gather(*list(self._background), return_exceptions=True)
         pool.shut_down()
+        await pool.wait_shut()
         self._closed = True
         for result in results:
             if isinstance(result, errors.NotHeld):

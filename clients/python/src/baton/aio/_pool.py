@@ -4,6 +4,7 @@ broken socket never pauses the service."""
 
 from __future__ import annotations
 
+import asyncio
 import time
 from typing import List, Optional
 
@@ -13,6 +14,8 @@ from ._slot import RECONNECT_INTERVAL, Shared, Slot
 #: Redirects may name addresses the client was not given; past this many
 #: connections in all, a redirect to a new address is not followed.
 MAX_SLOTS = 64
+#: How long `close` waits for the connections' tasks to end.
+SHUT_TIME = 1.0
 #: Beyond the connect timeout, how long to wait for a dial's outcome to be told.
 SETTLE_SLACK = 0.2
 
@@ -147,3 +150,8 @@ class Pool:
         self.shared.closed.set()
         for slot in self.slots:
             slot.shut_down()
+
+    async def wait_shut(self) -> None:
+        """Waits (briefly) for the connections' tasks to end after
+        `shut_down`, so that a loop closed next leaves none pending."""
+        await asyncio.wait([slot.task for slot in self.slots], timeout=SHUT_TIME)

@@ -140,7 +140,7 @@ class Slot:
         self._dial_started = float("-inf")
         #: Dials that failed, counted so a waiter can tell one failed.
         self.failed_dials = 0
-        self._task = asyncio.ensure_future(self._supervise())
+        self.task = asyncio.ensure_future(self._supervise())
 
     @property
     def full(self) -> bool:
@@ -148,12 +148,15 @@ class Slot:
 
     # Calls.
 
-    async def call(self, line: bytes, key: proto.MatchKey, limit: Optional[float]) -> proto.Response:
+    async def call(
+        self, line: bytes, key: proto.MatchKey, limit: Optional[float], *, probe: bool = False
+    ) -> proto.Response:
         """Sends one request line and waits for its answer, at most `limit`
         seconds. A caller that gives up (timeout, cancellation) leaves its
         entry in place, so later answers still match; a grant that comes
-        for it is released at once."""
-        entry = self._register(line, key)
+        for it is released at once. A `probe` goes out even on a connection
+        at its pending-request limit."""
+        entry = self._register(line, key, probe)
         try:
             done, _ = await asyncio.wait({entry.fut}, timeout=limit)
         except BaseException:
@@ -164,11 +167,11 @@ class Slot:
             raise Unanswered()
         return entry.fut.result()
 
-    def _register(self, line: bytes, key: proto.MatchKey) -> _Entry:
+    def _register(self, line: bytes, key: proto.MatchKey, probe: bool) -> _Entry:
         writer = self._writer
         if not self.usable or writer is None or writer.is_closing():
             raise Broken()
-        if self.full:
+        if self.full and not probe:
             raise errors.Error(
                 f"too many requests in flight on the connection to {self.addr} "
                 f"(max_pending={self._shared.max_pending})"
@@ -398,7 +401,7 @@ class Slot:
                 await asyncio.sleep(shared.probe_after - quiet)
                 continue
             try:
-                await self.call(proto.STATUS_LINE, ("S", b""), shared.probe_timeout)
+                await self.call(proto.STATUS_LINE, ("S", b""), shared.probe_timeout, probe=True)
             except Unanswered:
                 log.warning(
                     "%s did not answer a probe within %.1f s; treating the connection as cut",
@@ -408,7 +411,7 @@ class Slot:
                 # bytes still buffered.
                 writer.transport.abort()
                 return
-            except (Broken, errors.Error):
+            except Broken:
                 return
 
     def shut_down(self) -> None:
