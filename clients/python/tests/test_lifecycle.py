@@ -141,6 +141,16 @@ EXIT_SCRIPTS = {
             print("held", flush=True)
         asyncio.run(main())
     """,
+    # Collected after its loop closed: released at exit all the same.
+    "collected": """
+        import asyncio, gc, baton
+        async def main():
+            client = baton.aio.Client([ADDR])
+            await client.acquire("exit/collected", 5, 60)
+        asyncio.run(main())
+        gc.collect()
+        print("held", flush=True)
+    """,
 }
 
 

@@ -249,11 +249,17 @@ class Client:
     def __del__(self) -> None:
         # Dropped unclosed (nothing references it; the connections' and the
         # keep-alives' tasks hold it only weakly): close it on its loop,
-        # which releases what its locks hold and ends their renewals.
+        # which releases what its locks hold and ends their renewals. Held
+        # until then, and released at exit if its loop is gone first.
         try:
             loop = self._loop
-            if self._closing or self._forked or loop is None or loop.is_closed():
+            if self._closing or self._forked or loop is None:
                 return
+            if loop.is_closed():
+                if self._live:
+                    _lifetime.hold(self)
+                return
+            _lifetime.hold(self)
             loop.call_soon_threadsafe(self._close_dropped)
         except Exception:  # at interpreter exit, or the loop just closed
             pass
@@ -269,6 +275,7 @@ class Client:
         except Exception as err:
             log.warning("closing a baton client that was not closed: %s", err)
         finally:
+            _lifetime.let_go(self)
             if self._owns_loop:
                 asyncio.get_running_loop().stop()
 

@@ -24,12 +24,24 @@ log = logging.getLogger("baton")
 EXIT_RELEASE_TIME = 3.0
 
 _open: "weakref.WeakSet[Client]" = weakref.WeakSet()
+#: Clients dropped unclosed, held until their finalizer's close is done.
+_dropped: Set["Client"] = set()
 _detached: Set["asyncio.Task[None]"] = set()
 
 
 def track(client: "Client") -> None:
     """`client` is connected: release its locks at exit unless closed."""
     _open.add(client)
+
+
+def hold(client: "Client") -> None:
+    """`client` was dropped unclosed: keep it until `let_go` (its close
+    is done), or until exit if its loop is gone."""
+    _dropped.add(client)
+
+
+def let_go(client: "Client") -> None:
+    _dropped.discard(client)
 
 
 def run_detached(coro: Coroutine[Any, Any, None]) -> None:
@@ -48,7 +60,9 @@ def release_at_exit() -> None:
     # Blocking clients are closed too, locks or not, so that their threads'
     # loops stop cleanly.
     left: List["Client"] = [
-        client for client in list(_open) if _unclosed(client) and (client._live or client._owns_loop)
+        client
+        for client in set(_open) | _dropped
+        if _unclosed(client) and (client._live or client._owns_loop)
     ]
     count = sum(len(client._live) for client in left)
     if count:
