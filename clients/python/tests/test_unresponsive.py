@@ -110,3 +110,11 @@ def test_a_redirect_to_a_down_node_dials_it_at_once(fakes):
 
     took = asyncio.run(main())
     assert took < 1.5, f"redirect followed after {took:.2f} s"
+
+
+def test_try_acquire_follows_a_redirect_to_a_node_not_given(fakes):
+    serving = fakes(token_base=7000)
+    standby = fakes(script=lambda f: f"M A {f[1]} {serving.addr}" if f[0] == "A" else None)
+    with baton.Client([standby.addr]) as client:
+        lock = client.try_acquire("k", 30)
+        assert lock is not None and lock.token > 7000

@@ -145,7 +145,8 @@ class Client:
     ) -> "Lock":
         """Waits up to `wait` seconds for the lock on `key` and holds it for
         `lease` seconds (`wait=0`: as long as the node allows). Raises
-        `TimedOut` when the wait runs out. See `baton.aio.Client.acquire`."""
+        `TimedOut` when the node answers that the wait ran out, `NoServer`
+        when no node served it. See `baton.aio.Client.acquire`."""
         inner = self._run(self._aio.acquire(key, wait, lease))
         return self._wrap(inner, keep_alive, on_lost)
 

@@ -78,6 +78,9 @@ class _Attempt:
         self.failures = 0
         self.hops = 0
         self.redirect: Optional[Slot] = None
+        #: The last answer named the node that serves: it has not been
+        #: asked yet, so even a used-up wait (try_acquire's 1 ms) goes to it.
+        self.forwarded = False
 
     def wait_left_ms(self) -> Optional[int]:
         """The wait left to send (0: unbounded); None when it ran out with
@@ -85,8 +88,9 @@ class _Attempt:
         if self.deadline is None:
             return 0
         left = self.deadline - time.monotonic()
+        forwarded, self.forwarded = self.forwarded, False
         if left <= 0:
-            return None
+            return 1 if forwarded else None
         return max(1, int(-(-left * 1000 // 1)))
 
 
@@ -401,6 +405,7 @@ class Client:
             raise errors.TimedOut(proto.key_text(attempt.key))
         if answer.kind == "M":
             attempt.redirect = await self._follow(pool, answer.addr, attempt, attempt.deadline)
+            attempt.forwarded = attempt.redirect is not None and attempt.hops <= FREE_HOPS
             return None
         if answer.kind == "E":
             raise rejected(answer)
@@ -415,7 +420,8 @@ class Client:
         on_lost: Optional[OnLost] = None,
     ) -> Optional[Lock]:
         """Takes the lock only if it is free now (the shortest wait the
-        protocol carries, 1 ms); None if it is held."""
+        protocol carries, 1 ms); None if the node says it is held.
+        `NoServer` when no node could say."""
         try:
             return await self.acquire(key, 0.001, lease, keep_alive=keep_alive, on_lost=on_lost)
         except errors.TimedOut:
@@ -550,7 +556,9 @@ class Client:
         if until is not None:
             pause = max(0.0, min(pause, until - time.monotonic()))
         slot = pool.slot_for(addr) if addr is not None else None
-        if slot is not None and not await pool.reach(slot, until):
+        # Bounded by the connect timeout, not `until`: the node named has
+        # not been asked yet.
+        if slot is not None and not await pool.reach(slot):
             slot = None
         if slot is None or count > FREE_HOPS:
             await asyncio.sleep(pause)

@@ -73,16 +73,14 @@ class Pool:
             if left <= 0 or not await self.shared.changed.wait(left):
                 return None
 
-    async def reach(self, slot: Slot, until: Optional[float]) -> bool:
+    async def reach(self, slot: Slot) -> bool:
         """Whether `slot` is usable, dialling it at once when it is down (a
         redirect names its node) and waiting for that dial, at most the
-        connect timeout and never past `until` (a monotonic time)."""
+        connect timeout."""
         failed = slot.failed_dials
         if slot.usable or not slot.dial_now():
             return slot.usable
         end = time.monotonic() + self.shared.connect_timeout + SETTLE_SLACK
-        if until is not None:
-            end = min(end, until)
         while not slot.usable and slot.failed_dials == failed and not self.shared.closed.is_set():
             left = end - time.monotonic()
             if left <= 0 or not await self.shared.changed.wait(left):
