@@ -118,3 +118,23 @@ def test_try_acquire_follows_a_redirect_to_a_node_not_given(fakes):
     with baton.Client([standby.addr]) as client:
         lock = client.try_acquire("k", 30)
         assert lock is not None and lock.token > 7000
+
+
+def test_new_requests_avoid_a_connection_under_probe(fakes):
+    frozen, alive = fakes(), fakes()
+
+    async def main():
+        async with baton.aio.Client([frozen.addr, alive.addr], unresponsive_timeout=3.0) as client:
+            frozen.frozen.set()
+            stuck = [asyncio.ensure_future(client.acquire(f"s{i}", 5, 30)) for i in range(2)]
+            while len(frozen.received("S")) < 2:  # the handshake, then the probe
+                await asyncio.sleep(0.01)
+            # While the probe is out, every new request goes to the other node.
+            start = time.monotonic()
+            for i in range(4):
+                await client.inspect(f"q{i}")
+            assert time.monotonic() - start < 1
+            assert not frozen.received("Q")
+            await asyncio.gather(*stuck)
+
+    asyncio.run(main())

@@ -39,16 +39,18 @@ class Pool:
 
     def pick_now(self) -> Optional[Slot]:
         """The next usable connection in round-robin order, preferring one
-        that is not at its pending-request limit."""
+        that is not at its pending-request limit, then one whose node is not
+        being probed for its silence."""
         slots = self.slots
         start = self._next
         self._next += 1
         order = [slots[(start + i) % len(slots)] for i in range(len(slots))]
         usable = [slot for slot in order if slot.usable]
-        for slot in usable:
-            if not slot.full:
+        roomy = [slot for slot in usable if not slot.full] or usable
+        for slot in roomy:
+            if not slot.probing:
                 return slot
-        return usable[0] if usable else None
+        return roomy[0] if roomy else None
 
     def usable_to(self, addr: str) -> Optional[Slot]:
         for slot in self.slots:

@@ -138,6 +138,8 @@ class Slot:
         self._dial_now = asyncio.Event()
         self._dialing = False
         self._dial_started = float("-inf")
+        #: A probe is out: the node has been silent; new requests go elsewhere.
+        self.probing = False
         #: Dials that failed, counted so a waiter can tell one failed.
         self.failed_dials = 0
         self.task = asyncio.ensure_future(self._supervise())
@@ -400,6 +402,7 @@ class Slot:
             if quiet < shared.probe_after:
                 await asyncio.sleep(shared.probe_after - quiet)
                 continue
+            self.probing = True
             try:
                 await self.call(proto.STATUS_LINE, ("S", b""), shared.probe_timeout, probe=True)
             except Unanswered:
@@ -413,6 +416,8 @@ class Slot:
                 return
             except Broken:
                 return
+            finally:
+                self.probing = False
 
     def shut_down(self) -> None:
         writer = self._writer
