@@ -39,8 +39,17 @@ def _frozen_cluster(nodes, mode):
     cluster = nodes.cluster(3 if mode == "raft" else 2, mode)
     addrs = [n.addr for n in cluster]
     leader = wait_for(lambda: serving(addrs), 20, "a serving node")
+    others = [a for a in addrs if a != leader]
+
+    def settled():
+        states = [status(a) or {} for a in others]
+        return all(st.get("role") in ("standby", "follower") and st.get("active") == leader
+                   for st in states)
+
+    # Every other node follows it: the node frozen next is the one serving.
+    wait_for(settled, 20, "the other nodes following the serving node")
     node = next(n for n in cluster if n.addr == leader)
-    return addrs, node, [a for a in addrs if a != leader]
+    return addrs, node, others
 
 
 def _replicated(others, token):
@@ -63,7 +72,7 @@ def test_acquire_and_keep_alive_ride_out_a_frozen_serving_node(nodes, freeze, mo
 
         def renewed_since_the_stop():
             state = client.inspect("frozen/held")
-            assert state.token == held.token, "the keep-alive lock was lost"
+            assert state.token == held.token, f"the keep-alive lock was lost: {state}"
             # Without a renewal after the stop, at most LEASE - elapsed is left.
             return state.lease_left > LEASE - (time.monotonic() - stopped) + 0.5
 

@@ -296,7 +296,9 @@ class Slot:
         closed = asyncio.ensure_future(self._shared.closed.wait())
         woken = asyncio.ensure_future(self._dial_now.wait())
         try:
-            await asyncio.wait({closed, woken}, timeout=RECONNECT_INTERVAL, return_when=asyncio.FIRST_COMPLETED)
+            await asyncio.wait(
+                {closed, woken}, timeout=RECONNECT_INTERVAL, return_when=asyncio.FIRST_COMPLETED
+            )
         finally:
             closed.cancel()
             woken.cancel()
