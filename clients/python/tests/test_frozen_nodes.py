@@ -18,6 +18,8 @@ from conftest import serving, status, wait_for
 WAIT = 5
 #: The keep-alive lock's lease: renewed every third, on the new node.
 LEASE = 10
+#: A short keep-alive lease, shorter than the time to notice the stop.
+SHORT_LEASE = 3
 
 
 @pytest.fixture
@@ -62,7 +64,9 @@ def test_acquire_and_keep_alive_ride_out_a_frozen_serving_node(nodes, freeze, mo
     addrs, leader, others = _frozen_cluster(nodes, mode)
     with baton.Client(addrs) as client:
         held = client.acquire("frozen/held", WAIT, LEASE, keep_alive=True)
-        _replicated(others, held.token)
+        # Renewed every second: its renewals cannot wait for the stop to be noticed.
+        short = client.acquire("frozen/short", WAIT, SHORT_LEASE, keep_alive=True)
+        _replicated(others, short.token)
         stopped = freeze(leader)
         lock = client.acquire("frozen/free", WAIT, 30)
         took = time.monotonic() - stopped
@@ -77,9 +81,11 @@ def test_acquire_and_keep_alive_ride_out_a_frozen_serving_node(nodes, freeze, mo
             return state.lease_left > LEASE - (time.monotonic() - stopped) + 0.5
 
         wait_for(renewed_since_the_stop, LEASE, "a renewal on the new serving node")
-        assert not held.lost.is_set()
+        assert not held.lost.is_set() and not short.lost.is_set()
+        assert client.inspect("frozen/short").token == short.token
         lock.release()
         held.release()
+        short.release()
 
 
 @pytest.mark.parametrize("mode", ["priority", "raft"])

@@ -138,3 +138,15 @@ def test_new_requests_avoid_a_connection_under_probe(fakes):
             await asyncio.gather(*stuck)
 
     asyncio.run(main())
+
+
+def test_a_renewal_on_a_silent_connection_is_sent_elsewhere_too(fakes):
+    frozen, alive = fakes(), fakes()
+    # Noticed only after 20 s: the renewals cannot wait for that.
+    with baton.Client([frozen.addr, alive.addr], unresponsive_timeout=20) as client:
+        frozen.frozen.set()
+        start = time.monotonic()
+        for i in range(2):  # round-robin: one goes to the frozen node first
+            client.renew(f"k{i}", 7, 3)
+        assert time.monotonic() - start < 2.5
+        assert len(frozen.received("K")) == 1 and len(alive.received("K")) == 2

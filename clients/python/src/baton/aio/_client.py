@@ -526,7 +526,7 @@ class Client:
             if slot is not None:
                 limit = max(0.001, min(end - time.monotonic(), self.request_timeout))
                 try:
-                    answer = await slot.call(line, key, limit)
+                    answer = await pool.call(slot, line, key, limit)
                 except Unanswered:
                     unanswered = limit
                 except Broken:
