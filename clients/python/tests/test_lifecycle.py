@@ -85,6 +85,9 @@ def test_an_async_on_lost_that_raises_is_logged(fakes, caplog):
     assert "never retrieved" not in caplog.text
 
 
+# A blocking client runs a thread, which Python 3.12+ warns about at fork():
+# that is the case under test.
+@pytest.mark.filterwarnings("ignore:This process .* is multi-threaded:DeprecationWarning")
 def test_a_forked_child_is_told_to_make_its_own_client(node):
     with baton.Client([node.addr]) as client:
         lock = client.acquire("fork/k", 5, 30)
