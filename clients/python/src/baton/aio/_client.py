@@ -269,9 +269,9 @@ class Client:
             pass
 
     def _close_dropped(self) -> None:
-        _lifetime.run_detached(self.close_quietly())
+        _lifetime.run_detached(self._close_quietly())
 
-    async def close_quietly(self) -> None:
+    async def _close_quietly(self) -> None:
         """`close()`, its errors logged, then the loop stopped when the
         client owns it. For a client closed by someone else than its user."""
         try:

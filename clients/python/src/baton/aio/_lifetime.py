@@ -88,10 +88,10 @@ def _release(client: "Client", budget: float) -> None:
     if loop is not None and loop.is_running():
         # Its loop runs in another thread (the blocking client's, or the
         # program's own): close it there.
-        future = asyncio.run_coroutine_threadsafe(client.close_quietly(), loop)
+        future = asyncio.run_coroutine_threadsafe(client._close_quietly(), loop)
         future.result(budget)
     elif loop is not None and not loop.is_closed():
-        loop.run_until_complete(asyncio.wait_for(client.close_quietly(), budget))
+        loop.run_until_complete(asyncio.wait_for(client._close_quietly(), budget))
     else:
         # The loop is gone (asyncio.run returned): release on a new one.
         asyncio.run(asyncio.wait_for(_release_elsewhere(client), budget))
