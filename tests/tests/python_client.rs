@@ -1,6 +1,6 @@
 //! The Python client's suite (clients/python/tests, pytest) against the
-//! `batond` this test kit uses, so that `cargo test --workspace` runs it
-//! too (issue 15).
+//! `batond` this test kit uses, and `mypy --strict` on the package, so that
+//! `cargo test --workspace` runs both.
 //!
 //! The virtual environment is made once with the system's `python3` under
 //! the target directory, keyed by the hash of `requirements-test.txt`, and
@@ -11,6 +11,7 @@
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
+use std::sync::OnceLock;
 
 use sha2::{Digest, Sha256};
 
@@ -80,10 +81,32 @@ fn venv(package: &Path) -> PathBuf {
     python
 }
 
+/// The package's directory and its venv's python, the venv made once per
+/// run (the tests of this file run in parallel and share it).
+fn package_and_python() -> (PathBuf, PathBuf) {
+    static PYTHON: OnceLock<PathBuf> = OnceLock::new();
+    let package = repo().join("clients").join("python");
+    let python = PYTHON.get_or_init(|| venv(&package)).clone();
+    (package, python)
+}
+
+#[test]
+fn python_client_type_checks_with_mypy_strict() {
+    let (package, python) = package_and_python();
+    let cache = Path::new(env!("CARGO_TARGET_TMPDIR")).join("mypy-cache");
+    run(
+        Command::new(&python)
+            .args(["-m", "mypy", "--strict", "--cache-dir"])
+            .arg(&cache)
+            .arg("src/baton")
+            .current_dir(&package),
+        "mypy --strict src/baton",
+    );
+}
+
 #[test]
 fn python_client_suite_passes_against_real_nodes() {
-    let package = repo().join("clients").join("python");
-    let python = venv(&package);
+    let (package, python) = package_and_python();
     let batond = baton_tests::binary::batond_bin();
     let out = Command::new(&python)
         .args(["-m", "pytest", "-q", "-p", "no:cacheprovider", "tests"])

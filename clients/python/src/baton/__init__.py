@@ -12,11 +12,14 @@ client.close()
 `baton.aio.Client` is the same for asyncio. Both keep one persistent
 connection per address (two for a single address), pipeline requests
 round-robin over the usable ones, redial broken connections every 3 s in
-the background, follow `M` redirects, fail an acquire over with what is
-left of its wait, and retry releases for 5 s every 200 ms.
+the background, probe a connection that goes silent and treat a node that
+stops answering as down, follow `M` redirects, fail an acquire over with
+what is left of its wait, and retry releases for 5 s every 200 ms.
 """
 
 from __future__ import annotations
+
+import logging
 
 from . import aio, fence
 from ._sync import Client, Lock, LockContext
@@ -27,6 +30,7 @@ from .errors import (
     AuthenticationRequired,
     Closed,
     Error,
+    ForkedClient,
     InvalidArgument,
     LeaseLost,
     NoServer,
@@ -37,7 +41,11 @@ from .errors import (
     TlsError,
     Unanswered,
     UnexpectedAnswer,
+    WrongEventLoop,
 )
+
+# The application decides where the client's log lines go.
+logging.getLogger("baton").addHandler(logging.NullHandler())
 
 __version__ = "0.1.0"
 
@@ -48,6 +56,7 @@ __all__ = [
     "Client",
     "Closed",
     "Error",
+    "ForkedClient",
     "InvalidArgument",
     "KeyState",
     "LeaseLost",
@@ -63,6 +72,7 @@ __all__ = [
     "TlsError",
     "Unanswered",
     "UnexpectedAnswer",
+    "WrongEventLoop",
     "aio",
     "fence",
 ]

@@ -7,8 +7,10 @@ from __future__ import annotations
 
 import datetime
 import decimal
+import ipaddress
 import math
-from typing import Dict, NamedTuple, Optional, Tuple, Union
+import re
+from typing import Dict, List, NamedTuple, Optional, Tuple, Union
 
 from .errors import InvalidArgument
 
@@ -184,7 +186,7 @@ def _key(text: bytes) -> bytes:
     return text
 
 
-def _fields(rest: bytes, n: int) -> list:
+def _fields(rest: bytes, n: int) -> List[bytes]:
     parts = rest.split(b" ") if rest else []
     if len(parts) != n or any(not p for p in parts):
         raise BadLine("wrong number of fields")
@@ -275,12 +277,39 @@ def _status(rest: bytes) -> Response:
 
 
 def split_addr(addr: str) -> Tuple[str, int]:
-    """`host:port` (or `[v6]:port`) as its host and port."""
+    """`host:port` (or `[v6]:port`) as its host and port. The host is an IP
+    address or a DNS name (labels of letters, digits, `-` and `_`, 1 to 63
+    bytes each, none empty): a typo such as `a..b` is refused here, when
+    the client is made, not when a background dial trips on it."""
     if not isinstance(addr, str):
         raise InvalidArgument(f"server address must be a str 'host:port', not {type(addr).__name__}")
     host, sep, port = addr.rpartition(":")
-    if host.startswith("[") and host.endswith("]"):
+    bracketed = host.startswith("[") and host.endswith("]")
+    if bracketed:
         host = host[1:-1]
     if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
         raise InvalidArgument(f"server address {addr!r} is not host:port")
+    if not _ip_address(host) and (bracketed or not _dns_name(host)):
+        raise InvalidArgument(f"server address {addr!r}: {host!r} is not a host name or an IP address")
     return host, int(port)
+
+
+#: Longest DNS name, and longest label in it (RFC 1035).
+MAX_HOST_LEN = 253
+MAX_LABEL_LEN = 63
+_LABEL = re.compile(r"[A-Za-z0-9_]([A-Za-z0-9_-]*[A-Za-z0-9_])?\Z")
+
+
+def _ip_address(host: str) -> bool:
+    try:
+        ipaddress.ip_address(host)
+    except ValueError:
+        return False
+    return True
+
+
+def _dns_name(host: str) -> bool:
+    name = host[:-1] if host.endswith(".") else host
+    if not name or len(name) > MAX_HOST_LEN:
+        return False
+    return all(len(label) <= MAX_LABEL_LEN and _LABEL.match(label) for label in name.split("."))

@@ -9,9 +9,9 @@ import asyncio
 import concurrent.futures
 import logging
 import threading
-import weakref
 from typing import Any, Callable, Coroutine, List, Optional, TypeVar
 
+from . import _fork
 from . import _proto as proto
 from . import errors
 from ._types import KeyState, NodeStatus
@@ -57,11 +57,16 @@ class Client:
     """A Baton client for threads and scripts.
 
     `servers`: "host:port" addresses (one connection each, two for a single
-    address). `user` and `secret`: credentials for nodes run with
-    `--auth-file`. `tls`: an `ssl.SSLContext` (or True for the system's
-    defaults). Timeouts are seconds or timedeltas. The constructor connects:
-    it raises `NoServer`, `AuthenticationFailed` or `TlsError` when no
-    connection could be made. End with `close()` (or use `with`)."""
+    address; a string of them joined by commas is accepted). `user` and
+    `secret`: credentials for nodes run with `--auth-file`. `tls`: an
+    `ssl.SSLContext` (or True for the system's defaults). Timeouts are
+    seconds or timedeltas; `unresponsive_timeout` (4 s) is how long a node
+    may leave requests unanswered, probed, before it is treated as down
+    (see `baton.aio.Client`). The constructor connects: it raises
+    `NoServer`, `AuthenticationFailed` or `TlsError` when no connection
+    could be made. End with `close()` (or use `with`); a client dropped or
+    left open at exit releases its locks then, with a warning at exit.
+    A child made by fork() must make its own client (`ForkedClient`)."""
 
     def __init__(
         self,
@@ -73,6 +78,7 @@ class Client:
         connect_timeout: proto.Seconds = 3.0,
         request_timeout: proto.Seconds = 5.0,
         max_pending: int = 10_000,
+        unresponsive_timeout: proto.Seconds = aio_client.UNRESPONSIVE_TIMEOUT,
     ) -> None:
         self._aio = aio_client.Client(
             servers,
@@ -82,20 +88,29 @@ class Client:
             connect_timeout=connect_timeout,
             request_timeout=request_timeout,
             max_pending=max_pending,
+            unresponsive_timeout=unresponsive_timeout,
         )
+        # When this client is dropped unclosed, the asyncio client's
+        # finalizer closes it on this loop and then stops the loop.
+        self._aio._owns_loop = True
+        self._generation = _fork.generation()
+        self._closed = False
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(
             target=_run_loop, args=(self._loop,), name="baton-client", daemon=True
         )
         self._thread.start()
-        self._finalizer = weakref.finalize(self, _stop_loop, self._loop, self._thread)
         try:
             self._run(self._aio.connect())
         except BaseException:
-            self._finalizer()
+            self._closed = True
+            _stop_loop(self._loop, self._thread)
             raise
 
     def _run(self, coro: Coroutine[Any, Any, T]) -> T:
+        if self._generation != _fork.generation():
+            coro.close()
+            raise errors.ForkedClient()
         if threading.current_thread() is self._thread:
             coro.close()
             raise RuntimeError("a blocking baton call from the client's own event loop thread")
@@ -130,7 +145,8 @@ class Client:
     ) -> "Lock":
         """Waits up to `wait` seconds for the lock on `key` and holds it for
         `lease` seconds (`wait=0`: as long as the node allows). Raises
-        `TimedOut` when the wait runs out. See `baton.aio.Client.acquire`."""
+        `TimedOut` when the node answers that the wait ran out, `NoServer`
+        when no node served it. See `baton.aio.Client.acquire`."""
         inner = self._run(self._aio.acquire(key, wait, lease))
         return self._wrap(inner, keep_alive, on_lost)
 
@@ -188,13 +204,15 @@ class Client:
     def close(self) -> None:
         """Releases every lock this client's `Lock`s still hold, waits for the
         answers (5 s at most) and for background releases, then closes the
-        connections and the client's thread. Calling it again does nothing."""
-        if not self._finalizer.alive:
+        connections and the client's thread. Calling it again does nothing,
+        and so does calling it in a child made by fork()."""
+        if self._closed or self._generation != _fork.generation():
             return
+        self._closed = True
         try:
             self._run(self._close())
         finally:
-            self._finalizer()
+            _stop_loop(self._loop, self._thread)
 
     async def _close(self) -> None:
         try:

@@ -15,9 +15,10 @@ class Error(Exception):
     """Base class of every error the Baton client raises."""
 
 
-class TimedOut(Error):
-    """The wait ran out before the lock was granted (`T` from the node, or
-    the wait elapsed while the client was failing over)."""
+class TimedOut(Error, TimeoutError):
+    """The node answered `T`: the wait ran out before the lock was granted,
+    and nothing was granted. (A wait that ran out while no node answered is
+    `NoServer`.) Also a builtin `TimeoutError`."""
 
     def __init__(self, key: str) -> None:
         super().__init__(f"timed out waiting for {key}")
@@ -25,14 +26,16 @@ class TimedOut(Error):
 
 
 class NoServer(Error):
-    """No node could be reached on any connection."""
+    """No node served the request: none could be reached, none answered in
+    time, or none was active before the wait ran out."""
 
     def __init__(self, message: str = "no server reachable") -> None:
         super().__init__(message)
 
 
 class Unanswered(NoServer):
-    """A node took the request but did not answer in time."""
+    """A node took the request but did not answer in time (the protocol
+    gives it 3 s, and an acquire its wait plus 3 s)."""
 
     def __init__(self, after: float) -> None:
         super().__init__(f"no answer from the node within {after:.3f} s")
@@ -119,6 +122,28 @@ class Closed(Error):
         super().__init__("the client was closed")
 
 
+class ForkedClient(Closed):
+    """The client was made in a parent process, before `fork()`: its
+    connections belong to the parent. Make a new client in the child."""
+
+    def __init__(self) -> None:
+        Error.__init__(
+            self, "this baton client was made before fork(), in the parent process: "
+            "make a new client in the child"
+        )
+
+
+class WrongEventLoop(Error, RuntimeError):
+    """An asyncio client was used from an event loop other than the one it
+    was connected on. Make one client per event loop."""
+
+    def __init__(self) -> None:
+        super().__init__(
+            "this baton.aio.Client belongs to another event loop (the one it was "
+            "connected on): make one client per event loop"
+        )
+
+
 class InvalidArgument(Error, ValueError):
     """A key, user name, secret, duration or address the protocol cannot
     carry; nothing was sent."""
@@ -142,6 +167,8 @@ for _cls in (
     PermissionDenied,
     TlsError,
     Closed,
+    ForkedClient,
+    WrongEventLoop,
     InvalidArgument,
     UnexpectedAnswer,
 ):

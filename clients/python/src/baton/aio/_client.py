@@ -11,12 +11,14 @@ import ssl
 import time
 from typing import Any, Callable, Dict, List, Optional, Sequence, Set, Tuple, Union
 
+from .. import _fork
 from .. import _proto as proto
 from .. import errors
 from .._types import KeyState, NodeStatus, Status
+from . import _lifetime
 from ._lock import Lock, LockContext, OnLost
 from ._pool import Pool
-from ._slot import Broken, Shared, Slot, Unanswered
+from ._slot import UNRESPONSIVE_TIMEOUT, Broken, Shared, Slot, Unanswered
 
 log = logging.getLogger("baton")
 
@@ -44,10 +46,18 @@ def rejected(response: proto.Response) -> errors.Error:
 
 
 def _servers(servers: Servers) -> List[str]:
+    """The addresses: a list, or a string of them joined by commas (the
+    CLI's style), each checked now rather than at its first dial."""
     if isinstance(servers, str):
         servers = [servers]
-    addrs = list(servers)
-    if not addrs:
+    addrs: List[str] = []
+    for item in servers:
+        if not isinstance(item, str):
+            raise errors.InvalidArgument(
+                f"server address must be a str 'host:port', not {type(item).__name__}"
+            )
+        addrs += [part.strip() for part in item.split(",")]
+    if not addrs or addrs == [""]:
         raise errors.InvalidArgument("no server address given")
     for addr in addrs:
         proto.split_addr(addr)
@@ -68,13 +78,19 @@ class _Attempt:
         self.failures = 0
         self.hops = 0
         self.redirect: Optional[Slot] = None
+        #: The last answer named the node that serves: it has not been
+        #: asked yet, so even a used-up wait (try_acquire's 1 ms) goes to it.
+        self.forwarded = False
 
-    def wait_left_ms(self) -> int:
+    def wait_left_ms(self) -> Optional[int]:
+        """The wait left to send (0: unbounded); None when it ran out with
+        no node having served the request."""
         if self.deadline is None:
             return 0
         left = self.deadline - time.monotonic()
+        forwarded, self.forwarded = self.forwarded, False
         if left <= 0:
-            raise errors.TimedOut(proto.key_text(self.key))
+            return 1 if forwarded else None
         return max(1, int(-(-left * 1000 // 1)))
 
 
@@ -84,9 +100,15 @@ class Client:
     client.close()`). Create it and use it on one event loop.
 
     `servers`: "host:port" addresses (one connection each, two for a single
-    address). `user` and `secret`: credentials for nodes run with
-    `--auth-file`. `tls`: an `ssl.SSLContext` (or True for the system's
-    defaults) to speak TLS to every node. Timeouts are seconds or timedeltas.
+    address; a string of them joined by commas is accepted). `user` and
+    `secret`: credentials for nodes run with `--auth-file`. `tls`: an
+    `ssl.SSLContext` (or True for the system's defaults) to speak TLS to
+    every node. Timeouts are seconds or timedeltas. `unresponsive_timeout`
+    (4 s): a connection with requests in flight that hears nothing for a
+    second is probed with `S`; a node that leaves the probe unanswered
+    until this much silence has passed is treated as down (a stopped or
+    frozen process): the connection is closed and redialled, and its
+    requests go to the other connections.
     """
 
     def __init__(
@@ -99,6 +121,7 @@ class Client:
         connect_timeout: proto.Seconds = 3.0,
         request_timeout: proto.Seconds = 5.0,
         max_pending: int = 10_000,
+        unresponsive_timeout: proto.Seconds = UNRESPONSIVE_TIMEOUT,
     ) -> None:
         self._addrs = _servers(servers)
         self._credentials: Optional[Tuple[bytes, bytes]] = None
@@ -113,6 +136,7 @@ class Client:
         self._tls: Optional[ssl.SSLContext] = tls or None
         self.connect_timeout = _timeout(connect_timeout, "connect_timeout")
         self.request_timeout = _timeout(request_timeout, "request_timeout")
+        self.unresponsive_timeout = _timeout(unresponsive_timeout, "unresponsive_timeout")
         if isinstance(max_pending, bool) or not isinstance(max_pending, int) or max_pending < 1:
             raise errors.InvalidArgument("max_pending must be a positive integer")
         self._max_pending = max_pending
@@ -121,6 +145,28 @@ class Client:
         self._closed = False
         self._live: Dict[int, Lock] = {}
         self._background: Set["asyncio.Task[None]"] = set()
+        self._loop: Optional[asyncio.AbstractEventLoop] = None
+        self._generation = _fork.generation()
+        #: Set by the blocking client, whose thread runs this loop: a dropped
+        #: client stops it once closed.
+        self._owns_loop = False
+
+    def _check_context(self) -> None:
+        """Refuses a use the client's connections cannot serve: in a child
+        made by fork(), or on an event loop other than its own."""
+        if self._generation != _fork.generation():
+            raise errors.ForkedClient()
+        if self._loop is not None:
+            try:
+                running: Optional[asyncio.AbstractEventLoop] = asyncio.get_running_loop()
+            except RuntimeError:
+                running = None
+            if running is not self._loop:
+                raise errors.WrongEventLoop()
+
+    @property
+    def _forked(self) -> bool:
+        return self._generation != _fork.generation()
 
     # Life cycle.
 
@@ -129,13 +175,21 @@ class Client:
         `NoServer` when no node could be reached, `AuthenticationFailed` when
         nodes were reached but refused the credentials, `TlsError` when every
         node failed for a TLS reason. Calling it again does nothing."""
+        self._check_context()
         if self._closing:
             raise errors.Closed()
         if self._pool is None:
+            self._loop = asyncio.get_running_loop()
             shared = Shared(
-                self.connect_timeout, self._credentials, self._tls, self._max_pending, self._orphan
+                self.connect_timeout,
+                self.unresponsive_timeout,
+                self._credentials,
+                self._tls,
+                self._max_pending,
+                self._orphan,
             )
             self._pool = Pool(self._addrs, shared)
+            _lifetime.track(self)
             await self._pool.settle()
             if self._pool.pick_now() is None:
                 error = self._pool.auth_refusal() or self._pool.no_server()
@@ -151,6 +205,7 @@ class Client:
         await self.close()
 
     async def _started(self) -> Pool:
+        self._check_context()
         if self._closing:
             raise errors.Closed()
         if self._pool is None:
@@ -163,9 +218,13 @@ class Client:
         waits for those answers (each retried for at most 5 s, all at once)
         and for releases running in the background, then closes the
         connections. Pending acquires are given up (`Closed`). Afterwards
-        every call raises `Closed`. Calling it again does nothing."""
-        if self._closing:
+        every call raises `Closed`. Calling it again does nothing, and so does
+        calling it in a child made by fork() (the parent's locks and
+        connections are the parent's)."""
+        if self._closing or self._forked:
+            self._closing = True
             return
+        self._check_context()
         self._closing = True
         pool = self._pool
         if pool is None:
@@ -183,12 +242,57 @@ class Client:
         while self._background:
             await asyncio.gather(*list(self._background), return_exceptions=True)
         pool.shut_down()
+        await pool.wait_shut()
         self._closed = True
         for result in results:
             if isinstance(result, errors.NotHeld):
                 continue
             if isinstance(result, BaseException):
                 raise result
+
+    def __del__(self) -> None:
+        # Dropped unclosed (nothing references it; the connections' and the
+        # keep-alives' tasks hold it only weakly): close it on its loop,
+        # which releases what its locks hold and ends their renewals. Held
+        # until then, and released at exit if its loop is gone first.
+        try:
+            loop = self._loop
+            if self._closing or self._forked or loop is None:
+                return
+            if loop.is_closed():
+                if self._live:
+                    _lifetime.hold(self)
+                return
+            _lifetime.hold(self)
+            loop.call_soon_threadsafe(self._close_dropped)
+        except Exception:  # at interpreter exit, or the loop just closed
+            pass
+
+    def _close_dropped(self) -> None:
+        _lifetime.run_detached(self._close_quietly())
+
+    async def _close_quietly(self) -> None:
+        """`close()`, its errors logged, then the loop stopped when the
+        client owns it. For a client closed by someone else than its user."""
+        try:
+            await self.close()
+        except Exception as err:
+            log.warning("closing a baton client that was not closed: %s", err)
+        finally:
+            _lifetime.let_go(self)
+            if self._owns_loop:
+                asyncio.get_running_loop().stop()
+
+    def _successor(self) -> "Client":
+        """A new client with this one's settings, to every address this one
+        knew of: to release its grants on another event loop."""
+        addrs = self._pool.addresses() if self._pool is not None else self._addrs
+        user, secret = self._credentials if self._credentials is not None else (None, None)
+        return Client(
+            addrs, user=user, secret=secret, tls=self._tls, connect_timeout=self.connect_timeout,
+            request_timeout=self.request_timeout, max_pending=self._max_pending,
+            unresponsive_timeout=self.unresponsive_timeout,
+        )
 
     def _orphan(self, key: bytes, token: int) -> None:
         """A grant nobody waits for any more goes back to the node at once."""
@@ -202,8 +306,10 @@ class Client:
     async def _release_quiet(self, key: bytes, token: int) -> None:
         try:
             await self._release_raw(key, token, RELEASE_WINDOW)
+        except errors.NotHeld:
+            pass
         except errors.Error as err:
-            log.debug("background release of %r failed: %s", key, err)
+            log.warning("background release of %r (token %d) failed: %s", key, token, err)
 
     def _track(self, lock: Lock) -> None:
         self._live[id(lock)] = lock
@@ -226,9 +332,12 @@ class Client:
         `lease` seconds. `wait=0` waits as long as the node allows (its
         maximum wait). Both are rounded up to the millisecond. If the
         connection breaks meanwhile, the acquire is sent again on the next
-        usable connection with what is left of the wait; `NoServer` comes
-        only when no usable connection remains after as many attempts as
-        there are connections. Raises `TimedOut` when the wait runs out."""
+        usable connection with what is left of the wait; so is one whose
+        node stops answering (see `unresponsive_timeout`). `TimedOut` means
+        the node answered that the wait ran out; `NoServer` (or its
+        `Unanswered`) that no node served the request: none usable remains
+        after as many attempts as there are connections, or the wait ran
+        out while no node answered."""
         raw = proto.key_bytes(key)
         wait_ms = proto.to_ms(wait, "wait", zero_ok=True)
         lease_ms = proto.to_ms(lease, "lease", zero_ok=False)
@@ -239,6 +348,8 @@ class Client:
             if slot is None:
                 continue
             left_ms = attempt.wait_left_ms()
+            if left_ms is None:
+                raise pool.no_server()
             sent = time.monotonic()
             lock = await self._attempt(pool, slot, attempt, left_ms, sent, key)
             if lock is not None:
@@ -249,9 +360,9 @@ class Client:
                 return lock
 
     async def _next_slot(self, pool: Pool, attempt: _Attempt) -> Optional[Slot]:
-        if attempt.redirect is not None:
-            slot, attempt.redirect = attempt.redirect, None
-            return slot
+        redirect, attempt.redirect = attempt.redirect, None
+        if redirect is not None:
+            return redirect
         slot = await pool.pick(attempt.deadline)
         if slot is not None:
             return slot
@@ -269,12 +380,14 @@ class Client:
     ) -> Optional[Lock]:
         line = proto.acquire_line(attempt.key, wait_ms, attempt.lease_ms)
         # The node answers T when the wait runs out; the extra time covers
-        # the trip, so a silent node cannot hold the caller forever.
+        # the trip. (A frozen node is noticed sooner, by the connection's
+        # probe.)
         limit = wait_ms / 1000 + self.request_timeout if attempt.deadline is not None else None
         try:
             answer = await slot.call(line, ("A", attempt.key), limit)
         except Unanswered:
-            raise errors.TimedOut(proto.key_text(attempt.key)) from None
+            assert limit is not None
+            raise errors.Unanswered(limit) from None
         except Broken:
             log.debug("connection to %s broke during acquire; failing over", slot.addr)
             attempt.failures += 1
@@ -292,6 +405,7 @@ class Client:
             raise errors.TimedOut(proto.key_text(attempt.key))
         if answer.kind == "M":
             attempt.redirect = await self._follow(pool, answer.addr, attempt, attempt.deadline)
+            attempt.forwarded = attempt.redirect is not None and attempt.hops <= FREE_HOPS
             return None
         if answer.kind == "E":
             raise rejected(answer)
@@ -306,7 +420,8 @@ class Client:
         on_lost: Optional[OnLost] = None,
     ) -> Optional[Lock]:
         """Takes the lock only if it is free now (the shortest wait the
-        protocol carries, 1 ms); None if it is held."""
+        protocol carries, 1 ms); None if the node says it is held.
+        `NoServer` when no node could say."""
         try:
             return await self.acquire(key, 0.001, lease, keep_alive=keep_alive, on_lost=on_lost)
         except errors.TimedOut:
@@ -336,6 +451,7 @@ class Client:
         await self._release_raw(proto.key_bytes(key), proto.check_token(token), RELEASE_WINDOW)
 
     async def _release_raw(self, key: bytes, token: int, window: float) -> None:
+        self._check_context()
         if self._closed or self._pool is None:
             raise errors.Closed()
         answer = await self._call_retrying(self._pool, proto.release_line(key, token), ("R", key), window)
@@ -410,7 +526,7 @@ class Client:
             if slot is not None:
                 limit = max(0.001, min(end - time.monotonic(), self.request_timeout))
                 try:
-                    answer = await slot.call(line, key, limit)
+                    answer = await pool.call(slot, line, key, limit)
                 except Unanswered:
                     unanswered = limit
                 except Broken:
@@ -440,6 +556,10 @@ class Client:
         if until is not None:
             pause = max(0.0, min(pause, until - time.monotonic()))
         slot = pool.slot_for(addr) if addr is not None else None
+        # Bounded by the connect timeout, not `until`: the node named has
+        # not been asked yet.
+        if slot is not None and not await pool.reach(slot):
+            slot = None
         if slot is None or count > FREE_HOPS:
             await asyncio.sleep(pause)
         return slot
@@ -453,5 +573,5 @@ def _bump(hops: Any) -> int:
     return int(hops.hops)
 
 
-__all__ = ["Client", "Lock", "LockContext", "rejected"]
+__all__ = ["UNRESPONSIVE_TIMEOUT", "Client", "Lock", "LockContext", "rejected"]
 

@@ -5,10 +5,12 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+import weakref
 from typing import TYPE_CHECKING, Any, Awaitable, Callable, List, Optional, Union
 
 from .. import _proto as proto
 from .. import errors
+from . import _lifetime
 
 if TYPE_CHECKING:
     from ._client import Client
@@ -79,7 +81,7 @@ class Lock:
             try:
                 result = self.on_lost(self)
                 if asyncio.iscoroutine(result):
-                    asyncio.ensure_future(result)
+                    _lifetime.run_detached(_logged(result, self.key))
             except Exception:  # a callback's failure must not stop the client
                 log.exception("on_lost callback of %r failed", self.key)
 
@@ -127,32 +129,32 @@ class Lock:
         is released; `lost` is set (and `on_lost` called) when renewal fails
         for good. Calling it again does nothing."""
         if self._keep_alive is None and not self._settled:
-            self._keep_alive = asyncio.ensure_future(self._keep_alive_loop())
+            self._keep_alive = asyncio.ensure_future(_keep_alive_loop(weakref.ref(self)))
 
     def _stop_keep_alive(self) -> None:
         task, self._keep_alive = self._keep_alive, None
         if task is not None and task is not _current_task():
             task.cancel()
 
-    async def _keep_alive_loop(self) -> None:
-        while not self._settled:
-            lease_ms = self._lease_ms
-            await asyncio.sleep(max(0.001, lease_ms / 1000 / KEEP_ALIVE_DIVISOR))
-            while True:
-                # Retrying past the lease's end would only hide that it is lost.
-                window = max(RENEW_RETRY, self.expires_at - time.monotonic())
-                try:
-                    await self._renew(lease_ms, window)
-                    break
-                except (errors.LeaseLost, errors.Closed, errors.NotHeld):
-                    return
-                except errors.Error as err:
-                    if time.monotonic() + RENEW_RETRY >= self.expires_at:
-                        log.warning("could not renew %r before the lease ran out: %s", self.key, err)
-                        self._mark_lost()
-                        return
-                    log.debug("renew of %r failed (%s); retrying", self.key, err)
-                    await asyncio.sleep(RENEW_RETRY)
+    async def _renew_for_keep_alive(self) -> bool:
+        """One keep-alive renewal, retried until the lease would end;
+        whether to go on renewing."""
+        lease_ms = self._lease_ms
+        while True:
+            # Retrying past the lease's end would only hide that it is lost.
+            window = max(RENEW_RETRY, self.expires_at - time.monotonic())
+            try:
+                await self._renew(lease_ms, window)
+                return True
+            except (errors.LeaseLost, errors.Closed, errors.NotHeld):
+                return False
+            except errors.Error as err:
+                if time.monotonic() + RENEW_RETRY >= self.expires_at:
+                    log.warning("could not renew %r before the lease ran out: %s", self.key, err)
+                    self._mark_lost()
+                    return False
+                log.debug("renew of %r failed (%s); retrying", self.key, err)
+                await asyncio.sleep(RENEW_RETRY)
 
     async def __aenter__(self) -> "Lock":
         return self
@@ -176,6 +178,32 @@ async def _exit(lock: Lock, failing: bool) -> None:
         if isinstance(err, errors.Closed):
             return
         raise
+
+
+async def _keep_alive_loop(ref: "weakref.ref[Lock]") -> None:
+    """Renews every third of the lease. It holds the lock only weakly
+    between renewals: a lock (and client) nobody references any more is
+    closed by its client's finalizer, not kept alive by its renewals."""
+    while True:
+        lock = ref()
+        if lock is None or lock._settled:
+            return
+        pause = max(0.001, lock._lease_ms / 1000 / KEEP_ALIVE_DIVISOR)
+        del lock
+        await asyncio.sleep(pause)
+        lock = ref()
+        if lock is None or lock._settled or not await lock._renew_for_keep_alive():
+            return
+        del lock
+
+
+async def _logged(callback: Awaitable[None], key: proto.Key) -> None:
+    """Awaits an async `on_lost`, logging what it raises (instead of
+    asyncio's "Task exception was never retrieved")."""
+    try:
+        await callback
+    except Exception:
+        log.exception("on_lost callback of %r failed", key)
 
 
 def _current_task() -> Optional["asyncio.Task[Any]"]:

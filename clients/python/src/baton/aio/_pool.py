@@ -4,15 +4,26 @@ broken socket never pauses the service."""
 
 from __future__ import annotations
 
+import asyncio
 import time
-from typing import List, Optional
+from typing import List, Optional, Set
 
+from .. import _proto as proto
 from .. import errors
 from ._slot import RECONNECT_INTERVAL, Shared, Slot
 
 #: Redirects may name addresses the client was not given; past this many
 #: connections in all, a redirect to a new address is not followed.
 MAX_SLOTS = 64
+#: Requests a repeat does not change (a renewal sets the same lease end
+#: again, a query reads): sent on a second connection as well when the
+#: first goes silent, so a frozen node does not hold them for the whole
+#: time it takes to be noticed (short keep-alive leases outlive that).
+HEDGED_OPS = ("K", "Q")
+#: How long `close` waits for the connections' tasks to end.
+SHUT_TIME = 1.0
+#: Beyond the connect timeout, how long to wait for a dial's outcome to be told.
+SETTLE_SLACK = 0.2
 
 
 class Pool:
@@ -34,16 +45,43 @@ class Pool:
 
     def pick_now(self) -> Optional[Slot]:
         """The next usable connection in round-robin order, preferring one
-        that is not at its pending-request limit."""
+        that is not at its pending-request limit, then one whose node is not
+        being probed for its silence."""
         slots = self.slots
         start = self._next
         self._next += 1
         order = [slots[(start + i) % len(slots)] for i in range(len(slots))]
         usable = [slot for slot in order if slot.usable]
-        for slot in usable:
-            if not slot.full:
+        roomy = [slot for slot in usable if not slot.full] or usable
+        for slot in roomy:
+            if not slot.probing:
                 return slot
-        return usable[0] if usable else None
+        return roomy[0] if roomy else None
+
+    def _other_than(self, slot: Slot) -> Optional[Slot]:
+        """A usable connection other than `slot`, not under probe,
+        preferably to another node."""
+        others = [s for s in self.slots if s is not slot and s.usable and not s.probing]
+        elsewhere = [s for s in others if s.addr != slot.addr]
+        choices = elsewhere or others
+        return choices[0] if choices else None
+
+    async def call(
+        self, slot: Slot, line: bytes, key: proto.MatchKey, limit: float
+    ) -> proto.Response:
+        """`slot.call`; a request of `HEDGED_OPS` is also sent on another
+        connection once the first has been silent for the probe delay (its
+        node may be frozen): the first answer wins."""
+        if key[0] not in HEDGED_OPS or limit <= self.shared.probe_after:
+            return await slot.call(line, key, limit)
+        end = time.monotonic() + limit
+        first = asyncio.ensure_future(slot.call(line, key, limit))
+        done, _ = await asyncio.wait({first}, timeout=self.shared.probe_after)
+        other = None if done else self._other_than(slot)
+        if other is None:
+            return await first
+        second = asyncio.ensure_future(other.call(line, key, max(0.001, end - time.monotonic())))
+        return await _first_answer({first, second})
 
     def usable_to(self, addr: str) -> Optional[Slot]:
         for slot in self.slots:
@@ -67,6 +105,20 @@ class Pool:
             left = end - time.monotonic()
             if left <= 0 or not await self.shared.changed.wait(left):
                 return None
+
+    async def reach(self, slot: Slot) -> bool:
+        """Whether `slot` is usable, dialling it at once when it is down (a
+        redirect names its node) and waiting for that dial, at most the
+        connect timeout."""
+        failed = slot.failed_dials
+        if slot.usable or not slot.dial_now():
+            return slot.usable
+        end = time.monotonic() + self.shared.connect_timeout + SETTLE_SLACK
+        while not slot.usable and slot.failed_dials == failed and not self.shared.closed.is_set():
+            left = end - time.monotonic()
+            if left <= 0 or not await self.shared.changed.wait(left):
+                break
+        return slot.usable
 
     def slot_for(self, addr: str) -> Optional[Slot]:
         """The connection a redirect points at, registering it if the address
@@ -115,7 +167,7 @@ class Pool:
     async def settle(self) -> None:
         """Waits until every connection made its first attempt, bounded by
         the connect timeout (plus a little slack)."""
-        end = time.monotonic() + self.shared.connect_timeout + 0.2
+        end = time.monotonic() + self.shared.connect_timeout + SETTLE_SLACK
         while not all(slot.attempted for slot in self.slots):
             left = end - time.monotonic()
             if left <= 0 or not await self.shared.changed.wait(left):
@@ -129,3 +181,27 @@ class Pool:
         self.shared.closed.set()
         for slot in self.slots:
             slot.shut_down()
+
+    async def wait_shut(self) -> None:
+        """Waits (briefly) for the connections' tasks to end after
+        `shut_down`, so that a loop closed next leaves none pending."""
+        await asyncio.wait([slot.task for slot in self.slots], timeout=SHUT_TIME)
+
+
+async def _first_answer(calls: "Set[asyncio.Future[proto.Response]]") -> proto.Response:
+    """The first of `calls` to be answered (the others are given up), or
+    the last one's error when none is."""
+    pending = set(calls)
+    error: Optional[BaseException] = None
+    try:
+        while pending:
+            done, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
+            for call in done:
+                error = call.exception()
+                if error is None:
+                    return call.result()
+        assert error is not None
+        raise error
+    finally:
+        for call in pending:
+            call.cancel()

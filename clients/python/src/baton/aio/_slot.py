@@ -1,13 +1,23 @@
 """One registered connection: a server address, a supervisor task that keeps
 a socket to it open (authenticated, TLS when asked), and the requests
 pending on it, matched to their answers by (op, key), oldest first, as
-PROTOCOL.md says. A broken connection is redialled every 3 seconds."""
+PROTOCOL.md says. A broken connection is redialled every 3 seconds, at
+once when a redirect names it.
+
+A node answers every request within 3 s (PROTOCOL.md's answer-time rule),
+so a connection that has requests in flight and stays silent is probed
+with `S`; a probe left unanswered means the node is frozen (stopped,
+paused, stuck), and the connection is treated exactly like a cut one. A
+dial counts only once the node has answered (`U`, or an `S` handshake): a
+frozen node still completes TCP handshakes from its kernel."""
 
 from __future__ import annotations
 
 import asyncio
 import logging
 import ssl
+import time
+import weakref
 from collections import deque
 from typing import Callable, Deque, Dict, List, Optional, Tuple
 
@@ -18,6 +28,16 @@ log = logging.getLogger("baton")
 
 #: How long a broken connection stays out before the next attempt.
 RECONNECT_INTERVAL = 3.0
+#: A redirect dials a down connection at once, but at most this often, so
+#: that redirects to a node that keeps failing do not become a dial storm.
+REDIRECT_DIAL_GAP = 1.0
+#: Default for how long a connection with requests in flight may go without
+#: an answer before it is treated as cut: one second of silence, then a
+#: probe given the protocol's 3 s answer time.
+UNRESPONSIVE_TIMEOUT = 4.0
+#: The silence that triggers a probe, at most (a quarter of the timeout
+#: when that is shorter).
+PROBE_AFTER = 1.0
 
 
 class Broken(Exception):
@@ -49,23 +69,33 @@ class Signal:
 
 
 class Shared:
-    """What every connection of one client shares."""
+    """What every connection of one client shares. It holds the client only
+    weakly (`on_orphan`): the connections' tasks must not keep alive a
+    client nobody references, so that dropping it releases its locks."""
 
     def __init__(
         self,
         connect_timeout: float,
+        unresponsive_timeout: float,
         credentials: Optional[Tuple[bytes, bytes]],
         tls: Optional[ssl.SSLContext],
         max_pending: int,
         on_orphan: Callable[[bytes, int], None],
     ) -> None:
         self.connect_timeout = connect_timeout
+        self.probe_after = min(PROBE_AFTER, unresponsive_timeout / 4)
+        self.probe_timeout = unresponsive_timeout - self.probe_after
         self.credentials = credentials
         self.tls = tls
         self.max_pending = max_pending
-        self.on_orphan = on_orphan
+        self._on_orphan = weakref.WeakMethod(on_orphan)
         self.changed = Signal()
         self.closed = asyncio.Event()
+
+    def on_orphan(self, key: bytes, token: int) -> None:
+        callback = self._on_orphan()
+        if callback is not None:
+            callback(key, token)
 
 
 class _Entry:
@@ -100,7 +130,19 @@ class Slot:
         self._pending: Dict[proto.MatchKey, Deque[_Entry]] = {}
         self._count = 0
         self._writer: Optional[asyncio.StreamWriter] = None
-        self._task = asyncio.ensure_future(self._supervise())
+        #: When the connection was last heard from, or went from idle to busy.
+        self._quiet_since = time.monotonic()
+        #: Set while requests are in flight: wakes the watchdog.
+        self._busy = asyncio.Event()
+        #: Cuts the pause before the next dial short.
+        self._dial_now = asyncio.Event()
+        self._dialing = False
+        self._dial_started = float("-inf")
+        #: A probe is out: the node has been silent; new requests go elsewhere.
+        self.probing = False
+        #: Dials that failed, counted so a waiter can tell one failed.
+        self.failed_dials = 0
+        self.task = asyncio.ensure_future(self._supervise())
 
     @property
     def full(self) -> bool:
@@ -108,12 +150,15 @@ class Slot:
 
     # Calls.
 
-    async def call(self, line: bytes, key: proto.MatchKey, limit: Optional[float]) -> proto.Response:
+    async def call(
+        self, line: bytes, key: proto.MatchKey, limit: Optional[float], *, probe: bool = False
+    ) -> proto.Response:
         """Sends one request line and waits for its answer, at most `limit`
         seconds. A caller that gives up (timeout, cancellation) leaves its
         entry in place, so later answers still match; a grant that comes
-        for it is released at once."""
-        entry = self._register(line, key)
+        for it is released at once. A `probe` goes out even on a connection
+        at its pending-request limit."""
+        entry = self._register(line, key, probe)
         try:
             done, _ = await asyncio.wait({entry.fut}, timeout=limit)
         except BaseException:
@@ -124,11 +169,11 @@ class Slot:
             raise Unanswered()
         return entry.fut.result()
 
-    def _register(self, line: bytes, key: proto.MatchKey) -> _Entry:
+    def _register(self, line: bytes, key: proto.MatchKey, probe: bool) -> _Entry:
         writer = self._writer
         if not self.usable or writer is None or writer.is_closing():
             raise Broken()
-        if self.full:
+        if self.full and not probe:
             raise errors.Error(
                 f"too many requests in flight on the connection to {self.addr} "
                 f"(max_pending={self._shared.max_pending})"
@@ -136,6 +181,9 @@ class Slot:
         entry = _Entry(asyncio.get_running_loop().create_future())
         # Registered before written: the answer cannot come before this.
         self._pending.setdefault(key, deque()).append(entry)
+        if self._count == 0:
+            self._quiet_since = time.monotonic()
+            self._busy.set()
         self._count += 1
         writer.write(line)
         return entry
@@ -163,6 +211,7 @@ class Slot:
                     entry.fut.set_exception(errors.Closed())
 
     def _deliver(self, response: proto.Response) -> None:
+        self._quiet_since = time.monotonic()
         queue = self._pending.get(response.match_key)
         if not queue:
             log.warning("answer %s %r matches no pending request; ignored", response.kind, response.key)
@@ -190,34 +239,69 @@ class Slot:
 
     # The supervisor.
 
+    def dial_now(self) -> bool:
+        """A redirect names this connection's node: if the connection is
+        down, dial now instead of at the next 3-second round (at most once
+        a second, so a node that keeps failing is not dialled in a loop).
+        Whether a dial is under way."""
+        if self.usable or self._dialing:
+            return self._dialing
+        if time.monotonic() - self._dial_started < REDIRECT_DIAL_GAP:
+            return False
+        self._dial_now.set()
+        return True
+
     async def _supervise(self) -> None:
         shared = self._shared
         while not shared.closed.is_set():
-            try:
-                reader, writer = await asyncio.wait_for(self._dial(), shared.connect_timeout)
-            except _TlsFailure as err:
-                self.tls_failure = str(err)
-                log.warning("TLS with %s failed: %s", self.addr, err)
-            except _AuthRefused as err:
-                self.auth_refusal = err.error
-                self.tls_failure = None
-                log.warning("%s did not accept the credentials: %s", self.addr, err)
-            except (OSError, asyncio.TimeoutError, asyncio.IncompleteReadError, EOFError, proto.BadLine) as err:
-                self.tls_failure = None
-                log.debug("connect to %s failed: %r", self.addr, err)
-            else:
-                await self._serve(reader, writer)
+            stream = await self._try_dial()
+            if stream is not None:
+                await self._serve(*stream)
                 if shared.closed.is_set():
                     break
-            if not self.attempted:
-                self.attempted = True
-                shared.changed.publish()
-            try:
-                await asyncio.wait_for(shared.closed.wait(), RECONNECT_INTERVAL)
-            except asyncio.TimeoutError:
-                pass
+            await self._pause()
         self.attempted = True
         shared.changed.publish()
+
+    async def _try_dial(self) -> Optional[Tuple[asyncio.StreamReader, asyncio.StreamWriter]]:
+        """One dial; None (and a published change) when it failed."""
+        self._dialing = True
+        self._dial_started = time.monotonic()
+        try:
+            return await asyncio.wait_for(self._dial(), self._shared.connect_timeout)
+        except _TlsFailure as err:
+            self.tls_failure = str(err)
+            log.warning("TLS with %s failed: %s", self.addr, err)
+        except _AuthRefused as err:
+            self.auth_refusal = err.error
+            self.tls_failure = None
+            log.warning("%s did not accept the credentials: %s", self.addr, err)
+        except (OSError, asyncio.TimeoutError, asyncio.IncompleteReadError, EOFError, proto.BadLine) as err:
+            self.tls_failure = None
+            log.debug("connect to %s failed: %r", self.addr, err)
+        except Exception as err:  # e.g. a name the resolver refuses: keep trying, say why
+            self.tls_failure = None
+            log.warning("connect to %s failed: %r", self.addr, err)
+        finally:
+            self._dialing = False
+        self.attempted = True
+        self.failed_dials += 1
+        self._shared.changed.publish()
+        return None
+
+    async def _pause(self) -> None:
+        """Waits before the next dial: `RECONNECT_INTERVAL`, or less when the
+        client closes or a redirect asks for this node."""
+        self._dial_now.clear()
+        closed = asyncio.ensure_future(self._shared.closed.wait())
+        woken = asyncio.ensure_future(self._dial_now.wait())
+        try:
+            await asyncio.wait(
+                {closed, woken}, timeout=RECONNECT_INTERVAL, return_when=asyncio.FIRST_COMPLETED
+            )
+        finally:
+            closed.cancel()
+            woken.cancel()
 
     async def _dial(self) -> Tuple[asyncio.StreamReader, asyncio.StreamWriter]:
         tls = self._shared.tls
@@ -231,12 +315,14 @@ class Slot:
             )
         except ssl.SSLError as err:
             raise _TlsFailure(_tls_words(err)) from None
-        if self._shared.credentials is not None:
-            try:
+        try:
+            if self._shared.credentials is not None:
                 await self._authenticate(reader, writer)
-            except BaseException:
-                writer.close()
-                raise
+            else:
+                await _handshake(reader, writer)
+        except BaseException:
+            writer.close()
+            raise
         return reader, writer
 
     async def _authenticate(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
@@ -260,11 +346,14 @@ class Slot:
         self.tls_failure = None
         self.usable = True
         self.attempted = True
+        self._quiet_since = time.monotonic()
         self._shared.changed.publish()
         log.debug("connected to %s", self.addr)
+        watchdog = asyncio.ensure_future(self._watch(writer))
         try:
             await self._read_answers(reader)
         finally:
+            watchdog.cancel()
             self.usable = False
             self._writer = None
             writer.close()
@@ -300,6 +389,38 @@ class Slot:
         finally:
             closed.cancel()
 
+    async def _watch(self, writer: asyncio.StreamWriter) -> None:
+        """Probes the connection while requests are in flight and it has
+        been silent for `probe_after`; a probe unanswered within
+        `probe_timeout` cuts it (the reader then fails what is pending,
+        and the supervisor redials)."""
+        shared = self._shared
+        while True:
+            if self._count == 0:
+                self._busy.clear()
+                await self._busy.wait()
+                continue
+            quiet = time.monotonic() - self._quiet_since
+            if quiet < shared.probe_after:
+                await asyncio.sleep(shared.probe_after - quiet)
+                continue
+            self.probing = True
+            try:
+                await self.call(proto.STATUS_LINE, ("S", b""), shared.probe_timeout, probe=True)
+            except Unanswered:
+                log.warning(
+                    "%s did not answer a probe within %.1f s; treating the connection as cut",
+                    self.addr, shared.probe_timeout,
+                )
+                # Not close(): it would wait for a frozen peer to take the
+                # bytes still buffered.
+                writer.transport.abort()
+                return
+            except Broken:
+                return
+            finally:
+                self.probing = False
+
     def shut_down(self) -> None:
         writer = self._writer
         if writer is not None:
@@ -314,6 +435,18 @@ def _tls_words(err: ssl.SSLError) -> str:
     if "WRONG_VERSION_NUMBER" in str(err).upper():
         return "the node does not speak TLS (a plaintext node): connect without tls"
     return str(text)
+
+
+async def _handshake(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    """`S` on a fresh connection: the node must answer before the
+    connection is used (its kernel accepts connections even while the node
+    is frozen)."""
+    writer.write(proto.STATUS_LINE)
+    answer = proto.parse_response((await _read_line(reader))[:-1])
+    if answer.kind == "E" and answer.reason.startswith("TLS required"):
+        raise _TlsFailure(TLS_REQUIRED)
+    if answer.kind not in ("S", "E"):
+        raise proto.BadLine("unexpected answer to the S handshake")
 
 
 async def _read_line(reader: asyncio.StreamReader) -> bytes:
