@@ -1,5 +1,5 @@
 //! Client authentication and key-prefix permissions (`--auth-file`,
-//! PROTOCOL.md 1.1), black-box against real `batond` processes: every
+//! docs/protocol.md 1.1), black-box against real `batond` processes: every
 //! request is gated until `U` succeeds, keys outside a user's prefixes are
 //! refused and nothing changes (the token-guessing attack of issue 12
 //! fails), SIGHUP reloads the users, bad files are refused at start, and

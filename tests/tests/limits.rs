@@ -135,7 +135,7 @@ async fn a_thousand_concurrent_connections_each_served() {
     assert_eq!(status_u64(&observer.status().await, "locks"), 0);
 }
 
-/// The quota, as PROTOCOL.md words it, on a serving node started with
+/// The quota, as docs/protocol.md words it, on a serving node started with
 /// `--max-locks 3 --max-waiters 2`: a fourth grant and a third waiter are
 /// refused and change nothing; a hand-over at the cap still happens (it
 /// adds no grant), and a freed slot is usable again.

@@ -406,7 +406,7 @@ async fn a_paused_active_resumes_into_one_active_and_tokens_never_go_back() {
     assert!(t > last, "final token {t} not above {last}");
 }
 
-/// PROTOCOL.md: every grant gets a token above every earlier grant by any
+/// docs/protocol.md: every grant gets a token above every earlier grant by any
 /// node. An acquire that reached the paused active's socket before it was
 /// paused is read only after SIGCONT, when node 1 has granted higher tokens:
 /// node 0 must not grant it below them.

@@ -1,6 +1,6 @@
 //! Black-box tests of the priority cluster under faults that should not move
 //! the active: a standby crashes or is paused and comes back. Also the token
-//! rule of PROTOCOL.md across a restart of the whole cluster, and graceful
+//! rule of docs/protocol.md across a restart of the whole cluster, and graceful
 //! stops with no live successor or of a standby.
 
 mod priority_support;
@@ -125,7 +125,7 @@ async fn a_paused_standby_resumes_as_a_standby_and_catches_up() {
     release(&mut c1, "nap/held", t).await;
 }
 
-/// PROTOCOL.md: tokens rise "across failovers and restarts". Without a data
+/// docs/protocol.md: tokens rise "across failovers and restarts". Without a data
 /// directory the locks are gone after a full restart, but no token may be
 /// handed out again.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -1,4 +1,4 @@
-//! Black-box conformance of single requests against PROTOCOL.md: the example
+//! Black-box conformance of single requests against docs/protocol.md: the example
 //! session, grants, release, renew, status, framing, and every malformed input
 //! the contract names (each answered `E`, nothing changed, connection usable).
 

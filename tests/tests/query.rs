@@ -1,4 +1,4 @@
-//! Black-box tests of `Q <key>` (PROTOCOL.md 1.1) in every mode: the live
+//! Black-box tests of `Q <key>` (docs/protocol.md 1.1) in every mode: the live
 //! grant's token and lease left, the waiters, a free key, malformed
 //! queries, `M` from a node that does not serve, and a Raft leader that
 //! lost its majority answering `M` within the answer time, never a stale

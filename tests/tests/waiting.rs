@@ -39,7 +39,7 @@ async fn wait_runs_out_with_t_on_time() {
     assert_eq!(status_u64(&holder.status().await, "locks"), 0);
 }
 
-/// PROTOCOL.md: `wait 0` waits "as long as the node allows (its maximum
+/// docs/protocol.md: `wait 0` waits "as long as the node allows (its maximum
 /// wait), then `T`": a hand-over still reaches it, and `--max-wait` bounds it.
 #[tokio::test]
 async fn wait_zero_waits_up_to_the_nodes_maximum_wait() {

@@ -1,4 +1,4 @@
-//! Client authentication (PROTOCOL.md 1.1): every connection sends
+//! Client authentication (docs/protocol.md 1.1): every connection sends
 //! `U <user> <secret>` before anything else and is used only once `U
 //! <user>` came back; and the `E` answers of an authenticating node, as
 //! errors a caller can branch on.

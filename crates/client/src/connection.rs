@@ -1,6 +1,6 @@
 //! One TCP connection to a node. A single task owns the socket: it writes
 //! the requests callers hand it through a channel and matches each response
-//! to its request by (op, key), oldest first, as PROTOCOL.md says. It also
+//! to its request by (op, key), oldest first, as docs/protocol.md says. It also
 //! watches the node's silence (see [`crate::liveness`]): the connection is
 //! usable once the node answered its first probe, and given up when a
 //! probe goes unanswered.

@@ -37,7 +37,7 @@ pub enum Refusal {
 }
 
 impl Refusal {
-    /// The reason PROTOCOL.md gives for it in an `E A <key> ...` answer.
+    /// The reason docs/protocol.md gives for it in an `E A <key> ...` answer.
     pub fn reason(self) -> &'static str {
         match self {
             Refusal::TooManyLocks => "too many locks",

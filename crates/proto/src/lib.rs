@@ -1,4 +1,4 @@
-//! Baton's client protocol (PROTOCOL.md, version 1.1): request and response
+//! Baton's client protocol (docs/protocol.md, version 1.1): request and response
 //! lines, parsed and formatted, the tokio-util codecs that frame them, and
 //! the `host:port` syntax of node addresses.
 //!

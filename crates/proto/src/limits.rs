@@ -18,7 +18,7 @@ pub struct Limits {
 }
 
 impl Default for Limits {
-    /// One day for both, as PROTOCOL.md sets.
+    /// One day for both, as docs/protocol.md sets.
     fn default() -> Self {
         Limits {
             max_wait_ms: ONE_DAY_MS,

@@ -9,9 +9,9 @@ pub enum Op {
     Release,
     Renew,
     Status,
-    /// `U`: authenticate the connection (PROTOCOL.md 1.1).
+    /// `U`: authenticate the connection (docs/protocol.md 1.1).
     Auth,
-    /// `Q`: report one key's grant and waiters (PROTOCOL.md 1.1).
+    /// `Q`: report one key's grant and waiters (docs/protocol.md 1.1).
     Query,
 }
 

@@ -1,4 +1,4 @@
-//! Reading a request line, with every refusal PROTOCOL.md asks for.
+//! Reading a request line, with every refusal docs/protocol.md asks for.
 //!
 //! Fields are read left to right and the first bad one is reported, so a
 //! client always learns about the earliest mistake in its line.

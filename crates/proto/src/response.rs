@@ -46,7 +46,7 @@ fn encode_key_state(state: &KeyState, dst: &mut BytesMut) {
     match &state.grant {
         Some(grant) => {
             put_u64(dst, grant.token);
-            // Always three decimals, as PROTOCOL.md's example writes it.
+            // Always three decimals, as docs/protocol.md's example writes it.
             dst.put_slice(b" lease=");
             put_u64(dst, grant.lease_left_ms / 1000);
             dst.put_u8(b'.');
@@ -106,7 +106,7 @@ impl Response {
         dst.put_u8(b'\n');
     }
 
-    /// The op used to match this response to its request (PROTOCOL.md,
+    /// The op used to match this response to its request (docs/protocol.md,
     /// "Matching"): `A` and `T` answer acquires, `R` releases, `K` renewals;
     /// `N`, `M` and `E` name their op; `S` answers status, `U` authenticate.
     pub fn op(&self) -> Option<Op> {

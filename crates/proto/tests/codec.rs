@@ -1,6 +1,6 @@
 //! The codecs over a byte stream: line length boundaries, recovery after a
 //! too-long line, byte-at-a-time input, end of stream, and the example
-//! session of PROTOCOL.md byte for byte.
+//! session of docs/protocol.md byte for byte.
 
 #![allow(clippy::unwrap_used)] // a failed unwrap in a test is a failed test
 

@@ -1,4 +1,4 @@
-//! Request lines against PROTOCOL.md: what is accepted, and the exact `E`
+//! Request lines against docs/protocol.md: what is accepted, and the exact `E`
 //! line every refusal is answered with.
 
 #![allow(clippy::unwrap_used)] // a failed unwrap in a test is a failed test

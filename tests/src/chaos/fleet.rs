@@ -1,5 +1,5 @@
 //! The nodes of one chaos run, per mode, and the promises each mode makes
-//! (as docs/cluster.md and PROTOCOL.md state them) in the checker's terms.
+//! (as docs/cluster.md and docs/protocol.md state them) in the checker's terms.
 
 use std::net::SocketAddr;
 use std::time::Duration;

@@ -15,7 +15,7 @@ use std::time::Duration;
 
 use crate::chaos::busy::latest_end;
 
-/// PROTOCOL.md, "Answer time": an acquire by the end of its wait plus this,
+/// docs/protocol.md, "Answer time": an acquire by the end of its wait plus this,
 /// anything else within this.
 pub const ANSWER_GRACE: Duration = Duration::from_secs(3);
 

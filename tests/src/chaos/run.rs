@@ -273,7 +273,7 @@ pub async fn run(config: Config) -> Report {
     }
 }
 
-/// Whether the nodes know `Q` (PROTOCOL.md 1.1): a `Q` or an `M Q`
+/// Whether the nodes know `Q` (docs/protocol.md 1.1): a `Q` or an `M Q`
 /// answer says yes, an `E` (unknown op) no.
 async fn answers_query(fleet: &Fleet) -> bool {
     for addr in &fleet.peers {

@@ -71,7 +71,7 @@ pub struct Shared {
     pub serving: Arc<AtomicUsize>,
     /// How long past the answer-time deadline an attempt is waited for.
     pub answer_slack: Duration,
-    /// Whether the nodes answer `Q` (PROTOCOL.md 1.1): then every
+    /// Whether the nodes answer `Q` (docs/protocol.md 1.1): then every
     /// acknowledged release is followed by a `Q` of its key.
     pub query: bool,
     /// Where each grant's holder writes with its token, if anywhere.

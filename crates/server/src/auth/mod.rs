@@ -1,5 +1,5 @@
 //! Client authentication and key-prefix permissions (`--auth-file`,
-//! PROTOCOL.md 1.1 "Authentication").
+//! docs/protocol.md 1.1 "Authentication").
 //!
 //! [`Auth`] holds the current users of the file, shared by every
 //! connection of the node and replaced whole by [`Auth::reload`] (SIGHUP in
