@@ -24,18 +24,21 @@ fn describe(state: &KeyState) -> String {
     }
 }
 
+/// The token is a string, as in every JSON the project prints: it passes
+/// 2^53, where a JSON number read as a float (`jq`, JavaScript) loses
+/// digits and a release with it would fail.
 fn json(key: &str, state: &KeyState) -> String {
-    let key = key.replace('\\', "\\\\").replace('"', "\\\"");
-    match &state.grant {
-        Some(grant) => format!(
-            "{{\"key\":\"{key}\",\"held\":true,\"token\":{},\"lease_left_ms\":{},\"waiters\":{}}}",
-            grant.token, grant.lease_left_ms, state.waiters
-        ),
-        None => format!(
-            "{{\"key\":\"{key}\",\"held\":false,\"waiters\":{}}}",
-            state.waiters
-        ),
-    }
+    let object = match &state.grant {
+        Some(grant) => serde_json::json!({
+            "key": key,
+            "held": true,
+            "token": grant.token.to_string(),
+            "lease_left_ms": grant.lease_left_ms,
+            "waiters": state.waiters,
+        }),
+        None => serde_json::json!({ "key": key, "held": false, "waiters": state.waiters }),
+    };
+    object.to_string()
 }
 
 /// Prints the key's state; exits 0 whether it is held or free.
