@@ -149,6 +149,16 @@ pub enum Command {
     /// file to every node, and start each with `--cluster-key-file
     /// cluster.key`.
     Keygen,
+    /// Print a completion script for SHELL on stdout, generated from
+    /// baton's own command line. For bash: `baton completions bash >
+    /// ~/.local/share/bash-completion/completions/baton`.
+    Completions {
+        /// bash, zsh, fish, elvish or powershell.
+        shell: clap_complete::Shell,
+    },
+    /// Print baton's man page (roff) on stdout: `baton man >
+    /// ~/.local/share/man/man1/baton.1`, then `man baton`.
+    Man,
 }
 
 /// What `baton member` does.

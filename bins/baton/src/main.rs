@@ -9,6 +9,7 @@ mod exit;
 mod inspect;
 mod keygen;
 mod locks;
+mod manual;
 mod member;
 mod run;
 mod seconds;
@@ -29,9 +30,12 @@ use crate::exit::Exit;
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    // No node and no runtime needed: a key is made here.
-    if let Command::Keygen = cli.command {
-        return keygen::keygen();
+    // No node and no runtime needed: a key, a script or a page is made here.
+    match cli.command {
+        Command::Keygen => return keygen::keygen(),
+        Command::Completions { shell } => return manual::completions(shell),
+        Command::Man => return manual::man(),
+        _ => {}
     }
     let runtime = match tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -192,7 +196,9 @@ async fn command(client: &Client, command: Command) -> ExitCode {
         Command::Status { .. }
         | Command::Locks { .. }
         | Command::Member { .. }
-        | Command::Keygen => Ok(()),
+        | Command::Keygen
+        | Command::Completions { .. }
+        | Command::Man => Ok(()),
     };
     match outcome {
         Ok(()) => Exit::Ok.code(),

@@ -326,3 +326,33 @@ fn inspect_shows_the_holder_and_force_release_breaks_the_lock() {
     let out = baton(&servers, &["inspect", "cli/q"]);
     assert_eq!(stdout(&out), "cli/q token=- lease=- waiters=0\n");
 }
+
+#[test]
+fn completions_and_man_page_come_from_the_command_line() {
+    // No node is needed: the address below is never dialled.
+    for shell in ["bash", "zsh", "fish"] {
+        let out = baton("127.0.0.1:1", &["completions", shell]);
+        expect_code(&out, 0);
+        let script = stdout(&out);
+        for word in ["force-release", "servers", "lease", "inspect"] {
+            assert!(script.contains(word), "{shell}: no {word}: {script}");
+        }
+    }
+    let out = baton("127.0.0.1:1", &["completions", "tcsh"]);
+    expect_code(&out, 2);
+    let out = baton("127.0.0.1:1", &["man"]);
+    expect_code(&out, 0);
+    let page = stdout(&out);
+    assert!(
+        page.starts_with(".ie") || page.contains(".TH baton"),
+        "{page}"
+    );
+    assert!(page.contains(".TH baton 1"), "{page}");
+    assert!(page.contains("force\\-release"), "{page}");
+    let out = baton("127.0.0.1:1", &["--version"]);
+    expect_code(&out, 0);
+    assert_eq!(
+        stdout(&out),
+        format!("baton {}\n", env!("CARGO_PKG_VERSION"))
+    );
+}
