@@ -234,9 +234,7 @@ pub(crate) fn tls_failure(error: &io::Error) -> Option<String> {
         rustls::Error::InvalidMessage(_) => {
             "the node does not speak TLS (it answered in plain text): connect without TLS".into()
         }
-        rustls::Error::InvalidCertificate(why) => {
-            format!("the node's certificate does not verify: {why:?}")
-        }
+        rustls::Error::InvalidCertificate(why) => certificate_failure(why),
         rustls::Error::AlertReceived(rustls::AlertDescription::CertificateRequired) => {
             "the node requires a client certificate (--tls-cert/--tls-key)".into()
         }
@@ -245,6 +243,37 @@ pub(crate) fn tls_failure(error: &io::Error) -> Option<String> {
         }
         other => other.to_string(),
     })
+}
+
+/// One sentence for a node certificate that does not verify, naming what
+/// was expected and what the certificate presents; rustls's own words for
+/// the rarer cases.
+fn certificate_failure(why: &rustls::CertificateError) -> String {
+    use rustls::CertificateError as Why;
+    match why {
+        Why::NotValidForNameContext {
+            expected,
+            presented,
+        } => {
+            let presented = if presented.is_empty() {
+                "no name in its subjectAltName".to_owned()
+            } else {
+                presented.join(", ")
+            };
+            format!(
+                "the node's certificate is for {presented}, not for {}: connect by a name \
+                 it lists, or give the node a certificate with that name in its subjectAltName",
+                expected.to_str()
+            )
+        }
+        Why::NotValidForName => {
+            "the node's certificate is not for the name this client connected by".into()
+        }
+        Why::UnknownIssuer => {
+            "the node's certificate is not signed by the CA given to the client (--tls-ca)".into()
+        }
+        other => format!("the node's certificate does not verify: {other}"),
+    }
 }
 
 fn describe(error: &io::Error) -> String {
@@ -273,6 +302,38 @@ mod tests {
         assert_eq!(name("node-1.example:7411"), Ok("node-1.example".into()));
         assert_eq!(name("[::1]:7411"), Ok("::1".into()));
         assert!(name("bad host:1").is_err());
+    }
+
+    fn words_for(why: rustls::CertificateError) -> String {
+        let error = io::Error::other(rustls::Error::InvalidCertificate(why));
+        tls_failure(&error).unwrap_or_default()
+    }
+
+    #[test]
+    fn a_name_mismatch_is_one_sentence_naming_both_names() {
+        let words = words_for(rustls::CertificateError::NotValidForNameContext {
+            expected: ServerName::try_from("10.0.0.7").expect("an IP address"),
+            presented: vec!["IpAddress(127.0.0.1)".into(), "DnsName(\"baton-1\")".into()],
+        });
+        assert!(words.contains("10.0.0.7"), "{words}");
+        assert!(
+            words.contains("127.0.0.1") && words.contains("baton-1"),
+            "{words}"
+        );
+        assert!(
+            !words.contains("NotValidForNameContext") && !words.contains('{'),
+            "{words}"
+        );
+        let none = words_for(rustls::CertificateError::NotValidForNameContext {
+            expected: ServerName::try_from("node-1.example").expect("a DNS name"),
+            presented: Vec::new(),
+        });
+        assert!(
+            none.contains("no name") && none.contains("node-1.example"),
+            "{none}"
+        );
+        let issuer = words_for(rustls::CertificateError::UnknownIssuer);
+        assert!(issuer.contains("not signed by the CA"), "{issuer}");
     }
 
     #[test]
