@@ -481,3 +481,84 @@ async fn the_http_endpoint_speaks_tls_with_the_client_port() {
     );
     drop(node);
 }
+
+/// Runs `deploy/tls-certs.sh DIR NAMES...` as the README shows it; the
+/// directory it wrote.
+fn openssl_recipe(parent: &std::path::Path, dir: &str, names: &[&str]) -> std::path::PathBuf {
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/../deploy/tls-certs.sh");
+    let out = std::process::Command::new("sh")
+        .arg(script)
+        .arg(parent.join(dir))
+        .args(names)
+        .output()
+        .expect("run deploy/tls-certs.sh (needs sh and openssl)");
+    assert!(
+        out.status.success(),
+        "deploy/tls-certs.sh failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    parent.join(dir)
+}
+
+fn path_text(dir: &std::path::Path, file: &str) -> String {
+    dir.join(file).display().to_string()
+}
+
+#[tokio::test]
+async fn the_openssl_recipe_serves_batond_the_cli_and_the_rust_client() {
+    let parent = tempfile::tempdir().expect("temp dir");
+    let pki = openssl_recipe(parent.path(), "pki", &["127.0.0.1", "localhost"]);
+    let file = |name: &str| path_text(&pki, name);
+    for key in ["ca.key", "node.key", "client.key"] {
+        use std::os::unix::fs::PermissionsExt;
+        let mode = std::fs::metadata(pki.join(key))
+            .expect(key)
+            .permissions()
+            .mode();
+        assert_eq!(mode & 0o077, 0, "{key} is readable by others: {mode:o}");
+    }
+    let node = Batond::start(&[
+        "--tls-cert",
+        &file("node.pem"),
+        "--tls-key",
+        &file("node.key"),
+        "--tls-client-ca",
+        &file("ca.pem"),
+    ]);
+    let addr = node.addr().to_string();
+    let out = cli(&[
+        "--servers",
+        &addr,
+        "--tls-ca",
+        &file("ca.pem"),
+        "--tls-cert",
+        &file("client.pem"),
+        "--tls-key",
+        &file("client.key"),
+        "acquire",
+        "recipe/cli",
+    ]);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let tls = baton_client::TlsConfig::from_ca_file(pki.join("ca.pem"))
+        .and_then(|tls| tls.identity_files(pki.join("client.pem"), pki.join("client.key")))
+        .expect("the recipe's files load");
+    let client = client(node.addr(), Some(tls)).await.expect("TLS client");
+    let guard = client
+        .acquire(
+            "recipe/rust",
+            Duration::from_secs(5),
+            Duration::from_secs(30),
+        )
+        .await
+        .expect("granted over TLS with a client certificate");
+    guard.release().await.expect("released");
+    // Without the client certificate the node refuses, and says so.
+    let out = cli(&["--servers", &addr, "--tls-ca", &file("ca.pem"), "status"]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("requires a client certificate"), "{err}");
+}
