@@ -562,3 +562,55 @@ async fn the_openssl_recipe_serves_batond_the_cli_and_the_rust_client() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("requires a client certificate"), "{err}");
 }
+
+#[tokio::test]
+async fn a_certificate_for_other_names_is_one_sentence_naming_both() {
+    let parent = tempfile::tempdir().expect("temp dir");
+    let pki = openssl_recipe(parent.path(), "pki", &["baton-1.example"]);
+    let file = |name: &str| path_text(&pki, name);
+    let node = Batond::start(&[
+        "--tls-cert",
+        &file("node.pem"),
+        "--tls-key",
+        &file("node.key"),
+    ]);
+    let addr = node.addr().to_string();
+    let out = cli(&[
+        "--servers",
+        &addr,
+        "--tls-ca",
+        &file("ca.pem"),
+        "acquire",
+        "k",
+        "--wait",
+        "1",
+    ]);
+    let err = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(
+        err.contains("certificate is for baton-1.example, not for 127.0.0.1"),
+        "{err}"
+    );
+    assert!(
+        !err.contains("NotValidForName") && !err.contains('{'),
+        "{err}"
+    );
+
+    // `baton status` names why a node could not be asked, not only
+    // `unreachable`: here a TLS node asked without TLS, beside a plain one.
+    let plain = Batond::start(&[]);
+    let servers = format!("{},{addr}", plain.addr());
+    let out = cli(&["--servers", &servers, "status"]);
+    let table = String::from_utf8_lossy(&out.stdout).into_owned();
+    let err = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert_eq!(out.status.code(), Some(0), "{table}{err}");
+    let row = table
+        .lines()
+        .find(|l| l.starts_with(&addr))
+        .unwrap_or_default();
+    assert!(row.split_whitespace().nth(1) == Some("error"), "{table}");
+    assert!(
+        err.contains(&format!("TLS with {addr}")) && err.contains("TLS only"),
+        "{err}"
+    );
+}

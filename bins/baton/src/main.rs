@@ -298,6 +298,10 @@ async fn status(client: Result<Client, Error>, servers: Vec<String>, json: bool)
         println!("{}", status_json::render(&nodes));
     } else {
         print!("{}", status_table::render(&nodes));
+        // The table has no room for why a node could not be asked.
+        for line in status_table::failures(&nodes) {
+            eprintln!("baton: {line}");
+        }
     }
     if let Some(line) = status_table::many_serving(&nodes) {
         eprintln!("baton: {line}");

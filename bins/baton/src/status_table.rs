@@ -1,6 +1,6 @@
 //! `baton status`: one row per node, unreachable ones included.
 
-use baton_client::NodeStatus;
+use baton_client::{Error, NodeStatus};
 use baton_proto::Role;
 
 const HEADER: [&str; 6] = ["ADDRESS", "ROLE", "ACTIVE", "TOKEN", "LOCKS", "WAITERS"];
@@ -18,9 +18,13 @@ pub fn render(nodes: &[NodeStatus]) -> String {
                 s.locks.to_string(),
                 s.waiters.to_string(),
             ],
-            Err(_) => [
+            Err(err) => [
                 node.addr.clone(),
-                "unreachable".to_owned(),
+                match err {
+                    Error::NoServer => "unreachable",
+                    _ => "error",
+                }
+                .to_owned(),
                 "-".to_owned(),
                 "-".to_owned(),
                 "-".to_owned(),
@@ -29,6 +33,23 @@ pub fn render(nodes: &[NodeStatus]) -> String {
         });
     }
     pad(&rows)
+}
+
+/// Why each node that could not be asked could not: one line each,
+/// naming it (a refused connection, a TLS or credentials failure).
+pub fn failures(nodes: &[NodeStatus]) -> Vec<String> {
+    nodes
+        .iter()
+        .filter_map(|node| {
+            let err = node.status.as_ref().err()?;
+            let why = crate::status_json::error_text(&node.addr, err);
+            Some(if why.contains(node.addr.as_str()) {
+                why
+            } else {
+                format!("{}: {why}", node.addr)
+            })
+        })
+        .collect()
 }
 
 /// A warning when more than one node says it serves (a priority active

@@ -190,6 +190,11 @@ fn status_shows_every_node_reachable_or_not() {
     );
     let down: Vec<&str> = lines[2].split_whitespace().collect();
     assert_eq!(down[..2], [nowhere.as_str(), "unreachable"], "{table}");
+    // Why, on stderr: the table has no room for it.
+    assert_eq!(
+        stderr(&out),
+        format!("baton: cannot reach {nowhere}: connection refused\n")
+    );
 }
 
 #[test]

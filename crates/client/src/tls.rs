@@ -258,7 +258,8 @@ fn certificate_failure(why: &rustls::CertificateError) -> String {
             let presented = if presented.is_empty() {
                 "no name in its subjectAltName".to_owned()
             } else {
-                presented.join(", ")
+                let names: Vec<&str> = presented.iter().map(|n| plain_name(n)).collect();
+                names.join(", ")
             };
             format!(
                 "the node's certificate is for {presented}, not for {}: connect by a name \
@@ -274,6 +275,19 @@ fn certificate_failure(why: &rustls::CertificateError) -> String {
         }
         other => format!("the node's certificate does not verify: {other}"),
     }
+}
+
+/// A certificate name as written: rustls hands them over as webpki's
+/// debug form, `DnsName("node-1")` or `IpAddress(10.0.0.1)`.
+fn plain_name(presented: &str) -> &str {
+    let unwrap = |prefix: &str, suffix: &str| {
+        presented
+            .strip_prefix(prefix)
+            .and_then(|rest| rest.strip_suffix(suffix))
+    };
+    unwrap("DnsName(\"", "\")")
+        .or_else(|| unwrap("IpAddress(", ")"))
+        .unwrap_or(presented)
 }
 
 fn describe(error: &io::Error) -> String {
