@@ -29,8 +29,9 @@ pub fn remember(servers: &[String]) {
     let _ = SERVERS.set(unique);
 }
 
-/// `cannot reach A: cause; B: cause (no server reachable)`, or `None` if
-/// every address answers a dial now (the failure was above TCP).
+/// `cannot reach A: cause; B: cause (no server reachable)`, naming too
+/// the addresses that do take connections, or `None` if every address
+/// answers a dial now (the failure was above TCP).
 pub fn explain() -> Option<String> {
     let servers = SERVERS.get()?;
     let causes: Vec<(String, String)> = std::thread::scope(|scope| {
@@ -44,6 +45,18 @@ pub fn explain() -> Option<String> {
             .filter_map(|dial| dial.join().ok().flatten())
             .collect()
     });
+    let reached: Vec<&str> = servers
+        .iter()
+        .take(MAX_DIALS)
+        .filter(|addr| causes.iter().all(|(down, _)| down != *addr))
+        .map(String::as_str)
+        .collect();
+    sentence(&causes, &reached)
+}
+
+/// The line for `explain`: the unreachable with their causes, then the
+/// reachable ones, which took the connection but did not serve.
+fn sentence(causes: &[(String, String)], reached: &[&str]) -> Option<String> {
     if causes.is_empty() {
         return None;
     }
@@ -51,10 +64,19 @@ pub fn explain() -> Option<String> {
         .iter()
         .map(|(addr, why)| format!("{addr}: {why}"))
         .collect();
-    Some(format!(
-        "cannot reach {} (no server reachable)",
-        list.join("; ")
-    ))
+    let list = list.join("; ");
+    Some(match reached {
+        [] => format!("cannot reach {list} (no server reachable)"),
+        [one] => format!(
+            "cannot reach {list}; {one} takes connections but did not serve the request \
+             (no active node or leader it could name, or it is stopped)"
+        ),
+        many => format!(
+            "cannot reach {list}; {} take connections but did not serve the request \
+             (no active node or leader they could name, or they are stopped)",
+            many.join(", ")
+        ),
+    })
 }
 
 /// The cause of one address's failure, if dialling it fails.
@@ -98,6 +120,22 @@ pub fn words(err: &std::io::Error) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn names_the_nodes_that_took_the_connection_too() {
+        let down = [("10.0.0.2:7411".to_owned(), "connection refused".to_owned())];
+        assert_eq!(sentence(&[], &["10.0.0.1:7411"]), None);
+        assert_eq!(
+            sentence(&down, &[]).as_deref(),
+            Some("cannot reach 10.0.0.2:7411: connection refused (no server reachable)")
+        );
+        let line = sentence(&down, &["10.0.0.1:7411"]).unwrap_or_default();
+        assert!(
+            line.starts_with("cannot reach 10.0.0.2:7411: connection refused; 10.0.0.1:7411 takes"),
+            "{line}"
+        );
+        assert!(!line.contains("no server reachable"), "{line}");
+    }
 
     #[test]
     fn names_a_refused_connection() {

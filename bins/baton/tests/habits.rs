@@ -165,6 +165,30 @@ fn an_unreachable_server_is_named_with_the_cause() {
     );
 }
 
+#[test]
+fn inspect_names_the_node_that_took_the_connection_but_did_not_serve() {
+    // A process that takes connections and never answers (as a stopped
+    // node's kernel does), beside an address nobody listens on.
+    let silent = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let silent_addr = silent.local_addr().unwrap().to_string();
+    let nowhere = baton_tests::free_addr().to_string();
+    let out = baton(&format!("{silent_addr},{nowhere}"), &["inspect", "k"]);
+    expect_code(&out, 4);
+    let err = stderr(&out);
+    assert!(
+        err.contains(&format!("cannot reach {nowhere}: connection refused")),
+        "{err}"
+    );
+    assert!(
+        err.contains(&format!(
+            "{silent_addr} takes connections but did not serve"
+        )),
+        "{err}"
+    );
+    assert!(!err.contains("no server reachable"), "{err}");
+    drop(silent);
+}
+
 /// Starts `baton run KEY --lease LEASE -- sh -c 'echo $$ > PIDFILE; exec sleep 60'`.
 fn run_sleeper(
     servers: &str,
