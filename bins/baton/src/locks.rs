@@ -148,8 +148,7 @@ fn table(locks: &[Value]) -> String {
 pub fn endpoint_of(nodes: &[NodeStatus]) -> Result<String, (Exit, String)> {
     let reachable: Vec<&NodeStatus> = nodes.iter().filter(|n| n.status.is_ok()).collect();
     let Some(first) = reachable.first() else {
-        let message = crate::unreachable::explain().unwrap_or_else(|| "no server reachable".into());
-        return Err((Exit::NoServer, message));
+        return Err(none_asked(nodes));
     };
     let serving = |n: &&&NodeStatus| {
         n.status
@@ -175,6 +174,28 @@ pub fn endpoint_of(nodes: &[NodeStatus]) -> Result<String, (Exit, String)> {
                 ),
             )
         })
+}
+
+/// Why no node showed its status: a node's own refusal (credentials
+/// required or refused, TLS) with its exit code, before unreachability.
+fn none_asked(nodes: &[NodeStatus]) -> (Exit, String) {
+    let refused = nodes.iter().find_map(|node| match &node.status {
+        Err(err) if !matches!(err, baton_client::Error::NoServer) => Some((&node.addr, err)),
+        _ => None,
+    });
+    match refused {
+        Some((addr, err)) => {
+            let mut message = err.to_string();
+            if !message.contains(addr.as_str()) {
+                message = format!("{addr}: {message}");
+            }
+            (Exit::of(err), message)
+        }
+        None => (
+            Exit::NoServer,
+            crate::unreachable::explain().unwrap_or_else(|| "no server reachable".into()),
+        ),
+    }
 }
 
 /// `advertised` with an unspecified IP replaced by the host of `dialled`.

@@ -187,6 +187,15 @@ fn with_an_auth_file_locks_needs_an_admin() {
     let billing = secret("billing", auth_support::BILLING_SECRET);
     let wrong = secret("wrong", "not-it");
 
+    // Without credentials, whether the endpoint is given or found through
+    // S (which the node refuses too): authentication, exit 8.
+    let out = baton(&servers, &["locks"]);
+    expect_code(&out, 8);
+    assert!(
+        stderr(&out).contains("requires authentication"),
+        "{}",
+        stderr(&out)
+    );
     let out = baton(&servers, &["locks", "--http", &http]);
     expect_code(&out, 8);
     assert!(
