@@ -161,7 +161,17 @@ async fn bad_listing_parameters_are_400_and_huge_limits_are_capped() {
     ] {
         let (code, _, body) = get(&app, uri, None).await;
         assert_eq!(code, StatusCode::BAD_REQUEST, "{uri}: {body}");
+        // Every error is `{"error": "..."}`, as docs/metrics.md says.
+        let error: serde_json::Value = serde_json::from_str(&body).expect("a JSON body");
+        assert!(error["error"].is_string(), "{uri}: {body}");
     }
+    let (_, _, body) = get(&app, "/v1/locks?bogus=1", None).await;
+    assert!(
+        json(&body)["error"].as_str().is_some_and(
+            |e| e.starts_with("bad query string: ") && e.contains("unknown field `bogus`")
+        ),
+        "{body}"
+    );
     let long = "x".repeat(251);
     let (code, _, _) = get(&app, &format!("/v1/locks?prefix={long}"), None).await;
     assert_eq!(code, StatusCode::BAD_REQUEST);

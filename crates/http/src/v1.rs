@@ -6,6 +6,7 @@
 
 use std::sync::Arc;
 
+use axum::extract::rejection::QueryRejection;
 use axum::extract::{Query, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
@@ -34,6 +35,16 @@ pub struct LocksParams {
 /// A client error, as JSON: `{"error": "..."}`.
 pub fn error(code: StatusCode, message: impl Into<String>) -> Response {
     (code, Json(json!({ "error": message.into() }))).into_response()
+}
+
+/// A query string the route does not take (an unknown parameter, bad
+/// escaping), as JSON like every other error, in axum's words.
+fn bad_query(rejection: &QueryRejection) -> Response {
+    let text = rejection.body_text();
+    let why = text
+        .strip_prefix("Failed to deserialize query string: ")
+        .unwrap_or(&text);
+    error(StatusCode::BAD_REQUEST, format!("bad query string: {why}"))
 }
 
 fn not_serving(active: Option<String>) -> Response {
@@ -110,8 +121,12 @@ fn page_json(page: LockPage) -> PageJson {
 /// `GET /v1/locks`.
 pub async fn locks(
     State(ctx): State<Arc<HttpContext>>,
-    Query(params): Query<LocksParams>,
+    params: Result<Query<LocksParams>, QueryRejection>,
 ) -> Response {
+    let params = match params {
+        Ok(Query(params)) => params,
+        Err(rejection) => return bad_query(&rejection),
+    };
     let query = match params.query() {
         Ok(query) => query,
         Err(message) => return error(StatusCode::BAD_REQUEST, message),
