@@ -89,8 +89,9 @@ fn page_of(http: &AdminHttp, reply: Reply) -> Result<(Vec<Value>, Option<String>
         403 => {
             return Err((
                 Exit::PermissionDenied,
-                format!("{addr}: permission denied: {}", reply.error_text()),
-            ))
+                // The endpoint's words say "permission denied" themselves.
+                format!("{addr}: {}", reply.error_text()),
+            ));
         }
         400 => return Err((Exit::Rejected, format!("{addr}: {}", reply.error_text()))),
         code => {

@@ -222,7 +222,7 @@ fn with_an_auth_file_locks_needs_an_admin() {
     );
     expect_code(&out, 9);
     assert!(
-        stderr(&out).contains("permission denied"),
+        stderr(&out).contains("permission denied") && !stderr(&out).contains("denied: permission"),
         "{}",
         stderr(&out)
     );
