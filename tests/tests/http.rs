@@ -87,6 +87,14 @@ async fn a_single_node_is_healthy_and_its_metrics_move_with_the_requests() {
     );
     assert_eq!(body["self"], node.addr().to_string());
     assert_eq!(body["active"], node.addr().to_string());
+    // The node's release, in /health and as the last field of `S`.
+    let version = env!("CARGO_PKG_VERSION");
+    assert_eq!(body["version"], version);
+    let status = node.connect().await.request("S").await;
+    assert!(
+        status.ends_with(&format!(" http={http} version={version}")),
+        "{status}"
+    );
 
     let before = scrape(http).await;
     assert_eq!(before.types["baton_requests_total"], "counter");

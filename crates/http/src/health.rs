@@ -31,6 +31,8 @@ pub struct HealthBody {
     pub active: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub term: Option<u64>,
+    /// The node's release.
+    pub version: &'static str,
 }
 
 pub fn role_name(role: Role) -> &'static str {
@@ -112,6 +114,7 @@ pub fn assess(
         self_addr: self_addr.to_string(),
         active,
         term: term_of(status),
+        version: baton_server::NODE_VERSION,
     };
     (code, body)
 }

@@ -45,7 +45,7 @@ pub use config::ServerConfig;
 pub use data_dir::{DataDir, DataDirError, LOCK_FILE};
 pub use delivery::Mailbox;
 pub use evict::EVICT_GRACE;
-pub use listener::{bind_client_port, run, PeerAcceptor, Server, ServerError};
+pub use listener::{bind_client_port, run, PeerAcceptor, Server, ServerError, NODE_VERSION};
 pub use locks::{Events, SharedLocks};
 pub use metrics::Metrics;
 pub use node::{LockNode, NodeCounters, NodeEvent, NodeStatus, Observed, Served};

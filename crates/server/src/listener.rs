@@ -92,6 +92,10 @@ pub trait PeerAcceptor<S = TcpStream>: Send + Sync + 'static {
     fn accept(&self, stream: S, already_read: bytes::BytesMut);
 }
 
+/// The node's release, as `S` and `/health` show it: the workspace's
+/// version, which batond shares.
+pub const NODE_VERSION: &str = env!("CARGO_PKG_VERSION");
+
 /// What every connection needs to know about the node it belongs to.
 pub(crate) struct NodeInfo<S> {
     pub(crate) config: ServerConfig,
@@ -130,11 +134,14 @@ impl<S> NodeInfo<S> {
         }
     }
 
-    /// `extra` with `http=<addr>` last, when the endpoint is known.
+    /// `extra` with `http=<addr>` when the endpoint is known, then
+    /// `version=` last: extra fields at the end, which parsers of the
+    /// protocol skip.
     fn with_http(&self, mut extra: Vec<(String, String)>) -> Vec<(String, String)> {
         if let Some(addr) = self.http_addr.get() {
             extra.push(("http".to_owned(), addr.clone()));
         }
+        extra.push(("version".to_owned(), NODE_VERSION.to_owned()));
         extra
     }
 }
