@@ -234,3 +234,53 @@ async fn a_raft_node_with_a_flipped_bit_in_its_log_refuses_to_start_naming_the_f
     .await;
     assert_eq!(c.request(&format!("R held {token}")).await, "R held");
 }
+
+/// Every directory and file under `dir` that others may read or write.
+fn open_to_others(dir: &Path) -> Vec<String> {
+    use std::os::unix::fs::PermissionsExt;
+    let mut open = Vec::new();
+    let mut todo = vec![dir.to_path_buf()];
+    while let Some(at) = todo.pop() {
+        let mode = std::fs::metadata(&at)
+            .expect("metadata")
+            .permissions()
+            .mode();
+        if mode & 0o077 != 0 {
+            open.push(format!("{} {:o}", at.display(), mode & 0o777));
+        }
+        if at.is_dir() {
+            for entry in std::fs::read_dir(&at).expect("read dir") {
+                todo.push(entry.expect("dir entry").path());
+            }
+        }
+    }
+    open
+}
+
+#[tokio::test]
+async fn the_data_dir_and_its_files_are_for_the_owner_only() {
+    for mode in ["raft", "priority", "single"] {
+        let base = tempfile::tempdir().expect("temp dir");
+        // Not there yet: the node creates it (and its parent).
+        let dir = base.path().join("new").join(mode);
+        let addr = free_addr().to_string();
+        let node = Batond::start(&strs(&args(mode, &addr, &dir)));
+        let mut c = node.connect().await;
+        c.wait_status("serving", std::time::Duration::from_secs(10), |s| {
+            s.get("role")
+                .is_some_and(|r| ["single", "active", "leader"].contains(&r.as_str()))
+        })
+        .await;
+        let answer = c.request("A perms/k 0 30").await;
+        assert!(answer.starts_with("A perms/k "), "{mode}: {answer}");
+        // Wait for the grant to reach the disk (written at once or
+        // within the node's save interval), then look.
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        while listing(&dir).len() < 2 && std::time::Instant::now() < deadline {
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        }
+        assert!(listing(&dir).len() >= 2, "{mode}: {:?}", listing(&dir));
+        assert_eq!(open_to_others(&dir), Vec::<String>::new(), "{mode}");
+        drop(node);
+    }
+}

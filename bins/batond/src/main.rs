@@ -342,6 +342,9 @@ fn main() -> ExitCode {
         Err(code) => return code,
     };
     logging::init(flags.log_format);
+    // The node's state (locks, tokens, the Raft log) is nobody else's to
+    // read: what it creates is for its user only, whatever umask it got.
+    nix::sys::stat::umask(nix::sys::stat::Mode::from_bits_truncate(0o077));
     // The default connection limit needs as many descriptors.
     match rlimit::increase_nofile_limit(u64::MAX) {
         Ok(limit) => tracing::debug!(limit, "open-file limit"),

@@ -51,7 +51,15 @@ impl DataDir {
         if path.exists() && !path.is_dir() {
             return Err(DataDirError::NotADirectory { path });
         }
-        if let Err(source) = fs::create_dir_all(&path) {
+        // Created for its owner only: it holds the node's locks and tokens.
+        let created = {
+            use std::os::unix::fs::DirBuilderExt;
+            fs::DirBuilder::new()
+                .recursive(true)
+                .mode(0o700)
+                .create(&path)
+        };
+        if let Err(source) = created {
             return Err(DataDirError::Create { path, source });
         }
         let lock_path = path.join(LOCK_FILE);
