@@ -271,7 +271,9 @@ fn certificate_failure(why: &rustls::CertificateError) -> String {
             "the node's certificate is not for the name this client connected by".into()
         }
         Why::UnknownIssuer => {
-            "the node's certificate is not signed by the CA given to the client (--tls-ca)".into()
+            "the node's certificate does not verify: it is not signed by the CA given to the \
+             client (--tls-ca)"
+                .into()
         }
         other => format!("the node's certificate does not verify: {other}"),
     }
