@@ -504,6 +504,14 @@ fn path_text(dir: &std::path::Path, file: &str) -> String {
     dir.join(file).display().to_string()
 }
 
+/// A node serving the recipe's node certificate from `pki`, with `extra`.
+fn recipe_node(pki: &std::path::Path, extra: &[&str]) -> Batond {
+    let (cert, key) = (path_text(pki, "node.pem"), path_text(pki, "node.key"));
+    let mut flags = vec!["--tls-cert", &cert, "--tls-key", &key];
+    flags.extend_from_slice(extra);
+    Batond::start(&flags)
+}
+
 #[tokio::test]
 async fn the_openssl_recipe_serves_batond_the_cli_and_the_rust_client() {
     let parent = tempfile::tempdir().expect("temp dir");
@@ -517,14 +525,7 @@ async fn the_openssl_recipe_serves_batond_the_cli_and_the_rust_client() {
             .mode();
         assert_eq!(mode & 0o077, 0, "{key} is readable by others: {mode:o}");
     }
-    let node = Batond::start(&[
-        "--tls-cert",
-        &file("node.pem"),
-        "--tls-key",
-        &file("node.key"),
-        "--tls-client-ca",
-        &file("ca.pem"),
-    ]);
+    let node = recipe_node(&pki, &["--tls-client-ca", &file("ca.pem")]);
     let addr = node.addr().to_string();
     let out = cli(&[
         "--servers",
@@ -568,12 +569,7 @@ async fn a_certificate_for_other_names_is_one_sentence_naming_both() {
     let parent = tempfile::tempdir().expect("temp dir");
     let pki = openssl_recipe(parent.path(), "pki", &["baton-1.example"]);
     let file = |name: &str| path_text(&pki, name);
-    let node = Batond::start(&[
-        "--tls-cert",
-        &file("node.pem"),
-        "--tls-key",
-        &file("node.key"),
-    ]);
+    let node = recipe_node(&pki, &[]);
     let addr = node.addr().to_string();
     let out = cli(&[
         "--servers",
