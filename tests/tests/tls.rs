@@ -610,3 +610,56 @@ async fn a_certificate_for_other_names_is_one_sentence_naming_both() {
         "{err}"
     );
 }
+
+#[test]
+fn a_v1_client_certificate_is_named_as_such() {
+    let parent = tempfile::tempdir().expect("temp dir");
+    let pki = openssl_recipe(parent.path(), "pki", &["127.0.0.1"]);
+    // What `openssl x509 -req` makes without -extfile: a v1 certificate.
+    let run = |args: &[&str]| {
+        let out = std::process::Command::new("openssl")
+            .args(args)
+            .current_dir(&pki)
+            .output()
+            .expect("openssl");
+        assert!(out.status.success(), "openssl {args:?}: {out:?}");
+    };
+    run(&[
+        "genpkey",
+        "-algorithm",
+        "EC",
+        "-pkeyopt",
+        "ec_paramgen_curve:P-256",
+        "-out",
+        "v1.key",
+    ]);
+    run(&[
+        "req", "-new", "-key", "v1.key", "-subj", "/CN=v1", "-out", "v1.csr",
+    ]);
+    run(&[
+        "x509",
+        "-req",
+        "-in",
+        "v1.csr",
+        "-CA",
+        "ca.pem",
+        "-CAkey",
+        "ca.key",
+        "-set_serial",
+        "7",
+        "-days",
+        "30",
+        "-out",
+        "v1.pem",
+    ]);
+    let refused = baton_client::TlsConfig::from_ca_file(pki.join("ca.pem"))
+        .and_then(|tls| tls.identity_files(pki.join("v1.pem"), pki.join("v1.key")))
+        .err()
+        .map(|e| e.to_string())
+        .unwrap_or_default();
+    assert!(
+        refused.contains("X.509 v1") && refused.contains("only v3"),
+        "{refused}"
+    );
+    assert!(!refused.contains("OtherError"), "{refused}");
+}

@@ -168,9 +168,25 @@ impl TlsConfig {
             None => builder.with_no_client_auth(),
             Some((chain, key)) => builder
                 .with_client_auth_cert(chain.clone(), key.clone_key())
-                .map_err(|e| setup("the client certificate and key", e))?,
+                .map_err(|e| setup("the client certificate and key", identity_failure(&e)))?,
         };
         Ok(Arc::new(config))
+    }
+}
+
+/// Why a client certificate was refused, in words: an X.509 v1
+/// certificate (what `openssl x509 -req` makes without extensions) is the
+/// usual cause, which rustls reports only as webpki's error name.
+fn identity_failure(error: &rustls::Error) -> String {
+    match error {
+        rustls::Error::InvalidCertificate(rustls::CertificateError::Other(other))
+            if other.to_string() == "UnsupportedCertVersion" =>
+        {
+            "the certificate is X.509 v1 and only v3 is accepted: make it with extensions \
+             (openssl x509 -req ... -extfile, as deploy/tls-certs.sh does)"
+                .into()
+        }
+        other => other.to_string(),
     }
 }
 
