@@ -6,6 +6,7 @@ use baton_core::{AcquireOutcome, Change, Event, Key, NotServing, Outcome};
 use super::engine::{Committed, RaftEngine, RaftRole};
 
 mod exact;
+mod flood;
 mod unclaimed;
 
 const PEERS: [&str; 3] = ["n0:1", "n1:1", "n2:1"];
