@@ -1,6 +1,6 @@
 //! The work a serving leader makes for itself when leases run out: it
 //! proposes their expiries in bounded batches, soonest first, the next
-//! batch as earlier ones apply. However many leases lapse together, a
+//! batch as earlier ones apply (paced by the log, not by the timer). However many leases lapse together, a
 //! client's command waits behind at most [`MAX_EXPIRIES_IN_FLIGHT`]
 //! expiries, and no input of the engine walks more than that many.
 //! The other work a leader makes for itself is bounded by what applies:
@@ -47,12 +47,15 @@ impl<H> RaftEngine<H> {
     }
 
     /// When the next expiry is to be proposed: the end of the soonest
-    /// lease not yet expiring, if the bound leaves room (else an applied
-    /// expiry makes room, and asks again).
+    /// lease. None while expiries are on their way: the next are proposed
+    /// as those apply ([`RaftEngine::handle_committed`]), or at the retry
+    /// once the log refused them, so no input walks past them to arm the
+    /// timer.
     pub(super) fn next_expiry(&self) -> Option<Millis> {
-        let (key, _) = self
-            .expiries_to_propose(None, self.expiry_room().min(1))
-            .pop()?;
+        if !self.leading()?.expiring.is_empty() {
+            return None;
+        }
+        let (key, _) = self.expiries_to_propose(None, 1).pop()?;
         let holder = self.table.holder(&key)?;
         let resume = self.leading().map_or(0, |l| l.expiries_resume_at);
         Some(holder.expires_at.max(resume))
