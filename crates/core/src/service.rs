@@ -17,11 +17,11 @@ use crate::waiters::{Waiter, WaiterId};
 use crate::{Key, Millis, Token};
 
 /// Most leases one tick expires. As many leases may lapse together as
-/// are held (a fleet that lost its network: a million), and expired all
-/// in one tick they held the node for over a second, every request
-/// waiting. The rest stay due: the timer ticks again at once, and the
-/// requests that queued for the node meanwhile go in between. A few
-/// milliseconds of work each.
+/// are held (a fleet that lost its network at once), and expired all in
+/// one tick they would hold the node, every request waiting, for as long
+/// as that takes. The rest stay due: the timer ticks again at once, and
+/// the requests that queued for the node meanwhile go in between. A few
+/// milliseconds of work a tick.
 pub const MAX_EXPIRIES_PER_TICK: usize = 4_096;
 
 /// What became of an acquire.

@@ -15,7 +15,7 @@ use super::{Pending, RaftEngine, Standing, MAX_BATCH};
 /// the log, not yet applied): two entries, one committing while the next
 /// waits in the outbox, so the log does not idle between two batches.
 /// Expiries are work the leader makes for itself, as many as leases lapse
-/// together (a fleet that lost its network: hundreds of thousands).
+/// together (a fleet that lost its network at once).
 /// Proposed all at once, they would fill the outbox ahead of every
 /// client's command, and each input would skip them all to find the next
 /// lease to arm the timer for, under the node's one lock. Bounded, a
