@@ -82,6 +82,9 @@ pub struct Flood {
     pub filled_in: Duration,
     pub burst_in: Duration,
     pub probe_max: Option<Duration>,
+    /// When the slowest probe request was sent, in seconds from the end
+    /// instant (negative: during the renewals).
+    pub probe_max_at: Option<f64>,
     pub probes: u64,
     /// Changes of the serving node's (role, term) seen while polling.
     pub role_changes: u64,
@@ -93,7 +96,7 @@ impl Flood {
         let ms = |d: Option<Duration>| d.map_or("-".into(), |d| format!("{:.1} ms", ms(d)));
         format!(
             "{} N={locks}: taken in {:.1} s, {} in {:.1} s; all gone {:.2} s after their end; \
-             probe ({} requests) p50 {} p99 {} max {}; role changes {}",
+             probe ({} requests) p50 {} p99 {} max {} (sent at {}); role changes {}",
             scenario.name(),
             self.filled_in.as_secs_f64(),
             if scenario == Scenario::ExpiryFlood {
@@ -107,6 +110,8 @@ impl Flood {
             ms(self.measured.p50),
             ms(self.measured.p99),
             ms(self.probe_max),
+            self.probe_max_at
+                .map_or("-".into(), |at| format!("{at:+.2} s")),
             self.role_changes,
         )
     }
@@ -152,7 +157,10 @@ pub async fn run(
     let watched = watch_until_gone(addr, &mut tasks).await;
     stop.store(true, Ordering::Relaxed);
     let (gone_at, role_changes, burst_done) = watched?;
-    let probes = probe.await??;
+    let Probes {
+        latencies: probes,
+        slowest,
+    } = probe.await??;
     Ok(Flood {
         measured: Measured {
             rate: gone_at.saturating_duration_since(end_at).as_secs_f64(),
@@ -161,7 +169,8 @@ pub async fn run(
         },
         filled_in,
         burst_in: burst_done.saturating_duration_since(burst_from),
-        probe_max: probes.quantile(1.0),
+        probe_max: slowest.map(|(took, _)| took),
+        probe_max_at: slowest.map(|(_, sent)| signed_seconds(sent, end_at)),
         probes: probes.len(),
         role_changes,
     })
@@ -314,13 +323,39 @@ async fn watch_until_gone(
 
 /// Acquire-release cycles on keys of its own until `stop`; every
 /// request's latency.
+/// The probe's request latencies, and its slowest request's with when it
+/// was sent.
+#[derive(Default)]
+struct Probes {
+    latencies: Histogram,
+    slowest: Option<(Duration, Instant)>,
+}
+
+impl Probes {
+    fn record(&mut self, sent: Instant) {
+        let took = sent.elapsed();
+        self.latencies.record(took);
+        if self.slowest.is_none_or(|(most, _)| took > most) {
+            self.slowest = Some((took, sent));
+        }
+    }
+}
+
+/// `at - from` in seconds, negative if `at` came first.
+fn signed_seconds(at: Instant, from: Instant) -> f64 {
+    match at.checked_duration_since(from) {
+        Some(after) => after.as_secs_f64(),
+        None => -from.saturating_duration_since(at).as_secs_f64(),
+    }
+}
+
 async fn probe(
     addr: SocketAddr,
     prefix: String,
     stop: Arc<AtomicBool>,
-) -> Result<Histogram, BenchError> {
+) -> Result<Probes, BenchError> {
     let mut conn = Conn::connect(PROBE_ID, addr).await?;
-    let mut latencies = Histogram::new();
+    let mut latencies = Probes::default();
     let mut n = 0u64;
     while !stop.load(Ordering::Relaxed) {
         n += 1;
@@ -341,13 +376,13 @@ async fn probe(
 }
 
 /// Sends what `conn` has queued and reads one answer line, timing it.
-async fn ask(conn: &mut Conn, latencies: &mut Histogram) -> Result<Vec<u8>, BenchError> {
+async fn ask(conn: &mut Conn, latencies: &mut Probes) -> Result<Vec<u8>, BenchError> {
     let sent = Instant::now();
     let give_up_at = sent + PHASE_LIMIT;
     conn.flush(give_up_at, PHASE_LIMIT).await?;
     loop {
         if let Some(line) = conn.lines.next_line() {
-            latencies.record(sent.elapsed());
+            latencies.record(sent);
             return Ok(line.to_vec());
         }
         conn.fill(give_up_at, PHASE_LIMIT).await?;
