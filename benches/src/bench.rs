@@ -18,11 +18,11 @@ use crate::cpu::{CpuUse, Probe};
 use crate::error::BenchError;
 use crate::floor::{self, Floor};
 use crate::launch::{Launch, Programs};
-use crate::memory;
 use crate::report::{add_ratios, Row};
 use crate::scenario::{run_prefix, run_probed, Case, Measured, Scenario};
 use crate::server::{Server, SpawnSettings};
 use crate::{failover, Target};
+use crate::{flood, memory};
 
 /// What a plan produced.
 #[derive(Debug, Default)]
@@ -216,7 +216,8 @@ impl Turn<'_> {
                 let measured = match case.scenario {
                     Scenario::Failover => failover::run(launch, settings, &run_prefix()).await,
                     _ => {
-                        let server = launch.start(settings).await?;
+                        let settings = flood::settings_for(case, settings);
+                        let server = launch.start(&settings).await?;
                         let measured = fresh_case(&server, target, case).await;
                         server.stop().await;
                         measured
@@ -273,6 +274,15 @@ impl Turn<'_> {
 async fn fresh_case(server: &Server, target: Target, case: Case) -> Result<Measured, BenchError> {
     match case.scenario {
         Scenario::Memory => memory::run(server, target, case.clients, &run_prefix()).await,
+        Scenario::ExpiryFlood | Scenario::ReleaseFlood => {
+            let flood = flood::run(server, case.scenario, case.clients, &run_prefix()).await?;
+            eprintln!(
+                "{}: {}",
+                target.name(),
+                flood.describe(case.scenario, case.clients)
+            );
+            Ok(flood.measured)
+        }
         _ => Err(BenchError::Scenario(format!(
             "{} does not need a fresh server",
             case.scenario.name()

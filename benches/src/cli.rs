@@ -46,7 +46,7 @@ pub struct Args {
     /// Cycles in flight per connection in the pipelined scenario, comma separated.
     #[arg(long, value_delimiter = ',', default_value = "16", value_parser = parse_count)]
     pub depth: Vec<usize>,
-    /// Locks held at once in the memory scenario.
+    /// Locks held at once in the memory and flood scenarios.
     #[arg(long, default_value = "1000000", value_parser = parse_big_count)]
     pub locks: usize,
     /// Waiters queued on one key in the storm scenario.
@@ -226,7 +226,9 @@ pub fn cases(scenarios: &[Scenario], sizes: &Sizes) -> Vec<Case> {
             Scenario::Uncontended => (&sizes.clients, &[1]),
             Scenario::Contended => (&sizes.contended, &[1]),
             Scenario::Pipelined => (&sizes.pipelined, &sizes.depths),
-            Scenario::Memory => (std::slice::from_ref(&sizes.locks), &[1]),
+            Scenario::Memory | Scenario::ExpiryFlood | Scenario::ReleaseFlood => {
+                (std::slice::from_ref(&sizes.locks), &[1])
+            }
             Scenario::Storm => (std::slice::from_ref(&sizes.waiters), &[1]),
             Scenario::Failover => (&[1], &[1]),
         };
@@ -343,8 +345,9 @@ mod tests {
     fn smoke_runs_every_scenario_briefly() {
         let plan = parse(&["--smoke", "--target", "echo"]).unwrap().plan();
         assert!(plan.smoke);
-        // Three load scenarios at C=1 and 4, then memory, storm, failover.
-        assert_eq!(plan.cases.len(), 9);
+        // Three load scenarios at C=1 and 4, then memory, storm, failover
+        // and the two floods.
+        assert_eq!(plan.cases.len(), 11);
         assert_eq!(plan.runs, 1);
         assert!(plan.timing.warmup + plan.timing.duration <= Duration::from_secs(1));
     }

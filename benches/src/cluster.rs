@@ -74,6 +74,7 @@ pub async fn start(
             args.push(KEY_FLAG.into());
             args.push(key.into());
         }
+        args.extend(settings.batond_args.iter().cloned());
         let spawned = match spawn(batond, &args, settings, None).await {
             Ok(spawned) => spawned,
             Err(error) => {

@@ -112,7 +112,9 @@ impl Launch {
                 Ok(Server::new(vec![Node::external(*addr)], 0, None))
             }
             Launch::Announced { program, args } => {
-                let spawned = spawn(program, args, settings, None).await?;
+                // Set only for scenarios that run on batond alone.
+                let args = [args.as_slice(), &settings.batond_args].concat();
+                let spawned = spawn(program, &args, settings, None).await?;
                 let addr = spawned.announced.ok_or_else(|| BenchError::Startup {
                     program: program.display().to_string(),
                     problem: "no address announced",

@@ -20,6 +20,7 @@ pub mod etcd_cluster;
 #[cfg(feature = "etcd")]
 pub mod etcd_session;
 pub mod failover;
+pub mod flood;
 pub mod floor;
 pub mod goals;
 pub mod histogram;

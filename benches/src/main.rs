@@ -36,6 +36,7 @@ fn main() -> ExitCode {
         pin_cpu: args.pin_server,
         work_dir: args.work_dir.clone(),
         pid_file: args.pid_file.clone(),
+        batond_args: Vec::new(),
     };
     // Affinity (from taskset) limits what std reports, so a pinned driver
     // runs one thread and does not fight itself for its core.

@@ -37,16 +37,23 @@ pub enum Scenario {
     Storm,
     /// Time from kill -9 of the serving node to a grant on another.
     Failover,
+    /// C leases lapsing at once: seconds until all are gone, a probe's
+    /// latencies meanwhile.
+    ExpiryFlood,
+    /// C locks released at once, pipelined: the same figures.
+    ReleaseFlood,
 }
 
 impl Scenario {
-    pub const ALL: [Scenario; 6] = [
+    pub const ALL: [Scenario; 8] = [
         Scenario::Uncontended,
         Scenario::Contended,
         Scenario::Pipelined,
         Scenario::Memory,
         Scenario::Storm,
         Scenario::Failover,
+        Scenario::ExpiryFlood,
+        Scenario::ReleaseFlood,
     ];
 
     pub fn name(self) -> &'static str {
@@ -57,6 +64,8 @@ impl Scenario {
             Scenario::Memory => "memory",
             Scenario::Storm => "storm",
             Scenario::Failover => "failover",
+            Scenario::ExpiryFlood => "expiry-flood",
+            Scenario::ReleaseFlood => "release-flood",
         }
     }
 
@@ -67,6 +76,7 @@ impl Scenario {
             Scenario::Memory => "B/lock",
             Scenario::Storm => "grants/s",
             Scenario::Failover => "ms",
+            Scenario::ExpiryFlood | Scenario::ReleaseFlood => "s",
             _ => "cycles/s",
         }
     }
@@ -76,19 +86,26 @@ impl Scenario {
         match self {
             Scenario::Contended | Scenario::Storm => "handoff",
             Scenario::Memory | Scenario::Failover => "-",
+            Scenario::ExpiryFlood | Scenario::ReleaseFlood => "probe",
             _ => "cycle",
         }
     }
 
-    /// Whether a larger figure is better (not for bytes or milliseconds).
+    /// Whether a larger figure is better (not for bytes or times).
     pub fn higher_is_better(self) -> bool {
-        !matches!(self, Scenario::Memory | Scenario::Failover)
+        !matches!(
+            self,
+            Scenario::Memory | Scenario::Failover | Scenario::ExpiryFlood | Scenario::ReleaseFlood
+        )
     }
 
     /// Whether each run needs a server of its own (memory measures a fresh
-    /// process; failover kills one).
+    /// process; failover kills one; a flood fills one).
     pub fn fresh_server(self) -> bool {
-        matches!(self, Scenario::Memory | Scenario::Failover)
+        matches!(
+            self,
+            Scenario::Memory | Scenario::Failover | Scenario::ExpiryFlood | Scenario::ReleaseFlood
+        )
     }
 }
 

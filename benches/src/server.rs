@@ -29,6 +29,9 @@ pub struct SpawnSettings {
     pub pin_cpu: Option<usize>,
     pub work_dir: Option<PathBuf>,
     pub pid_file: Option<PathBuf>,
+    /// Flags added to every `batond` started (a scenario's, such as the
+    /// floods' `--max-locks`); empty for the others.
+    pub batond_args: Vec<std::ffi::OsString>,
 }
 
 impl SpawnSettings {

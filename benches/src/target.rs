@@ -132,6 +132,10 @@ impl Target {
             // Needs server-side FIFO waiters; Redis clients only spin.
             Scenario::Storm => self.dialect() == Dialect::Baton && self != Target::Echo,
             Scenario::Failover => self.cluster().is_some(),
+            // The lock count and the role come from Baton's `S`.
+            Scenario::ExpiryFlood | Scenario::ReleaseFlood => {
+                self.dialect() == Dialect::Baton && self != Target::Echo
+            }
         }
     }
 

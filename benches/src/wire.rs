@@ -72,7 +72,7 @@ fn parse_token(text: &[u8]) -> Option<u64> {
 }
 
 /// Milliseconds as protocol seconds: 10000 -> `10`, 1500 -> `1.5`.
-fn push_seconds(out: &mut Vec<u8>, ms: u64) {
+pub fn push_seconds(out: &mut Vec<u8>, ms: u64) {
     push_u64(out, ms / 1000);
     let frac = ms % 1000;
     if frac != 0 {

@@ -16,6 +16,14 @@ use crate::table::{Command, LockTable, Outcome};
 use crate::waiters::{Waiter, WaiterId};
 use crate::{Key, Millis, Token};
 
+/// Most leases one tick expires. As many leases may lapse together as
+/// are held (a fleet that lost its network at once), and expired all in
+/// one tick they would hold the node, every request waiting, for as long
+/// as that takes. The rest stay due: the timer ticks again at once, and
+/// the requests that queued for the node meanwhile go in between. A few
+/// milliseconds of work a tick.
+pub const MAX_EXPIRIES_PER_TICK: usize = 4_096;
+
 /// What became of an acquire.
 #[derive(Debug, PartialEq, Eq)]
 pub enum AcquireOutcome {
@@ -159,12 +167,17 @@ impl<H> LockService<H> {
 
     /// Does everything due at `now`: waiters whose deadline <= now time out
     /// (Event::TimedOut) FIRST, then leases with expires_at <= now expire
-    /// (Expire command) and pass to the oldest live waiter (Event::Granted).
+    /// (Expire command), soonest first and at most [`MAX_EXPIRIES_PER_TICK`],
+    /// and pass to the oldest live waiter (Event::Granted).
     pub fn tick(&mut self, now: Millis, events: &mut Vec<Event<H>>) {
         self.rules.time_out(now, events);
         // One expiry at a time: handing a key on changes the index being read.
-        // Each round removes a lease or a waiter, so the loop ends.
-        while let Some(expire) = LockRules::<H>::due_expiry(&self.table, now) {
+        // At most a bound per tick: the rest stay due, and the next tick
+        // runs as soon as this one lets the requests waiting for the node in.
+        for _ in 0..MAX_EXPIRIES_PER_TICK {
+            let Some(expire) = LockRules::<H>::due_expiry(&self.table, now) else {
+                break;
+            };
             let Command::Expire { key, .. } = &expire else {
                 break;
             };

@@ -327,3 +327,30 @@ fn an_exhausted_token_space_queues_instead_of_granting() {
     s.tick(5, &mut events);
     assert_eq!(summary(&events), vec![(w, 1, "a".into(), None)]);
 }
+
+/// Leases lapsing in numbers are expired a bounded batch per tick, soonest
+/// first, the next tick due at once, until all are gone; a freed key still
+/// goes to its waiter in the tick that expires it.
+#[test]
+fn a_tick_expires_a_bounded_batch_of_leases() {
+    let mut s = LockService::<u32>::new();
+    let leases = 2 * MAX_EXPIRIES_PER_TICK + 3;
+    for i in 0..leases {
+        granted(s.acquire(key(&format!("k{i}")), 0, 100, 0, 1));
+    }
+    let last = format!("k{}", leases - 1);
+    queued(s.acquire(key(&last), 1_000, 100, 50, 2));
+    let mut events = Vec::new();
+    s.tick(100, &mut events);
+    assert_eq!(s.table().len(), leases - MAX_EXPIRIES_PER_TICK);
+    assert!(events.is_empty(), "{events:?}");
+    assert_eq!(s.next_deadline(), Some(100));
+    s.tick(100, &mut events);
+    assert_eq!(s.table().len(), 3);
+    s.tick(101, &mut events);
+    let handed = summary(&events);
+    assert_eq!(handed.len(), 1);
+    assert_eq!((handed[0].1, handed[0].2.as_str()), (2, last.as_str()));
+    assert_eq!(s.table().len(), 1);
+    assert_eq!(s.next_deadline(), Some(201));
+}

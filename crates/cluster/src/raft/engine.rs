@@ -20,22 +20,17 @@ use super::members::Members;
 use super::types::{NodeId, Proposal, Tagged};
 
 mod apply;
+mod expiry;
 mod leadership;
 mod token_floor;
 mod validate;
 
 pub use apply::{Committed, MAX_UNCLAIMED};
+pub use expiry::{EXPIRY_RETRY_MS, MAX_EXPIRIES_IN_FLIGHT};
 pub use leadership::{ANSWER_BUDGET_MS, ORPHAN_WAIT_MS};
 
 /// Most commands one log entry carries; more wait for the next entry.
 pub const MAX_BATCH: usize = 1024;
-
-/// How long a leader waits before it proposes expiries again after the
-/// log refused one. openraft refuses at once while it hands the lead over
-/// (or its lease ran out) yet still reports itself leader: retried at
-/// every tick, the expiries would keep the node busy doing nothing until
-/// the role changes.
-pub const EXPIRY_RETRY_MS: Millis = 50;
 
 /// The engine's event: the core's, shared by every engine (the old name).
 pub type EngineEvent<H> = Event<H>;
@@ -488,7 +483,8 @@ impl<H> RaftEngine<H> {
     }
 
     /// Redirects orphans whose time is up, times out waiters and, on the
-    /// serving leader, proposes the expiry of every lease that has run out
+    /// serving leader, proposes the expiry of leases that have run out,
+    /// soonest first, at most [`MAX_EXPIRIES_IN_FLIGHT`] on their way
     /// (timeouts first, as the rules say).
     pub fn handle_tick(&mut self, now: Millis, events: &mut Vec<Event<H>>) {
         self.saw(now);
@@ -498,41 +494,8 @@ impl<H> RaftEngine<H> {
         if let Standing::Leader(leading) = &mut self.standing {
             leading.rules.time_out(now, events);
         }
-        for (key, token) in self.expiries_to_propose(Some(now)) {
-            if let Standing::Leader(leading) = &mut self.standing {
-                leading.expiring.insert((key.clone(), token));
-            }
-            let command = Command::Expire {
-                key: key.clone(),
-                token,
-            };
-            self.propose(command, Pending::Expire { key, token });
-        }
+        self.propose_expiries(now);
         self.debug_validate();
-    }
-
-    /// The leases due by `now` (all if `None`) that the serving leader
-    /// should expire, soonest first: not already expiring, and no renewal
-    /// of the key pending. A renewal already in the log (sent before the
-    /// lease ran out, held up by a stall) goes first: an expiry behind it
-    /// would remove the lock it renewed. Once it applies the lease is new,
-    /// or, if it never commits, the expiry comes next tick.
-    fn expiries_to_propose(&self, now: Option<Millis>) -> Vec<(Key, Token)> {
-        let Some(leading) = self.leading().filter(|_| self.serving()) else {
-            return Vec::new();
-        };
-        if now.is_some_and(|now| now < leading.expiries_resume_at) {
-            return Vec::new();
-        }
-        let due = self.table.due_expiries(now.unwrap_or(Millis::MAX));
-        let wanted = due.filter(|(key, token)| {
-            !leading.expiring.contains(&((*key).clone(), *token))
-                && !self.renewing.contains_key(*key)
-        });
-        match now {
-            Some(_) => wanted.map(|(k, t)| (k.clone(), t)).collect(),
-            None => wanted.take(1).map(|(k, t)| (k.clone(), t)).collect(),
-        }
     }
 
     /// When [`RaftEngine::handle_tick`] next has something to do.
@@ -542,14 +505,7 @@ impl<H> RaftEngine<H> {
             .flatten()
             .map(|&(deadline, _)| deadline)
             .min();
-        let lease = self
-            .expiries_to_propose(None)
-            .first()
-            .and_then(|(key, _)| self.table.holder(key))
-            .map(|holder| {
-                let resume = self.leading().map_or(0, |l| l.expiries_resume_at);
-                holder.expires_at.max(resume)
-            });
+        let lease = self.next_expiry();
         let ours = match self.leading() {
             Some(leading) => leading.rules.next_deadline(lease),
             None => lease,

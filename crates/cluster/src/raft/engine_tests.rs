@@ -6,6 +6,7 @@ use baton_core::{AcquireOutcome, Change, Event, Key, NotServing, Outcome};
 use super::engine::{Committed, RaftEngine, RaftRole};
 
 mod exact;
+mod flood;
 mod token_floor;
 mod unclaimed;
 

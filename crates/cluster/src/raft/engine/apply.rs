@@ -49,6 +49,9 @@ impl<H> RaftEngine<H> {
                     let applied = Applied { mine, current };
                     self.apply_command(&tagged.command, pending, applied, now, events);
                 }
+                // Expiries applied make room for the next: proposed now,
+                // they keep the log busy while leases lapse in numbers.
+                self.propose_expiries(now);
             }
             Committed::LeaderBlank { leader, term } => {
                 if leader == self.me {
