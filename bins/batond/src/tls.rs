@@ -21,12 +21,12 @@ pub struct TlsFlags {
     #[arg(long, value_name = "FILE", requires = "tls_cert")]
     tls_client_ca: Option<PathBuf>,
     /// Close a connection whose request line has been unfinished this long
-    /// (its first line: since it connected), in seconds; 0 never does.
-    #[arg(long, value_name = "SECS", default_value = "10", value_parser = crate::parse_seconds)]
+    /// (its first line: since it connected); 0 never does.
+    #[arg(long, value_name = "DURATION", default_value = "10", value_parser = crate::parse_seconds)]
     line_timeout: u64,
     /// Close a connection with nothing pending (no queued acquire, no
-    /// answer due) that sent nothing this long, in seconds. Off by default.
-    #[arg(long, value_name = "SECS", value_parser = crate::parse_seconds)]
+    /// answer due) that sent nothing this long. Off by default.
+    #[arg(long, value_name = "DURATION", value_parser = crate::parse_seconds)]
     idle_timeout: Option<u64>,
 }
 
