@@ -65,7 +65,7 @@ mod validate;
 
 use std::collections::VecDeque;
 
-use baton_core::{Event, LockService, LockTable, Millis, Quota, TableSnapshot, Token};
+use baton_core::{Event, LockService, LockTable, LogGate, Millis, Quota, TableSnapshot, Token};
 
 use super::messages::{Heartbeat, NodeIndex, PeerRole, PriorityMessage, Term, MAX_MESSAGE_BYTES};
 use super::token_floor::TokenBlocks;
@@ -137,7 +137,7 @@ struct PeerView {
     /// Its messages refused since the last log line about them, and in all.
     refused: u64,
     refused_total: u64,
-    refusal_logged_at: Option<Millis>,
+    refusal_log: LogGate<Millis>,
     /// Log lines about its refused messages (the tests count them).
     refusal_lines: u64,
     /// Its last refusal of this node's link, if any (`refused`).
@@ -194,7 +194,7 @@ pub struct PriorityNode<H> {
     /// The number of the next table this node sends in pieces.
     next_table: u64,
     /// When this node last logged why it may not serve (`refused`).
-    barred_logged_at: Option<Millis>,
+    barred_log: LogGate<Millis>,
 }
 
 impl<H> PriorityNode<H> {
@@ -232,7 +232,7 @@ impl<H> PriorityNode<H> {
             scratch: Vec::new(),
             message_limit: MAX_MESSAGE_BYTES,
             next_table,
-            barred_logged_at: None,
+            barred_log: LogGate::default(),
         };
         node.checked();
         node

@@ -39,7 +39,7 @@ use std::collections::HashMap;
 use std::sync::{Mutex, PoisonError};
 use std::time::Duration;
 
-use baton_core::{Command, TableSnapshot, Token};
+use baton_core::{Command, LogGate, TableSnapshot, Token};
 use openraft::raft::{
     AppendEntriesRequest, AppendEntriesResponse, TransferLeaderRequest, TransferLeaderResponse,
     VoteRequest, VoteResponse,
@@ -308,33 +308,27 @@ pub fn check_transfer_reply(
 #[derive(Debug, Default)]
 pub struct Complaints {
     /// Per peer id (ids come from the peer list: bounded).
-    by_peer: Mutex<HashMap<NodeId, (Instant, u64)>>,
+    by_peer: Mutex<HashMap<NodeId, LogGate<std::time::Instant>>>,
 }
 
 impl Complaints {
     /// Notes that a message `what` of `peer` was refused; returns whether
     /// it logged.
     pub fn refused(&self, peer: NodeId, what: &str, why: &Implausible) -> bool {
-        let now = Instant::now();
+        let now = Instant::now().into_std();
         let mut by_peer = self.by_peer.lock().unwrap_or_else(PoisonError::into_inner);
-        match by_peer.get_mut(&peer) {
-            Some((at, quiet)) if now.duration_since(*at) < COMPLAINT_INTERVAL => {
-                *quiet = quiet.saturating_add(1);
-                false
-            }
-            entry => {
-                let quiet = entry.map_or(0, |(_, quiet)| *quiet);
-                tracing::warn!(
-                    peer,
-                    what,
-                    reason = %why,
-                    refused_quietly = quiet,
-                    "refused an implausible raft message"
-                );
-                by_peer.insert(peer, (now, 0));
-                true
-            }
-        }
+        let gate = by_peer.entry(peer).or_default();
+        let Some(quiet) = gate.note(now, COMPLAINT_INTERVAL) else {
+            return false;
+        };
+        tracing::warn!(
+            peer,
+            what,
+            reason = %why,
+            refused_quietly = quiet,
+            "refused an implausible raft message"
+        );
+        true
     }
 }
 

@@ -178,16 +178,12 @@ impl<H> PriorityNode<H> {
             debug_assert!(false, "trouble with node {from}, not a peer");
             return;
         };
-        let due = peer
-            .refusal_logged_at
-            .is_none_or(|at| now.saturating_sub(at) >= REFUSAL_LOG_EVERY_MS);
-        if due {
+        if peer.refusal_log.note(now, REFUSAL_LOG_EVERY_MS).is_some() {
             tracing::warn!(
                 peer = super::roles::addr_in(&self.config.peers, from),
                 refused = peer.refused,
                 "{what}"
             );
-            peer.refusal_logged_at = Some(now);
             peer.refusal_lines += 1;
             peer.refused = 0;
         }
