@@ -27,7 +27,7 @@ pub use codec::{ClientCodec, ServerCodec};
 pub use duration::{format_duration_ms, parse_duration_ms, DurationError};
 pub use error_reply::{connection_refused_line, ErrorReply};
 pub use flag_duration::{parse_flag_duration_ms, FlagDurationError};
-pub use host_port::host_port;
+pub use host_port::{host_port, MAX_ADDR_LEN};
 pub use limits::{Limits, MAX_REQUEST_LINE, MAX_RESPONSE_LINE};
 pub use op::Op;
 pub use parse_request::parse_request;
