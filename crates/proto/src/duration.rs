@@ -2,9 +2,9 @@
 //! whole milliseconds in memory. Converted exactly, never through floats.
 //!
 //! [`parse_duration_ms`] is the one reader of the protocol's seconds, for
-//! requests and responses alike (and the bench's flags); durations typed by people (flags, config
-//! files) are read by [`crate::parse_flag_duration_ms`], which also takes
-//! units.
+//! requests and responses alike (and the bench's flags); durations typed
+//! by people (flags, config files) are read by
+//! [`crate::parse_flag_duration_ms`], which also takes units.
 
 use std::fmt;
 

@@ -2,38 +2,23 @@
 //! it: even an authenticated peer may be buggy or read a damaged disk, and
 //! one implausible number must not poison the cluster.
 //!
-//! - **Terms.** A term rises by one per election attempt, and with
-//!   pre-vote only when a majority has lost its leader. A term more than
-//!   [`MAX_TERM_LEAP`] (2^32) beyond this node's own cannot have been
-//!   reached: 2^32 elections at one per 150 ms take over 20 years of
-//!   nothing but elections. The leap is that large because a refusal has
-//!   a price: a node that was away (or wiped, at term 0) must still be let
-//!   back by a cluster that lived long; a smaller bound buys nothing, since
-//!   a large term is harmless by itself. What it prevents is the attack of
-//!   the issue: a vote with a term near 2^64, after which openraft's next
-//!   election overflowed the term and panicked on every node. No term at
-//!   or over [`TERM_CEILING`] is taken either way.
-//! - **Log ids.** No log id of a message is of a later term than the
-//!   leader (or candidate) sending it; indexes stay under
-//!   [`INDEX_CEILING`]; entries follow each other one by one.
-//! - **Payload.** At most [`MAX_PAYLOAD_ENTRIES`] entries, each proposal at
-//!   most [`MAX_BATCH`] commands: what a leader sends (see
-//!   [`super::limits`]).
-//! - **Tokens.** A token floor in the log is a leader's wall clock
-//!   (`ms << 20`): one beyond this node's clock plus
-//!   [`CLOCK_ALLOWANCE_MS`] (an hour, the priority cluster's allowance) is
-//!   refused ([`max_floor_at`]). Past the floors, every token is one grant
-//!   command, and every entry up to index `i` holds at most `MAX_BATCH`
-//!   commands, so no table at index `i` has a token over that floor plus
-//!   `(i + 1) * MAX_BATCH` ([`max_token_at`]): a snapshot beyond it is
-//!   refused. A node whose clock is over an hour behind its leader's
-//!   refuses the leader's floors, so it cannot follow: the log line says
-//!   why.
-//! - **Membership.** Node ids a node can have, well-formed addresses, at
-//!   most [`super::members::MAX_MEMBERS`] nodes (see [`super::members`]).
+//! - **Terms.** At most [`MAX_TERM_LEAP`] (2^32) beyond this node's own,
+//!   never at or over [`TERM_CEILING`]: a term near 2^64 made openraft's
+//!   next election overflow and panic on every node, while a node away for
+//!   long (or wiped, at term 0) must still be let back.
+//! - **Log ids.** None of a later term than its sender's; indexes under
+//!   [`INDEX_CEILING`]; entries one by one.
+//! - **Payload.** At most [`MAX_PAYLOAD_ENTRIES`] entries of at most
+//!   [`MAX_BATCH`] commands (see [`super::limits`]).
+//! - **Tokens.** A token floor at most this node's wall-clock floor plus
+//!   [`CLOCK_ALLOWANCE_MS`] ([`max_floor_at`]); a snapshot's tokens at most
+//!   that plus what a log of its length can have granted
+//!   ([`max_token_at`]).
+//! - **Membership.** See [`super::members`].
 //!
-//! Refusals are logged at most once per peer per [`COMPLAINT_INTERVAL`]
-//! ([`Complaints`]), never per frame.
+//! Why each bound is safe, and what it costs, is in docs/cluster.md
+//! ("Sanity bounds on what peers report"). Refusals are logged at most
+//! once per peer per [`COMPLAINT_INTERVAL`] ([`Complaints`]).
 
 use std::collections::HashMap;
 use std::sync::{Mutex, PoisonError};
