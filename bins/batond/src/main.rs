@@ -46,11 +46,11 @@ struct Flags {
     #[arg(long, default_value = "127.0.0.1:7411", value_parser = addr::host_port)]
     listen: String,
     /// Longest wait an acquire may ask for.
-    #[arg(long, value_name = "DURATION", default_value = "86400", value_parser = parse_seconds)]
-    max_wait: u64,
+    #[arg(long = "max-wait", value_name = "DURATION", default_value = "86400", value_parser = parse_seconds)]
+    max_wait_ms: u64,
     /// Longest lease an acquire or renew may ask for.
-    #[arg(long, value_name = "DURATION", default_value = "86400", value_parser = parse_seconds)]
-    max_lease: u64,
+    #[arg(long = "max-lease", value_name = "DURATION", default_value = "86400", value_parser = parse_seconds)]
+    max_lease_ms: u64,
     /// Client connections served at once; more are refused.
     #[arg(long, value_name = "N", default_value_t = 10_000)]
     max_connections: usize,
@@ -84,13 +84,13 @@ struct Flags {
     #[arg(long, value_name = "ADDR", value_parser = addr::host_port)]
     advertise: Option<String>,
     /// Cluster: time between heartbeats.
-    #[arg(long, value_name = "DURATION", default_value = "0.05", value_parser = parse_seconds)]
-    heartbeat_interval: u64,
+    #[arg(long = "heartbeat-interval", value_name = "DURATION", default_value = "0.05", value_parser = parse_seconds)]
+    heartbeat_interval_ms: u64,
     /// Cluster: a peer not heard for this long is dead. A Raft
     /// follower calls an election after this long plus a random part of as
     /// much again.
-    #[arg(long, value_name = "DURATION", default_value = "0.3", value_parser = parse_seconds)]
-    failure_timeout: u64,
+    #[arg(long = "failure-timeout", value_name = "DURATION", default_value = "0.3", value_parser = parse_seconds)]
+    failure_timeout_ms: u64,
     /// Where this node keeps its state across restarts, one directory per
     /// node (it is locked): the Raft log, vote and snapshots (required with
     /// --mode raft), or the lock table and last token of a single or
@@ -184,8 +184,8 @@ impl Flags {
         Ok(ServerConfig {
             listen,
             limits: Limits {
-                max_wait_ms: self.max_wait,
-                max_lease_ms: self.max_lease,
+                max_wait_ms: self.max_wait_ms,
+                max_lease_ms: self.max_lease_ms,
             },
             max_connections: self.max_connections,
             max_pending: self.max_pending,
@@ -231,7 +231,8 @@ impl Flags {
                 ))
             }
         };
-        if self.heartbeat_interval == 0 || self.failure_timeout <= self.heartbeat_interval {
+        if self.heartbeat_interval_ms == 0 || self.failure_timeout_ms <= self.heartbeat_interval_ms
+        {
             return Err(
                 "--failure-timeout must be longer than --heartbeat-interval, which must be above 0"
                     .into(),
@@ -246,8 +247,8 @@ impl Flags {
             let settings = priority::PrioritySettings {
                 peers: self.peers,
                 me: me as usize,
-                heartbeat_ms: self.heartbeat_interval,
-                failure_timeout_ms: self.failure_timeout,
+                heartbeat_ms: self.heartbeat_interval_ms,
+                failure_timeout_ms: self.failure_timeout_ms,
                 data_dir: self.data_dir,
                 keys,
             };
@@ -261,8 +262,8 @@ impl Flags {
         }
         let mut settings = raft::RaftSettings::new(me, self.peers, data_dir, keys);
         settings.join = self.join;
-        settings.heartbeat_ms = self.heartbeat_interval;
-        settings.election_timeout_ms = self.failure_timeout;
+        settings.heartbeat_ms = self.heartbeat_interval_ms;
+        settings.election_timeout_ms = self.failure_timeout_ms;
         settings.snapshot_every = self.snapshot_every;
         Ok(Plan::Raft { config, settings })
     }
