@@ -42,6 +42,21 @@ async fn the_files_settings_apply_and_flags_override_them() {
     assert_any_error(&client.request("A wait 3 1").await);
 }
 
+/// Durations take the units `baton`'s flags take, in the file and on the
+/// command line alike.
+#[tokio::test]
+async fn durations_take_units_in_the_file_and_on_the_command_line() {
+    let dir = tempfile::tempdir().expect("dir");
+    let file = write(dir.path(), "units.toml", "max-lease = \"5s\"\n");
+    let node = Batond::start(&["--config", &file, "--max-wait", "2000ms"]);
+    let mut client = node.connect().await;
+    assert_any_error(&client.request("A long 1 5.001").await);
+    let token = grant_token(&client.request("A short 1 5").await, "short");
+    assert_eq!(client.request(&format!("R short {token}")).await, "R short");
+    assert_any_error(&client.request("A wait 2.001 1").await);
+    assert_any_error(&client.request("A wait 3 1").await);
+}
+
 #[test]
 fn a_bad_config_file_stops_start_up_with_one_line_naming_it_and_the_key() {
     let dir = tempfile::tempdir().expect("dir");

@@ -92,8 +92,8 @@ fn usage_errors_exit_2() {
         &["acquire", "k", "--lease", "0"],
         &["acquire", "has space"],
         &["release", "k", "notanumber"],
-        // renew's lease defaults to 30 s now (issue 13): its token is what
-        // it cannot do without.
+        // renew's lease defaults to 30 s: its token is what it cannot do
+        // without.
         &["renew", "k"],
         &["renew", "k", "1", "--lease", "5x"],
         &["run", "k"],

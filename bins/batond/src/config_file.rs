@@ -306,7 +306,7 @@ mod tests {
         let example = include_str!("../../../docs/batond.example.toml");
         let merged = with_file(example, &[]).expect("the example file's keys all parse");
         let flags = <crate::Flags as clap::Parser>::try_parse_from(&merged).expect("flags");
-        assert_eq!(flags.max_wait, 300_000, "{merged:?}");
+        assert_eq!(flags.max_wait_ms, 300_000, "{merged:?}");
         // Every key of the example is a setting, not a comment's typo.
         let keys = example.parse::<toml::Table>().expect("toml").len();
         assert_eq!(merged.len() - 3, keys + count_extra_list_items(example));

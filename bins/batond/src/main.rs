@@ -30,6 +30,9 @@ mod tls;
 /// Every flag may also be set in a TOML file given with --config, under
 /// its long name without the dashes (`max-wait = "30"`, `peers = ["a:7411",
 /// "b:7411"]`); a flag on the command line overrides the file.
+///
+/// A DURATION is seconds with up to 3 decimals (`30`, `0.5`) or a number
+/// with a unit: `500ms`, `5s`, `1.5s`, `2m`, `1h` (as `baton` takes them).
 #[derive(Debug, Parser)]
 #[command(name = "batond", version)]
 struct Flags {
@@ -42,12 +45,12 @@ struct Flags {
     /// host name is resolved when binding.
     #[arg(long, default_value = "127.0.0.1:7411", value_parser = addr::host_port)]
     listen: String,
-    /// Longest wait an acquire may ask for, in seconds.
-    #[arg(long, value_name = "SECS", default_value = "86400", value_parser = parse_seconds)]
-    max_wait: u64,
-    /// Longest lease an acquire or renew may ask for, in seconds.
-    #[arg(long, value_name = "SECS", default_value = "86400", value_parser = parse_seconds)]
-    max_lease: u64,
+    /// Longest wait an acquire may ask for.
+    #[arg(long = "max-wait", value_name = "DURATION", default_value = "86400", value_parser = parse_seconds)]
+    max_wait_ms: u64,
+    /// Longest lease an acquire or renew may ask for.
+    #[arg(long = "max-lease", value_name = "DURATION", default_value = "86400", value_parser = parse_seconds)]
+    max_lease_ms: u64,
     /// Client connections served at once; more are refused.
     #[arg(long, value_name = "N", default_value_t = 10_000)]
     max_connections: usize,
@@ -80,14 +83,14 @@ struct Flags {
     /// (a node bound to 0.0.0.0, say), host:port.
     #[arg(long, value_name = "ADDR", value_parser = addr::host_port)]
     advertise: Option<String>,
-    /// Cluster: time between heartbeats, in seconds.
-    #[arg(long, value_name = "SECS", default_value = "0.05", value_parser = parse_seconds)]
-    heartbeat_interval: u64,
-    /// Cluster: a peer not heard for this long is dead, in seconds. A Raft
+    /// Cluster: time between heartbeats.
+    #[arg(long = "heartbeat-interval", value_name = "DURATION", default_value = "0.05", value_parser = parse_seconds)]
+    heartbeat_interval_ms: u64,
+    /// Cluster: a peer not heard for this long is dead. A Raft
     /// follower calls an election after this long plus a random part of as
     /// much again.
-    #[arg(long, value_name = "SECS", default_value = "0.3", value_parser = parse_seconds)]
-    failure_timeout: u64,
+    #[arg(long = "failure-timeout", value_name = "DURATION", default_value = "0.3", value_parser = parse_seconds)]
+    failure_timeout_ms: u64,
     /// Where this node keeps its state across restarts, one directory per
     /// node (it is locked): the Raft log, vote and snapshots (required with
     /// --mode raft), or the lock table and last token of a single or
@@ -181,8 +184,8 @@ impl Flags {
         Ok(ServerConfig {
             listen,
             limits: Limits {
-                max_wait_ms: self.max_wait,
-                max_lease_ms: self.max_lease,
+                max_wait_ms: self.max_wait_ms,
+                max_lease_ms: self.max_lease_ms,
             },
             max_connections: self.max_connections,
             max_pending: self.max_pending,
@@ -228,7 +231,8 @@ impl Flags {
                 ))
             }
         };
-        if self.heartbeat_interval == 0 || self.failure_timeout <= self.heartbeat_interval {
+        if self.heartbeat_interval_ms == 0 || self.failure_timeout_ms <= self.heartbeat_interval_ms
+        {
             return Err(
                 "--failure-timeout must be longer than --heartbeat-interval, which must be above 0"
                     .into(),
@@ -243,8 +247,8 @@ impl Flags {
             let settings = priority::PrioritySettings {
                 peers: self.peers,
                 me: me as usize,
-                heartbeat_ms: self.heartbeat_interval,
-                failure_timeout_ms: self.failure_timeout,
+                heartbeat_ms: self.heartbeat_interval_ms,
+                failure_timeout_ms: self.failure_timeout_ms,
                 data_dir: self.data_dir,
                 keys,
             };
@@ -258,8 +262,8 @@ impl Flags {
         }
         let mut settings = raft::RaftSettings::new(me, self.peers, data_dir, keys);
         settings.join = self.join;
-        settings.heartbeat_ms = self.heartbeat_interval;
-        settings.election_timeout_ms = self.failure_timeout;
+        settings.heartbeat_ms = self.heartbeat_interval_ms;
+        settings.election_timeout_ms = self.failure_timeout_ms;
         settings.snapshot_every = self.snapshot_every;
         Ok(Plan::Raft { config, settings })
     }
@@ -325,15 +329,10 @@ impl Plan {
     }
 }
 
-/// Seconds with at most 3 decimals, as in the protocol (and read by its
-/// parser), to milliseconds.
+/// A duration flag to milliseconds, in the grammar of every duration flag
+/// (`baton`'s too): seconds (`30`, `0.5`) or a number with a unit (`500ms`).
 fn parse_seconds(text: &str) -> Result<u64, String> {
-    baton_proto::parse_duration_ms(text.as_bytes()).map_err(|e| match e {
-        baton_proto::DurationError::Syntax => {
-            "expected seconds, e.g. 30 or 0.5 (at most 3 decimals)".into()
-        }
-        baton_proto::DurationError::Overflow => "too large".into(),
-    })
+    baton_proto::parse_flag_duration_ms(text).map_err(|e| e.to_string())
 }
 
 fn main() -> ExitCode {
@@ -465,9 +464,17 @@ mod tests {
         for bad in ["", ".5", "1.", "1.2345", "-1", "1e3", "x"] {
             assert!(parse_seconds(bad).is_err(), "{bad}");
         }
-        assert_eq!(
-            parse_seconds("99999999999999999999"),
-            Err("too large".into())
-        );
+        let huge = parse_seconds("99999999999999999999").expect_err("huge");
+        assert!(huge.ends_with("too large"), "{huge}");
+    }
+
+    /// The same units as `baton`'s flags: `--max-wait 500ms` is half a second.
+    #[test]
+    fn seconds_take_the_units_baton_takes() {
+        assert_eq!(parse_seconds("500ms"), Ok(500));
+        assert_eq!(parse_seconds("2m"), Ok(120_000));
+        assert_eq!(parse_seconds("1.5s"), Ok(1500));
+        let err = parse_seconds("5parsecs").expect_err("refused");
+        assert!(err.starts_with("`5parsecs` is not a duration"), "{err}");
     }
 }

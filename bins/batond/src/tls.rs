@@ -21,13 +21,13 @@ pub struct TlsFlags {
     #[arg(long, value_name = "FILE", requires = "tls_cert")]
     tls_client_ca: Option<PathBuf>,
     /// Close a connection whose request line has been unfinished this long
-    /// (its first line: since it connected), in seconds; 0 never does.
-    #[arg(long, value_name = "SECS", default_value = "10", value_parser = crate::parse_seconds)]
-    line_timeout: u64,
+    /// (its first line: since it connected); 0 never does.
+    #[arg(long = "line-timeout", value_name = "DURATION", default_value = "10", value_parser = crate::parse_seconds)]
+    line_timeout_ms: u64,
     /// Close a connection with nothing pending (no queued acquire, no
-    /// answer due) that sent nothing this long, in seconds. Off by default.
-    #[arg(long, value_name = "SECS", value_parser = crate::parse_seconds)]
-    idle_timeout: Option<u64>,
+    /// answer due) that sent nothing this long. Off by default.
+    #[arg(long = "idle-timeout", value_name = "DURATION", value_parser = crate::parse_seconds)]
+    idle_timeout_ms: Option<u64>,
 }
 
 impl TlsFlags {
@@ -47,16 +47,16 @@ impl TlsFlags {
     }
 
     pub fn line_timeout(&self) -> Option<Duration> {
-        (self.line_timeout > 0).then(|| Duration::from_millis(self.line_timeout))
+        (self.line_timeout_ms > 0).then(|| Duration::from_millis(self.line_timeout_ms))
     }
 
     /// `None` when off; 0 is refused by [`TlsFlags::check`].
     pub fn idle_timeout(&self) -> Option<Duration> {
-        self.idle_timeout.map(Duration::from_millis)
+        self.idle_timeout_ms.map(Duration::from_millis)
     }
 
     pub fn check(&self) -> Result<(), String> {
-        if self.idle_timeout == Some(0) {
+        if self.idle_timeout_ms == Some(0) {
             return Err(
                 "--idle-timeout must be above 0 (leave it out to keep idle connections)".into(),
             );

@@ -1,6 +1,6 @@
 //! `Client::close`: the locks the guards still hold are released before the
 //! program exits, including a guard dropped right before the runtime ends
-//! (issue 9, item 13), and the client refuses new work afterwards.
+//!, and the client refuses new work afterwards.
 
 #![allow(clippy::unwrap_used)] // a failed unwrap in a test is a failed test
 

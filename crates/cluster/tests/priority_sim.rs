@@ -1,4 +1,4 @@
-//! Deterministic simulation of the priority-failover engine (issue 4): many
+//! Deterministic simulation of the priority-failover engine: many
 //! seeded runs of 2, 3 and 4 nodes through delay, loss, link resets,
 //! crashes, restarts, graceful stops, process pauses and partitions, with
 //! the cluster's guarantees checked after every simulated millisecond.

@@ -14,7 +14,7 @@
 //! "mode", "self", "active" (or null), "term" (Raft only)}`.
 
 use axum::http::StatusCode;
-use baton_proto::{Mode, Role};
+use baton_proto::Role;
 use baton_server::NodeStatus;
 use serde::Serialize;
 
@@ -33,25 +33,6 @@ pub struct HealthBody {
     pub term: Option<u64>,
     /// The node's release.
     pub version: &'static str,
-}
-
-pub fn role_name(role: Role) -> &'static str {
-    match role {
-        Role::Single => "single",
-        Role::Active => "active",
-        Role::Standby => "standby",
-        Role::Leader => "leader",
-        Role::Follower => "follower",
-        Role::Candidate => "candidate",
-    }
-}
-
-pub fn mode_name(mode: Mode) -> &'static str {
-    match mode {
-        Mode::Single => "single",
-        Mode::Priority => "priority",
-        Mode::Raft => "raft",
-    }
 }
 
 /// Whether a node in `role` serves clients itself.
@@ -109,8 +90,8 @@ pub fn assess(
     let body = HealthBody {
         status: status_word,
         reason,
-        role: role_name(status.role),
-        mode: mode_name(status.mode),
+        role: status.role.as_str(),
+        mode: status.mode.as_str(),
         self_addr: self_addr.to_string(),
         active,
         term: term_of(status),
@@ -122,6 +103,7 @@ pub fn assess(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use baton_proto::Mode;
 
     fn status(role: Role, mode: Mode, active: Option<&str>) -> NodeStatus {
         NodeStatus {

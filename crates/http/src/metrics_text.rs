@@ -17,20 +17,11 @@ use prometheus_client::metrics::gauge::ConstGauge;
 use prometheus_client::metrics::MetricType;
 use prometheus_client::registry::Registry;
 
-use crate::health::{active_of, mode_name, role_name, term_of};
+use crate::health::{active_of, term_of};
 use crate::view::HttpContext;
 
 /// The `Content-Type` of the answer.
 pub const CONTENT_TYPE: &str = prometheus_client::encoding::prometheus_text::CONTENT_TYPE;
-
-const ROLES: [Role; 6] = [
-    Role::Single,
-    Role::Active,
-    Role::Standby,
-    Role::Leader,
-    Role::Follower,
-    Role::Candidate,
-];
 
 /// Everything one scrape shows, read before encoding.
 #[derive(Debug)]
@@ -240,10 +231,10 @@ impl Scrape {
     /// The role gauges and the node's info line.
     fn encode_role(&self, e: &mut DescriptorEncoder) -> Result<(), FmtError> {
         let s = &self.status;
-        let role = role_name(s.role);
-        let roles = ROLES
+        let role = s.role.as_str();
+        let roles = Role::ALL
             .iter()
-            .map(|r| (role_name(*r), i64::from(role_name(*r) == role)));
+            .map(|r| (r.as_str(), i64::from(r.as_str() == role)));
         gauge_family(
             e,
             "baton_role",
@@ -259,7 +250,7 @@ impl Scrape {
             MetricType::Gauge,
         )?;
         let labels = [
-            ("mode", mode_name(s.mode)),
+            ("mode", s.mode.as_str()),
             ("self", self.self_addr.as_str()),
             ("active", active.as_str()),
         ];

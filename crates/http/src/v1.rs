@@ -16,7 +16,7 @@ use baton_server::Served;
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 
-use crate::health::{active_of, mode_name, role_name, term_of};
+use crate::health::{active_of, term_of};
 use crate::limits::{DEFAULT_PAGE, MAX_PAGE};
 use crate::view::HttpContext;
 
@@ -166,7 +166,7 @@ pub async fn cluster(State(ctx): State<Arc<HttpContext>>) -> Response {
         vec![MemberJson {
             addr: ctx.self_addr.clone(),
             is_self: true,
-            state: role_name(status.role),
+            state: status.role.as_str(),
             membership: "voter",
             matched_index: None,
             lag: None,
@@ -175,8 +175,8 @@ pub async fn cluster(State(ctx): State<Arc<HttpContext>>) -> Response {
         members.into_iter().map(member_json).collect()
     };
     let body = json!({
-        "role": role_name(status.role),
-        "mode": mode_name(status.mode),
+        "role": status.role.as_str(),
+        "mode": status.mode.as_str(),
         "self": ctx.self_addr,
         "active": active_of(&status, &ctx.self_addr),
         "term": term_of(&status),

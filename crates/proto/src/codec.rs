@@ -12,6 +12,30 @@ use crate::request_error::{RequestError, RequestErrorKind};
 use crate::response::Response;
 use crate::response_error::ResponseError;
 
+/// `Encoder` of `$item` and of `&$item` for `$codec`: the item writes
+/// itself (`Response::encode`, `Request::encode`).
+macro_rules! encodes_itself {
+    ($codec:ty, $item:ty) => {
+        impl Encoder<&$item> for $codec {
+            type Error = std::io::Error;
+
+            fn encode(&mut self, item: &$item, dst: &mut BytesMut) -> Result<(), Self::Error> {
+                item.encode(dst);
+                Ok(())
+            }
+        }
+
+        impl Encoder<$item> for $codec {
+            type Error = std::io::Error;
+
+            fn encode(&mut self, item: $item, dst: &mut BytesMut) -> Result<(), Self::Error> {
+                item.encode(dst);
+                Ok(())
+            }
+        }
+    };
+}
+
 /// A node's side: decodes requests, encodes responses.
 ///
 /// A bad request is an item, not a decoder error, because the connection
@@ -75,30 +99,11 @@ impl Decoder for ServerCodec {
 
     fn decode_eof(&mut self, src: &mut BytesMut) -> Result<Option<Self::Item>, Self::Error> {
         let item = self.decode(src)?;
-        if item.is_none() {
-            self.lines.drop_partial(src);
-        }
-        Ok(item)
+        Ok(self.lines.at_eof(src, item))
     }
 }
 
-impl Encoder<&Response> for ServerCodec {
-    type Error = std::io::Error;
-
-    fn encode(&mut self, item: &Response, dst: &mut BytesMut) -> Result<(), Self::Error> {
-        item.encode(dst);
-        Ok(())
-    }
-}
-
-impl Encoder<Response> for ServerCodec {
-    type Error = std::io::Error;
-
-    fn encode(&mut self, item: Response, dst: &mut BytesMut) -> Result<(), Self::Error> {
-        item.encode(dst);
-        Ok(())
-    }
-}
+encodes_itself!(ServerCodec, Response);
 
 /// A client's side: encodes requests, decodes responses.
 ///
@@ -145,27 +150,8 @@ impl Decoder for ClientCodec {
 
     fn decode_eof(&mut self, src: &mut BytesMut) -> Result<Option<Self::Item>, Self::Error> {
         let item = self.decode(src)?;
-        if item.is_none() {
-            self.lines.drop_partial(src);
-        }
-        Ok(item)
+        Ok(self.lines.at_eof(src, item))
     }
 }
 
-impl Encoder<&Request> for ClientCodec {
-    type Error = std::io::Error;
-
-    fn encode(&mut self, item: &Request, dst: &mut BytesMut) -> Result<(), Self::Error> {
-        item.encode(dst);
-        Ok(())
-    }
-}
-
-impl Encoder<Request> for ClientCodec {
-    type Error = std::io::Error;
-
-    fn encode(&mut self, item: Request, dst: &mut BytesMut) -> Result<(), Self::Error> {
-        item.encode(dst);
-        Ok(())
-    }
-}
+encodes_itself!(ClientCodec, Request);

@@ -1,9 +1,10 @@
 //! `<wait>` and `<lease>`: seconds with at most 3 decimals on the wire,
 //! whole milliseconds in memory. Converted exactly, never through floats.
 //!
-//! [`parse_duration_ms`] is the one reader of the protocol's seconds: the
-//! server's request parser, the `baton` and `batond` flags and the bench's
-//! flags all call it, so a duration means the same everywhere.
+//! [`parse_duration_ms`] is the one reader of the protocol's seconds, for
+//! requests and responses alike (and the bench's flags); durations typed
+//! by people (flags, config files) are read by
+//! [`crate::parse_flag_duration_ms`], which also takes units.
 
 use std::fmt;
 

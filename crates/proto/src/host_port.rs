@@ -4,8 +4,10 @@
 
 use std::net::SocketAddr;
 
-/// The longest address taken: a DNS name (253) and a port.
-const MAX_ADDR_LEN: usize = 253 + 1 + 5;
+/// The longest `host:port` anywhere in Baton (flags, peer lists, Raft
+/// membership): the longest DNS name (253 bytes), a colon and a port's 5
+/// digits.
+pub const MAX_ADDR_LEN: usize = 253 + 1 + 5;
 
 /// Checks `host:port` (also clap's parser for such a flag): an IP address (`[v6]` in
 /// brackets) or a DNS name, and a port.

@@ -8,6 +8,7 @@
 mod codec;
 mod duration;
 mod error_reply;
+mod flag_duration;
 mod host_port;
 mod limits;
 mod line;
@@ -25,7 +26,8 @@ mod status;
 pub use codec::{ClientCodec, ServerCodec};
 pub use duration::{format_duration_ms, parse_duration_ms, DurationError};
 pub use error_reply::{connection_refused_line, ErrorReply};
-pub use host_port::host_port;
+pub use flag_duration::{parse_flag_duration_ms, FlagDurationError};
+pub use host_port::{host_port, MAX_ADDR_LEN};
 pub use limits::{Limits, MAX_REQUEST_LINE, MAX_RESPONSE_LINE};
 pub use op::Op;
 pub use parse_request::parse_request;

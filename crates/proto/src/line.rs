@@ -89,8 +89,17 @@ impl Lines {
         line.strip_suffix(b"\r").unwrap_or(line)
     }
 
+    /// At end of stream: `item`, the last whole line's, or none; a partial
+    /// line is not a line and is dropped.
+    pub(crate) fn at_eof<T>(&mut self, src: &mut BytesMut, item: Option<T>) -> Option<T> {
+        if item.is_none() {
+            self.drop_partial(src);
+        }
+        item
+    }
+
     /// At end of stream a partial line is not a line: drop it.
-    pub(crate) fn drop_partial(&mut self, src: &mut BytesMut) {
+    fn drop_partial(&mut self, src: &mut BytesMut) {
         src.clear();
         self.scanned = 0;
         self.discarding = false;

@@ -18,6 +18,7 @@ mod connection;
 mod data_dir;
 mod deadline;
 mod delivery;
+pub mod durable;
 mod evict;
 pub mod inspect;
 mod lease_ends;

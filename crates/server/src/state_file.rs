@@ -3,17 +3,17 @@
 //! rewritten whole when it changed, so that a restart keeps the held locks
 //! and issues tokens above the ones it issued before.
 //!
-//! The file is written to a temporary name, synced, renamed over the old
-//! one and the directory synced: a crash leaves the old state or the new,
-//! never half of one. A CRC-32 guards against anything else.
+//! The file is replaced durably and guarded by a CRC-32 ([`crate::durable`]):
+//! a crash leaves the old state or the new, never half of one.
 
-use std::fs::{self, File};
 use std::io::{self, Write};
 use std::marker::PhantomData;
 use std::path::{Path, PathBuf};
 
 use serde::de::DeserializeOwned;
 use serde::Serialize;
+
+use crate::durable::{self, DurableFile, PathError};
 
 /// Why the state file could not be read or written. Every variant names
 /// the path.
@@ -27,21 +27,23 @@ pub enum StateFileError {
     Damaged { path: PathBuf, why: String },
 }
 
+impl StateFileError {
+    fn write(PathError { path, source }: PathError) -> StateFileError {
+        StateFileError::Write { path, source }
+    }
+}
+
 /// One state file of type `S`, named `name` in a data directory.
 #[derive(Debug)]
 pub struct StateFile<S> {
-    path: PathBuf,
-    tmp: PathBuf,
-    dir: PathBuf,
+    file: DurableFile,
     state: PhantomData<fn() -> S>,
 }
 
 impl<S> Clone for StateFile<S> {
     fn clone(&self) -> Self {
         StateFile {
-            path: self.path.clone(),
-            tmp: self.tmp.clone(),
-            dir: self.dir.clone(),
+            file: self.file.clone(),
             state: PhantomData,
         }
     }
@@ -50,57 +52,35 @@ impl<S> Clone for StateFile<S> {
 impl<S> StateFile<S> {
     /// Where the state lives.
     pub fn path(&self) -> &Path {
-        &self.path
+        self.file.path()
     }
 }
 
 impl<S: Serialize + DeserializeOwned> StateFile<S> {
-    /// The state file `name` in `dir`, created if missing. Writes and
-    /// removes the temporary file once, so that a directory the node cannot
-    /// write is refused at start rather than at the first grant.
+    /// The state file `name` in `dir`, created if missing, and checked
+    /// writable at once ([`DurableFile::probe`]).
     pub fn open(dir: &Path, name: &str) -> Result<StateFile<S>, StateFileError> {
-        fs::create_dir_all(dir).map_err(|source| StateFileError::Write {
-            path: dir.to_path_buf(),
-            source,
-        })?;
-        let file = StateFile {
-            path: dir.join(name),
-            tmp: dir.join(format!("{name}.tmp")),
-            dir: dir.to_path_buf(),
+        let file = DurableFile::new(dir, name).timed(&crate::sync_metrics::FSYNC_STATE_FILE);
+        file.probe().map_err(StateFileError::write)?;
+        Ok(StateFile {
+            file,
             state: PhantomData,
-        };
-        file.write_bytes(b"").and_then(|()| {
-            fs::remove_file(&file.tmp).map_err(|source| StateFileError::Write {
-                path: file.tmp.clone(),
-                source,
-            })
-        })?;
-        Ok(file)
+        })
     }
 
     /// The state last written, if any.
     pub fn load(&self) -> Result<Option<S>, StateFileError> {
-        let path = &self.path;
-        let bytes = match fs::read(path) {
-            Ok(bytes) => bytes,
-            Err(error) if error.kind() == io::ErrorKind::NotFound => return Ok(None),
-            Err(source) => {
-                return Err(StateFileError::Read {
-                    path: path.clone(),
-                    source,
-                })
-            }
+        let read = self.file.read();
+        let Some(bytes) =
+            read.map_err(|PathError { path, source }| StateFileError::Read { path, source })?
+        else {
+            return Ok(None);
         };
         let damaged = |why: &str| StateFileError::Damaged {
-            path: path.clone(),
+            path: self.path().to_path_buf(),
             why: why.to_string(),
         };
-        let (sum, body) = bytes
-            .split_first_chunk::<4>()
-            .ok_or_else(|| damaged("too short"))?;
-        if u32::from_le_bytes(*sum) != crc32fast::hash(body) {
-            return Err(damaged("checksum mismatch"));
-        }
+        let body = durable::checked(&bytes).map_err(damaged)?;
         postcard::from_bytes(body)
             .map(Some)
             .map_err(|e| damaged(&e.to_string()))
@@ -109,34 +89,16 @@ impl<S: Serialize + DeserializeOwned> StateFile<S> {
     /// Replaces the state on disk with `state`, durably.
     pub fn store(&self, state: &S) -> Result<(), StateFileError> {
         let body = postcard::to_allocvec(state).map_err(|e| StateFileError::Write {
-            path: self.path.clone(),
+            path: self.path().to_path_buf(),
             source: io::Error::other(e),
         })?;
-        let mut bytes = Vec::with_capacity(body.len() + 4);
-        bytes.extend_from_slice(&crc32fast::hash(&body).to_le_bytes());
-        bytes.extend_from_slice(&body);
-        self.write_bytes(&bytes)?;
-        let at = |path: &Path| {
-            let path = path.to_path_buf();
-            move |source| StateFileError::Write { path, source }
-        };
-        fs::rename(&self.tmp, &self.path).map_err(at(&self.path))?;
-        File::open(&self.dir)
-            .and_then(|dir| dir.sync_all())
-            .map_err(at(&self.dir))
-    }
-
-    /// Writes `bytes` to the temporary file and syncs it.
-    fn write_bytes(&self, bytes: &[u8]) -> Result<(), StateFileError> {
-        let write = || -> io::Result<()> {
-            let mut file = File::create(&self.tmp)?;
-            file.write_all(bytes)?;
-            crate::sync_metrics::FSYNC_STATE_FILE.time(|| file.sync_all())
-        };
-        write().map_err(|source| StateFileError::Write {
-            path: self.tmp.clone(),
-            source,
-        })
+        let sum = durable::checksum(&[&body]);
+        self.file
+            .replace(|file| {
+                file.write_all(&sum)?;
+                file.write_all(&body)
+            })
+            .map_err(StateFileError::write)
     }
 }
 
@@ -144,6 +106,7 @@ impl<S: Serialize + DeserializeOwned> StateFile<S> {
 mod tests {
     use super::*;
     use baton_core::{Command, Key, LockTable, TableSnapshot};
+    use std::fs;
 
     const NAME: &str = "test-state";
 

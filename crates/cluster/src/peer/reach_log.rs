@@ -6,6 +6,7 @@
 use std::sync::{Mutex, PoisonError};
 use std::time::Duration;
 
+use baton_core::LogGate;
 use tokio::time::Instant;
 
 /// While a peer stays out of reach, one line per this.
@@ -14,9 +15,8 @@ pub const UNREACHABLE_SUMMARY_INTERVAL: Duration = Duration::from_secs(10);
 #[derive(Debug, Default)]
 struct Down {
     since: Option<Instant>,
-    logged_at: Option<Instant>,
-    /// Failed attempts since the last line.
-    failed: u64,
+    /// The last line, and the failed attempts held back since.
+    log: LogGate<std::time::Instant>,
     /// Failed attempts since it went out of reach.
     total: u64,
 }
@@ -43,27 +43,20 @@ impl ReachLog {
 
     fn failed_at(&self, error: &dyn std::fmt::Display, now: Instant) -> bool {
         let mut down = self.down.lock().unwrap_or_else(PoisonError::into_inner);
-        down.failed = down.failed.saturating_add(1);
         down.total = down.total.saturating_add(1);
+        let Some(held_back) = down.log.note(now.into_std(), UNREACHABLE_SUMMARY_INTERVAL) else {
+            return false;
+        };
         let Some(since) = down.since else {
             down.since = Some(now);
-            down.logged_at = Some(now);
-            down.failed = 0;
             tracing::warn!(peer = %self.addr, %error, "peer unreachable");
             return true;
         };
-        let due = down
-            .logged_at
-            .is_none_or(|at| now.duration_since(at) >= UNREACHABLE_SUMMARY_INTERVAL);
-        if !due {
-            return false;
-        }
-        let failed = std::mem::take(&mut down.failed);
-        down.logged_at = Some(now);
         tracing::warn!(
             peer = %self.addr,
             %error,
-            failed_attempts = failed,
+            // This attempt and those held back since the last line.
+            failed_attempts = held_back.saturating_add(1),
             down_for_s = now.duration_since(since).as_secs(),
             "peer still unreachable"
         );

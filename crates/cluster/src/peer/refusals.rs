@@ -2,7 +2,8 @@
 //! many were refused quietly since: a flood of forged handshakes must not
 //! become a flood of log lines. A source is an address (handshakes that
 //! failed, before the peer said who it is) or the name a peer gives
-//! itself (peers refused for another peer list).
+//! itself (peers refused for another peer list). Past [`MAX_SOURCES`]
+//! sources, the sources beyond share one line per interval.
 
 use std::collections::HashMap;
 use std::fmt::Display;
@@ -11,19 +12,14 @@ use std::net::IpAddr;
 use std::sync::{Mutex, PoisonError};
 use std::time::Duration;
 
+use baton_core::{LogGate, MAX_SOURCES};
 use tokio::time::Instant;
 
 /// One log line per source address per this.
 pub const REFUSAL_LOG_INTERVAL: Duration = Duration::from_secs(60);
-/// Source addresses remembered at once; past it, the addresses beyond
-/// share one line per interval.
-const MAX_SOURCES: usize = 1024;
 
-#[derive(Debug)]
-struct Source {
-    logged_at: Instant,
-    quiet: u64,
-}
+/// When a source was last logged, and its refusals held back since.
+type Source = LogGate<std::time::Instant>;
 
 #[derive(Debug)]
 struct Sources<K> {
@@ -62,52 +58,33 @@ impl<K: Hash + Eq + Display> RefusalLog<K> {
     /// source was logged within the interval. Returns whether it logged.
     pub fn refused(&self, from: K, reason: &dyn Display) -> bool {
         let what = self.what;
-        let now = Instant::now();
+        let now = Instant::now().into_std();
         let mut sources = self.sources.lock().unwrap_or_else(PoisonError::into_inner);
         if !sources.by_addr.contains_key(&from) && sources.by_addr.len() >= MAX_SOURCES {
             sources
                 .by_addr
-                .retain(|_, s| now.duration_since(s.logged_at) < REFUSAL_LOG_INTERVAL);
+                .retain(|_, s| s.is_recent(now, REFUSAL_LOG_INTERVAL));
         }
         if !sources.by_addr.contains_key(&from) && sources.by_addr.len() >= MAX_SOURCES {
-            let overflow = sources.overflow.get_or_insert(Source {
-                logged_at: now - REFUSAL_LOG_INTERVAL,
-                quiet: 0,
-            });
-            return note(overflow, now, |quiet| {
-                tracing::warn!(
-                    %reason,
-                    refused_quietly = quiet,
-                    "{what}, from many sources"
-                );
-            });
+            let overflow = sources.overflow.get_or_insert_with(Source::default);
+            let Some(quiet) = overflow.note(now, REFUSAL_LOG_INTERVAL) else {
+                return false;
+            };
+            tracing::warn!(
+                %reason,
+                refused_quietly = quiet,
+                "{what}, from many sources"
+            );
+            return true;
         }
-        match sources.by_addr.get_mut(&from) {
-            Some(source) => note(source, now, |quiet| log_refusal(what, &from, reason, quiet)),
-            None => {
-                log_refusal(what, &from, reason, 0);
-                sources.by_addr.insert(
-                    from,
-                    Source {
-                        logged_at: now,
-                        quiet: 0,
-                    },
-                );
-                true
-            }
+        let mut source = sources.by_addr.get(&from).copied().unwrap_or_default();
+        let logged = source.note(now, REFUSAL_LOG_INTERVAL);
+        if let Some(quiet) = logged {
+            log_refusal(what, &from, reason, quiet);
         }
+        sources.by_addr.insert(from, source);
+        logged.is_some()
     }
-}
-
-fn note(source: &mut Source, now: Instant, log: impl FnOnce(u64)) -> bool {
-    if now.duration_since(source.logged_at) < REFUSAL_LOG_INTERVAL {
-        source.quiet = source.quiet.saturating_add(1);
-        return false;
-    }
-    log(source.quiet);
-    source.logged_at = now;
-    source.quiet = 0;
-    true
 }
 
 fn log_refusal(what: &str, from: &dyn Display, reason: &dyn Display, quiet: u64) {

@@ -19,34 +19,10 @@
 //! (`refused`), what goes out (`output`), persistence (`persist`) and the
 //! invariants (`validate`).
 //!
-//! The rules, in short (docs/cluster.md has the long form):
-//! - every node sends a heartbeat to every peer each `heartbeat_ms`; a peer
-//!   not heard for `failure_timeout_ms` is dead;
-//! - a standby follows the highest-priority active it hears, asks it for a
-//!   full copy, then applies its commands in order;
-//! - with no live active, the best live node promotes itself: the one whose
-//!   state is of the newest term, the highest priority among those;
-//! - a peer that answers but refuses the link (another cluster key or
-//!   peer list) is alive, not dead: a node that links with none of the
-//!   peers that answer, or whose side is outnumbered by those that
-//!   refuse, does not serve (`refused`);
-//! - an active that hears a higher-priority active steps down, sends it its
-//!   table (the winner keeps the grants of keys it does not hold) and
-//!   adopts its state; one that hears a higher-priority standby holding its state
-//!   hands the role over (final table, then "you are active");
-//! - an active that finds it did not run for a failure timeout (a paused
-//!   process) steps down before serving anything: a peer may have promoted;
-//! - a promoting node takes a token floor above every token it has seen
-//!   plus a margin, and above the wall clock shifted left 20 bits, so tokens
-//!   keep rising across failovers, lost replication and full restarts;
-//! - every node grants only from its own blocks of tokens (`token_floor`),
-//!   so no two nodes ever grant the same token, whatever they believe.
-//! - even authenticated peers are bounded: a message with a token or term
-//!   beyond what the cluster can have reached, or naming a node that is
-//!   not a peer, is refused whole (`sanity`); tables and command batches
-//!   travel in pieces within `MAX_MESSAGE_BYTES` (`pieces`, `reassembly`),
-//!   a handoff taken only whole; an active answers one peer's full-sync
-//!   requests at most at the snapshot rate (`inbound`).
+//! The rules (heartbeats and failure detection, who follows and who
+//! promotes, step-down and handoff, token floors and blocks, the bounds on
+//! what even authenticated peers may send) are told in docs/cluster.md,
+//! "What happens when" and "Why tokens keep rising, and never repeat".
 
 mod client;
 mod floors;
@@ -65,7 +41,7 @@ mod validate;
 
 use std::collections::VecDeque;
 
-use baton_core::{Event, LockService, LockTable, Millis, Quota, TableSnapshot, Token};
+use baton_core::{Event, LockService, LockTable, LogGate, Millis, Quota, TableSnapshot, Token};
 
 use super::messages::{Heartbeat, NodeIndex, PeerRole, PriorityMessage, Term, MAX_MESSAGE_BYTES};
 use super::token_floor::TokenBlocks;
@@ -137,7 +113,7 @@ struct PeerView {
     /// Its messages refused since the last log line about them, and in all.
     refused: u64,
     refused_total: u64,
-    refusal_logged_at: Option<Millis>,
+    refusal_log: LogGate<Millis>,
     /// Log lines about its refused messages (the tests count them).
     refusal_lines: u64,
     /// Its last refusal of this node's link, if any (`refused`).
@@ -194,7 +170,7 @@ pub struct PriorityNode<H> {
     /// The number of the next table this node sends in pieces.
     next_table: u64,
     /// When this node last logged why it may not serve (`refused`).
-    barred_logged_at: Option<Millis>,
+    barred_log: LogGate<Millis>,
 }
 
 impl<H> PriorityNode<H> {
@@ -232,7 +208,7 @@ impl<H> PriorityNode<H> {
             scratch: Vec::new(),
             message_limit: MAX_MESSAGE_BYTES,
             next_table,
-            barred_logged_at: None,
+            barred_log: LogGate::default(),
         };
         node.checked();
         node

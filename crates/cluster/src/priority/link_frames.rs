@@ -2,8 +2,8 @@
 //! fit in one frame, each a 4-byte big-endian length and its postcard
 //! encoding. One frame per outbox batch costs one encryption, one
 //! authentication tag and one wake-up of the receiver instead of one per
-//! message (measured: encrypting each message alone took 20% of a
-//! priority cluster's throughput on one core; see docs/benchmarks.md).
+//! message (docs/benchmarks.md measures what one encryption per message
+//! cost).
 //! An empty frame carries no message: it is the reader's sign of life.
 //! Messages are postcard as serde derives it; `wire` writes and reads
 //! `Commands` by hand, to the same bytes, with fewer copies.

@@ -22,7 +22,7 @@ mod outbound;
 
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use tokio::sync::watch;
 
@@ -217,10 +217,7 @@ fn engine(
     settings: &PrioritySettings,
     now: Millis,
 ) -> Result<(PriorityNode<baton_server::Mailbox>, Option<StateFile>), StateFileError> {
-    let wall_ms = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_millis() as u64)
-        .unwrap_or(0);
+    let wall_ms = baton_server::token_floor::wall_clock_ms();
     let config = PriorityConfig {
         me: settings.me,
         peers: settings.peers.clone(),

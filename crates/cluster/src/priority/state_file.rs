@@ -111,8 +111,8 @@ mod tests {
     }
 
     /// A file whose token or term is beyond the sanity bound (a bad disk,
-    /// the forged-frame poison of issue 10 saved before the fix) stops the
-    /// start with an error naming it, and the engine never takes it.
+    /// a forged frame's values saved by an older node) stops the start
+    /// with an error naming it, and the engine never takes it.
     #[test]
     fn a_state_beyond_the_bounds_is_refused_naming_the_file() {
         let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));

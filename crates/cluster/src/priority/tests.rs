@@ -644,8 +644,7 @@ fn a_busy_active_whose_timer_runs_late_keeps_its_role() {
 
 /// After a split, an active that hears a standby of the other side reports
 /// the other active's tokens. Raising its floor to exactly that token made
-/// both actives count through the same numbers (issue 9, item 2; the
-/// simulation found it: `PRIORITY_SIM_SEED=785 ... three_nodes`).
+/// both actives count through the same numbers (the simulation found it).
 #[test]
 fn an_active_that_hears_the_other_sides_standby_never_grants_its_tokens() {
     let mut c = elected(3);

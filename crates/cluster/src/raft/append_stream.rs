@@ -8,8 +8,7 @@
 //! entries are ready to carry it. At one client that is every commit: the
 //! client's next command arrives a round trip later. So every commit cost
 //! two round trips of frames to each follower, each a wake-up of three
-//! processes on a shared core (issue 14: about a third of the peer frames
-//! at C=1). Nobody waits for that second round trip: the leader answers
+//! processes on a shared core (docs/benchmarks.md counts them). Nobody waits for that second round trip: the leader answers
 //! its client on commit, and a follower only applies sooner.
 //!
 //! The rule: an entry-less request is held for at most [`HOLD_EMPTY`].

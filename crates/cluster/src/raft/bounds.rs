@@ -2,44 +2,29 @@
 //! it: even an authenticated peer may be buggy or read a damaged disk, and
 //! one implausible number must not poison the cluster.
 //!
-//! - **Terms.** A term rises by one per election attempt, and with
-//!   pre-vote only when a majority has lost its leader. A term more than
-//!   [`MAX_TERM_LEAP`] (2^32) beyond this node's own cannot have been
-//!   reached: 2^32 elections at one per 150 ms take over 20 years of
-//!   nothing but elections. The leap is that large because a refusal has
-//!   a price: a node that was away (or wiped, at term 0) must still be let
-//!   back by a cluster that lived long; a smaller bound buys nothing, since
-//!   a large term is harmless by itself. What it prevents is the attack of
-//!   the issue: a vote with a term near 2^64, after which openraft's next
-//!   election overflowed the term and panicked on every node. No term at
-//!   or over [`TERM_CEILING`] is taken either way.
-//! - **Log ids.** No log id of a message is of a later term than the
-//!   leader (or candidate) sending it; indexes stay under
-//!   [`INDEX_CEILING`]; entries follow each other one by one.
-//! - **Payload.** At most [`MAX_PAYLOAD_ENTRIES`] entries, each proposal at
-//!   most [`MAX_BATCH`] commands: what a leader sends (see
-//!   [`super::limits`]).
-//! - **Tokens.** A token floor in the log is a leader's wall clock
-//!   (`ms << 20`): one beyond this node's clock plus
-//!   [`CLOCK_ALLOWANCE_MS`] (an hour, the priority cluster's allowance) is
-//!   refused ([`max_floor_at`]). Past the floors, every token is one grant
-//!   command, and every entry up to index `i` holds at most `MAX_BATCH`
-//!   commands, so no table at index `i` has a token over that floor plus
-//!   `(i + 1) * MAX_BATCH` ([`max_token_at`]): a snapshot beyond it is
-//!   refused. A node whose clock is over an hour behind its leader's
-//!   refuses the leader's floors, so it cannot follow: the log line says
-//!   why.
-//! - **Membership.** Node ids a node can have, well-formed addresses, at
-//!   most [`super::members::MAX_MEMBERS`] nodes (see [`super::members`]).
+//! - **Terms.** At most [`MAX_TERM_LEAP`] (2^32) beyond this node's own,
+//!   never at or over [`TERM_CEILING`]: a term near 2^64 made openraft's
+//!   next election overflow and panic on every node, while a node away for
+//!   long (or wiped, at term 0) must still be let back.
+//! - **Log ids.** None of a later term than its sender's; indexes under
+//!   [`INDEX_CEILING`]; entries one by one.
+//! - **Payload.** At most [`MAX_PAYLOAD_ENTRIES`] entries of at most
+//!   [`MAX_BATCH`] commands (see [`super::limits`]).
+//! - **Tokens.** A token floor at most this node's wall-clock floor plus
+//!   [`CLOCK_ALLOWANCE_MS`] ([`max_floor_at`]); a snapshot's tokens at most
+//!   that plus what a log of its length can have granted
+//!   ([`max_token_at`]).
+//! - **Membership.** See [`super::members`].
 //!
-//! Refusals are logged at most once per peer per [`COMPLAINT_INTERVAL`]
-//! ([`Complaints`]), never per frame.
+//! Why each bound is safe, and what it costs, is in docs/cluster.md
+//! ("Sanity bounds on what peers report"). Refusals are logged at most
+//! once per peer per [`COMPLAINT_INTERVAL`] ([`Complaints`]).
 
 use std::collections::HashMap;
 use std::sync::{Mutex, PoisonError};
 use std::time::Duration;
 
-use baton_core::{Command, TableSnapshot, Token};
+use baton_core::{Command, LogGate, TableSnapshot, Token};
 use openraft::raft::{
     AppendEntriesRequest, AppendEntriesResponse, TransferLeaderRequest, TransferLeaderResponse,
     VoteRequest, VoteResponse,
@@ -308,33 +293,27 @@ pub fn check_transfer_reply(
 #[derive(Debug, Default)]
 pub struct Complaints {
     /// Per peer id (ids come from the peer list: bounded).
-    by_peer: Mutex<HashMap<NodeId, (Instant, u64)>>,
+    by_peer: Mutex<HashMap<NodeId, LogGate<std::time::Instant>>>,
 }
 
 impl Complaints {
     /// Notes that a message `what` of `peer` was refused; returns whether
     /// it logged.
     pub fn refused(&self, peer: NodeId, what: &str, why: &Implausible) -> bool {
-        let now = Instant::now();
+        let now = Instant::now().into_std();
         let mut by_peer = self.by_peer.lock().unwrap_or_else(PoisonError::into_inner);
-        match by_peer.get_mut(&peer) {
-            Some((at, quiet)) if now.duration_since(*at) < COMPLAINT_INTERVAL => {
-                *quiet = quiet.saturating_add(1);
-                false
-            }
-            entry => {
-                let quiet = entry.map_or(0, |(_, quiet)| *quiet);
-                tracing::warn!(
-                    peer,
-                    what,
-                    reason = %why,
-                    refused_quietly = quiet,
-                    "refused an implausible raft message"
-                );
-                by_peer.insert(peer, (now, 0));
-                true
-            }
-        }
+        let gate = by_peer.entry(peer).or_default();
+        let Some(quiet) = gate.note(now, COMPLAINT_INTERVAL) else {
+            return false;
+        };
+        tracing::warn!(
+            peer,
+            what,
+            reason = %why,
+            refused_quietly = quiet,
+            "refused an implausible raft message"
+        );
+        true
     }
 }
 

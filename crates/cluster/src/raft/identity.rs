@@ -10,6 +10,8 @@ use std::fs;
 use std::io::{self, Write};
 use std::path::Path;
 
+use baton_server::durable::DurableFile;
+
 use super::members::plausible_id;
 use super::types::NodeId;
 
@@ -49,15 +51,10 @@ fn parse(text: &str) -> Option<NodeId> {
     text.trim().parse().ok().filter(|id| plausible_id(*id))
 }
 
-/// Writes the id to a temporary file, syncs it, renames it into place
-/// and syncs the directory, so a crash leaves the old state or the new.
+/// Records the id durably: a crash leaves no id or the whole of it.
 fn record(data_dir: &Path, id: NodeId) -> io::Result<()> {
-    let temporary = data_dir.join(format!("{FILE}.tmp"));
-    let mut file = fs::File::create(&temporary)?;
-    writeln!(file, "{id}")?;
-    file.sync_all()?;
-    fs::rename(&temporary, data_dir.join(FILE))?;
-    fs::File::open(data_dir)?.sync_all()
+    DurableFile::new(data_dir, FILE).replace(|file| writeln!(file, "{id}"))?;
+    Ok(())
 }
 
 #[cfg(test)]

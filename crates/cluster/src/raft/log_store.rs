@@ -27,12 +27,13 @@ use std::ops::RangeBounds;
 use std::path::Path;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
+use baton_server::durable::at;
 use openraft::storage::{IOFlushed, LogState, RaftLogReader, RaftLogStorage};
 use openraft::OptionalSend;
 use serde::{Deserialize, Serialize};
 
 pub use super::log_writer::LogWrites;
-use super::log_writer::{at, push, Change, Closed, Done, Header, Job, LogWriter, Segments};
+use super::log_writer::{push, Change, Closed, Done, Header, Job, LogWriter, Segments};
 use super::segment::{self, Tail};
 use super::types::{Entry, LogId, TypeConfig, Vote};
 
@@ -120,7 +121,7 @@ fn corrupt(path: &Path, offset: usize, what: &str) -> io::Error {
 /// is the `newest`; the segment, now closed, with its highest entry index.
 fn replay_segment(dir: &Path, seq: u64, newest: bool, mem: &mut Mem) -> io::Result<Closed> {
     let path = segment::path(dir, seq);
-    let bytes = fs::read(&path).map_err(|e| at(&path, e))?;
+    let bytes = fs::read(&path).map_err(at(&path))?;
     let scan = segment::scan(&bytes);
     // Checked before anything is replayed or cut.
     check_tail(&path, &scan, newest)?;
@@ -133,7 +134,7 @@ fn replay_segment(dir: &Path, seq: u64, newest: bool, mem: &mut Mem) -> io::Resu
         } else {
             tracing::warn!(segment = %path.display(), at = scan.good_len, cut, "cutting a torn log tail");
         }
-        segment::cut(dir, seq, scan.good_len).map_err(|e| at(&path, e))?;
+        segment::cut(dir, seq, scan.good_len).map_err(at(&path))?;
     }
     Ok(Closed { seq, max_index })
 }
@@ -206,8 +207,8 @@ impl LogStore {
 
     /// [`LogStore::open`], with `writes` saying when an append returns.
     pub fn open_with(dir: &Path, segment_bytes: u64, writes: LogWrites) -> io::Result<LogStore> {
-        fs::create_dir_all(dir).map_err(|e| at(dir, e))?;
-        let seqs = segment::list(dir).map_err(|e| at(dir, e))?;
+        fs::create_dir_all(dir).map_err(at(dir))?;
+        let seqs = segment::list(dir).map_err(at(dir))?;
         let mut mem = Mem::default();
         let mut closed = Vec::with_capacity(seqs.len());
         for (i, &seq) in seqs.iter().enumerate() {
@@ -216,8 +217,8 @@ impl LogStore {
         }
         // Appending to a fresh segment leaves the replayed ones untouched.
         let seq = seqs.last().map_or(1, |s| s + 1);
-        let file = segment::create(dir, seq, segment_bytes)
-            .map_err(|e| at(&segment::path(dir, seq), e))?;
+        let file =
+            segment::create(dir, seq, segment_bytes).map_err(at(&segment::path(dir, seq)))?;
         let mut segments = Segments {
             dir: dir.to_path_buf(),
             file,

@@ -398,7 +398,7 @@ fn a_damaged_snapshot_is_refused_naming_the_file() {
     store
         .save(&stored_snapshot())
         .unwrap_or_else(|e| panic!("{e}"));
-    let path = store.path();
+    let path = store.path().to_path_buf();
     let bytes = fs::read(&path).unwrap_or_else(|e| panic!("{e}"));
     // The postcard body alone would decode with many of these flips.
     for at in 8..bytes.len() {

@@ -19,11 +19,12 @@
 
 use std::fs::{self, File};
 use std::io;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{mpsc, Arc};
 use std::thread::JoinHandle;
 
+use baton_server::durable::at;
 use openraft::storage::IOFlushed;
 use serde::Serialize;
 
@@ -116,11 +117,6 @@ pub(crate) fn push(record: &impl Serialize, out: &mut Vec<u8>) -> io::Result<()>
     segment::frame(&payload, out)
 }
 
-/// `error`, saying which file or directory it is about.
-pub(crate) fn at(path: &Path, error: io::Error) -> io::Error {
-    io::Error::new(error.kind(), format!("{}: {error}", path.display()))
-}
-
 /// A closed segment and the highest entry index ever written to it.
 #[derive(Debug)]
 pub(crate) struct Closed {
@@ -145,7 +141,7 @@ impl Segments {
     /// Writes `bytes` to the open segment, with an fsync if `sync`.
     fn write(&mut self, bytes: &[u8], sync: bool) -> io::Result<()> {
         segment::write_at(&self.file, self.len, bytes, sync)
-            .map_err(|e| at(&segment::path(&self.dir, self.seq), e))?;
+            .map_err(at(&segment::path(&self.dir, self.seq)))?;
         self.len += bytes.len() as u64;
         Ok(())
     }
@@ -154,7 +150,8 @@ impl Segments {
     fn sync(&mut self) -> io::Result<()> {
         baton_server::sync_metrics::FSYNC_RAFT_LOG
             .time(|| self.file.sync_data())
-            .map_err(|e| at(&segment::path(&self.dir, self.seq), e))
+            .map_err(at(&segment::path(&self.dir, self.seq)))?;
+        Ok(())
     }
 
     fn apply(&mut self, change: &Change) {
@@ -180,12 +177,12 @@ impl Segments {
         }
         self.file
             .sync_data()
-            .map_err(|e| at(&segment::path(&self.dir, self.seq), e))?;
+            .map_err(at(&segment::path(&self.dir, self.seq)))?;
         let seq = self.seq + 1;
         // Allocated as large as it may grow before the next rotation:
         // every write up to then lands in allocated space.
         let file = segment::create(&self.dir, seq, self.segment_bytes)
-            .map_err(|e| at(&segment::path(&self.dir, seq), e))?;
+            .map_err(at(&segment::path(&self.dir, seq)))?;
         self.closed.push(Closed {
             seq: self.seq,
             max_index: self.max_index,
@@ -228,9 +225,10 @@ impl Segments {
         }
         for closed in self.closed.drain(..gone) {
             let path = segment::path(&self.dir, closed.seq);
-            fs::remove_file(&path).map_err(|e| at(&path, e))?;
+            fs::remove_file(&path).map_err(at(&path))?;
         }
-        segment::sync_dir(&self.dir).map_err(|e| at(&self.dir, e))
+        segment::sync_dir(&self.dir).map_err(at(&self.dir))?;
+        Ok(())
     }
 
     fn count(&self) -> usize {
@@ -392,6 +390,7 @@ mod tests {
     #![allow(clippy::unwrap_used)] // a failed unwrap in a test is a failed test
 
     use super::*;
+    use std::path::Path;
 
     /// A writer on segment 1 of `dir`, opened as `file` opens it.
     fn writer_on(dir: &Path, file: fn(&Path) -> File, writes: LogWrites) -> LogWriter {

@@ -22,8 +22,9 @@ use super::types::NodeId;
 pub const MAX_SEEDS: usize = 64;
 /// Nodes in one membership (voters and learners), at most.
 pub const MAX_MEMBERS: usize = 64;
-/// A member's address (`host:port`) is at most this many bytes.
-pub const MAX_ADDR_LEN: usize = 255;
+/// A member's address (`host:port`) is at most this many bytes, as every
+/// address a flag takes.
+pub use baton_proto::MAX_ADDR_LEN;
 /// Set in every joined node's id, never in a seed's.
 const JOINED_BIT: u64 = 1 << 62;
 
@@ -181,6 +182,15 @@ mod tests {
             assert!(plausible_addr(good), "{good}");
         }
         let long = format!("{}:1", "h".repeat(MAX_ADDR_LEN));
+        // The longest address a flag takes is a member's address too.
+        let label = "a".repeat(63);
+        let longest = format!("{label}.{label}.{label}.{}:65535", "b".repeat(61));
+        assert_eq!(longest.len(), MAX_ADDR_LEN);
+        assert_eq!(
+            baton_proto::host_port(&longest).as_deref(),
+            Ok(&longest[..])
+        );
+        assert!(plausible_addr(&longest), "{longest}");
         for bad in [
             "",
             "host",

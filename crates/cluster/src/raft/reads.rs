@@ -24,8 +24,10 @@ use super::shell::Raft;
 /// 3 s answer time, with room for the answer.
 pub const READ_WAIT: Duration = Duration::from_secs(2);
 
-/// Queries at most waiting at once on one node; past it, `E` (a flood of
-/// `Q` must not grow the node without bound).
+/// Queries at most waiting at once on one node (a flood of `Q` must not
+/// grow the node without bound). Past it, `M Q <key> -`, as when the lead
+/// cannot be confirmed: protocol 1.1 names `too many` refusals for
+/// acquires only, and every client already asks again after `M ... -`.
 pub const MAX_QUEUED_READS: usize = 100_000;
 
 /// The queries waiting for the next confirmation.

@@ -11,7 +11,7 @@
 //! so the zeros of a file extended but not written are a torn tail too.
 
 use std::fs::{self, File, OpenOptions};
-use std::io::{self, Write};
+use std::io;
 use std::path::{Path, PathBuf};
 
 /// Bytes before each record's payload: length, then checksum (both u32 LE).
@@ -208,16 +208,6 @@ pub(crate) fn cut(dir: &Path, seq: u64, len: usize) -> io::Result<()> {
     let file = OpenOptions::new().write(true).open(path(dir, seq))?;
     file.set_len(len as u64)?;
     file.sync_all()
-}
-
-/// Writes `bytes` at the end of `file` and, if asked, waits until they are
-/// on disk.
-pub(crate) fn write(file: &mut File, bytes: &[u8], sync: bool) -> io::Result<()> {
-    file.write_all(bytes)?;
-    if sync {
-        baton_server::sync_metrics::FSYNC_RAFT_LOG.time(|| file.sync_data())?;
-    }
-    Ok(())
 }
 
 /// Makes the creation, renaming or removal of files in `dir` durable.

@@ -1,5 +1,5 @@
 //! The node's latest snapshot of the lock table, kept as one file in the
-//! data directory and replaced atomically (write, fsync, rename).
+//! data directory and replaced durably ([`baton_server::durable`]).
 //!
 //! The file is a magic tag, a CRC-32 of the body, and the body (the
 //! postcard encoding of a [`StoredSnapshot`]): a damaged snapshot is
@@ -10,12 +10,14 @@
 
 use std::fs;
 use std::io::{self, Write};
-use std::path::{Path, PathBuf};
+use std::path::Path;
+
+use baton_server::durable::{self, at, DurableFile};
+use baton_server::sync_metrics::FSYNC_RAFT_LOG;
 
 use baton_core::TableSnapshot;
 use serde::{Deserialize, Serialize};
 
-use super::segment;
 use super::types::{SnapshotData, SnapshotMeta};
 
 const FILE: &str = "snapshot.bin";
@@ -53,20 +55,21 @@ fn push_varint(mut n: u64, out: &mut Vec<u8>) {
 /// Where the snapshot lives.
 #[derive(Debug, Clone)]
 pub struct SnapshotStore {
-    dir: PathBuf,
+    file: DurableFile,
 }
 
 impl SnapshotStore {
     pub fn new(dir: &Path) -> io::Result<SnapshotStore> {
-        fs::create_dir_all(dir).map_err(|e| at(dir, e))?;
-        Ok(SnapshotStore {
-            dir: dir.to_path_buf(),
-        })
+        fs::create_dir_all(dir).map_err(at(dir))?;
+        let file = DurableFile::new(dir, FILE)
+            .with_temp(TEMP)
+            .timed(&FSYNC_RAFT_LOG);
+        Ok(SnapshotStore { file })
     }
 
     /// Where the snapshot lives.
-    pub fn path(&self) -> PathBuf {
-        self.dir.join(FILE)
+    pub fn path(&self) -> &Path {
+        self.file.path()
     }
 
     /// Replaces the stored snapshot; durable when this returns.
@@ -82,31 +85,22 @@ impl SnapshotStore {
         let mut head = postcard::to_allocvec(meta)
             .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))?;
         push_varint(data.len() as u64, &mut head);
-        let mut sum = crc32fast::Hasher::new();
-        sum.update(&head);
-        sum.update(data);
-        let sum = sum.finalize();
-        let temp = self.dir.join(TEMP);
-        let write = || -> io::Result<()> {
-            let mut file = fs::File::create(&temp)?;
+        let sum = durable::checksum(&[&head, data]);
+        self.file.replace(|file| {
             file.write_all(MAGIC)?;
-            file.write_all(&sum.to_le_bytes())?;
+            file.write_all(&sum)?;
             file.write_all(&head)?;
-            segment::write(&mut file, data, true)
-        };
-        write().map_err(|e| at(&temp, e))?;
-        fs::rename(&temp, self.path()).map_err(|e| at(&self.path(), e))?;
-        segment::sync_dir(&self.dir).map_err(|e| at(&self.dir, e))
+            file.write_all(data)
+        })?;
+        Ok(())
     }
 
     /// The stored snapshot, if any; a damaged one is an error naming the
     /// file.
     pub fn load(&self) -> io::Result<Option<StoredSnapshot>> {
         let path = self.path();
-        let bytes = match fs::read(&path) {
-            Ok(bytes) => bytes,
-            Err(error) if error.kind() == io::ErrorKind::NotFound => return Ok(None),
-            Err(error) => return Err(at(&path, error)),
+        let Some(bytes) = self.file.read()? else {
+            return Ok(None);
         };
         let damaged = |why: &str| {
             io::Error::new(
@@ -120,15 +114,7 @@ impl SnapshotStore {
             )
         };
         let body = match bytes.strip_prefix(MAGIC) {
-            Some(rest) => {
-                let (sum, body) = rest
-                    .split_first_chunk::<4>()
-                    .ok_or_else(|| damaged("too short"))?;
-                if u32::from_le_bytes(*sum) != crc32fast::hash(body) {
-                    return Err(damaged("checksum mismatch"));
-                }
-                body
-            }
+            Some(rest) => durable::checked(rest).map_err(damaged)?,
             None => {
                 tracing::warn!(
                     file = %path.display(),
@@ -141,9 +127,4 @@ impl SnapshotStore {
             .map(Some)
             .map_err(|e| damaged(&e.to_string()))
     }
-}
-
-/// `error`, saying which file or directory it is about.
-fn at(path: &Path, error: io::Error) -> io::Error {
-    io::Error::new(error.kind(), format!("{}: {error}", path.display()))
 }

@@ -7,11 +7,10 @@
 //! writer took the core at once when the two shared it (its write, the
 //! fsync's submission and two context switches) before the entries could
 //! leave. Batch-scheduled, it runs when the runtime thread blocks or its
-//! time slice ends; its share of the core is the same as before. Measured
-//! on three nodes sharing one core, in alternating pairs: Raft C=16 +7%
-//! to +13%, contended 16 +5% to +13%, C=256 +10%, CPU per cycle 5-11%
-//! lower (docs/benchmarks.md). With a core to itself, the writer runs at
-//! once as before: there is nothing to preempt.
+//! time slice ends; its share of the core is the same as before (the gain
+//! is measured in docs/benchmarks.md, "the log writer under SCHED_BATCH").
+//! With a core to itself, the writer runs at once as before: there is
+//! nothing to preempt.
 
 /// The nice value of the calling thread (Linux: per thread), from
 /// `/proc/thread-self/stat`; `None` where it cannot be read.

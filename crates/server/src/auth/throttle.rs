@@ -22,6 +22,8 @@ use std::net::IpAddr;
 use std::sync::{Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
+use baton_core::LogGate;
+
 /// Failed `U` requests a source may make at once.
 pub const FAIL_BURST: u32 = 10;
 /// How fast a source's failures are forgiven.
@@ -32,7 +34,7 @@ pub const FAIL_DELAY: Duration = Duration::from_millis(250);
 /// At most one log line per source per this.
 pub const LOG_INTERVAL: Duration = Duration::from_secs(60);
 /// Sources tracked at once.
-pub const MAX_SOURCES: usize = 4096;
+pub use baton_core::MAX_SOURCES;
 
 /// Who a refusal is counted against.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -86,7 +88,8 @@ struct Record {
     allowance_milli: u64,
     refilled: Instant,
     counts: [u64; 3],
-    logged: Option<Instant>,
+    /// The counts say how many were held back; its own count is unused.
+    log: LogGate<Instant>,
 }
 
 impl Record {
@@ -95,7 +98,7 @@ impl Record {
             allowance_milli: u64::from(FAIL_BURST) * 1000,
             refilled: now,
             counts: [0; 3],
-            logged: None,
+            log: LogGate::default(),
         }
     }
 
@@ -113,9 +116,7 @@ impl Record {
     fn idle(&self, now: Instant) -> bool {
         self.allowance_milli >= u64::from(FAIL_BURST) * 1000
             && self.counts == [0; 3]
-            && self
-                .logged
-                .is_none_or(|at| now.saturating_duration_since(at) >= LOG_INTERVAL)
+            && !self.log.is_recent(now, LOG_INTERVAL)
     }
 }
 
@@ -164,12 +165,8 @@ impl Throttle {
             record.allowance_milli = record.allowance_milli.saturating_sub(1000);
         }
         record.counts[kind as usize] += 1;
-        let due = record
-            .logged
-            .is_none_or(|at| now.saturating_duration_since(at) >= LOG_INTERVAL);
-        if due {
+        if record.log.note(now, LOG_INTERVAL).is_some() {
             let [failed, required, denied] = std::mem::take(&mut record.counts);
-            record.logged = Some(now);
             tracing::warn!(
                 %source,
                 last_user = %String::from_utf8_lossy(user),

@@ -1,11 +1,29 @@
 //! Client requests: only an active serves them; any other role answers
 //! with where to go instead ([`NotServing`]).
 
-use baton_core::{AcquireOutcome, Key, KeyState, Millis, NotServing, Outcome, Token, WaiterId};
+use baton_core::{
+    AcquireOutcome, Key, KeyState, Millis, NotServing, Outcome, Refusal, Token, WaiterId,
+};
 
 use super::super::messages::{NodeIndex, MAX_TABLE_LOCKS};
 use super::super::token_floor::MAX_WAITERS;
 use super::PriorityNode;
+
+/// Whether an acquire is past the engine's own bounds, which hold whatever
+/// the quota: it is then refused as the quota refuses
+/// (`E A <key> too many ...`, PROTOCOL.md "Limits"), not redirected.
+fn past_bounds(waiters: usize, locks: usize, key_held: bool) -> Option<Refusal> {
+    if waiters >= MAX_WAITERS {
+        // One call grants at most one token per waiter, plus one: the
+        // bound keeps every call inside one token block.
+        return Some(Refusal::TooManyWaiters);
+    }
+    if locks >= MAX_TABLE_LOCKS && !key_held {
+        // A table no standby could take in (reassembly stops there).
+        return Some(Refusal::TooManyLocks);
+    }
+    None
+}
 
 impl<H> PriorityNode<H> {
     /// Whether this node serves at `now`: a pause first steps it down, a
@@ -36,20 +54,13 @@ impl<H> PriorityNode<H> {
         now: Millis,
         handle: H,
     ) -> Result<AcquireOutcome, NotServing> {
-        let result = self.serving(now).and_then(|()| {
-            if self.service.waiter_count() >= MAX_WAITERS {
-                // One call grants at most one token per waiter, plus one:
-                // the bound keeps every call inside one token block.
-                // Hundreds of millions of waiters: no node has the memory.
-                return Err(NotServing::redirect(None));
+        let result = self.serving(now).map(|()| {
+            let table = self.service.table();
+            let held = table.holder(&key).is_some();
+            match past_bounds(self.service.waiter_count(), table.len(), held) {
+                Some(refusal) => AcquireOutcome::Refused(refusal),
+                None => self.service.acquire(key, wait_ms, lease_ms, now, handle),
             }
-            if self.service.table().len() >= MAX_TABLE_LOCKS
-                && self.service.table().holder(&key).is_none()
-            {
-                // A table no standby could take in (reassembly stops there).
-                return Err(NotServing::redirect(None));
-            }
-            Ok(self.service.acquire(key, wait_ms, lease_ms, now, handle))
         });
         self.checked();
         result
@@ -105,5 +116,30 @@ impl<H> PriorityNode<H> {
     pub fn handle_cancel(&mut self, id: WaiterId) {
         self.service.cancel(id);
         self.checked();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The engine's bounds answer as the quota does, `E A <key> too many
+    /// ...`; an acquire of a key already held adds no lock.
+    #[test]
+    fn past_the_bounds_an_acquire_is_refused_like_the_quota() {
+        assert_eq!(past_bounds(0, 0, false), None);
+        assert_eq!(
+            past_bounds(MAX_WAITERS - 1, MAX_TABLE_LOCKS - 1, false),
+            None
+        );
+        assert_eq!(
+            past_bounds(MAX_WAITERS, 0, true),
+            Some(Refusal::TooManyWaiters)
+        );
+        assert_eq!(
+            past_bounds(0, MAX_TABLE_LOCKS, false),
+            Some(Refusal::TooManyLocks)
+        );
+        assert_eq!(past_bounds(0, MAX_TABLE_LOCKS, true), None);
     }
 }

@@ -23,7 +23,7 @@
 //! A node so barred does not promote, steps down if it was active, and
 //! says why in one log line a minute and in `/health`.
 
-use baton_core::Millis;
+use baton_core::{LogGate, Millis};
 
 use super::super::messages::NodeIndex;
 use super::roles::addr_in;
@@ -70,7 +70,7 @@ pub(super) struct Refusal {
     why: LinkRefused,
     at: Millis,
     /// When this refusal (this peer, this reason) was last logged.
-    logged_at: Option<Millis>,
+    log: LogGate<Millis>,
 }
 
 /// Why a node does not serve although the roles' rules would let it.
@@ -98,15 +98,12 @@ impl<H> PriorityNode<H> {
         let Some(view) = self.peers.get_mut(peer) else {
             return;
         };
-        let logged_at = view
+        let log = view
             .link_refused
             .filter(|r| r.why == why)
-            .and_then(|r| r.logged_at);
-        view.link_refused = Some(Refusal {
-            why,
-            at: now,
-            logged_at,
-        });
+            .map(|r| r.log)
+            .unwrap_or_default();
+        view.link_refused = Some(Refusal { why, at: now, log });
         self.enforce_bar(now);
         self.checked();
     }
@@ -181,11 +178,9 @@ impl<H> PriorityNode<H> {
     /// logged, each at most once a minute.
     pub(super) fn enforce_bar(&mut self, now: Millis) {
         if self.barred(now).is_some() {
-            let due = self
-                .barred_logged_at
-                .is_none_or(|at| now.saturating_sub(at) >= REFUSAL_LOG_EVERY_MS);
-            if let Some(reason) = self.barred_reason(now).filter(|_| due) {
-                self.barred_logged_at = Some(now);
+            let reason = self.barred_reason(now);
+            let due = reason.is_some() && self.barred_log.note(now, REFUSAL_LOG_EVERY_MS).is_some();
+            if let Some(reason) = reason.filter(|_| due) {
                 tracing::warn!(node = self.addr(self.config.me), "{reason}");
             }
             if self.role.is_active() {
@@ -207,11 +202,7 @@ impl<H> PriorityNode<H> {
             let Some(refusal) = self.peers[p].link_refused.as_mut() else {
                 continue;
             };
-            let due = refusal
-                .logged_at
-                .is_none_or(|at| now.saturating_sub(at) >= REFUSAL_LOG_EVERY_MS);
-            if due {
-                refusal.logged_at = Some(now);
+            if refusal.log.note(now, REFUSAL_LOG_EVERY_MS).is_some() {
                 tracing::warn!(
                     peer = addr_in(peers, p),
                     "peer answers but refuses the link: {}",

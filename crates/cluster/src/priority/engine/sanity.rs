@@ -4,42 +4,10 @@
 //! refused whole (as if it never came: the sender is not even counted as
 //! heard) and logged, at most once a minute per peer.
 //!
-//! # The bound
-//!
-//! A token or term is refused above `wall_floor(wall + 1 h + failure
-//! timeout)`, `wall` being this node's wall clock. Why the cluster never
-//! gets there in normal operation: every token lies at or above a floor
-//! some node took and below its next floor, and each floor is the larger
-//! of
-//! - that node's wall floor: `wall << 20` moved into its blocks, at most
-//!   `2n` blocks (`n · 2^25`, 32 ms of clock per node) above `wall << 20`;
-//! - a token it knew plus `TOKEN_MARGIN` (2^26), rounded into its blocks
-//!   (at most `n` blocks more); at a handoff the sender also counts the
-//!   successor's wall floor a failure timeout ahead plus `n` blocks
-//!   (`successor_floor_bound`), hence the failure timeout in the bound.
-//!
-//! Grants add one token each (plus the other nodes' blocks they skip),
-//! but the clock outruns them: 2^20 tokens a millisecond against a few
-//! thousand grants. So tokens sit within the margins that quick
-//! failovers stack above the newest clock, `2^26 + 3n · 2^24` per
-//! promotion that comes before the clock catches up (docs/cluster.md:
-//! a few hundred ms of clock in practice). An hour of clock is 3.8·10^12
-//! tokens: room for over 4,000 promotions back to back with no time
-//! between them even for 16 nodes, and for a peer whose clock runs up to
-//! an hour ahead of ours (NTP keeps hosts within milliseconds). Measured
-//! in the simulation (all clocks agree, failovers every few hundred ms,
-//! a 60 ms failure timeout), which fails a run at any refusal: with the
-//! allowance cut to 200 ms a fifth of the seeds hit it, with 1 s none do;
-//! an hour is over 3,000 times that. The unit tests (clocks near the
-//! epoch, tokens near 2^30) stay far below it too.
-//!
-//! What it refuses: anything near 2^64 (a forged or corrupted frame that
-//! would leave no token to grant), and every value more than an hour of
-//! clock ahead. Accepting a value just under the bound costs the cluster
-//! about an hour of a token space that lasts until the year 2527.
-//!
-//! A node whose own clock is more than an hour behind its peers refuses
-//! them all and so hears nobody: the log line says so.
+//! The bound is `wall_floor(wall + 1 h + failure timeout)`, `wall` being
+//! this node's wall clock: far above what a sound cluster reaches, far
+//! below 2^64. docs/cluster.md ("Why the priority bound is never
+//! reached") gives the arithmetic and what it costs.
 
 use baton_core::{Millis, Token};
 
@@ -178,16 +146,12 @@ impl<H> PriorityNode<H> {
             debug_assert!(false, "trouble with node {from}, not a peer");
             return;
         };
-        let due = peer
-            .refusal_logged_at
-            .is_none_or(|at| now.saturating_sub(at) >= REFUSAL_LOG_EVERY_MS);
-        if due {
+        if peer.refusal_log.note(now, REFUSAL_LOG_EVERY_MS).is_some() {
             tracing::warn!(
                 peer = super::roles::addr_in(&self.config.peers, from),
                 refused = peer.refused,
                 "{what}"
             );
-            peer.refusal_logged_at = Some(now);
             peer.refusal_lines += 1;
             peer.refused = 0;
         }

@@ -1,4 +1,4 @@
-//! Handoffs around dual actives and pauses (issue 9, items 4 and 5): a
+//! Handoffs around dual actives and pauses: a
 //! graceful stop hands its locks to whoever can be reached, an active one
 //! included, and no two nodes ever send clients to each other.
 

@@ -1,4 +1,4 @@
-//! Limits on what even an authenticated peer can do (issue 10): full-sync
+//! Limits on what even an authenticated peer can do: full-sync
 //! requests answered at most at the snapshot rate, tokens and terms past
 //! the sanity bound refused whole, indexes and sequence numbers checked.
 

@@ -1,4 +1,4 @@
-//! Tables and command batches in pieces (issue 10): every message within
+//! Tables and command batches in pieces: every message within
 //! `MAX_MESSAGE_BYTES`, the receiver's table the sender's, a handoff taken
 //! only with its whole table.
 
