@@ -300,6 +300,39 @@ mod tests {
     }
 
     #[test]
+    fn a_tick_counts_every_lease_it_ends_also_one_handed_on() {
+        let mut node = SingleNode::new();
+        let (tx, _rx) = mpsc::unbounded_channel::<Delivery>();
+        let mut events = Vec::new();
+        for k in ["alone", "passed", "kept"] {
+            let lease_ms = if k == "kept" { 10_000 } else { 20 };
+            let request = LockRequest::Acquire {
+                key: &key(k),
+                wait_ms: 1,
+                lease_ms,
+            };
+            let _ = node.handle(request, 0, &Mailbox(tx.clone()), &mut events);
+        }
+        let waiter = LockRequest::Acquire {
+            key: &key("passed"),
+            wait_ms: 10_000,
+            lease_ms: 10_000,
+        };
+        let queued = node.handle(waiter, 0, &Mailbox(tx), &mut events);
+        assert!(matches!(
+            queued,
+            Served::Done(Answer::Acquired(baton_core::AcquireOutcome::Queued { .. }))
+        ));
+        node.tick(10, &mut events);
+        assert_eq!(node.counters().expiries, 0, "no lease has ended yet");
+        node.tick(30, &mut events);
+        assert_eq!(node.counters().expiries, 2, "{events:?}");
+        assert_eq!(node.status().locks, 2, "passed is held by its waiter");
+        node.tick(40, &mut events);
+        assert_eq!(node.counters().expiries, 2);
+    }
+
+    #[test]
     fn tokens_start_above_the_floor_and_status_shows_it() {
         let mut node = SingleNode::starting_above(LockTable::new(), 1 << 40);
         assert_eq!(node.status().token, 1 << 40);
