@@ -9,7 +9,7 @@
 use std::collections::VecDeque;
 use std::sync::Arc;
 
-use baton_core::{AcquireOutcome, FastSet, Key, Millis, Outcome, Token, WaiterId};
+use baton_core::{AcquireOutcome, FastSet, Key, Millis, Token, WaiterId};
 use baton_proto::{ErrorReply, Op, Request, Response, ServerCodec};
 use bytes::BytesMut;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
@@ -27,7 +27,7 @@ use crate::listener::NodeInfo;
 use crate::locks::{Events, SharedLocks};
 use crate::metrics::ErrorReason;
 use crate::node::{LockNode, Served};
-use crate::request::{Answer, LockRequest};
+use crate::request::{change_response, Answer, LockRequest};
 
 mod opening;
 use opening::Opened;
@@ -422,13 +422,7 @@ impl<N: LockNode, S: ServerStream> Connection<N, S> {
                     reason: refusal.reason().to_string(),
                 })
             }
-            Served::Done(Answer::Changed(Outcome::Released)) if op == Op::Release => {
-                Response::Released { key }
-            }
-            Served::Done(Answer::Changed(Outcome::Renewed)) if op == Op::Renew => {
-                Response::Renewed { key }
-            }
-            Served::Done(Answer::Changed(_)) => Response::NotHeld { op, key },
+            Served::Done(Answer::Changed(outcome)) => change_response(op, key, outcome),
             Served::Done(Answer::Queried(state)) => Response::Queried { key, state },
         };
         self.answer(&response);

@@ -45,7 +45,7 @@ use baton_proto::{Mode, Op, Response, Role};
 
 use crate::delivery::Mailbox;
 use crate::inspect::{list_page, LockPage, LockQuery, Member};
-use crate::request::{Answer, LockRequest};
+use crate::request::{change_response, Answer, LockRequest};
 
 /// The answer of a node that may not be the one serving.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -151,9 +151,7 @@ fn late_response(key: Key, change: Change, answer: Result<Outcome, Option<String
         Change::Renew => Op::Renew,
     };
     match answer {
-        Ok(Outcome::Released) if change == Change::Release => Response::Released { key },
-        Ok(Outcome::Renewed) if change == Change::Renew => Response::Renewed { key },
-        Ok(_) => Response::NotHeld { op, key },
+        Ok(outcome) => change_response(op, key, outcome),
         Err(addr) => Response::Moved { op, key, addr },
     }
 }

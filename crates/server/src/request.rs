@@ -9,7 +9,7 @@
 //! `baton_core` and its arm in each node's `handle`.
 
 use baton_core::{AcquireOutcome, Key, KeyState, Outcome, Token};
-use baton_proto::{Op, Request};
+use baton_proto::{Op, Request, Response};
 
 /// A request to the lock logic. The key is borrowed from the decoded
 /// line, which the connection keeps for its answer: making the request
@@ -96,6 +96,15 @@ pub enum Answer {
     Changed(Outcome),
     /// To a query.
     Queried(KeyState),
+}
+
+/// The wire answer to a release or renewal (`op`) of `key`, now or late.
+pub(crate) fn change_response(op: Op, key: Key, outcome: Outcome) -> Response {
+    match outcome {
+        Outcome::Released if op == Op::Release => Response::Released { key },
+        Outcome::Renewed if op == Op::Renew => Response::Renewed { key },
+        _ => Response::NotHeld { op, key },
+    }
 }
 
 #[cfg(test)]
