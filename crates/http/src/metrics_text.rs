@@ -7,7 +7,9 @@ use std::fmt::Error as FmtError;
 
 use baton_proto::Role;
 use baton_server::inspect::Member;
-use baton_server::metrics::{Count, ErrorReason, HistogramSnapshot, Metrics, RequestOp};
+use baton_server::metrics::{
+    op_label, Count, ErrorReason, HistogramSnapshot, Metrics, REQUEST_OPS,
+};
 use baton_server::sync_metrics;
 use baton_server::{NodeCounters, NodeStatus, Observed};
 use prometheus_client::collector::Collector;
@@ -54,7 +56,7 @@ impl Scrape {
             status,
             counters,
             members,
-            requests: RequestOp::ALL.iter().map(|op| (op.label(), m.requests(*op))).collect(),
+            requests: REQUEST_OPS.iter().map(|op| (op_label(*op), m.requests(*op))).collect(),
             errors: ErrorReason::ALL.iter().map(|r| (r.label(), m.errors(*r))).collect(),
             counts: vec![
                 count("baton_grants", "Grants made (at once or to a waiter).", Count::Grants),

@@ -61,6 +61,18 @@ impl Request {
         }
     }
 
+    /// [`Self::key`], taken out of the request.
+    pub fn into_key(self) -> Option<Key> {
+        match self {
+            Request::Acquire { key, .. }
+            | Request::Release { key, .. }
+            | Request::Renew { key, .. }
+            | Request::Query { key } => Some(key),
+            Request::Auth { user, .. } => Some(user),
+            Request::Status => None,
+        }
+    }
+
     /// Writes the request as one line, LF included, durations in seconds.
     pub fn encode(&self, dst: &mut BytesMut) {
         // Op, key, two numbers of at most 21 bytes each (or a secret),

@@ -9,7 +9,7 @@
 use std::collections::VecDeque;
 use std::sync::Arc;
 
-use baton_core::{AcquireOutcome, FastSet, Key, Millis, Outcome, Token, WaiterId};
+use baton_core::{AcquireOutcome, FastSet, Key, Millis, Token, WaiterId};
 use baton_proto::{ErrorReply, Op, Request, Response, ServerCodec};
 use bytes::BytesMut;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
@@ -25,8 +25,9 @@ use crate::delivery::{Delivery, Mailbox};
 use crate::evict::Registered;
 use crate::listener::NodeInfo;
 use crate::locks::{Events, SharedLocks};
-use crate::metrics::{ErrorReason, RequestOp};
+use crate::metrics::ErrorReason;
 use crate::node::{LockNode, Served};
+use crate::request::{change_response, Answer, LockRequest};
 
 mod opening;
 use opening::Opened;
@@ -335,7 +336,7 @@ impl<N: LockNode, S: ServerStream> Connection<N, S> {
 
     fn on_request(&mut self, request: Request, now: Millis) {
         if let Request::Auth { .. } = request {
-            self.locks.metrics().request(RequestOp::Authenticate);
+            self.locks.metrics().request(Op::Auth);
         }
         if let Some(session) = &mut self.auth {
             if let Some(gated) = session.gate(&request) {
@@ -344,24 +345,13 @@ impl<N: LockNode, S: ServerStream> Connection<N, S> {
             }
         }
         match request {
-            Request::Acquire {
-                key,
-                wait_ms,
-                lease_ms,
-            } => self.on_acquire(key, wait_ms, lease_ms, now),
-            Request::Release { key, token } => self.on_release(key, token, now),
-            Request::Renew {
-                key,
-                token,
-                lease_ms,
-            } => self.on_renew(key, token, lease_ms, now),
             Request::Status => {
                 let report = self.node.status(self.locks.status());
                 self.answer(&Response::Status(report));
             }
-            Request::Query { key } => self.on_query(key, now),
             // Only without `--auth-file`: with it the session answers `U`.
             Request::Auth { user, .. } => self.answer(&auth::not_enabled(&user)),
+            lock_request => self.on_lock_request(lock_request, now),
         }
     }
 
@@ -381,46 +371,61 @@ impl<N: LockNode, S: ServerStream> Connection<N, S> {
         }
     }
 
+    /// A request to the lock logic: handed to the node as a value, its
+    /// answer written or awaited.
     #[inline]
-    fn on_acquire(&mut self, key: Key, wait_ms: u64, lease_ms: u64, now: Millis) {
-        if self.waiting.len() + self.deferred >= self.node.config.max_pending {
-            self.refuse_acquire(&key);
+    fn on_lock_request(&mut self, line: Request, now: Millis) {
+        let Some(mut request) = LockRequest::from_line(&line) else {
             return;
-        }
-        // PROTOCOL.md: `wait 0` waits as long as the node allows,
-        // its maximum wait, then `T`; never without limit.
-        let wait_ms = if wait_ms == 0 {
-            self.node.config.limits.max_wait_ms
-        } else {
-            wait_ms
         };
-        let served = self.locks.acquire(
-            key.clone(),
-            wait_ms,
-            lease_ms,
-            now,
-            &self.mailbox,
-            &mut self.events,
-        );
-        match served {
-            Served::Done(AcquireOutcome::Granted { token }) => self.answer_grant(key, token),
-            Served::Done(AcquireOutcome::Queued { id }) => {
-                self.waiting.insert(id);
+        if let LockRequest::Acquire { key, wait_ms, .. } = &mut request {
+            if self.waiting.len() + self.deferred >= self.node.config.max_pending {
+                self.refuse_acquire(key);
+                return;
             }
-            Served::Done(AcquireOutcome::Refused(refusal)) => {
-                self.answer(&Response::Error(ErrorReply {
-                    op: Some(Op::Acquire),
+            // PROTOCOL.md: `wait 0` waits as long as the node allows,
+            // its maximum wait, then `T`; never without limit.
+            if *wait_ms == 0 {
+                *wait_ms = self.node.config.limits.max_wait_ms;
+            }
+        }
+        let op = request.op();
+        let served = self
+            .locks
+            .handle(request, now, &self.mailbox, &mut self.events);
+        if let Some(key) = line.into_key() {
+            self.on_served(op, key, served);
+        }
+    }
+
+    /// Writes the answer to a request of kind `op` on `key`, or notes
+    /// that it comes later.
+    #[inline]
+    fn on_served(&mut self, op: Op, key: Key, served: Served<Answer>) {
+        let response = match served {
+            Served::Later => {
+                self.deferred += 1;
+                return;
+            }
+            Served::Redirect(addr) => Response::Moved { op, key, addr },
+            Served::Done(Answer::Acquired(AcquireOutcome::Granted { token })) => {
+                return self.answer_grant(key, token);
+            }
+            Served::Done(Answer::Acquired(AcquireOutcome::Queued { id })) => {
+                self.waiting.insert(id);
+                return;
+            }
+            Served::Done(Answer::Acquired(AcquireOutcome::Refused(refusal))) => {
+                Response::Error(ErrorReply {
+                    op: Some(op),
                     key: Some(key.as_bytes().to_vec()),
                     reason: refusal.reason().to_string(),
-                }));
+                })
             }
-            Served::Redirect(addr) => self.answer(&Response::Moved {
-                op: Op::Acquire,
-                key,
-                addr,
-            }),
-            Served::Later => self.deferred += 1,
-        }
+            Served::Done(Answer::Changed(outcome)) => change_response(op, key, outcome),
+            Served::Done(Answer::Queried(state)) => Response::Queried { key, state },
+        };
+        self.answer(&response);
     }
 
     /// Answers an acquire over the connection's limit of pending requests.
@@ -435,68 +440,6 @@ impl<N: LockNode, S: ServerStream> Connection<N, S> {
             ),
         };
         self.answer(&Response::Error(reply));
-    }
-
-    #[inline]
-    fn on_release(&mut self, key: Key, token: Token, now: Millis) {
-        let served = self
-            .locks
-            .release(&key, token, now, &self.mailbox, &mut self.events);
-        let response = match served {
-            Served::Later => {
-                self.deferred += 1;
-                return;
-            }
-            Served::Done(Outcome::Released) => Response::Released { key },
-            Served::Done(_) => Response::NotHeld {
-                op: Op::Release,
-                key,
-            },
-            Served::Redirect(addr) => Response::Moved {
-                op: Op::Release,
-                key,
-                addr,
-            },
-        };
-        self.answer(&response);
-    }
-
-    #[inline]
-    fn on_renew(&mut self, key: Key, token: Token, lease_ms: u64, now: Millis) {
-        let served = self
-            .locks
-            .renew(&key, token, lease_ms, now, &self.mailbox, &mut self.events);
-        let response = match served {
-            Served::Later => {
-                self.deferred += 1;
-                return;
-            }
-            Served::Done(Outcome::Renewed) => Response::Renewed { key },
-            Served::Done(_) => Response::NotHeld { op: Op::Renew, key },
-            Served::Redirect(addr) => Response::Moved {
-                op: Op::Renew,
-                key,
-                addr,
-            },
-        };
-        self.answer(&response);
-    }
-
-    fn on_query(&mut self, key: Key, now: Millis) {
-        let served = self.locks.query(&key, now, &self.mailbox, &mut self.events);
-        let response = match served {
-            Served::Later => {
-                self.deferred += 1;
-                return;
-            }
-            Served::Done(state) => Response::Queried { key, state },
-            Served::Redirect(addr) => Response::Moved {
-                op: Op::Query,
-                key,
-                addr,
-            },
-        };
-        self.answer(&response);
     }
 
     fn on_delivery(&mut self, delivery: Delivery) {

@@ -27,6 +27,7 @@ mod locks;
 pub mod metrics;
 mod node;
 mod persister;
+mod request;
 pub mod secret_file;
 mod single;
 mod sniff;
@@ -49,8 +50,9 @@ pub use evict::EVICT_GRACE;
 pub use listener::{bind_client_port, run, PeerAcceptor, Server, ServerError, NODE_VERSION};
 pub use locks::{Events, SharedLocks};
 pub use metrics::Metrics;
-pub use node::{LockNode, NodeCounters, NodeEvent, NodeStatus, Observed, Served};
+pub use node::{LockNode, NodeCounters, NodeEvent, NodeStatus, NodeTally, Observed, Served};
 pub use persister::{Persister, TakeState, PERSIST_EVERY};
+pub use request::{Answer, LockRequest};
 pub use single::{
     start_single, SingleNode, SinglePersister, SingleRunning, SingleStartError, SingleState,
     STATE_FILE as SINGLE_STATE_FILE,

@@ -7,14 +7,16 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, MutexGuard, PoisonError};
 
-use baton_core::{AcquireOutcome, Key, KeyState, Millis, Outcome, Token, WaiterId};
+use baton_core::{Key, Millis, Token, WaiterId};
+use baton_proto::Op;
 use tokio::sync::Notify;
 
 use crate::clock::Clock;
 use crate::delivery::{Delivery, Mailbox};
 use crate::inspect::{LockPage, LockQuery};
-use crate::metrics::{Metrics, RequestOp};
+use crate::metrics::Metrics;
 use crate::node::{LockNode, NodeEvent, NodeStatus, Observed, Served};
+use crate::request::{Answer, LockRequest};
 use crate::timing::Timing;
 
 /// Events produced under the lock, delivered after it is dropped.
@@ -166,86 +168,33 @@ impl<N: LockNode> SharedLocks<N> {
         self.output_ready.notified().await;
     }
 
-    pub(crate) fn acquire(
+    /// A client's request: counted by its op, handled by the node under
+    /// the lock, its outcome counted in the metrics.
+    pub(crate) fn handle(
         &self,
-        key: Key,
-        wait_ms: u64,
-        lease_ms: u64,
+        request: LockRequest<'_>,
         received_at: Millis,
         mailbox: &Mailbox,
         events: &mut Events,
-    ) -> Served<AcquireOutcome> {
-        self.metrics.request(RequestOp::Acquire);
-        let counted_key = key.clone();
-        let now = self.clock.now().max(received_at);
+    ) -> Served<Answer> {
+        self.metrics.request(request.op());
+        // An acquire's wait is measured to its answer, read before the lock.
+        let answered_at = match request {
+            LockRequest::Acquire { .. } => self.clock.now().max(received_at),
+            _ => received_at,
+        };
         self.run_counted(
             events,
             received_at,
-            |g, _, events| {
-                g.node
-                    .acquire(key, wait_ms, lease_ms, received_at, mailbox, events)
-            },
-            |timing, metrics, outcome| {
-                timing.acquired(metrics, counted_key, lease_ms, outcome, received_at, now)
-            },
-        )
-    }
-
-    pub(crate) fn release(
-        &self,
-        key: &Key,
-        token: Token,
-        now: Millis,
-        mailbox: &Mailbox,
-        events: &mut Events,
-    ) -> Served<Outcome> {
-        self.metrics.request(RequestOp::Release);
-        self.run_counted(
-            events,
-            now,
             |g, now, events| {
-                // Before the node hands the key on, in this call or later.
-                g.timing.releasing(key, now);
-                g.node.release(key, token, now, Some(mailbox), events)
-            },
-            |timing, metrics, outcome| timing.released(metrics, key, outcome, now),
-        )
-    }
-
-    pub(crate) fn renew(
-        &self,
-        key: &Key,
-        token: Token,
-        lease_ms: u64,
-        now: Millis,
-        mailbox: &Mailbox,
-        events: &mut Events,
-    ) -> Served<Outcome> {
-        self.metrics.request(RequestOp::Renew);
-        self.run_counted(
-            events,
-            now,
-            |g, now, events| g.node.renew(key, token, lease_ms, now, mailbox, events),
-            |timing, metrics, outcome| timing.renewed(metrics, key, lease_ms, outcome, now),
-        )
-    }
-
-    pub(crate) fn query(
-        &self,
-        key: &Key,
-        now: Millis,
-        mailbox: &Mailbox,
-        events: &mut Events,
-    ) -> Served<KeyState> {
-        self.metrics.request(RequestOp::Query);
-        self.run_counted(
-            events,
-            now,
-            |g, now, events| g.node.query(key, now, mailbox, events),
-            |_, metrics, outcome| {
-                if matches!(outcome, Served::Redirect(_)) {
-                    metrics.error(crate::metrics::ErrorReason::Redirected);
+                if let LockRequest::Release { key, .. } = request {
+                    // Before the node hands the key on, in this call or later.
+                    g.timing.releasing(key, now);
                 }
+                g.node.handle(request, now, mailbox, events)
+            },
+            |timing, metrics, served| {
+                timing.answered(metrics, request, served, received_at, answered_at)
             },
         )
     }
@@ -260,7 +209,7 @@ impl<N: LockNode> SharedLocks<N> {
     }
 
     pub(crate) fn status(&self) -> NodeStatus {
-        self.metrics.request(RequestOp::Status);
+        self.metrics.request(Op::Status);
         self.lock().status()
     }
 
@@ -355,8 +304,7 @@ impl<N: LockNode> SharedLocks<N> {
             let now = self.clock.now();
             for (key, token) in ghosts {
                 tracing::debug!(%key, token, "releasing a grant nobody could receive");
-                // A node that no longer serves has nothing to release.
-                let _ = node.release(&key, token, now, None, events);
+                node.release_unreceived(&key, token, now, events);
             }
             node.timing.granted_at(now);
             node.timing.events(&self.metrics, events, now);
@@ -372,7 +320,7 @@ impl<N: LockNode> SharedLocks<N> {
             let now = self.clock.now();
             for (key, token) in ghosts {
                 tracing::debug!(%key, token, "releasing a grant its connection never took");
-                let _ = service.release(&key, token, now, None, &mut events);
+                service.release_unreceived(&key, token, now, &mut events);
             }
             service.timing.granted_at(now);
             service.timing.events(&self.metrics, &events, now);
@@ -382,11 +330,54 @@ impl<N: LockNode> SharedLocks<N> {
     }
 }
 
+/// The requests the tests make, in the shape of their answers.
+#[cfg(test)]
+impl<N: LockNode> SharedLocks<N> {
+    pub(crate) fn acquire(
+        &self,
+        key: Key,
+        wait_ms: u64,
+        lease_ms: u64,
+        received_at: Millis,
+        mailbox: &Mailbox,
+        events: &mut Events,
+    ) -> Served<baton_core::AcquireOutcome> {
+        let request = LockRequest::Acquire {
+            key: &key,
+            wait_ms,
+            lease_ms,
+        };
+        match self.handle(request, received_at, mailbox, events) {
+            Served::Done(Answer::Acquired(outcome)) => Served::Done(outcome),
+            Served::Done(other) => panic!("an acquire answered {other:?}"),
+            Served::Redirect(to) => Served::Redirect(to),
+            Served::Later => Served::Later,
+        }
+    }
+
+    pub(crate) fn release(
+        &self,
+        key: &Key,
+        token: Token,
+        now: Millis,
+        mailbox: &Mailbox,
+        events: &mut Events,
+    ) -> Served<baton_core::Outcome> {
+        match self.handle(LockRequest::Release { key, token }, now, mailbox, events) {
+            Served::Done(Answer::Changed(outcome)) => Served::Done(outcome),
+            Served::Done(other) => panic!("a release answered {other:?}"),
+            Served::Redirect(to) => Served::Redirect(to),
+            Served::Later => Served::Later,
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::delivery::Delivery;
     use crate::single::SingleNode;
+    use baton_core::{AcquireOutcome, Outcome};
     use tokio::sync::mpsc;
 
     fn key(s: &str) -> Key {

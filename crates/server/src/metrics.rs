@@ -16,38 +16,41 @@
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering::Relaxed};
 
 use baton_core::Millis;
+use baton_proto::Op;
 
-/// The requests a node counts, by op.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum RequestOp {
-    Acquire,
-    Release,
-    Renew,
-    Query,
-    Status,
-    Authenticate,
+/// The requests a node counts, by their kind, in the order `/metrics`
+/// lists them.
+pub const REQUEST_OPS: [Op; 6] = [
+    Op::Acquire,
+    Op::Release,
+    Op::Renew,
+    Op::Query,
+    Op::Status,
+    Op::Auth,
+];
+
+/// The `op` label value of a request kind.
+pub fn op_label(op: Op) -> &'static str {
+    match op {
+        Op::Acquire => "acquire",
+        Op::Release => "release",
+        Op::Renew => "renew",
+        Op::Query => "query",
+        Op::Status => "status",
+        Op::Auth => "authenticate",
+    }
 }
 
-impl RequestOp {
-    pub const ALL: [RequestOp; 6] = [
-        RequestOp::Acquire,
-        RequestOp::Release,
-        RequestOp::Renew,
-        RequestOp::Query,
-        RequestOp::Status,
-        RequestOp::Authenticate,
-    ];
-
-    /// The `op` label value.
-    pub fn label(self) -> &'static str {
-        match self {
-            RequestOp::Acquire => "acquire",
-            RequestOp::Release => "release",
-            RequestOp::Renew => "renew",
-            RequestOp::Query => "query",
-            RequestOp::Status => "status",
-            RequestOp::Authenticate => "authenticate",
-        }
+/// Where `op` is counted: its place in [`REQUEST_OPS`] (an exhaustive
+/// match, so a new kind is not counted out of bounds).
+fn request_slot(op: Op) -> usize {
+    match op {
+        Op::Acquire => 0,
+        Op::Release => 1,
+        Op::Renew => 2,
+        Op::Query => 3,
+        Op::Status => 4,
+        Op::Auth => 5,
     }
 }
 
@@ -165,7 +168,7 @@ impl Histogram {
 /// The node's counts. One per node, inside its [`SharedLocks`](crate::SharedLocks).
 #[derive(Debug, Default)]
 pub struct Metrics {
-    requests: [AtomicU64; RequestOp::ALL.len()],
+    requests: [AtomicU64; REQUEST_OPS.len()],
     errors: [AtomicU64; ErrorReason::ALL.len()],
     grants: AtomicU64,
     releases: AtomicU64,
@@ -197,8 +200,8 @@ pub enum Count {
 
 impl Metrics {
     #[inline]
-    pub fn request(&self, op: RequestOp) {
-        self.requests[op as usize].fetch_add(1, Relaxed);
+    pub fn request(&self, op: Op) {
+        self.requests[request_slot(op)].fetch_add(1, Relaxed);
     }
 
     #[inline]
@@ -235,8 +238,8 @@ impl Metrics {
         self.connections_open.fetch_sub(1, Relaxed);
     }
 
-    pub fn requests(&self, op: RequestOp) -> u64 {
-        self.requests[op as usize].load(Relaxed)
+    pub fn requests(&self, op: Op) -> u64 {
+        self.requests[request_slot(op)].load(Relaxed)
     }
 
     pub fn errors(&self, reason: ErrorReason) -> u64 {
@@ -277,17 +280,26 @@ mod tests {
     }
 
     #[test]
+    fn each_request_kind_has_its_own_slot_and_label() {
+        for (i, op) in REQUEST_OPS.into_iter().enumerate() {
+            assert_eq!(request_slot(op), i, "{op}");
+        }
+        let labels: std::collections::HashSet<_> = REQUEST_OPS.map(op_label).into();
+        assert_eq!(labels.len(), REQUEST_OPS.len());
+    }
+
+    #[test]
     fn counts_are_kept_apart() {
         let m = Metrics::default();
-        m.request(RequestOp::Acquire);
-        m.request(RequestOp::Acquire);
+        m.request(Op::Acquire);
+        m.request(Op::Acquire);
         m.error(ErrorReason::NotHeld);
         m.add(Count::Grants, 3);
         m.connection_opened();
         m.connection_opened();
         m.connection_closed();
-        assert_eq!(m.requests(RequestOp::Acquire), 2);
-        assert_eq!(m.requests(RequestOp::Release), 0);
+        assert_eq!(m.requests(Op::Acquire), 2);
+        assert_eq!(m.requests(Op::Release), 0);
         assert_eq!(m.errors(ErrorReason::NotHeld), 1);
         assert_eq!(m.count(Count::Grants), 3);
         assert_eq!(m.connections_open(), 1);

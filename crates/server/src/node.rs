@@ -9,13 +9,13 @@
 //! Every input to a node goes through [`SharedLocks`](crate::SharedLocks),
 //! which holds it behind one mutex, and is one of these:
 //!
-//! - a client request, from the connection that read it: [`LockNode::acquire`],
-//!   [`LockNode::release`], [`LockNode::renew`], [`LockNode::query`],
-//!   [`LockNode::status`];
+//! - a client request, from the connection that read it: one
+//!   [`LockRequest`] value to [`LockNode::handle`], or
+//!   [`LockNode::status`] for `S`;
 //! - [`LockNode::cancel`], from a connection that closed with acquires
 //!   still queued;
-//! - [`LockNode::release`] with no mailbox, for a grant whose connection
-//!   was gone before it could be written (a ghost grant);
+//! - [`LockNode::release_unreceived`], for a grant whose connection was
+//!   gone before it could be written (a ghost grant);
 //! - [`LockNode::set_quota`], once, from the server as it starts, with
 //!   the configured caps on grants and waiters;
 //! - [`LockNode::tick`], from the node's one timer, at (or after) the
@@ -39,13 +39,13 @@
 //! both true of its state after every call.
 
 use baton_core::{
-    AcquireOutcome, Change, Event, Key, KeyState, Millis, NodeIndex, NotServing, Outcome, Quota,
-    Token, WaiterId,
+    Change, Event, Key, LockTable, Millis, NodeIndex, NotServing, Outcome, Quota, Token, WaiterId,
 };
 use baton_proto::{Mode, Op, Response, Role};
 
 use crate::delivery::Mailbox;
-use crate::inspect::{LockPage, LockQuery, Member};
+use crate::inspect::{list_page, LockPage, LockQuery, Member};
+use crate::request::{change_response, Answer, LockRequest};
 
 /// The answer of a node that may not be the one serving.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -151,9 +151,7 @@ fn late_response(key: Key, change: Change, answer: Result<Outcome, Option<String
         Change::Renew => Op::Renew,
     };
     match answer {
-        Ok(Outcome::Released) if change == Change::Release => Response::Released { key },
-        Ok(Outcome::Renewed) if change == Change::Renew => Response::Renewed { key },
-        Ok(_) => Response::NotHeld { op, key },
+        Ok(outcome) => change_response(op, key, outcome),
         Err(addr) => Response::Moved { op, key, addr },
     }
 }
@@ -173,43 +171,26 @@ pub struct NodeStatus {
 /// The lock logic of a node. Every method runs under the server's mutex:
 /// keep them short and free of I/O (see the call protocol above).
 pub trait LockNode: Send + 'static {
-    fn acquire(
+    /// A client's request (see [`crate::request`]), answered now,
+    /// redirected, or answered later to `reply_to`, the asking
+    /// connection's mailbox, which also hears how a queued acquire ends.
+    fn handle(
         &mut self,
-        key: Key,
-        wait_ms: u64,
-        lease_ms: u64,
+        request: LockRequest<'_>,
         now: Millis,
-        mailbox: &Mailbox,
+        reply_to: &Mailbox,
         events: &mut Vec<NodeEvent>,
-    ) -> Served<AcquireOutcome>;
-    /// `reply_to` is the mailbox of the client that asked, for a late
-    /// answer; `None` when the node itself releases a grant nobody received.
-    fn release(
+    ) -> Served<Answer>;
+    /// Releases a grant whose connection was gone before it could be
+    /// written (a ghost grant): nobody hears the answer, and a node that
+    /// no longer serves has nothing to release.
+    fn release_unreceived(
         &mut self,
         key: &Key,
         token: Token,
         now: Millis,
-        reply_to: Option<&Mailbox>,
         events: &mut Vec<NodeEvent>,
-    ) -> Served<Outcome>;
-    fn renew(
-        &mut self,
-        key: &Key,
-        token: Token,
-        lease_ms: u64,
-        now: Millis,
-        reply_to: &Mailbox,
-        events: &mut Vec<NodeEvent>,
-    ) -> Served<Outcome>;
-    /// `Q <key>`: the key's live grant and waiters. A Raft leader answers
-    /// later, once it knows it still leads (a linearizable read).
-    fn query(
-        &mut self,
-        key: &Key,
-        now: Millis,
-        reply_to: &Mailbox,
-        events: &mut Vec<NodeEvent>,
-    ) -> Served<KeyState>;
+    );
     /// A queued acquire's connection closed.
     fn cancel(&mut self, id: WaiterId);
     /// Does whatever is due at `now`.
@@ -220,6 +201,11 @@ pub trait LockNode: Send + 'static {
     /// The caps on grants held and acquires queued (`--max-locks`,
     /// `--max-waiters`); an acquire past them is refused.
     fn set_quota(&mut self, quota: Quota);
+    /// The lock table while this node serves it, or where to go instead
+    /// (`None` while no serving node is known).
+    fn served_table(&self) -> Result<&LockTable, Option<String>>;
+    /// How many acquires wait for `key`.
+    fn waiters_on(&self, key: &Key, now: Millis) -> u64;
     /// Whether the node has something for its peers (a cluster shell
     /// waits for this to send replication and heartbeats).
     fn has_output(&self) -> bool {
@@ -233,8 +219,16 @@ pub trait LockNode: Send + 'static {
     /// A page of the held locks (the HTTP endpoint's `/v1/locks`); a node
     /// that does not serve redirects. One pass over the table: see
     /// [`crate::inspect`].
-    fn list_locks(&self, _query: &LockQuery, _now: Millis) -> Served<LockPage> {
-        Served::Done(LockPage::default())
+    fn list_locks(&self, query: &LockQuery, now: Millis) -> Served<LockPage> {
+        match self.served_table() {
+            Ok(table) => Served::Done(list_page(
+                table,
+                |key| self.waiters_on(key, now),
+                query,
+                now,
+            )),
+            Err(to) => Served::Redirect(to),
+        }
     }
     /// The cluster's members as this node knows them (none for a single node).
     fn members(&self, _now: Millis) -> Vec<Member> {
@@ -256,6 +250,41 @@ pub struct Observed {
     pub members: Vec<Member>,
     /// See [`LockNode::health_issue`].
     pub health_issue: Option<String>,
+}
+
+/// The counts every mode keeps alike for its [`NodeCounters`]: leases
+/// that ran out and changes of role.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct NodeTally {
+    expiries: u64,
+    role_changes: u64,
+}
+
+impl NodeTally {
+    /// Counts the leases a tick ended: the keys it took out of the table
+    /// (held `before`, `after` it), and those it handed on to their next
+    /// waiter (in `events`, still held). A tick also times waits out,
+    /// which changes no grant.
+    pub fn tick_ended(&mut self, before: usize, after: usize, events: &[NodeEvent]) {
+        let handed_on = events
+            .iter()
+            .filter(|e| matches!(e, NodeEvent::Granted { .. }))
+            .count();
+        self.expiries += (before + handed_on).saturating_sub(after) as u64;
+    }
+
+    pub fn role_changed(&mut self) {
+        self.role_changes += 1;
+    }
+
+    /// The counters with these two counts and nothing else known.
+    pub fn counters(&self) -> NodeCounters {
+        NodeCounters {
+            expiries: self.expiries,
+            role_changes: self.role_changes,
+            ..NodeCounters::default()
+        }
+    }
 }
 
 /// Counts and positions only the engine knows (see [`LockNode::counters`]).

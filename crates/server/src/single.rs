@@ -16,8 +16,7 @@ use std::path::Path;
 use std::sync::Arc;
 
 use baton_core::{
-    AcquireOutcome, Event, Key, KeyState, LockService, LockTable, Millis, Outcome, Quota,
-    TableSnapshot, Token, WaiterId,
+    Event, Key, LockService, LockTable, Millis, Outcome, Quota, TableSnapshot, Token, WaiterId,
 };
 use baton_proto::{Mode, Role};
 use serde::{Deserialize, Serialize};
@@ -27,8 +26,9 @@ use crate::config::ServerConfig;
 use crate::delivery::Mailbox;
 use crate::listener::{Server, ServerError};
 use crate::locks::SharedLocks;
-use crate::node::{LockNode, NodeEvent, NodeStatus, Served};
+use crate::node::{LockNode, NodeCounters, NodeEvent, NodeStatus, NodeTally, Served};
 use crate::persister::Persister;
+use crate::request::{Answer, LockRequest};
 use crate::state_file::{StateFile, StateFileError};
 use crate::token_floor;
 
@@ -50,7 +50,7 @@ pub struct SingleNode {
     /// The service's count of changes at version 1 (see [`Self::version`]).
     changes_at_start: u64,
     /// Grants whose lease ran out (for the metrics).
-    expiries: u64,
+    tally: NodeTally,
 }
 
 impl SingleNode {
@@ -69,7 +69,7 @@ impl SingleNode {
             changes_at_start: service.changes(),
             service,
             scratch: Vec::new(),
-            expiries: 0,
+            tally: NodeTally::default(),
         }
     }
 
@@ -87,48 +87,60 @@ impl SingleNode {
     fn version(&self) -> u64 {
         1 + (self.service.changes() - self.changes_at_start)
     }
-}
-
-impl LockNode for SingleNode {
-    fn acquire(
-        &mut self,
-        key: Key,
-        wait_ms: u64,
-        lease_ms: u64,
-        now: Millis,
-        mailbox: &Mailbox,
-        _events: &mut Vec<NodeEvent>,
-    ) -> Served<AcquireOutcome> {
-        let outcome = self
-            .service
-            .acquire(key, wait_ms, lease_ms, now, mailbox.clone());
-        Served::Done(outcome)
-    }
 
     fn release(
         &mut self,
         key: &Key,
         token: Token,
         now: Millis,
-        _reply_to: Option<&Mailbox>,
         events: &mut Vec<NodeEvent>,
-    ) -> Served<Outcome> {
+    ) -> Outcome {
         let outcome = self.service.release(key, token, now, &mut self.scratch);
         events.extend(self.scratch.drain(..).map(NodeEvent::from));
-        Served::Done(outcome)
+        outcome
+    }
+}
+
+impl LockNode for SingleNode {
+    fn handle(
+        &mut self,
+        request: LockRequest<'_>,
+        now: Millis,
+        reply_to: &Mailbox,
+        events: &mut Vec<NodeEvent>,
+    ) -> Served<Answer> {
+        Served::Done(match request {
+            LockRequest::Acquire {
+                key,
+                wait_ms,
+                lease_ms,
+            } => Answer::Acquired(self.service.acquire(
+                key.clone(),
+                wait_ms,
+                lease_ms,
+                now,
+                reply_to.clone(),
+            )),
+            LockRequest::Release { key, token } => {
+                Answer::Changed(self.release(key, token, now, events))
+            }
+            LockRequest::Renew {
+                key,
+                token,
+                lease_ms,
+            } => Answer::Changed(self.service.renew(key, token, lease_ms, now)),
+            LockRequest::Query { key } => Answer::Queried(self.service.query(key, now)),
+        })
     }
 
-    fn renew(
+    fn release_unreceived(
         &mut self,
         key: &Key,
         token: Token,
-        lease_ms: u64,
         now: Millis,
-        _reply_to: &Mailbox,
-        _events: &mut Vec<NodeEvent>,
-    ) -> Served<Outcome> {
-        let outcome = self.service.renew(key, token, lease_ms, now);
-        Served::Done(outcome)
+        events: &mut Vec<NodeEvent>,
+    ) {
+        self.release(key, token, now, events);
     }
 
     fn cancel(&mut self, id: WaiterId) {
@@ -136,58 +148,31 @@ impl LockNode for SingleNode {
     }
 
     fn tick(&mut self, now: Millis, events: &mut Vec<NodeEvent>) {
-        let before = self.service.table().len();
+        let (before, first) = (self.service.table().len(), events.len());
         self.service.tick(now, &mut self.scratch);
-        // A tick ends leases (a key whose next waiter got it stays held)
-        // and times waits out (which changes no grant).
-        let handed_on = self
-            .scratch
-            .iter()
-            .filter(|e| matches!(e, Event::Granted { .. }))
-            .count();
-        let expired = (before + handed_on).saturating_sub(self.service.table().len());
-        self.expiries += expired as u64;
         events.extend(self.scratch.drain(..).map(NodeEvent::from));
+        let after = self.service.table().len();
+        self.tally.tick_ended(before, after, &events[first..]);
     }
 
     fn next_deadline(&self) -> Option<Millis> {
         self.service.next_deadline()
     }
 
-    fn query(
-        &mut self,
-        key: &Key,
-        now: Millis,
-        _reply_to: &Mailbox,
-        _events: &mut Vec<NodeEvent>,
-    ) -> Served<KeyState> {
-        Served::Done(self.service.query(key, now))
-    }
-
     fn set_quota(&mut self, quota: Quota) {
         self.service.set_quota(quota);
     }
 
-    fn counters(&self) -> crate::node::NodeCounters {
-        crate::node::NodeCounters {
-            expiries: self.expiries,
-            ..Default::default()
-        }
+    fn served_table(&self) -> Result<&LockTable, Option<String>> {
+        Ok(self.service.table())
     }
 
-    fn list_locks(
-        &self,
-        query: &crate::inspect::LockQuery,
-        now: Millis,
-    ) -> Served<crate::inspect::LockPage> {
-        let service = &self.service;
-        let waiters = |key: &Key| service.query(key, now).waiters;
-        Served::Done(crate::inspect::list_page(
-            service.table(),
-            waiters,
-            query,
-            now,
-        ))
+    fn waiters_on(&self, key: &Key, now: Millis) -> u64 {
+        self.service.query(key, now).waiters
+    }
+
+    fn counters(&self) -> NodeCounters {
+        self.tally.counters()
     }
 
     fn status(&self) -> NodeStatus {
@@ -303,10 +288,48 @@ mod tests {
         events: &mut Vec<NodeEvent>,
     ) -> Token {
         let (tx, _rx) = mpsc::unbounded_channel::<Delivery>();
-        match node.acquire(key(k), 0, 10_000, now, &Mailbox(tx), events) {
-            Served::Done(AcquireOutcome::Granted { token }) => token,
+        let request = LockRequest::Acquire {
+            key: &key(k),
+            wait_ms: 0,
+            lease_ms: 10_000,
+        };
+        match node.handle(request, now, &Mailbox(tx), events) {
+            Served::Done(Answer::Acquired(baton_core::AcquireOutcome::Granted { token })) => token,
             other => panic!("expected a grant, got {other:?}"),
         }
+    }
+
+    #[test]
+    fn a_tick_counts_every_lease_it_ends_also_one_handed_on() {
+        let mut node = SingleNode::new();
+        let (tx, _rx) = mpsc::unbounded_channel::<Delivery>();
+        let mut events = Vec::new();
+        for k in ["alone", "passed", "kept"] {
+            let lease_ms = if k == "kept" { 10_000 } else { 20 };
+            let request = LockRequest::Acquire {
+                key: &key(k),
+                wait_ms: 1,
+                lease_ms,
+            };
+            let _ = node.handle(request, 0, &Mailbox(tx.clone()), &mut events);
+        }
+        let waiter = LockRequest::Acquire {
+            key: &key("passed"),
+            wait_ms: 10_000,
+            lease_ms: 10_000,
+        };
+        let queued = node.handle(waiter, 0, &Mailbox(tx), &mut events);
+        assert!(matches!(
+            queued,
+            Served::Done(Answer::Acquired(baton_core::AcquireOutcome::Queued { .. }))
+        ));
+        node.tick(10, &mut events);
+        assert_eq!(node.counters().expiries, 0, "no lease has ended yet");
+        node.tick(30, &mut events);
+        assert_eq!(node.counters().expiries, 2, "{events:?}");
+        assert_eq!(node.status().locks, 2, "passed is held by its waiter");
+        node.tick(40, &mut events);
+        assert_eq!(node.counters().expiries, 2);
     }
 
     #[test]
@@ -332,9 +355,9 @@ mod tests {
         assert_eq!(state.table.locks.len(), 1);
         assert_eq!(state.table.locks[0].token, token);
         let mut events = Vec::new();
-        let _ = node.release(&key("a"), token + 7, 1, None, &mut events);
+        node.release_unreceived(&key("a"), token + 7, 1, &mut events);
         assert!(node.state_to_persist(v2, 1).is_none(), "a stale release");
-        let _ = node.release(&key("a"), token, 1, None, &mut events);
+        node.release_unreceived(&key("a"), token, 1, &mut events);
         assert!(node.state_to_persist(v2, 1).is_some());
     }
 

@@ -13,6 +13,7 @@ use baton_proto::{Op, Response};
 use crate::lease_ends::LeaseEnds;
 use crate::metrics::{Count, ErrorReason, Metrics};
 use crate::node::{NodeEvent, Served};
+use crate::request::{Answer, LockRequest};
 
 /// Entries one map may hold before it is emptied: past this many held
 /// keys the hold-time histogram samples the grants instead of timing
@@ -46,35 +47,63 @@ fn insert<K: std::hash::Hash + Eq, V>(map: &mut FastMap<K, V>, key: K, value: V)
 }
 
 impl Timing {
-    /// An acquire received at `received_at` asking for `lease_ms` was
-    /// answered at `now`.
-    pub(crate) fn acquired(
+    /// A request received at `received_at` was answered `served` (an
+    /// acquire at `answered_at`).
+    pub(crate) fn answered(
         &mut self,
         m: &Metrics,
-        key: Key,
+        request: LockRequest<'_>,
+        served: &Served<Answer>,
+        received_at: Millis,
+        answered_at: Millis,
+    ) {
+        match request {
+            LockRequest::Acquire { key, lease_ms, .. } => {
+                self.acquired(m, key, lease_ms, served, received_at, answered_at)
+            }
+            LockRequest::Release { key, .. } => self.released(m, key, served, received_at),
+            LockRequest::Renew { key, lease_ms, .. } => {
+                self.renewed(m, key, lease_ms, served, received_at)
+            }
+            LockRequest::Query { .. } => {
+                if matches!(served, Served::Redirect(_)) {
+                    m.error(ErrorReason::Redirected);
+                }
+            }
+        }
+    }
+
+    /// An acquire received at `received_at` asking for `lease_ms` was
+    /// answered at `now`.
+    fn acquired(
+        &mut self,
+        m: &Metrics,
+        key: &Key,
         lease_ms: Millis,
-        outcome: &Served<AcquireOutcome>,
+        outcome: &Served<Answer>,
         received_at: Millis,
         now: Millis,
     ) {
         match outcome {
-            Served::Done(AcquireOutcome::Granted { .. }) => {
+            Served::Done(Answer::Acquired(AcquireOutcome::Granted { .. })) => {
                 m.add(Count::Grants, 1);
                 m.acquire_wait.observe(now.saturating_sub(received_at));
                 // The node's lease runs from the request's arrival.
-                self.hold_begins(m, &key, now, received_at, Some(lease_ms));
+                self.hold_begins(m, key, now, received_at, Some(lease_ms));
             }
-            Served::Done(AcquireOutcome::Queued { id }) => {
+            Served::Done(Answer::Acquired(AcquireOutcome::Queued { id })) => {
                 insert(&mut self.queued_at, *id, (received_at, lease_ms))
             }
-            Served::Done(AcquireOutcome::Refused(Refusal::TooManyLocks)) => {
+            Served::Done(Answer::Acquired(AcquireOutcome::Refused(Refusal::TooManyLocks))) => {
                 m.error(ErrorReason::TooManyLocks)
             }
-            Served::Done(AcquireOutcome::Refused(Refusal::TooManyWaiters)) => {
+            Served::Done(Answer::Acquired(AcquireOutcome::Refused(Refusal::TooManyWaiters))) => {
                 m.error(ErrorReason::TooManyWaiters)
             }
+            // An answer of another kind: nothing to time.
+            Served::Done(_) => {}
             Served::Redirect(_) => m.error(ErrorReason::Redirected),
-            Served::Later => insert(&mut self.pending_lease, key, lease_ms),
+            Served::Later => insert(&mut self.pending_lease, key.clone(), lease_ms),
         }
     }
 
@@ -124,15 +153,9 @@ impl Timing {
     }
 
     /// The release's answer, after its events were counted.
-    pub(crate) fn released(
-        &mut self,
-        m: &Metrics,
-        key: &Key,
-        outcome: &Served<Outcome>,
-        now: Millis,
-    ) {
+    fn released(&mut self, m: &Metrics, key: &Key, outcome: &Served<Answer>, now: Millis) {
         match outcome {
-            Served::Done(Outcome::Released) => self.release_done(m, key, now),
+            Served::Done(Answer::Changed(Outcome::Released)) => self.release_done(m, key, now),
             Served::Done(_) => m.error(ErrorReason::NotHeld),
             Served::Redirect(_) => m.error(ErrorReason::Redirected),
             // A Raft leader answers once committed: the answer's event
@@ -150,16 +173,16 @@ impl Timing {
         }
     }
 
-    pub(crate) fn renewed(
+    fn renewed(
         &mut self,
         m: &Metrics,
         key: &Key,
         lease_ms: Millis,
-        outcome: &Served<Outcome>,
+        outcome: &Served<Answer>,
         now: Millis,
     ) {
         match outcome {
-            Served::Done(Outcome::Renewed) => {
+            Served::Done(Answer::Changed(Outcome::Renewed)) => {
                 m.add(Count::Renewals, 1);
                 self.leases.renew(key, now.saturating_add(lease_ms));
             }
@@ -252,12 +275,13 @@ impl Timing {
 #[cfg(test)]
 mod tests {
     use crate::delivery::{Delivery, Mailbox};
-    use crate::metrics::{Count, ErrorReason, RequestOp};
+    use crate::metrics::{Count, ErrorReason};
     use crate::{Clock, SharedLocks, SingleNode};
     use baton_core::{AcquireOutcome, Key};
+    use baton_proto::Op;
     use tokio::sync::mpsc;
 
-    use super::Served;
+    use super::{Answer, Served};
 
     fn key(s: &str) -> Key {
         Key::new(s.as_bytes()).unwrap_or_else(|e| panic!("{e}"))
@@ -287,8 +311,8 @@ mod tests {
         let _ = locks.release(&key("k"), token + 99, 0, &a, &mut events);
         let _ = locks.release(&key("k"), token, 0, &a, &mut events);
         let m = locks.metrics();
-        assert_eq!(m.requests(RequestOp::Acquire), 2);
-        assert_eq!(m.requests(RequestOp::Release), 2);
+        assert_eq!(m.requests(Op::Acquire), 2);
+        assert_eq!(m.requests(Op::Release), 2);
         assert_eq!(m.errors(ErrorReason::NotHeld), 1);
         assert_eq!(m.count(Count::Grants), 2, "at once, then handed over");
         assert_eq!(m.count(Count::Releases), 1);
@@ -302,11 +326,12 @@ mod tests {
         use baton_core::Outcome;
         let m = crate::metrics::Metrics::default();
         let mut timing = super::Timing::default();
-        let granted = Served::Done(AcquireOutcome::Granted { token: 1 });
-        timing.acquired(&m, key("a"), 100, &granted, 0, 0);
-        timing.acquired(&m, key("b"), 100, &granted, 0, 0);
+        let granted = Served::Done(Answer::Acquired(AcquireOutcome::Granted { token: 1 }));
+        timing.acquired(&m, &key("a"), 100, &granted, 0, 0);
+        timing.acquired(&m, &key("b"), 100, &granted, 0, 0);
         // b renewed at 80 for 100 more: it ends at 180.
-        timing.renewed(&m, &key("b"), 100, &Served::Done(Outcome::Renewed), 80);
+        let renewed = Served::Done(Answer::Changed(Outcome::Renewed));
+        timing.renewed(&m, &key("b"), 100, &renewed, 80);
         timing.expire(&m, 99);
         assert_eq!(m.hold.snapshot().count, 0, "no lease has ended yet");
         timing.expire(&m, 150);
@@ -314,13 +339,14 @@ mod tests {
         assert_eq!(hold.count, 1, "a ended at 100");
         assert!((hold.sum_seconds - 0.1).abs() < 1e-9, "{hold:?}");
         // Taken again before the timer ran: b's grant ended at 180.
-        timing.acquired(&m, key("b"), 100, &granted, 190, 190);
+        timing.acquired(&m, &key("b"), 100, &granted, 190, 190);
         let hold = m.hold.snapshot();
         assert_eq!(hold.count, 2);
         assert!((hold.sum_seconds - 0.28).abs() < 1e-9, "{hold:?}");
         // Released: counted once, not again at its lease's end.
         timing.releasing(&key("b"), 200);
-        timing.released(&m, &key("b"), &Served::Done(Outcome::Released), 200);
+        let released = Served::Done(Answer::Changed(Outcome::Released));
+        timing.released(&m, &key("b"), &released, 200);
         timing.expire(&m, 10_000);
         assert_eq!(m.hold.snapshot().count, 3);
     }

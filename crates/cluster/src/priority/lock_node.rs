@@ -8,8 +8,8 @@
 //! held, never across an `.await`, and its events go to their connections
 //! once it is released. Who calls what:
 //!
-//! - the server's connection tasks: the [`LockNode`] requests (`acquire`,
-//!   `release`, `renew`, `cancel`, `status`);
+//! - the server's connection tasks: [`LockNode::handle`] with each
+//!   request, `cancel`, `status`;
 //! - the server's timer: [`LockNode::tick`] when [`LockNode::next_deadline`]
 //!   is due;
 //! - the shell's inbound link tasks: [`PriorityLockNode::receive`] with the
@@ -29,11 +29,11 @@
 //! `recover` happens on the engine before it is wrapped here. Nothing else
 //! reaches the engine: there is no mutable access to it from outside.
 
-use baton_core::{
-    AcquireOutcome, Key, KeyState, Millis, NotServing, Outcome, Quota, Token, WaiterId,
-};
+use baton_core::{Key, LockTable, Millis, NotServing, Quota, Token, WaiterId};
 use baton_proto::{Mode, Role};
-use baton_server::{LockNode, Mailbox, NodeEvent, NodeStatus, Served};
+use baton_server::{
+    Answer, LockNode, LockRequest, Mailbox, NodeEvent, NodeStatus, NodeTally, Served,
+};
 use tokio::sync::watch;
 
 use super::engine::{LinkRefused, NodeRole, PersistedState, PriorityNode};
@@ -76,8 +76,7 @@ pub struct PriorityLockNode {
     /// A graceful stop is under way: the view also carries its prospects.
     stopping: bool,
     /// For the metrics: changes of role, and leases that ran out here.
-    role_changes: u64,
-    expiries: u64,
+    tally: NodeTally,
 }
 
 impl PriorityLockNode {
@@ -93,8 +92,7 @@ impl PriorityLockNode {
             role: watch::channel(view).0,
             view,
             stopping: false,
-            role_changes: 0,
-            expiries: 0,
+            tally: NodeTally::default(),
         }
     }
 
@@ -201,77 +199,69 @@ impl PriorityLockNode {
         if view == self.view {
             return;
         }
-        let role_changed = view.role != self.view.role;
+        if view.role != self.view.role {
+            self.tally.role_changed();
+        }
         self.view = view;
         self.role.send_replace(view);
-        self.role_changes += u64::from(role_changed);
     }
 
     fn served<T>(&self, result: Result<T, NotServing>) -> Served<T> {
         match result {
             Ok(value) => Served::Done(value),
-            Err(to) => Served::Redirect(
-                to.serving
-                    .and_then(|i| self.engine.config().peers.get(i).cloned()),
-            ),
+            Err(to) => Served::Redirect(self.address(to.serving)),
         }
+    }
+
+    /// The address of peer `index`.
+    fn address(&self, index: Option<NodeIndex>) -> Option<String> {
+        index.and_then(|i| self.engine.config().peers.get(i).cloned())
     }
 }
 
 impl LockNode for PriorityLockNode {
-    fn acquire(
+    fn handle(
         &mut self,
-        key: Key,
-        wait_ms: u64,
-        lease_ms: u64,
+        request: LockRequest<'_>,
         now: Millis,
-        mailbox: &Mailbox,
+        reply_to: &Mailbox,
         events: &mut Vec<NodeEvent>,
-    ) -> Served<AcquireOutcome> {
-        let result = self
-            .engine
-            .handle_acquire(key, wait_ms, lease_ms, now, mailbox.clone());
+    ) -> Served<Answer> {
+        let engine = &mut self.engine;
+        let result = match request {
+            LockRequest::Acquire {
+                key,
+                wait_ms,
+                lease_ms,
+            } => engine
+                .handle_acquire(key.clone(), wait_ms, lease_ms, now, reply_to.clone())
+                .map(Answer::Acquired),
+            LockRequest::Release { key, token } => {
+                engine.handle_release(key, token, now).map(Answer::Changed)
+            }
+            LockRequest::Renew {
+                key,
+                token,
+                lease_ms,
+            } => engine
+                .handle_renew(key, token, lease_ms, now)
+                .map(Answer::Changed),
+            LockRequest::Query { key } => engine.handle_query(key, now).map(Answer::Queried),
+        };
         self.after_input(now, events);
         self.served(result)
     }
 
-    fn release(
+    fn release_unreceived(
         &mut self,
         key: &Key,
         token: Token,
         now: Millis,
-        _reply_to: Option<&Mailbox>,
         events: &mut Vec<NodeEvent>,
-    ) -> Served<Outcome> {
-        let result = self.engine.handle_release(key, token, now);
+    ) {
+        // A node that no longer serves has nothing to release.
+        let _ = self.engine.handle_release(key, token, now);
         self.after_input(now, events);
-        self.served(result)
-    }
-
-    fn renew(
-        &mut self,
-        key: &Key,
-        token: Token,
-        lease_ms: u64,
-        now: Millis,
-        _reply_to: &Mailbox,
-        events: &mut Vec<NodeEvent>,
-    ) -> Served<Outcome> {
-        let result = self.engine.handle_renew(key, token, lease_ms, now);
-        self.after_input(now, events);
-        self.served(result)
-    }
-
-    fn query(
-        &mut self,
-        key: &Key,
-        now: Millis,
-        _reply_to: &Mailbox,
-        events: &mut Vec<NodeEvent>,
-    ) -> Served<KeyState> {
-        let result = self.engine.handle_query(key, now);
-        self.after_input(now, events);
-        self.served(result)
     }
 
     fn cancel(&mut self, id: WaiterId) {
@@ -282,15 +272,9 @@ impl LockNode for PriorityLockNode {
         let (before, first) = (self.engine.table().len(), events.len());
         self.engine.handle_tick(now);
         self.after_input(now, events);
-        // On the active a tick ends leases (a key handed to its next
-        // waiter stays held) and times waits out; a standby's table
-        // changes only by replication.
-        let handed_on = events[first..]
-            .iter()
-            .filter(|e| matches!(e, NodeEvent::Granted { .. }))
-            .count();
-        let expired = (before + handed_on).saturating_sub(self.engine.table().len());
-        self.expiries += expired as u64;
+        // Only on the active: a standby's table changes by replication.
+        let after = self.engine.table().len();
+        self.tally.tick_ended(before, after, &events[first..]);
     }
 
     fn next_deadline(&self) -> Option<Millis> {
@@ -309,9 +293,7 @@ impl LockNode for PriorityLockNode {
                 NodeRole::Standby | NodeRole::HandingOff { .. } => Role::Standby,
             },
             mode: Mode::Priority,
-            active: engine
-                .redirect_target()
-                .and_then(|i| engine.config().peers.get(i).cloned()),
+            active: self.address(engine.redirect_target()),
             token: engine.table().last_token(),
             locks: engine.table().len() as u64,
             waiters: engine.waiter_count() as u64,
@@ -323,22 +305,23 @@ impl LockNode for PriorityLockNode {
         self.engine.has_transmits()
     }
 
-    fn counters(&self) -> baton_server::NodeCounters {
-        baton_server::NodeCounters {
-            expiries: self.expiries,
-            role_changes: self.role_changes,
-            handoffs_given: Some(self.engine.handoffs().given),
-            handoffs_taken: Some(self.engine.handoffs().taken),
-            ..Default::default()
+    fn served_table(&self) -> Result<&LockTable, Option<String>> {
+        match self.engine.role() {
+            NodeRole::Active => Ok(self.engine.table()),
+            _ => Err(self.address(self.engine.redirect_target())),
         }
     }
 
-    fn list_locks(
-        &self,
-        query: &baton_server::inspect::LockQuery,
-        now: Millis,
-    ) -> Served<baton_server::inspect::LockPage> {
-        super::inspect::list_locks(&self.engine, query, now)
+    fn waiters_on(&self, key: &Key, now: Millis) -> u64 {
+        self.engine.key_waiters(key, now)
+    }
+
+    fn counters(&self) -> baton_server::NodeCounters {
+        baton_server::NodeCounters {
+            handoffs_given: Some(self.engine.handoffs().given),
+            handoffs_taken: Some(self.engine.handoffs().taken),
+            ..self.tally.counters()
+        }
     }
 
     fn members(&self, now: Millis) -> Vec<baton_server::inspect::Member> {

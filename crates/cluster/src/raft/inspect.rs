@@ -1,27 +1,11 @@
 //! What a Raft node tells an operator beyond `S` (the HTTP endpoint): the
-//! leader's held locks, page by page, and the members with their roles and,
-//! on a leader, each follower's replication.
+//! members with their roles and, on a leader, each follower's replication.
 
-use baton_core::{Key, Millis};
-use baton_server::inspect::{list_page, LockPage, LockQuery, Member};
-use baton_server::{Mailbox, Served};
+use baton_server::inspect::Member;
+use baton_server::Mailbox;
 
 use super::engine::{RaftEngine, RaftRole};
 use super::observe::PeerProgress;
-
-/// A page of the leader's table (every change it applied; not a read
-/// confirmed with a majority as `Q` is); any other node redirects.
-pub(super) fn list_locks(
-    engine: &RaftEngine<Mailbox>,
-    query: &LockQuery,
-    now: Millis,
-) -> Served<LockPage> {
-    if let Err(to) = engine.check_serving() {
-        return Served::Redirect(to.serving.and_then(|i| engine.addr_of(i)));
-    }
-    let waiters = |key: &Key| engine.waiting_on(key) as u64;
-    Served::Done(list_page(engine.table(), waiters, query, now))
-}
 
 /// Every node of the membership: `leader` for the one this node knows
 /// leads, `follower` for the others (`unknown` while no leader is known),

@@ -3,11 +3,12 @@
 //! server's mutex.
 
 use baton_core::{
-    AcquireOutcome, Event, Key, KeyState, Millis, NotServing, Outcome, Quota, TableSnapshot, Token,
-    WaiterId,
+    Event, Key, LockTable, Millis, NotServing, Outcome, Quota, TableSnapshot, Token, WaiterId,
 };
 use baton_proto::{Mode, Role};
-use baton_server::{LockNode, Mailbox, NodeEvent, NodeStatus, Served, SharedLocks};
+use baton_server::{
+    Answer, LockNode, LockRequest, Mailbox, NodeEvent, NodeStatus, NodeTally, Served, SharedLocks,
+};
 
 use super::contact::LeaderContact;
 use super::engine::{RaftEngine, RaftRole};
@@ -27,7 +28,7 @@ pub struct RaftLockNode {
     /// `Q` requests waiting for the lead to be confirmed.
     reads: PendingReads,
     /// For the metrics: changes of role.
-    role_changes: u64,
+    tally: NodeTally,
     /// When a follower last heard its leader (for `/health`).
     contact: LeaderContact,
     /// Requests in and answers out, for the pump's group commit.
@@ -41,7 +42,7 @@ impl RaftLockNode {
             scratch: Vec::new(),
             observed: None,
             reads: PendingReads::default(),
-            role_changes: 0,
+            tally: NodeTally::default(),
             contact: LeaderContact::default(),
             returns: std::sync::Arc::default(),
         }
@@ -81,7 +82,7 @@ impl RaftLockNode {
 
     /// Counts a change of role (metrics).
     pub(super) fn count_role_change(&mut self) {
-        self.role_changes += 1;
+        self.tally.role_changed();
     }
 
     /// The next batch of commands to propose as one log entry, with their tags.
@@ -124,44 +125,23 @@ impl RaftLockNode {
         to.serving.and_then(|i| self.engine.addr_of(i))
     }
 
-    fn late(&self, result: Result<Option<Outcome>, NotServing>) -> Served<Outcome> {
+    fn late(&self, result: Result<Option<Outcome>, NotServing>) -> Served<Answer> {
         match result {
-            Ok(Some(outcome)) => Served::Done(outcome),
+            Ok(Some(outcome)) => Served::Done(Answer::Changed(outcome)),
             Ok(None) => Served::Later,
             Err(to) => Served::Redirect(self.redirect(to)),
         }
     }
-}
 
-impl LockNode for RaftLockNode {
-    fn acquire(
-        &mut self,
-        key: Key,
-        wait_ms: u64,
-        lease_ms: u64,
-        now: Millis,
-        mailbox: &Mailbox,
-        events: &mut Vec<NodeEvent>,
-    ) -> Served<AcquireOutcome> {
-        self.returns.request_in();
-        let result = self.drive(events, |engine, ev| {
-            engine.handle_acquire(key, wait_ms, lease_ms, now, mailbox.clone(), ev)
-        });
-        match result {
-            Ok(outcome) => Served::Done(outcome),
-            Err(to) => Served::Redirect(self.redirect(to)),
-        }
-    }
-
+    /// `reply_to` hears the late answer (`None`: nobody waits for it).
     fn release(
         &mut self,
         key: &Key,
         token: Token,
-        now: Millis,
         reply_to: Option<&Mailbox>,
+        now: Millis,
         events: &mut Vec<NodeEvent>,
-    ) -> Served<Outcome> {
-        self.returns.request_in();
+    ) -> Served<Answer> {
         // The next waiter's grant rides in the release's entry: the
         // engine's hand-over, the core's rule.
         let proposed = self.drive(events, |engine, ev| {
@@ -170,30 +150,8 @@ impl LockNode for RaftLockNode {
         self.late(proposed)
     }
 
-    fn renew(
-        &mut self,
-        key: &Key,
-        token: Token,
-        lease_ms: u64,
-        _now: Millis,
-        reply_to: &Mailbox,
-        _events: &mut Vec<NodeEvent>,
-    ) -> Served<Outcome> {
-        self.returns.request_in();
-        let proposed = self
-            .engine
-            .handle_renew(key, token, lease_ms, reply_to.clone());
-        self.late(proposed)
-    }
-
-    fn query(
-        &mut self,
-        key: &Key,
-        _now: Millis,
-        reply_to: &Mailbox,
-        _events: &mut Vec<NodeEvent>,
-    ) -> Served<KeyState> {
-        self.returns.request_in();
+    /// `Q <key>`: answered once the lead is confirmed (a linearizable read).
+    fn query(&mut self, key: &Key, reply_to: &Mailbox) -> Served<Answer> {
         if let Err(to) = self.engine.check_serving() {
             return Served::Redirect(self.redirect(to));
         }
@@ -204,6 +162,59 @@ impl LockNode for RaftLockNode {
             // ask again shortly, which bounds the queue.
             Served::Redirect(None)
         }
+    }
+}
+
+impl LockNode for RaftLockNode {
+    fn handle(
+        &mut self,
+        request: LockRequest<'_>,
+        now: Millis,
+        reply_to: &Mailbox,
+        events: &mut Vec<NodeEvent>,
+    ) -> Served<Answer> {
+        self.returns.request_in();
+        match request {
+            LockRequest::Acquire {
+                key,
+                wait_ms,
+                lease_ms,
+            } => {
+                let result = self.drive(events, |engine, ev| {
+                    engine.handle_acquire(key.clone(), wait_ms, lease_ms, now, reply_to.clone(), ev)
+                });
+                match result {
+                    Ok(outcome) => Served::Done(Answer::Acquired(outcome)),
+                    Err(to) => Served::Redirect(self.redirect(to)),
+                }
+            }
+            LockRequest::Release { key, token } => {
+                self.release(key, token, Some(reply_to), now, events)
+            }
+            LockRequest::Renew {
+                key,
+                token,
+                lease_ms,
+            } => {
+                let proposed = self
+                    .engine
+                    .handle_renew(key, token, lease_ms, reply_to.clone());
+                self.late(proposed)
+            }
+            LockRequest::Query { key } => self.query(key, reply_to),
+        }
+    }
+
+    fn release_unreceived(
+        &mut self,
+        key: &Key,
+        token: Token,
+        now: Millis,
+        events: &mut Vec<NodeEvent>,
+    ) {
+        self.returns.request_in();
+        // A node that no longer serves has nothing to release.
+        let _ = self.release(key, token, None, now, events);
     }
 
     fn cancel(&mut self, id: WaiterId) {
@@ -251,6 +262,19 @@ impl LockNode for RaftLockNode {
         self.engine.has_output()
     }
 
+    /// The leader's table, every change it applied (not a read confirmed
+    /// with a majority, as `Q` is); any other node redirects.
+    fn served_table(&self) -> Result<&LockTable, Option<String>> {
+        match self.engine.check_serving() {
+            Ok(()) => Ok(self.engine.table()),
+            Err(to) => Err(self.redirect(to)),
+        }
+    }
+
+    fn waiters_on(&self, key: &Key, _now: Millis) -> u64 {
+        self.engine.waiting_on(key) as u64
+    }
+
     fn counters(&self) -> baton_server::NodeCounters {
         let indexes = self
             .observed
@@ -258,20 +282,12 @@ impl LockNode for RaftLockNode {
             .map(observe::MetricsView::indexes)
             .unwrap_or_default();
         baton_server::NodeCounters {
+            // The engine counts the expiries it applies from the log.
             expiries: self.engine.expiries(),
-            role_changes: self.role_changes,
             commit_index: indexes.committed,
             applied_index: indexes.applied,
-            ..Default::default()
+            ..self.tally.counters()
         }
-    }
-
-    fn list_locks(
-        &self,
-        query: &baton_server::inspect::LockQuery,
-        now: Millis,
-    ) -> Served<baton_server::inspect::LockPage> {
-        super::inspect::list_locks(&self.engine, query, now)
     }
 
     fn members(&self, _now: Millis) -> Vec<baton_server::inspect::Member> {

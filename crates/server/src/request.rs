@@ -1,0 +1,161 @@
+//! A client's request as a node's lock logic sees it, and the node's
+//! answer: the one input [`LockNode::handle`](crate::LockNode::handle)
+//! takes and the one output it gives, whatever the request.
+//!
+//! A request is a value, as in mini-redis's `Command`: the connection
+//! makes it from the decoded line, [`SharedLocks`](crate::SharedLocks)
+//! counts it by its [`Op`], and each node answers it in one `match`. A new
+//! request is a new variant here, its line in the codec, its rule in
+//! `baton_core` and its arm in each node's `handle`.
+
+use baton_core::{AcquireOutcome, Key, KeyState, Outcome, Token};
+use baton_proto::{Op, Request, Response};
+
+/// A request to the lock logic. The key is borrowed from the decoded
+/// line, which the connection keeps for its answer: making the request
+/// copies nothing.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LockRequest<'a> {
+    /// `wait_ms` is never 0 here: the connection has turned a `wait 0`
+    /// into the node's maximum wait.
+    Acquire {
+        key: &'a Key,
+        wait_ms: u64,
+        lease_ms: u64,
+    },
+    Release {
+        key: &'a Key,
+        token: Token,
+    },
+    Renew {
+        key: &'a Key,
+        token: Token,
+        lease_ms: u64,
+    },
+    /// `Q`: the key's live grant and waiters; changes nothing.
+    Query {
+        key: &'a Key,
+    },
+}
+
+impl<'a> LockRequest<'a> {
+    /// The lock request a decoded line makes (`None` for `S` and `U`,
+    /// which the connection answers itself).
+    pub fn from_line(request: &'a Request) -> Option<LockRequest<'a>> {
+        Some(match request {
+            Request::Acquire {
+                key,
+                wait_ms,
+                lease_ms,
+            } => LockRequest::Acquire {
+                key,
+                wait_ms: *wait_ms,
+                lease_ms: *lease_ms,
+            },
+            Request::Release { key, token } => LockRequest::Release { key, token: *token },
+            Request::Renew {
+                key,
+                token,
+                lease_ms,
+            } => LockRequest::Renew {
+                key,
+                token: *token,
+                lease_ms: *lease_ms,
+            },
+            Request::Query { key } => LockRequest::Query { key },
+            Request::Status | Request::Auth { .. } => return None,
+        })
+    }
+
+    /// The request's kind, as the wire and the metrics name it.
+    pub fn op(&self) -> Op {
+        match self {
+            LockRequest::Acquire { .. } => Op::Acquire,
+            LockRequest::Release { .. } => Op::Release,
+            LockRequest::Renew { .. } => Op::Renew,
+            LockRequest::Query { .. } => Op::Query,
+        }
+    }
+
+    pub fn key(&self) -> &'a Key {
+        match *self {
+            LockRequest::Acquire { key, .. }
+            | LockRequest::Release { key, .. }
+            | LockRequest::Renew { key, .. }
+            | LockRequest::Query { key } => key,
+        }
+    }
+}
+
+/// A node's answer to a [`LockRequest`], of the request's kind.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Answer {
+    /// To an acquire.
+    Acquired(AcquireOutcome),
+    /// To a release or a renewal.
+    Changed(Outcome),
+    /// To a query.
+    Queried(KeyState),
+}
+
+/// The wire answer to a release or renewal (`op`) of `key`, now or late.
+pub(crate) fn change_response(op: Op, key: Key, outcome: Outcome) -> Response {
+    match outcome {
+        Outcome::Released if op == Op::Release => Response::Released { key },
+        Outcome::Renewed if op == Op::Renew => Response::Renewed { key },
+        _ => Response::NotHeld { op, key },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn key(s: &str) -> Key {
+        Key::new(s.as_bytes()).unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    #[test]
+    fn a_lock_request_keeps_the_lines_op_key_and_numbers() {
+        let k = key("k");
+        let lines = [
+            Request::Acquire {
+                key: k.clone(),
+                wait_ms: 5,
+                lease_ms: 7,
+            },
+            Request::Release {
+                key: k.clone(),
+                token: 9,
+            },
+            Request::Renew {
+                key: k.clone(),
+                token: 9,
+                lease_ms: 7,
+            },
+            Request::Query { key: k.clone() },
+        ];
+        for line in &lines {
+            let request = LockRequest::from_line(line)
+                .unwrap_or_else(|| panic!("{line:?} is a lock request"));
+            assert_eq!((request.op(), request.key()), (line.op(), &k));
+        }
+        assert_eq!(
+            LockRequest::from_line(&lines[0]),
+            Some(LockRequest::Acquire {
+                key: &k,
+                wait_ms: 5,
+                lease_ms: 7
+            })
+        );
+        assert_eq!(
+            LockRequest::from_line(&lines[2]),
+            Some(LockRequest::Renew {
+                key: &k,
+                token: 9,
+                lease_ms: 7
+            })
+        );
+        assert_eq!(LockRequest::from_line(&Request::Status), None);
+    }
+}
