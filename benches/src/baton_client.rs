@@ -1,6 +1,6 @@
 //! Baton's lines behind the protocol trait: acquires written ahead once per
 //! slot, every burst of requests sent in one write, and responses matched
-//! to their slot by key (PROTOCOL.md: a response answers the oldest request
+//! to their slot by key (docs/protocol.md: a response answers the oldest request
 //! of its op and key, and a slot has one request in flight).
 
 use std::collections::HashMap;

@@ -21,7 +21,7 @@ use proptest::prelude::*;
 /// Up to a day, the default maximum, so every acquire is one a node takes.
 const MAX_MS: u64 = 86_400_000;
 
-/// Keys as PROTOCOL.md allows them: printable bytes and UTF-8 bytes, no
+/// Keys as docs/protocol.md allows them: printable bytes and UTF-8 bytes, no
 /// space, no control byte, 1 to 250 of them.
 fn key() -> impl Strategy<Value = Key> {
     let byte = prop_oneof![0x21u8..=0x7e, 0x80u8..=0xff];

@@ -383,7 +383,7 @@ impl<N: LockNode, S: ServerStream> Connection<N, S> {
                 self.refuse_acquire(key);
                 return;
             }
-            // PROTOCOL.md: `wait 0` waits as long as the node allows,
+            // docs/protocol.md: `wait 0` waits as long as the node allows,
             // its maximum wait, then `T`; never without limit.
             if *wait_ms == 0 {
                 *wait_ms = self.node.config.limits.max_wait_ms;

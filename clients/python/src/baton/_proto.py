@@ -1,4 +1,4 @@
-"""The wire format of PROTOCOL.md 1.1, client side: validation of what the
+"""The wire format of docs/protocol.md (1.1), client side: validation of what the
 caller gives (keys, user names, secrets, durations) before anything is
 sent, request lines, and a strict parser of response lines (a client that
 guesses could match an answer to the wrong request)."""

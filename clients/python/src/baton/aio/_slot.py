@@ -1,10 +1,10 @@
 """One registered connection: a server address, a supervisor task that keeps
 a socket to it open (authenticated, TLS when asked), and the requests
 pending on it, matched to their answers by (op, key), oldest first, as
-PROTOCOL.md says. A broken connection is redialled every 3 seconds, at
+docs/protocol.md says. A broken connection is redialled every 3 seconds, at
 once when a redirect names it.
 
-A node answers every request within 3 s (PROTOCOL.md's answer-time rule),
+A node answers every request within 3 s (docs/protocol.md, "Answer time"),
 so a connection that has requests in flight and stays silent is probed
 with `S`; a probe left unanswered means the node is frozen (stopped,
 paused, stuck), and the connection is treated exactly like a cut one. A

@@ -11,7 +11,7 @@ use super::PriorityNode;
 
 /// Whether an acquire is past the engine's own bounds, which hold whatever
 /// the quota: it is then refused as the quota refuses
-/// (`E A <key> too many ...`, PROTOCOL.md "Limits"), not redirected.
+/// (`E A <key> too many ...`, docs/protocol.md "Limits"), not redirected.
 fn past_bounds(waiters: usize, locks: usize, key_held: bool) -> Option<Refusal> {
     if waiters >= MAX_WAITERS {
         // One call grants at most one token per waiter, plus one: the
