@@ -167,7 +167,7 @@ impl<H> LockService<H> {
 
     /// Does everything due at `now`: waiters whose deadline <= now time out
     /// (Event::TimedOut) FIRST, then leases with expires_at <= now expire
-    /// (Expire command), soonest first and at most [`MAX_EXPIRIES_PER_TICK`],
+    /// (Expire command), soonest first and at most `MAX_EXPIRIES_PER_TICK`,
     /// and pass to the oldest live waiter (Event::Granted).
     pub fn tick(&mut self, now: Millis, events: &mut Vec<Event<H>>) {
         self.rules.time_out(now, events);

@@ -171,7 +171,7 @@ pub struct NodeStatus {
 /// The lock logic of a node. Every method runs under the server's mutex:
 /// keep them short and free of I/O (see the call protocol above).
 pub trait LockNode: Send + 'static {
-    /// A client's request (see [`crate::request`]), answered now,
+    /// A client's request ([`LockRequest`]), answered now,
     /// redirected, or answered later to `reply_to`, the asking
     /// connection's mailbox, which also hears how a queued acquire ends.
     fn handle(
