@@ -86,10 +86,12 @@ fn a_grant_applied_while_stepped_down_is_given_back_when_the_lead_returns() {
 #[test]
 fn unclaimed_grants_wait_for_the_new_terms_first_entry_and_spare_newer_grants() {
     let mut p = Pair::new();
-    for (k, client) in [("a", "c1"), ("b", "c2")] {
+    // `a`'s lease outlasts the test, so what gives it back is the
+    // unclaimed grant's release, not its expiry.
+    for (k, lease_ms, client) in [("a", 60_000, "c1"), ("b", 1_000, "c2")] {
         let _ = p
             .leader
-            .handle_acquire(key(k), 0, 1_000, 0, client, &mut p.events);
+            .handle_acquire(key(k), 0, lease_ms, 0, client, &mut p.events);
     }
     let (in_the_log, _) = p.leader.poll_proposal().expect("two grants");
     p.leader
