@@ -38,6 +38,13 @@ use opening::Opened;
 const OUTPUT_HIGH_WATER: usize = 256 * 1024;
 const READ_CHUNK: usize = 16 * 1024;
 const DELIVERY_BATCH: usize = 256;
+/// Requests a connection handles before it lets the runtime's other tasks
+/// run: about a millisecond of work. A pipelining client always has more
+/// to read, and tokio's budget counts socket polls, not requests: left to
+/// it, one turn of a flooded connection could take a whole burst, and the
+/// tasks queued behind a few such turns (a cluster node's peer links, its
+/// heartbeats, the timer) waited longer than a failure timeout.
+const REQUESTS_PER_TURN: usize = 1024;
 /// A connection whose first bytes are part of a peer hello must finish it
 /// within this.
 pub(crate) const HELLO_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
@@ -96,6 +103,9 @@ pub(crate) struct Connection<N, S> {
     unflushed: bool,
     /// Set for TLS: every write is followed by a flush.
     flush_writes: bool,
+    /// Requests handled since the task last yielded on purpose
+    /// (`REQUESTS_PER_TURN`).
+    handled_this_turn: usize,
 }
 
 impl<N: LockNode, S: ServerStream> Connection<N, S> {
@@ -132,6 +142,7 @@ impl<N: LockNode, S: ServerStream> Connection<N, S> {
             registered,
             unflushed: false,
             flush_writes: false,
+            handled_this_turn: 0,
         };
         (connection, rx)
     }
@@ -246,6 +257,10 @@ impl<N: LockNode, S: ServerStream> Connection<N, S> {
                 break;
             }
             self.keep_room_to_read();
+            if self.handled_this_turn >= REQUESTS_PER_TURN {
+                self.handled_this_turn = 0;
+                tokio::task::yield_now().await;
+            }
         }
     }
 
@@ -335,6 +350,7 @@ impl<N: LockNode, S: ServerStream> Connection<N, S> {
     }
 
     fn on_request(&mut self, request: Request, now: Millis) {
+        self.handled_this_turn += 1;
         if let Request::Auth { .. } = request {
             self.locks.metrics().request(Op::Auth);
         }

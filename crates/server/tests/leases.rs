@@ -4,19 +4,13 @@
 
 mod memory;
 
+use memory::token;
+
 use std::time::Duration;
 
 use baton_server::ServerConfig;
 use tokio::sync::oneshot;
 use tokio::time::Instant;
-
-fn token(answer: &str) -> u64 {
-    answer
-        .rsplit(' ')
-        .next()
-        .and_then(|t| t.parse().ok())
-        .unwrap_or_else(|| panic!("no token in {answer:?}"))
-}
 
 /// A node with the default settings.
 fn start() -> (

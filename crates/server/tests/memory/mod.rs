@@ -90,3 +90,12 @@ pub fn start(config: ServerConfig) -> (Dial, oneshot::Sender<()>, JoinHandle<()>
     });
     (Dial(dial), stop, server)
 }
+
+/// The token at the end of a grant line (`A <key> <token>`).
+pub fn token(answer: &str) -> u64 {
+    answer
+        .rsplit(' ')
+        .next()
+        .and_then(|t| t.parse().ok())
+        .unwrap_or_else(|| panic!("no token in {answer:?}"))
+}
