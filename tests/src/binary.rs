@@ -5,6 +5,7 @@
 //! an environment variable points elsewhere.
 
 use std::path::PathBuf;
+use std::process::Command;
 
 /// Path of `batond`: `$BATOND_BIN`, else `target/<profile>/batond`.
 pub fn batond_bin() -> PathBuf {
@@ -42,4 +43,20 @@ fn beside_test_binary(name: &str) -> PathBuf {
         dir.pop();
     }
     dir.join(format!("{name}{}", std::env::consts::EXE_SUFFIX))
+}
+
+/// Runs `cmd` to its end, panicking with its output when it fails: for the
+/// set-up steps a test cannot go on without (a venv, a database's initdb).
+pub fn run_or_panic(cmd: &mut Command, what: &str) {
+    let out = cmd
+        .output()
+        .unwrap_or_else(|e| panic!("{what}: cannot run {cmd:?}: {e}"));
+    if !out.status.success() {
+        panic!(
+            "{what} failed ({}):\n--- stdout ---\n{}\n--- stderr ---\n{}",
+            out.status,
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
 }

@@ -16,6 +16,7 @@ use std::time::{Duration, Instant};
 
 use tempfile::TempDir;
 
+use crate::binary::run_or_panic;
 use crate::port::free_addr;
 
 /// How long a server gets to start answering: generous, CI's machine is
@@ -52,7 +53,7 @@ impl DbServer {
         let mut init = Command::new(initdb);
         init.arg("-D").arg(&data);
         init.args(["-U", "postgres", "--auth=trust", "-E", "UTF8", "--no-sync"]);
-        run(as_user(&mut init, user), "initdb");
+        run_or_panic(as_user(&mut init, user), "initdb");
         let addr = free_addr();
         let mut cmd = Command::new(postgres);
         cmd.arg("-D").arg(&data).arg("-k").arg(dir.path());
@@ -86,7 +87,7 @@ impl DbServer {
             .arg(format!("--datadir={}", data.display()));
         init.args(as_root)
             .arg("--auth-root-authentication-method=normal");
-        run(&mut init, "mariadb-install-db");
+        run_or_panic(&mut init, "mariadb-install-db");
         let addr = free_addr();
         let mut cmd = Command::new(mariadbd);
         cmd.arg("--no-defaults")
@@ -233,19 +234,5 @@ fn temp_dir(prefix: &str) -> TempDir {
     match tempfile::Builder::new().prefix(prefix).tempdir() {
         Ok(dir) => dir,
         Err(e) => panic!("cannot create a temp dir: {e}"),
-    }
-}
-
-fn run(cmd: &mut Command, what: &str) {
-    let out = cmd
-        .output()
-        .unwrap_or_else(|e| panic!("{what}: cannot run {cmd:?}: {e}"));
-    if !out.status.success() {
-        panic!(
-            "{what} failed ({}):\n{}\n{}",
-            out.status,
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        );
     }
 }

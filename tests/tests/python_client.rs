@@ -13,27 +13,13 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::OnceLock;
 
+use baton_tests::binary::run_or_panic;
 use sha2::{Digest, Sha256};
 
 /// The repository root (this crate lives in `tests/`).
 fn repo() -> PathBuf {
     let manifest = Path::new(env!("CARGO_MANIFEST_DIR"));
     manifest.parent().unwrap_or(manifest).to_path_buf()
-}
-
-/// Runs `cmd`, panicking with its output when it fails.
-fn run(cmd: &mut Command, what: &str) {
-    let out = cmd
-        .output()
-        .unwrap_or_else(|e| panic!("{what}: cannot run {cmd:?}: {e}"));
-    if !out.status.success() {
-        panic!(
-            "{what} failed ({}):\n--- stdout ---\n{}\n--- stderr ---\n{}",
-            out.status,
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        );
-    }
 }
 
 /// The venv for this requirements file, made (and filled) if missing.
@@ -50,7 +36,7 @@ fn venv(package: &Path) -> PathBuf {
     let python = dir.join("bin").join("python");
     let ready = dir.join(".baton-ready");
     if ready.is_file() && python.is_file() {
-        run(
+        run_or_panic(
             Command::new(&python)
                 .args(["-m", "pip", "install", "-q", "--no-deps"])
                 .args(["--no-build-isolation", "--force-reinstall", "--no-index"])
@@ -61,17 +47,17 @@ fn venv(package: &Path) -> PathBuf {
     }
     let _ = std::fs::remove_dir_all(&dir);
     let system = std::env::var_os("PYTHON").unwrap_or_else(|| "python3".into());
-    run(
+    run_or_panic(
         Command::new(&system).args(["-m", "venv"]).arg(&dir),
         "python3 -m venv (install python3 and python3-venv)",
     );
-    run(
+    run_or_panic(
         Command::new(&python)
             .args(["-m", "pip", "install", "-q", "-r"])
             .arg(&requirements),
         "pip install -r requirements-test.txt",
     );
-    run(
+    run_or_panic(
         Command::new(&python)
             .args(["-m", "pip", "install", "-q"])
             .arg(package),
@@ -94,7 +80,7 @@ fn package_and_python() -> (PathBuf, PathBuf) {
 fn python_client_type_checks_with_mypy_strict() {
     let (package, python) = package_and_python();
     let cache = Path::new(env!("CARGO_TARGET_TMPDIR")).join("mypy-cache");
-    run(
+    run_or_panic(
         Command::new(&python)
             .args(["-m", "mypy", "--strict", "--cache-dir"])
             .arg(&cache)
