@@ -38,6 +38,8 @@ struct Scrape {
     connections_open: i64,
     /// The caps and start time (none before the server starts).
     start: Option<Started>,
+    /// See [`Observed::expiry_overdue_ms`].
+    expiry_overdue_ms: Option<u64>,
     histograms: Vec<(&'static str, &'static str, HistogramSnapshot)>,
     /// `baton_fsync_seconds`, by store.
     fsync: Vec<(&'static str, HistogramSnapshot)>,
@@ -49,6 +51,7 @@ impl Scrape {
             status,
             counters,
             members,
+            expiry_overdue_ms,
             ..
         } = ctx.node.observe();
         let m: &Metrics = ctx.node.metrics();
@@ -70,6 +73,7 @@ impl Scrape {
             ],
             connections_open: m.connections_open(),
             start: m.start(),
+            expiry_overdue_ms,
             histograms: vec![
                 ("baton_acquire_wait_seconds", "Time from an acquire's arrival to its grant.", m.acquire_wait.snapshot()),
                 ("baton_hold_seconds", "Time from a grant to its end: its release, or its lease's end when it expired.", m.hold.snapshot()),
@@ -206,6 +210,15 @@ impl Scrape {
             clamp(s.token),
         )?;
         self.encode_start(e)?;
+        if let Some(ms) = self.expiry_overdue_ms {
+            let overdue = ConstGauge::new(ms as f64 / 1000.0);
+            overdue.encode(e.encode_descriptor(
+                "baton_expiry_overdue_seconds",
+                "On the serving node: how long ago the earliest lease still held ended (its expiry backlog; 0 when none is due).",
+                None,
+                MetricType::Gauge,
+            )?)?;
+        }
         self.encode_role(e)?;
         if let Some(term) = term_of(s) {
             gauge(

@@ -425,6 +425,7 @@ async fn the_configured_caps_and_the_start_are_gauges() {
         "baton_max_locks 500",
         "baton_max_waiters 600",
         "baton_start_time_seconds 1700000000",
+        "baton_expiry_overdue_seconds 0.0",
     ] {
         assert!(
             text.lines().any(|l| l == line),
