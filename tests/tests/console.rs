@@ -78,7 +78,6 @@ async fn the_page_lists_a_held_key_with_its_token() {
         &node.addr().to_string(),
     )
     .await;
-    page.screenshot(&shot_path("locks.png"), true).await;
 
     // Searching by prefix narrows the table; the page refreshes by itself.
     page.eval("document.getElementById('prefix').value = 'orders/'")
@@ -98,8 +97,65 @@ async fn the_page_lists_a_held_key_with_its_token() {
         SEEN,
     )
     .await;
+
+    // The charts move with the traffic the page's scrapes of /metrics see.
+    for _ in 0..20 {
+        let token = grant_token(&third.request("A jobs/busy 0 30").await, "jobs/busy");
+        assert_eq!(
+            third.request(&format!("R jobs/busy {token}")).await,
+            "R jobs/busy"
+        );
+    }
+    page.wait_for(
+        "grants in the chart",
+        "series(CHARTS.find((c) => c.rate === 'grants')).flat().some((v) => v > 0)",
+        SEEN,
+    )
+    .await;
+    page.eval("document.getElementById('prefix').value = ''")
+        .await;
+    page.click("#search button[type=submit]").await;
+    page.wait_for(
+        "every key again",
+        "document.querySelectorAll('#locks-table tbody tr').length === 3",
+        SEEN,
+    )
+    .await;
+    // A few samples in the charts before the picture.
+    page.wait_for("charts with history", "state.samples.length >= 6", SEEN)
+        .await;
+    page.screenshot(&shot_path("locks.png"), true).await;
     page.set_size(390, 844, true).await;
     page.screenshot(&shot_path("phone.png"), false).await;
+}
+
+/// Protocol 1.2's entries (mode, permits, holders with values) as the
+/// page renders them, whichever node serves them.
+#[tokio::test]
+async fn shared_holders_are_rendered_with_their_tokens_and_values() {
+    let _one_browser = SERIAL.lock().await;
+    let http = free_addr();
+    let _node = Batond::start(&["--http-listen", &http.to_string()]);
+    let mut browser = Browser::launch(1280, 900).await;
+    open_console(&mut browser, http, None).await;
+    let page = browser.page();
+    page.wait_for("the page's script", "typeof lockRow === 'function'", SEEN)
+        .await;
+    let entry = json!({
+        "key": "pool/db", "token": "7", "lease_left_ms": 5000, "waiters": 2,
+        "permits": 3, "mode": "shared",
+        "holders": [
+            { "token": "7", "lease_left_ms": 5000, "value": "worker-a" },
+            { "token": "9", "lease_left_ms": 8000, "value": null }
+        ]
+    });
+    let row = page.eval(&format!("lockRow({entry}).innerText")).await;
+    let row = row.as_str().unwrap_or_default();
+    assert!(row.contains("shared 2/3") && row.contains("7, 9"), "{row}");
+    let plain = json!({ "key": "k", "token": "5", "lease_left_ms": 1000, "waiters": 0 });
+    let row = page.eval(&format!("lockRow({plain}).innerText")).await;
+    let row = row.as_str().unwrap_or_default();
+    assert!(row.contains("exclusive") && row.contains('5'), "{row}");
 }
 
 #[tokio::test]

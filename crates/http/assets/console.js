@@ -355,11 +355,12 @@ function series(chart) {
   return chart.histogram ? points : [points[0]];
 }
 
+// The samples so far across the whole width (the page's history starts
+// when it opens), the largest value at the top.
 function polyline(values, top, cls) {
   const w = 300, h = 60;
-  const step = w / Math.max(1, HISTORY - 1);
-  const start = w - step * (values.length - 1);
-  const pts = values.map((v, i) => v === null ? null : `${(start + i * step).toFixed(1)},${(h - 2 - (v / top) * (h - 4)).toFixed(1)}`)
+  const step = w / Math.max(1, values.length - 1);
+  const pts = values.map((v, i) => v === null ? null : `${(i * step).toFixed(1)},${(h - 2 - (v / top) * (h - 4)).toFixed(1)}`)
     .filter((p) => p !== null).join(" ");
   const line = document.createElementNS("http://www.w3.org/2000/svg", "polyline");
   line.setAttribute("points", pts);
@@ -370,6 +371,12 @@ function polyline(values, top, cls) {
 function formatValue(v) {
   if (v === null || v === undefined) return "–";
   return v >= 100 ? v.toFixed(0) : v.toFixed(v >= 10 ? 1 : 2);
+}
+
+function minutes(samples) {
+  if (samples.length < 2) return "starting";
+  const span = samples[samples.length - 1].t - samples[0].t;
+  return span < 90 ? `last ${Math.round(span)} s` : `last ${(span / 60).toFixed(1)} min`;
 }
 
 function renderCharts() {
@@ -383,7 +390,8 @@ function renderCharts() {
     const last = lines.map((values) => formatValue(values[values.length - 1]));
     return el("div", { class: "chart", "data-chart": chart.title },
       el("div", { class: "title" }, chart.title, el("span", { class: "now" }, last.join(" / "))),
-      svg);
+      svg,
+      el("div", { class: "scale" }, `max ${formatValue(top > 1e-9 ? top : 0)} · ${minutes(state.samples)}`));
   });
   $("chart-grid").replaceChildren(...cards);
 }
