@@ -126,7 +126,7 @@ async fn the_page_lists_a_held_key_with_its_token() {
         .await;
     page.screenshot(&shot_path("locks.png"), true).await;
     page.set_size(390, 844, true).await;
-    page.screenshot(&shot_path("phone.png"), false).await;
+    page.screenshot(&shot_path("phone.png"), true).await;
 }
 
 /// Protocol 1.2's entries (mode, permits, holders with values) as the
