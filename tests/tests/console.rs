@@ -1,8 +1,8 @@
 //! The operator's console (`/ui`) in a real browser: headless Chromium
 //! driven over its DevTools protocol against real `batond` processes. The
 //! page lists a held key with its token; a Raft cluster's page lists its
-//! three members, names the leader, and shows a killed follower
-//! unreachable; a follower's page says where the locks are served; a
+//! three members, names the leader, shows a killed follower unreachable
+//! and removes it from the membership; a follower's page says where the locks are served; a
 //! force-release from the page frees the key for the next waiter; a
 //! non-admin gets 403 and no key.
 //!
@@ -290,6 +290,37 @@ async fn a_raft_clusters_page_names_the_leader_and_shows_a_killed_follower_unrea
     .await;
     page.screenshot(&shot_path("cluster-follower-down.png"), true)
         .await;
+
+    // The dead follower removed from the page, as `baton member remove`.
+    let dead = cluster.peers[follower].to_string();
+    page.click(&format!("#members button.remove[data-addr=\"{dead}\"]"))
+        .await;
+    let question = page
+        .eval("document.getElementById('confirm-text').textContent")
+        .await;
+    assert!(
+        question.as_str().unwrap_or_default().contains(&dead),
+        "{question}"
+    );
+    page.click("#confirm-yes").await;
+    wait_text(
+        page,
+        "the removal",
+        "document.getElementById('member-result').textContent",
+        &format!("Removed {dead}"),
+    )
+    .await;
+    page.wait_for(
+        "two members left",
+        "document.querySelectorAll('#members tbody tr').length === 2",
+        SEEN,
+    )
+    .await;
+    let members = http_get(http[leader], "/v1/members", None).await;
+    assert!(
+        members.code == 200 && !members.body.contains(&dead),
+        "{members:?}"
+    );
 
     // The other follower's console says where the locks are served.
     let other = 3 - leader - follower;

@@ -419,8 +419,9 @@ async function refreshAll() {
   else $("refresh-state").textContent = `updated ${new Date().toLocaleTimeString()}`;
 }
 
+// A hidden tab asks nothing; it catches up when shown again.
 async function loop() {
-  await refreshAll();
+  if (!document.hidden) await refreshAll();
   setTimeout(loop, REFRESH_MS);
 }
 
