@@ -51,6 +51,22 @@ fn token_cell(key: &str) -> String {
     format!("document.querySelector({selector})?.textContent")
 }
 
+/// A single node with its HTTP endpoint.
+fn node_with_http() -> (Batond, SocketAddr) {
+    let http = free_addr();
+    (Batond::start(&["--http-listen", &http.to_string()]), http)
+}
+
+/// Lists the locks under `prefix`, as typed in the search box.
+async fn search(page: &mut Page, prefix: &str) {
+    let set = format!(
+        "document.getElementById('prefix').value = {}",
+        json!(prefix)
+    );
+    page.eval(&set).await;
+    page.click("#search button[type=submit]").await;
+}
+
 async fn wait_text(page: &mut Page, what: &str, expression: &str, want: &str) {
     let expr = format!("(({expression}) || '').includes({})", json!(want));
     page.wait_for(what, &expr, SEEN).await;
@@ -59,8 +75,7 @@ async fn wait_text(page: &mut Page, what: &str, expression: &str, want: &str) {
 #[tokio::test]
 async fn the_page_lists_a_held_key_with_its_token() {
     let _one_browser = SERIAL.lock().await;
-    let http = free_addr();
-    let node = Batond::start(&["--http-listen", &http.to_string()]);
+    let (node, http) = node_with_http();
     let mut holder = node.connect().await;
     let token = grant_token(&holder.request("A jobs/report 0 300").await, "jobs/report");
     let mut other = node.connect().await;
@@ -80,9 +95,7 @@ async fn the_page_lists_a_held_key_with_its_token() {
     .await;
 
     // Searching by prefix narrows the table; the page refreshes by itself.
-    page.eval("document.getElementById('prefix').value = 'orders/'")
-        .await;
-    page.click("#search button[type=submit]").await;
+    search(page, "orders/").await;
     page.wait_for(
         "only orders/ listed",
         "document.querySelectorAll('#locks-table tbody tr').length === 1 && !!document.querySelector('tr[data-key=\"orders/42\"]')",
@@ -112,9 +125,7 @@ async fn the_page_lists_a_held_key_with_its_token() {
         SEEN,
     )
     .await;
-    page.eval("document.getElementById('prefix').value = ''")
-        .await;
-    page.click("#search button[type=submit]").await;
+    search(page, "").await;
     page.wait_for(
         "every key again",
         "document.querySelectorAll('#locks-table tbody tr').length === 3",
@@ -134,8 +145,7 @@ async fn the_page_lists_a_held_key_with_its_token() {
 #[tokio::test]
 async fn shared_holders_are_rendered_with_their_tokens_and_values() {
     let _one_browser = SERIAL.lock().await;
-    let http = free_addr();
-    let _node = Batond::start(&["--http-listen", &http.to_string()]);
+    let (_node, http) = node_with_http();
     let mut browser = Browser::launch(1280, 900).await;
     open_console(&mut browser, http, None).await;
     let page = browser.page();
@@ -161,8 +171,7 @@ async fn shared_holders_are_rendered_with_their_tokens_and_values() {
 #[tokio::test]
 async fn a_force_release_from_the_page_frees_the_key_for_the_next_waiter() {
     let _one_browser = SERIAL.lock().await;
-    let http = free_addr();
-    let node = Batond::start(&["--http-listen", &http.to_string()]);
+    let (node, http) = node_with_http();
     let mut holder = node.connect().await;
     let token = grant_token(&holder.request("A jobs/stuck 0 300").await, "jobs/stuck");
     let mut waiter = node.connect().await;

@@ -61,6 +61,13 @@ async fn get(
     )
 }
 
+fn assert_has_line(text: &str, line: &str) {
+    assert!(
+        text.lines().any(|l| l == line),
+        "no line {line:?} in\n{text}"
+    );
+}
+
 fn json(text: &str) -> Value {
     serde_json::from_str(text).unwrap_or_else(|e| panic!("{e}: {text}"))
 }
@@ -104,10 +111,7 @@ async fn metrics_are_prometheus_text_with_the_node_state() {
         "baton_hold_seconds_count 0",
         "baton_handover_seconds_sum 0.0",
     ] {
-        assert!(
-            text.lines().any(|l| l == line),
-            "no line {line:?} in\n{text}"
-        );
+        assert_has_line(&text, line);
     }
     let token = text
         .lines()
@@ -288,10 +292,7 @@ async fn histogram_buckets_are_cumulative_in_the_text() {
         "baton_acquire_wait_seconds_count 4",
         "baton_acquire_wait_seconds_sum 7.006",
     ] {
-        assert!(
-            text.lines().any(|l| l == line),
-            "no line {line:?} in\n{text}"
-        );
+        assert_has_line(&text, line);
     }
 }
 
@@ -427,10 +428,7 @@ async fn the_configured_caps_and_the_start_are_gauges() {
         "baton_start_time_seconds 1700000000",
         "baton_expiry_overdue_seconds 0.0",
     ] {
-        assert!(
-            text.lines().any(|l| l == line),
-            "no line {line:?} in\n{text}"
-        );
+        assert_has_line(&text, line);
     }
 }
 
@@ -460,19 +458,6 @@ async fn the_console_is_served_with_its_files_under_a_strict_policy() {
     assert_eq!(code, StatusCode::NOT_FOUND);
 }
 
-async fn post(app: &Router, uri: &str, body: &str) -> (StatusCode, Value) {
-    let request = Request::post(uri)
-        .header(header::CONTENT_TYPE, "application/json")
-        .body(Body::from(body.to_string()))
-        .expect("request");
-    let response = app.clone().oneshot(request).await.expect("infallible");
-    let status = response.status();
-    let bytes = axum::body::to_bytes(response.into_body(), 1 << 20)
-        .await
-        .expect("body");
-    (status, json(&String::from_utf8_lossy(&bytes)))
-}
-
 #[tokio::test]
 async fn force_release_ends_only_the_grant_with_that_token() {
     let app = app(&["jobs/1"], None);
@@ -483,10 +468,10 @@ async fn force_release_ends_only_the_grant_with_that_token() {
         .to_string();
     let wrong = (token.parse::<u64>().expect("number") + 1).to_string();
     let body = |t: &str| serde_json::json!({ "key": "jobs/1", "token": t }).to_string();
-    let (code, answer) = post(&app, "/v1/force-release", &body(&wrong)).await;
+    let (code, answer) = send(&app, "POST", "/v1/force-release", &body(&wrong)).await;
     assert_eq!(code, StatusCode::CONFLICT, "{answer}");
     for bad in ["{}", "{\"key\": \"jobs/1\", \"token\": 5}", &body("x")] {
-        let (code, answer) = post(&app, "/v1/force-release", bad).await;
+        let (code, answer) = send(&app, "POST", "/v1/force-release", bad).await;
         assert_eq!(code, StatusCode::BAD_REQUEST, "{bad}: {answer}");
     }
     let (code, _, listed) = get(&app, "/v1/locks", None).await;
@@ -494,7 +479,7 @@ async fn force_release_ends_only_the_grant_with_that_token() {
         (code, json(&listed)["locks"].as_array().map(Vec::len)),
         (StatusCode::OK, Some(1))
     );
-    let (code, answer) = post(&app, "/v1/force-release", &body(&token)).await;
+    let (code, answer) = send(&app, "POST", "/v1/force-release", &body(&token)).await;
     assert_eq!(code, StatusCode::OK, "{answer}");
     assert_eq!(answer["token"], token.as_str());
     let (_, _, listed) = get(&app, "/v1/locks", None).await;
