@@ -452,6 +452,9 @@ function wire() {
     $("detail").hidden = true;
   });
   $("confirm-no").addEventListener("click", closeDialog);
+  document.addEventListener("keydown", (event) => {
+    if (event.key === "Escape" && !$("confirm").hidden) closeDialog();
+  });
   $("confirm-yes").addEventListener("click", () => {
     const action = confirmed;
     closeDialog();
