@@ -31,13 +31,15 @@ impl HttpReply {
     }
 }
 
+/// The value of an `Authorization` header for HTTP basic auth.
+pub fn basic_authorization(user: &str, secret: &str) -> String {
+    format!("Basic {}", base64(format!("{user}:{secret}").as_bytes()))
+}
+
 /// `GET path` on `addr`, with `Authorization: Basic` when `basic` is given.
 pub async fn http_get(addr: SocketAddr, path: &str, basic: Option<(&str, &str)>) -> HttpReply {
     let auth = basic.map_or(String::new(), |(user, secret)| {
-        format!(
-            "Authorization: Basic {}\r\n",
-            base64(format!("{user}:{secret}").as_bytes())
-        )
+        format!("Authorization: {}\r\n", basic_authorization(user, secret))
     });
     let request = format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\n{auth}Connection: close\r\n\r\n");
     http_raw(addr, request.as_bytes()).await

@@ -6,6 +6,7 @@
 //! it exists to make test failures easy to read, not to be reused in services.
 
 pub mod binary;
+pub mod browser;
 pub mod chaos;
 pub mod cluster;
 pub mod daemon;

@@ -450,7 +450,7 @@ async fn credentials_travel_inside_tls() {
 }
 
 /// With TLS on the client port the HTTP endpoint speaks HTTPS with the same
-/// certificate, and plain HTTP to it gets no answer.
+/// certificate (its console included), and plain HTTP to it gets no answer.
 #[tokio::test]
 async fn the_http_endpoint_speaks_tls_with_the_client_port() {
     let pki = Pki::new();
@@ -465,6 +465,15 @@ async fn the_http_endpoint_speaks_tls_with_the_client_port() {
         .await;
     let status = https.recv().await.expect("a status line");
     assert!(status.starts_with("HTTP/1.1 200"), "{status:?}");
+    // The console too: the same endpoint, the same certificate.
+    let mut console = TlsLines::connect(http, &pki.main.ca)
+        .await
+        .expect("HTTPS handshake");
+    console
+        .send_raw(b"GET /ui HTTP/1.1\r\nHost: baton\r\nConnection: close\r\n\r\n")
+        .await;
+    let status = console.recv().await.expect("a status line");
+    assert!(status.starts_with("HTTP/1.1 200"), "/ui: {status:?}");
     // Plain HTTP to it: the handshake fails, no HTTP answer comes back.
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let mut plain = tokio::net::TcpStream::connect(http).await.expect("connect");

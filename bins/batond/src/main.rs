@@ -116,8 +116,8 @@ struct Flags {
     #[command(flatten)]
     tls: tls::TlsFlags,
     /// Serve the operator's HTTP endpoint on this address: /health,
-    /// /metrics (Prometheus), /v1/locks and /v1/cluster (admin users only
-    /// with --auth-file). Off unless given. host:port.
+    /// /metrics (Prometheus), /v1/locks, /v1/cluster and the console at /ui
+    /// (admin users only with --auth-file). Off unless given. host:port.
     #[arg(long, value_name = "ADDR", value_parser = addr::host_port)]
     http_listen: Option<String>,
     /// How log lines are written on stderr: text, or one JSON object per

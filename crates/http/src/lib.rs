@@ -10,6 +10,9 @@
 //!   node knows them ([`v1`]). With `--auth-file` both need an admin user
 //!   (HTTP basic auth, [`basic_auth`]); `/health` and `/metrics` stay open:
 //!   they show no key.
+//! - `POST /v1/force-release` (admin): ends a key's grant by its token
+//!   ([`force_release`]); `GET /ui`: the operator's console in a browser,
+//!   over these same routes (admin).
 //!
 //! The endpoint is one more task set of the node: [`HttpEndpoint::spawn`]
 //! starts its accept loop among the node's [`Tasks`](baton_server::Tasks),
@@ -18,12 +21,14 @@
 //! answer, the request body, the page size.
 
 pub mod basic_auth;
+pub mod force_release;
 pub mod health;
 pub mod limits;
 pub mod members;
 pub mod metrics_text;
 mod routes;
 mod serve;
+mod ui;
 pub mod v1;
 mod view;
 

@@ -8,7 +8,7 @@ use std::fmt::Error as FmtError;
 use baton_proto::Role;
 use baton_server::inspect::Member;
 use baton_server::metrics::{
-    op_label, Count, ErrorReason, HistogramSnapshot, Metrics, REQUEST_OPS,
+    op_label, Count, ErrorReason, HistogramSnapshot, Metrics, Started, REQUEST_OPS,
 };
 use baton_server::sync_metrics;
 use baton_server::{NodeCounters, NodeStatus, Observed};
@@ -36,6 +36,10 @@ struct Scrape {
     errors: Vec<(&'static str, u64)>,
     counts: Vec<(&'static str, &'static str, u64)>,
     connections_open: i64,
+    /// The caps and start time (none before the server starts).
+    start: Option<Started>,
+    /// See [`Observed::expiry_overdue_ms`].
+    expiry_overdue_ms: Option<u64>,
     histograms: Vec<(&'static str, &'static str, HistogramSnapshot)>,
     /// `baton_fsync_seconds`, by store.
     fsync: Vec<(&'static str, HistogramSnapshot)>,
@@ -47,6 +51,7 @@ impl Scrape {
             status,
             counters,
             members,
+            expiry_overdue_ms,
             ..
         } = ctx.node.observe();
         let m: &Metrics = ctx.node.metrics();
@@ -67,6 +72,8 @@ impl Scrape {
                 count("baton_connections", "Client connections admitted.", Count::ConnectionsTotal),
             ],
             connections_open: m.connections_open(),
+            start: m.start(),
+            expiry_overdue_ms,
             histograms: vec![
                 ("baton_acquire_wait_seconds", "Time from an acquire's arrival to its grant.", m.acquire_wait.snapshot()),
                 ("baton_hold_seconds", "Time from a grant to its end: its release, or its lease's end when it expired.", m.hold.snapshot()),
@@ -202,6 +209,16 @@ impl Scrape {
             "The last fencing token issued or seen (above 2^53 a float loses its last digits).",
             clamp(s.token),
         )?;
+        self.encode_start(e)?;
+        if let Some(ms) = self.expiry_overdue_ms {
+            let overdue = ConstGauge::new(ms as f64 / 1000.0);
+            overdue.encode(e.encode_descriptor(
+                "baton_expiry_overdue_seconds",
+                "On the serving node: how long ago the earliest lease still held ended (its expiry backlog; 0 when none is due).",
+                None,
+                MetricType::Gauge,
+            )?)?;
+        }
         self.encode_role(e)?;
         if let Some(term) = term_of(s) {
             gauge(
@@ -228,6 +245,39 @@ impl Scrape {
             )?;
         }
         self.encode_members(e)
+    }
+
+    /// The configured caps, to compare the gauges with, and the start.
+    fn encode_start(&self, e: &mut DescriptorEncoder) -> Result<(), FmtError> {
+        let Some(start) = self.start else {
+            return Ok(());
+        };
+        let caps = [
+            (
+                "baton_max_connections",
+                "--max-connections: client connections served at once.",
+                start.max_connections,
+            ),
+            (
+                "baton_max_locks",
+                "--max-locks: grants held at once.",
+                start.max_locks,
+            ),
+            (
+                "baton_max_waiters",
+                "--max-waiters: acquires queued at once.",
+                start.max_waiters,
+            ),
+        ];
+        for (name, help, value) in caps {
+            gauge(e, name, help, clamp(value))?;
+        }
+        gauge(
+            e,
+            "baton_start_time_seconds",
+            "When this node's server started, in seconds since the Unix epoch.",
+            clamp(start.at_unix_ms / 1000),
+        )
     }
 
     /// The role gauges and the node's info line.

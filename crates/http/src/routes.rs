@@ -10,7 +10,7 @@ use axum::extract::{DefaultBodyLimit, Request, State};
 use axum::http::{header, StatusCode};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
-use axum::routing::{delete, get};
+use axum::routing::{delete, get, post};
 use axum::{Json, Router};
 use tokio::sync::Semaphore;
 
@@ -19,7 +19,7 @@ use crate::limits::{
 };
 use crate::v1::error;
 use crate::view::HttpContext;
-use crate::{basic_auth, health, members, metrics_text, v1};
+use crate::{basic_auth, force_release, health, members, metrics_text, ui, v1};
 
 /// The endpoint's router over `ctx`.
 pub fn router(ctx: HttpContext) -> Router {
@@ -30,6 +30,9 @@ pub fn router(ctx: HttpContext) -> Router {
         .route("/v1/cluster", get(v1::cluster))
         .route("/v1/members", get(members::list).post(members::add))
         .route("/v1/members/{addr}", delete(members::remove))
+        .route("/v1/force-release", post(force_release::release))
+        .route("/ui", get(ui::page))
+        .route("/ui/{file}", get(ui::file))
         // Inside the slot: a guesser's 250 ms waits take admin slots only.
         .route_layer(middleware::from_fn_with_state(
             ctx.clone(),
@@ -43,7 +46,7 @@ pub fn router(ctx: HttpContext) -> Router {
         .fallback(|| async {
             error(
                 StatusCode::NOT_FOUND,
-                "no such route: /health, /metrics, /v1/locks, /v1/cluster, /v1/members",
+                "no such route: /health, /metrics, /v1/locks, /v1/cluster, /v1/members, /v1/force-release, /ui",
             )
         })
         .layer(middleware::from_fn_with_state(slots, bounded));

@@ -61,6 +61,13 @@ async fn get(
     )
 }
 
+fn assert_has_line(text: &str, line: &str) {
+    assert!(
+        text.lines().any(|l| l == line),
+        "no line {line:?} in\n{text}"
+    );
+}
+
 fn json(text: &str) -> Value {
     serde_json::from_str(text).unwrap_or_else(|e| panic!("{e}: {text}"))
 }
@@ -104,10 +111,7 @@ async fn metrics_are_prometheus_text_with_the_node_state() {
         "baton_hold_seconds_count 0",
         "baton_handover_seconds_sum 0.0",
     ] {
-        assert!(
-            text.lines().any(|l| l == line),
-            "no line {line:?} in\n{text}"
-        );
+        assert_has_line(&text, line);
     }
     let token = text
         .lines()
@@ -227,7 +231,7 @@ fn users() -> (Arc<Auth>, tempfile::TempDir) {
 async fn with_users_the_v1_routes_need_an_admin_and_the_others_stay_open() {
     let (auth, _dir) = users();
     let app = app(&["billing/1"], Some(auth));
-    for uri in ["/v1/locks", "/v1/cluster"] {
+    for uri in ["/v1/locks", "/v1/cluster", "/ui", "/ui/console.js"] {
         let (code, headers, _) = get(&app, uri, None).await;
         assert_eq!(code, StatusCode::UNAUTHORIZED, "{uri}");
         assert_eq!(
@@ -288,10 +292,7 @@ async fn histogram_buckets_are_cumulative_in_the_text() {
         "baton_acquire_wait_seconds_count 4",
         "baton_acquire_wait_seconds_sum 7.006",
     ] {
-        assert!(
-            text.lines().any(|l| l == line),
-            "no line {line:?} in\n{text}"
-        );
+        assert_has_line(&text, line);
     }
 }
 
@@ -407,4 +408,80 @@ async fn with_users_membership_changes_need_an_admin() {
     assert_eq!(code, StatusCode::FORBIDDEN);
     let (code, _, _) = get(&app, "/v1/members", Some(("ops", "ops-secret"))).await;
     assert_eq!(code, StatusCode::OK);
+}
+
+#[tokio::test]
+async fn the_configured_caps_and_the_start_are_gauges() {
+    let locks = locks_with(&[]);
+    let quota = baton_core::Quota {
+        max_locks: 500,
+        max_waiters: 600,
+    };
+    locks.metrics().started(100, quota, 1_700_000_000_999);
+    let app = router(HttpContext::new(locks, SELF.to_string(), None));
+    let (_, _, text) = get(&app, "/metrics", None).await;
+    for line in [
+        "# TYPE baton_max_connections gauge",
+        "baton_max_connections 100",
+        "baton_max_locks 500",
+        "baton_max_waiters 600",
+        "baton_start_time_seconds 1700000000",
+        "baton_expiry_overdue_seconds 0.0",
+    ] {
+        assert_has_line(&text, line);
+    }
+}
+
+#[tokio::test]
+async fn the_console_is_served_with_its_files_under_a_strict_policy() {
+    let app = app(&[], None);
+    let (code, headers, page) = get(&app, "/ui", None).await;
+    assert_eq!(code, StatusCode::OK);
+    assert!(page.contains("/ui/console.js") && page.contains("/ui/console.css"));
+    let policy = headers[header::CONTENT_SECURITY_POLICY]
+        .to_str()
+        .expect("ascii");
+    assert!(policy.contains("default-src 'self'") && policy.contains("frame-ancestors 'none'"));
+    for (file, kind) in [
+        ("console.js", "text/javascript"),
+        ("console.css", "text/css"),
+    ] {
+        let (code, headers, body) = get(&app, &format!("/ui/{file}"), None).await;
+        assert_eq!(code, StatusCode::OK, "{file}");
+        assert!(headers[header::CONTENT_TYPE]
+            .to_str()
+            .expect("ascii")
+            .starts_with(kind));
+        assert!(!body.is_empty());
+    }
+    let (code, _, _) = get(&app, "/ui/other.js", None).await;
+    assert_eq!(code, StatusCode::NOT_FOUND);
+}
+
+#[tokio::test]
+async fn force_release_ends_only_the_grant_with_that_token() {
+    let app = app(&["jobs/1"], None);
+    let (_, _, listed) = get(&app, "/v1/locks", None).await;
+    let token = json(&listed)["locks"][0]["token"]
+        .as_str()
+        .expect("token")
+        .to_string();
+    let wrong = (token.parse::<u64>().expect("number") + 1).to_string();
+    let body = |t: &str| serde_json::json!({ "key": "jobs/1", "token": t }).to_string();
+    let (code, answer) = send(&app, "POST", "/v1/force-release", &body(&wrong)).await;
+    assert_eq!(code, StatusCode::CONFLICT, "{answer}");
+    for bad in ["{}", "{\"key\": \"jobs/1\", \"token\": 5}", &body("x")] {
+        let (code, answer) = send(&app, "POST", "/v1/force-release", bad).await;
+        assert_eq!(code, StatusCode::BAD_REQUEST, "{bad}: {answer}");
+    }
+    let (code, _, listed) = get(&app, "/v1/locks", None).await;
+    assert_eq!(
+        (code, json(&listed)["locks"].as_array().map(Vec::len)),
+        (StatusCode::OK, Some(1))
+    );
+    let (code, answer) = send(&app, "POST", "/v1/force-release", &body(&token)).await;
+    assert_eq!(code, StatusCode::OK, "{answer}");
+    assert_eq!(answer["token"], token.as_str());
+    let (_, _, listed) = get(&app, "/v1/locks", None).await;
+    assert_eq!(json(&listed)["locks"], serde_json::json!([]));
 }

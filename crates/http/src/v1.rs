@@ -47,7 +47,8 @@ fn bad_query(rejection: &QueryRejection) -> Response {
     error(StatusCode::BAD_REQUEST, format!("bad query string: {why}"))
 }
 
-fn not_serving(active: Option<String>) -> Response {
+/// 503 from a node that does not serve, with the serving node's address.
+pub fn not_serving(active: Option<String>) -> Response {
     let body = json!({
         "error": "this node does not serve clients: ask the serving node",
         "active": active,

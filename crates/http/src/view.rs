@@ -3,10 +3,16 @@
 //! for every [`SharedLocks`]), and what the server around it knows
 //! ([`HttpContext`]: its address, its users, whether its storage failed).
 
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::{Arc, OnceLock};
 
+use baton_core::{Key, Token};
 use baton_server::inspect::{LockPage, LockQuery};
-use baton_server::{Auth, LockNode, Metrics, Observed, Served, SharedLocks};
+use baton_server::{Auth, ForceRelease, LockNode, Metrics, Observed, Served, SharedLocks};
+
+/// The future of a [`NodeView::force_release`].
+pub type ReleaseFuture<'a> = Pin<Box<dyn Future<Output = ForceRelease> + Send + 'a>>;
 
 /// A node as the endpoint sees it. Every call takes the node's mutex
 /// once, for one read.
@@ -17,6 +23,9 @@ pub trait NodeView: Send + Sync + 'static {
     fn list_locks(&self, query: &LockQuery) -> Served<LockPage>;
     /// The node's counts (atomics, read without the mutex).
     fn metrics(&self) -> &Metrics;
+    /// Releases the grant of `key` that carries `token`, as a client's `R`
+    /// would (the console's force-release).
+    fn force_release<'a>(&'a self, key: &'a Key, token: Token) -> ReleaseFuture<'a>;
 }
 
 impl<N: LockNode> NodeView for SharedLocks<N> {
@@ -30,6 +39,10 @@ impl<N: LockNode> NodeView for SharedLocks<N> {
 
     fn metrics(&self) -> &Metrics {
         SharedLocks::metrics(self)
+    }
+
+    fn force_release<'a>(&'a self, key: &'a Key, token: Token) -> ReleaseFuture<'a> {
+        Box::pin(SharedLocks::force_release(self, key, token))
     }
 }
 

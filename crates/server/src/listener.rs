@@ -205,6 +205,8 @@ impl<N: LockNode, L: Accept> Server<N, L> {
         let local = listener.local_addr().map_err(ServerError::Unbound)?;
         let quota = config.quota;
         locks.with(|node, _, _| node.set_quota(quota));
+        let now = crate::token_floor::wall_clock_ms();
+        locks.metrics().started(config.max_connections, quota, now);
         let self_addr = config
             .advertise
             .clone()

@@ -224,6 +224,10 @@ impl<N: LockNode> SharedLocks<N> {
             counters: node.counters(),
             members: node.members(now),
             health_issue: node.health_issue(now),
+            expiry_overdue_ms: node.served_table().ok().map(|table| {
+                let first_end = table.next_expiry().map_or(now, |(end, _, _)| end);
+                now.saturating_sub(first_end)
+            }),
         }
     }
 
@@ -471,5 +475,20 @@ mod tests {
         let hold = locks.metrics().hold.snapshot();
         assert_eq!(hold.count, 2, "both grants ended by their lease: {hold:?}");
         assert!((hold.sum_seconds - 0.04).abs() < 1e-9, "{hold:?}");
+    }
+
+    #[test]
+    fn a_lease_not_yet_expired_past_its_end_is_overdue_until_the_tick() {
+        let locks = SharedLocks::new(SingleNode::new(), Clock::new());
+        let (a, _a_rx) = mailbox();
+        let mut events = Vec::new();
+        assert_eq!(locks.observe().expiry_overdue_ms, Some(0));
+        granted(locks.acquire(key("k"), 0, 10, 0, &a, &mut events));
+        assert_eq!(locks.observe().expiry_overdue_ms, Some(0));
+        std::thread::sleep(std::time::Duration::from_millis(40));
+        let overdue = locks.observe().expiry_overdue_ms;
+        assert!(overdue.is_some_and(|ms| ms >= 30), "{overdue:?}");
+        locks.tick(&mut events);
+        assert_eq!(locks.observe().expiry_overdue_ms, Some(0));
     }
 }

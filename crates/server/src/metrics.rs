@@ -14,8 +14,9 @@
 //! [`SharedLocks`]: crate::SharedLocks
 
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering::Relaxed};
+use std::sync::OnceLock;
 
-use baton_core::Millis;
+use baton_core::{Millis, Quota};
 use baton_proto::Op;
 
 /// The requests a node counts, by their kind, in the order `/metrics`
@@ -185,6 +186,22 @@ pub struct Metrics {
     pub hold: Histogram,
     /// Release received to the next waiter's grant of the same key.
     pub handover: Histogram,
+    /// Set once, as the server starts.
+    started: OnceLock<Started>,
+}
+
+/// What the server was started with, for alerts that compare a gauge with
+/// its cap (`baton_connections_open` with `baton_max_connections`) and
+/// that see a restart (`baton_start_time_seconds` moves).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Started {
+    /// `--max-connections`.
+    pub max_connections: u64,
+    /// `--max-locks`, `--max-waiters`.
+    pub max_locks: u64,
+    pub max_waiters: u64,
+    /// The wall clock when the server started, in ms since the Unix epoch.
+    pub at_unix_ms: u64,
 }
 
 /// A plain count of [`Metrics`].
@@ -254,6 +271,23 @@ impl Metrics {
     pub fn connections_open(&self) -> i64 {
         self.connections_open.load(Relaxed).max(0)
     }
+
+    /// Records the caps the server starts with, and when (the first call
+    /// counts: a node starts its server once).
+    pub fn started(&self, max_connections: usize, quota: Quota, at_unix_ms: u64) {
+        let wide = |n: usize| u64::try_from(n).unwrap_or(u64::MAX);
+        let _ = self.started.set(Started {
+            max_connections: wide(max_connections),
+            max_locks: wide(quota.max_locks),
+            max_waiters: wide(quota.max_waiters),
+            at_unix_ms,
+        });
+    }
+
+    /// The caps and start time, once the server has started.
+    pub fn start(&self) -> Option<Started> {
+        self.started.get().copied()
+    }
 }
 
 #[cfg(test)]
@@ -286,6 +320,25 @@ mod tests {
         }
         let labels: std::collections::HashSet<_> = REQUEST_OPS.map(op_label).into();
         assert_eq!(labels.len(), REQUEST_OPS.len());
+    }
+
+    #[test]
+    fn the_start_is_recorded_once() {
+        let m = Metrics::default();
+        assert_eq!(m.start(), None);
+        let quota = Quota {
+            max_locks: 7,
+            max_waiters: 9,
+        };
+        m.started(5, quota, 1_000);
+        m.started(6, Quota::default(), 2_000);
+        let want = Started {
+            max_connections: 5,
+            max_locks: 7,
+            max_waiters: 9,
+            at_unix_ms: 1_000,
+        };
+        assert_eq!(m.start(), Some(want));
     }
 
     #[test]

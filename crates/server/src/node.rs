@@ -250,6 +250,10 @@ pub struct Observed {
     pub members: Vec<Member>,
     /// See [`LockNode::health_issue`].
     pub health_issue: Option<String>,
+    /// On the serving node, how long ago the earliest lease still held
+    /// ended (0 when none has): leases the node has not expired yet, its
+    /// expiry backlog. `None` on a node that does not serve.
+    pub expiry_overdue_ms: Option<Millis>,
 }
 
 /// The counts every mode keeps alike for its [`NodeCounters`]: leases

@@ -6,12 +6,18 @@ use baton_server::Mailbox;
 
 use super::engine::{RaftEngine, RaftRole};
 use super::observe::PeerProgress;
+use super::types::NodeId;
 
 /// Every node of the membership: `leader` for the one this node knows
 /// leads, `follower` for the others (`unknown` while no leader is known),
 /// `candidate` for this node while it runs for the lead; followers carry
-/// their matched index and lag on a leader.
-pub(super) fn members(engine: &RaftEngine<Mailbox>, progress: &[PeerProgress]) -> Vec<Member> {
+/// their matched index and lag on a leader, and a follower the leader has
+/// not heard for a while (`silent`) is `down`.
+pub(super) fn members(
+    engine: &RaftEngine<Mailbox>,
+    progress: &[PeerProgress],
+    silent: &[NodeId],
+) -> Vec<Member> {
     let me = engine.me();
     let leader = match engine.role() {
         RaftRole::Leader { .. } => Some(me),
@@ -26,6 +32,7 @@ pub(super) fn members(engine: &RaftEngine<Mailbox>, progress: &[PeerProgress]) -
             let state = match (leader, engine.role()) {
                 (Some(l), _) if l == id => "leader",
                 (_, RaftRole::Candidate) if id == me => "candidate",
+                (Some(l), _) if l == me && silent.contains(&id) => "down",
                 (Some(_), _) => "follower",
                 (None, _) if id == me => "follower",
                 (None, _) => "unknown",

@@ -291,7 +291,12 @@ impl LockNode for RaftLockNode {
     }
 
     fn members(&self, _now: Millis) -> Vec<baton_server::inspect::Member> {
-        super::inspect::members(&self.engine, &self.progress().1)
+        let silent = self
+            .observed
+            .as_ref()
+            .map(observe::MetricsView::silent)
+            .unwrap_or_default();
+        super::inspect::members(&self.engine, &self.progress().1, &silent)
     }
 
     fn health_issue(&self, now: Millis) -> Option<String> {

@@ -241,13 +241,32 @@ pub fn answers(metrics: &Metrics, node: NodeId, now: TokioInstant, within: Durat
         .is_some_and(|acked| now.saturating_duration_since(*acked) < within)
 }
 
+/// The followers of a leader that have not acknowledged a heartbeat
+/// within `within` of `now`.
+fn silent_followers(metrics: &Metrics, now: TokioInstant, within: Duration) -> Vec<NodeId> {
+    replication(metrics)
+        .into_iter()
+        .map(|p| p.node)
+        .filter(|&node| !answers(metrics, node, now, within))
+        .collect()
+}
+
 /// openraft's metrics as the lock node reads them when asked (`S`,
 /// `/metrics`, `/v1/cluster`): a borrow of the watch, which wakes nothing.
-pub struct MetricsView(WatchReceiverOf<TypeConfig, Metrics>);
+/// On a leader, a follower that has acknowledged no heartbeat for
+/// `silent_after` is unreachable.
+pub struct MetricsView(WatchReceiverOf<TypeConfig, Metrics>, Duration);
 
 impl MetricsView {
-    pub fn new(watch: WatchReceiverOf<TypeConfig, Metrics>) -> MetricsView {
-        MetricsView(watch)
+    pub fn new(watch: WatchReceiverOf<TypeConfig, Metrics>, silent_after: Duration) -> MetricsView {
+        MetricsView(watch, silent_after)
+    }
+
+    /// On a leader, the followers it has not heard acknowledge a heartbeat
+    /// for `silent_after` (killed, paused, cut off); empty elsewhere.
+    pub fn silent(&self) -> Vec<NodeId> {
+        let metrics = self.0.borrow_watched();
+        silent_followers(&metrics, TokioInstant::now(), self.1)
     }
 
     /// The current term and the followers' replication (empty off the lead).
@@ -439,6 +458,23 @@ mod tests {
         let moving_at = stuck_at + Duration::from_millis(2_000);
         m.heartbeat = acked_at(moving_at);
         assert_eq!(watch.stuck(&m, moving_at), None);
+    }
+
+    #[test]
+    fn a_follower_that_acknowledges_no_heartbeat_is_silent() {
+        let within = Duration::from_millis(1_000);
+        let t0 = TokioInstant::now();
+        let mut m = metrics(ServerState::Leader, 3);
+        m.last_log_index = Some(5);
+        m.replication = Some([(0, None), (1, None), (2, None)].into_iter().collect());
+        m.heartbeat = Some([(1, Some(t0.into())), (2, None)].into_iter().collect());
+        // Never heard: silent; heard just now: not.
+        assert_eq!(silent_followers(&m, t0, within), vec![2]);
+        let later = t0 + Duration::from_millis(1_100);
+        assert_eq!(silent_followers(&m, later, within), vec![1, 2]);
+        m.state = ServerState::Follower;
+        m.replication = None;
+        assert_eq!(silent_followers(&m, later, within), Vec::<NodeId>::new());
     }
 
     #[test]

@@ -111,6 +111,17 @@ impl RaftSettings {
         Duration::from_millis((self.election_timeout_ms * 4).max(1_000))
     }
 
+    /// A follower that has acknowledged no heartbeat for this long is
+    /// shown unreachable (`/v1/cluster`, `baton_peer_up`): many heartbeats,
+    /// and more than an election timeout, so a slow answer is not a death.
+    pub fn silent_after(&self) -> Duration {
+        Duration::from_millis(
+            (self.election_timeout_ms * 2)
+                .max(self.heartbeat_ms * 10)
+                .max(1_000),
+        )
+    }
+
     /// How often a leader re-checks that a majority still answers.
     pub fn quorum_check_every(&self) -> Duration {
         Duration::from_millis(self.heartbeat_ms.clamp(10, 100))

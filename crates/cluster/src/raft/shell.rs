@@ -281,7 +281,7 @@ impl Opened {
         let locks: Shared = Arc::new(SharedLocks::new(RaftLockNode::new(engine), io.clock));
         let tasks = Tasks::new();
         let raft = build_raft_in(settings, locks.clone(), io.dialer, tasks.clone()).await?;
-        let view = observe::MetricsView::new(raft.metrics());
+        let view = observe::MetricsView::new(raft.metrics(), settings.silent_after());
         locks.with(|node, _, _| node.observe(view));
         let hold_clock = io.hold_clock;
         Ok(Opened {
