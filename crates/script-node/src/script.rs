@@ -1,0 +1,553 @@
+//! A scenario file read into its nodes and steps (no I/O but the read).
+//!
+//! The format is described in tests/client-behaviour/README.md: one step a
+//! line, `#` comments, a verb first, then `name=value` options, then the
+//! step's words (a request line pattern, an outcome, a target).
+
+use std::path::Path;
+
+/// Longest a scenario may run in all, so a broken script cannot hang CI.
+pub const SCENARIO_LIMIT_MS: u64 = 120_000;
+/// How long a waiting step waits unless it says `within=`: generous, for a
+/// loaded two-core machine.
+pub const DEFAULT_WITHIN_MS: u64 = 10_000;
+
+/// A scenario file that does not follow the format.
+#[derive(Debug, thiserror::Error)]
+#[error("{file}:{line}: {why}")]
+pub struct ScriptError {
+    pub file: String,
+    pub line: usize,
+    pub why: String,
+}
+
+/// One scripted node the scenario starts.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct NodeDecl {
+    pub name: String,
+    /// At most this many connections open at once; more are closed at once.
+    pub limit: Option<usize>,
+    /// `user:secret` pairs; when set, `U` is checked and required first.
+    pub users: Vec<(String, String)>,
+    /// Speaks TLS with a certificate for 127.0.0.1 signed by `$ca`.
+    pub tls: bool,
+    /// Answers nothing from the start (every line goes to the script).
+    pub stalled: bool,
+}
+
+/// When a waiting step must be satisfied, in ms from its base: the mark
+/// `since` names, else the step's start.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Timing {
+    pub within_ms: u64,
+    pub after_ms: u64,
+    pub since: Option<String>,
+}
+
+/// Which connections a line may come from.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Where {
+    pub at: Option<String>,
+    pub on: Option<String>,
+    /// Connections the line may not come from (`not-on=x,y`).
+    pub not_on: Vec<String>,
+}
+
+/// One step of a scenario.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Step {
+    Do {
+        id: String,
+        action: String,
+    },
+    Cancel {
+        id: String,
+    },
+    Outcome {
+        timing: Timing,
+        id: String,
+        expected: String,
+    },
+    Expect {
+        timing: Timing,
+        from: Where,
+        bind: Option<String>,
+        pattern: String,
+    },
+    ExpectConnect {
+        timing: Timing,
+        at: Option<String>,
+        bind: Option<String>,
+    },
+    ExpectClose {
+        timing: Timing,
+        conn: String,
+    },
+    Absent {
+        within_ms: u64,
+        from: Where,
+        pattern: String,
+    },
+    Reply {
+        line: String,
+    },
+    Send {
+        conn: String,
+        line: String,
+    },
+    Close {
+        target: String,
+    },
+    Stall {
+        target: String,
+    },
+    Resume {
+        target: String,
+    },
+    Refuse {
+        node: String,
+    },
+    Accept {
+        node: String,
+    },
+    Down {
+        node: String,
+    },
+    Up {
+        node: String,
+    },
+    Sleep {
+        ms: u64,
+    },
+    Mark {
+        name: String,
+    },
+    Check {
+        node: String,
+        counter: String,
+        n: usize,
+    },
+}
+
+/// A whole scenario: what it checks, its nodes, its steps with line numbers.
+#[derive(Debug, Clone, Default)]
+pub struct Scenario {
+    pub name: String,
+    pub checks: String,
+    pub nodes: Vec<NodeDecl>,
+    pub steps: Vec<ScriptLine>,
+}
+
+/// A step with where it stands in the file, for the transcript and failures.
+#[derive(Debug, Clone)]
+pub struct ScriptLine {
+    /// 1-based line number in the file.
+    pub line: usize,
+    /// The step as written.
+    pub text: String,
+    pub step: Step,
+}
+
+impl Scenario {
+    /// Reads and checks a scenario file.
+    pub fn load(path: &Path) -> Result<Scenario, ScriptError> {
+        let file = path.display().to_string();
+        let text = std::fs::read_to_string(path).map_err(|e| ScriptError {
+            file: file.clone(),
+            line: 0,
+            why: format!("cannot read: {e}"),
+        })?;
+        let name = path
+            .file_stem()
+            .map(|s| s.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        Scenario::parse(&name, &text).map_err(|(line, why)| ScriptError { file, line, why })
+    }
+
+    /// Parses a scenario's text; the error names the line (1-based).
+    pub fn parse(name: &str, text: &str) -> Result<Scenario, (usize, String)> {
+        let mut scenario = Scenario {
+            name: name.to_owned(),
+            ..Scenario::default()
+        };
+        for (index, raw) in text.lines().enumerate() {
+            let number = index + 1;
+            let line = raw.trim();
+            if line.is_empty() || line.starts_with('#') {
+                continue;
+            }
+            scenario
+                .add_line(number, line)
+                .map_err(|why| (number, why))?;
+            if let Some(last) = scenario.steps.last() {
+                scenario
+                    .check_names(&last.step)
+                    .map_err(|why| (number, why))?;
+            }
+        }
+        if scenario.nodes.is_empty() {
+            return Err((0, "no `node` line".into()));
+        }
+        Ok(scenario)
+    }
+
+    fn add_line(&mut self, number: usize, line: &str) -> Result<(), String> {
+        let (verb, rest) = line.split_once(' ').unwrap_or((line, ""));
+        match verb {
+            "checks" => self.checks = rest.to_owned(),
+            "node" => {
+                if !self.steps.is_empty() {
+                    return Err("`node` lines come before the steps".into());
+                }
+                let node = node_decl(rest)?;
+                if self.nodes.iter().any(|n| n.name == node.name) {
+                    return Err(format!("node {} declared twice", node.name));
+                }
+                self.nodes.push(node);
+            }
+            _ => self.steps.push(ScriptLine {
+                line: number,
+                text: line.to_owned(),
+                step: step(verb, rest)?,
+            }),
+        }
+        Ok(())
+    }
+
+    /// Node names a step refers to must be declared.
+    fn check_names(&self, step: &Step) -> Result<(), String> {
+        let node = |name: &String| {
+            if self.nodes.iter().any(|n| &n.name == name) {
+                Ok(())
+            } else {
+                Err(format!("no node named {name}"))
+            }
+        };
+        match step {
+            Step::Refuse { node: n }
+            | Step::Accept { node: n }
+            | Step::Down { node: n }
+            | Step::Up { node: n }
+            | Step::Check { node: n, .. } => node(n),
+            Step::ExpectConnect { at: Some(n), .. } => node(n),
+            Step::Expect { from, .. } | Step::Absent { from, .. } => {
+                from.at.as_ref().map_or(Ok(()), node)
+            }
+            _ => Ok(()),
+        }
+    }
+}
+
+/// `name=value` options at the head of `rest`, and the words after them.
+fn options(rest: &str) -> (Vec<(&str, &str)>, &str) {
+    let mut opts = Vec::new();
+    let mut tail = rest;
+    while let Some((word, after)) = split_word(tail) {
+        let Some((name, value)) = word.split_once('=') else {
+            break;
+        };
+        if name.is_empty() || !name.bytes().all(|b| b.is_ascii_lowercase() || b == b'-') {
+            break;
+        }
+        opts.push((name, value));
+        tail = after;
+    }
+    (opts, tail)
+}
+
+fn split_word(text: &str) -> Option<(&str, &str)> {
+    if text.is_empty() {
+        return None;
+    }
+    Some(text.split_once(' ').unwrap_or((text, "")))
+}
+
+fn node_decl(rest: &str) -> Result<NodeDecl, String> {
+    let (name, opts) = split_word(rest).ok_or("node needs a name")?;
+    check_name(name)?;
+    let mut node = NodeDecl {
+        name: name.to_owned(),
+        ..NodeDecl::default()
+    };
+    for word in opts.split(' ').filter(|w| !w.is_empty()) {
+        match word.split_once('=') {
+            Some(("limit", n)) => node.limit = Some(number(n)? as usize),
+            Some(("users", list)) => {
+                for pair in list.split(',') {
+                    let (user, secret) = pair.split_once(':').ok_or("users=user:secret,...")?;
+                    node.users.push((user.to_owned(), secret.to_owned()));
+                }
+            }
+            None if word == "tls" => node.tls = true,
+            None if word == "stalled" => node.stalled = true,
+            _ => return Err(format!("unknown node option {word}")),
+        }
+    }
+    Ok(node)
+}
+
+fn check_name(name: &str) -> Result<(), String> {
+    let ok = !name.is_empty()
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_');
+    if ok {
+        Ok(())
+    } else {
+        Err(format!("bad name {name:?}: letters, digits, - and _"))
+    }
+}
+
+fn number(text: &str) -> Result<u64, String> {
+    text.parse().map_err(|_| format!("not a number: {text}"))
+}
+
+fn timing(opts: &[(&str, &str)]) -> Result<Timing, String> {
+    let mut timing = Timing {
+        within_ms: DEFAULT_WITHIN_MS,
+        after_ms: 0,
+        since: None,
+    };
+    for (name, value) in opts {
+        match *name {
+            "within" => timing.within_ms = number(value)?,
+            "after" => timing.after_ms = number(value)?,
+            "since" => timing.since = Some((*value).to_owned()),
+            _ => {}
+        }
+    }
+    if timing.after_ms > timing.within_ms {
+        return Err("after= is later than within=".into());
+    }
+    Ok(timing)
+}
+
+fn place(opts: &[(&str, &str)]) -> Where {
+    let get = |want: &str| {
+        opts.iter()
+            .find(|(name, _)| *name == want)
+            .map(|(_, v)| (*v).to_owned())
+    };
+    Where {
+        at: get("at"),
+        on: get("on"),
+        not_on: get("not-on")
+            .map(|list| list.split(',').map(str::to_owned).collect())
+            .unwrap_or_default(),
+    }
+}
+
+fn only_options(opts: &[(&str, &str)], allowed: &[&str]) -> Result<(), String> {
+    match opts.iter().find(|(name, _)| !allowed.contains(name)) {
+        Some((name, _)) => Err(format!("unknown option {name}=")),
+        None => Ok(()),
+    }
+}
+
+fn bind(opts: &[(&str, &str)]) -> Result<Option<String>, String> {
+    match opts.iter().find(|(name, _)| *name == "as") {
+        Some((_, value)) => check_name(value).map(|()| Some((*value).to_owned())),
+        None => Ok(None),
+    }
+}
+
+fn one_word(verb: &str, rest: &str) -> Result<String, String> {
+    match rest.split(' ').collect::<Vec<_>>().as_slice() {
+        [word] if !word.is_empty() => Ok((*word).to_owned()),
+        _ => Err(format!("{verb} takes one word")),
+    }
+}
+
+fn non_empty(verb: &str, rest: &str) -> Result<String, String> {
+    if rest.is_empty() {
+        Err(format!("{verb} needs a line"))
+    } else {
+        Ok(rest.to_owned())
+    }
+}
+
+const TIMING: [&str; 3] = ["within", "after", "since"];
+
+/// One step line, its verb split off.
+fn step(verb: &str, rest: &str) -> Result<Step, String> {
+    let (opts, words) = options(rest);
+    let timed: Vec<&str> = TIMING.to_vec();
+    let from = ["at", "on", "not-on"];
+    Ok(match verb {
+        "do" => {
+            only_options(&opts, &[])?;
+            let (id, action) = split_word(words).ok_or("do <id> <action> ...")?;
+            check_name(id)?;
+            non_empty("do", action)?;
+            Step::Do {
+                id: id.to_owned(),
+                action: action.to_owned(),
+            }
+        }
+        "cancel" => Step::Cancel {
+            id: one_word(verb, words)?,
+        },
+        "outcome" => {
+            only_options(&opts, &timed)?;
+            let (id, expected) = split_word(words).ok_or("outcome <id> <outcome>")?;
+            Step::Outcome {
+                timing: timing(&opts)?,
+                id: id.to_owned(),
+                expected: non_empty(verb, expected)?,
+            }
+        }
+        "expect" => {
+            only_options(&opts, &[&timed[..], &from[..], &["as"]].concat())?;
+            Step::Expect {
+                timing: timing(&opts)?,
+                from: place(&opts),
+                bind: bind(&opts)?,
+                pattern: non_empty(verb, words)?,
+            }
+        }
+        "expect-connect" => {
+            only_options(&opts, &[&timed[..], &["at", "as"]].concat())?;
+            if !words.is_empty() {
+                return Err("expect-connect takes options only".into());
+            }
+            Step::ExpectConnect {
+                timing: timing(&opts)?,
+                at: place(&opts).at,
+                bind: bind(&opts)?,
+            }
+        }
+        "expect-close" => {
+            only_options(&opts, &timed)?;
+            Step::ExpectClose {
+                timing: timing(&opts)?,
+                conn: one_word(verb, words)?,
+            }
+        }
+        "absent" => {
+            only_options(&opts, &[&["within"][..], &from[..]].concat())?;
+            Step::Absent {
+                within_ms: timing(&opts)?.within_ms,
+                from: place(&opts),
+                pattern: non_empty(verb, words)?,
+            }
+        }
+        "reply" => Step::Reply {
+            line: non_empty(verb, rest)?,
+        },
+        "send" => {
+            let (conn, line) = split_word(rest).ok_or("send <conn> <line>")?;
+            Step::Send {
+                conn: conn.to_owned(),
+                line: non_empty(verb, line)?,
+            }
+        }
+        "close" => Step::Close {
+            target: one_word(verb, rest)?,
+        },
+        "stall" => Step::Stall {
+            target: one_word(verb, rest)?,
+        },
+        "resume" => Step::Resume {
+            target: one_word(verb, rest)?,
+        },
+        "refuse" => Step::Refuse {
+            node: one_word(verb, rest)?,
+        },
+        "accept" => Step::Accept {
+            node: one_word(verb, rest)?,
+        },
+        "down" => Step::Down {
+            node: one_word(verb, rest)?,
+        },
+        "up" => Step::Up {
+            node: one_word(verb, rest)?,
+        },
+        "sleep" => Step::Sleep {
+            ms: number(&one_word(verb, rest)?)?,
+        },
+        "mark" => {
+            let name = one_word(verb, rest)?;
+            check_name(&name)?;
+            Step::Mark { name }
+        }
+        "check" => match rest.split(' ').collect::<Vec<_>>().as_slice() {
+            [node, counter, n] => {
+                if !COUNTERS.contains(counter) {
+                    return Err(format!("unknown counter {counter}: {COUNTERS:?}"));
+                }
+                Step::Check {
+                    node: (*node).to_owned(),
+                    counter: (*counter).to_owned(),
+                    n: number(n)? as usize,
+                }
+            }
+            _ => return Err("check <node> <counter> <n>".into()),
+        },
+        other => return Err(format!("unknown step {other}")),
+    })
+}
+
+/// What `check` can count at a node.
+pub const COUNTERS: [&str; 5] = [
+    "accepted",
+    "refused",
+    "open",
+    "authenticated",
+    "unauthenticated",
+];
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_scenario_reads_into_nodes_and_steps() {
+        let text = "# c\nchecks two connections\nnode a limit=1 users=u:s\nnode b tls stalled\n\
+                    do 0 connect servers=$a\nexpect on=c not-on=d at=a as=x within=500 after=100 A k * 30\n\
+                    outcome since=m 0 connected\ncheck a accepted 2\n";
+        let s = Scenario::parse("x", text).expect("parses");
+        assert_eq!(s.checks, "two connections");
+        assert_eq!(s.nodes[0].limit, Some(1));
+        assert_eq!(s.nodes[0].users, vec![("u".into(), "s".into())]);
+        assert!(s.nodes[1].tls && s.nodes[1].stalled);
+        assert_eq!(
+            s.steps[1].step,
+            Step::Expect {
+                timing: Timing {
+                    within_ms: 500,
+                    after_ms: 100,
+                    since: None
+                },
+                from: Where {
+                    at: Some("a".into()),
+                    on: Some("c".into()),
+                    not_on: vec!["d".into()]
+                },
+                bind: Some("x".into()),
+                pattern: "A k * 30".into(),
+            }
+        );
+        assert!(
+            matches!(&s.steps[2].step, Step::Outcome { timing, id, expected }
+            if timing.since.as_deref() == Some("m") && id == "0" && expected == "connected")
+        );
+    }
+
+    #[test]
+    fn mistakes_name_their_line() {
+        for (text, line) in [
+            ("node a\nfly away\n", 2),
+            ("node a\nexpect bogus=1 A k\n", 2),
+            ("node a\ncheck b open 1\n", 2),
+            ("node a\nsleep soon\n", 2),
+            ("node a\nexpect within=1 after=2 A k\n", 2),
+            ("do 0 x\nnode a\n", 2),
+        ] {
+            match Scenario::parse("x", text) {
+                Err((at, _)) => assert_eq!(at, line, "{text}"),
+                Ok(_) => panic!("accepted {text:?}"),
+            }
+        }
+        assert!(Scenario::parse("x", "sleep 1\n").is_err(), "no node");
+    }
+}
