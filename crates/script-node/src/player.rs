@@ -14,6 +14,7 @@ use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
 use crate::net::{self, Command, Event, TlsMaterial};
+use crate::pattern::matches;
 use crate::script::{NodeDecl, Scenario};
 
 /// One scripted node.
@@ -50,6 +51,23 @@ pub(crate) struct Heard {
     pub(crate) line: String,
 }
 
+/// Where a step's line may come from, names resolved.
+#[derive(Debug, Clone)]
+pub(crate) struct Place {
+    pub(crate) node: Option<usize>,
+    pub(crate) on: Option<usize>,
+    pub(crate) not_on: Vec<usize>,
+}
+
+/// An `always` step in force: lines matching are answered at once.
+#[derive(Debug, Clone)]
+pub(crate) struct StandingRule {
+    pub(crate) place: Place,
+    pub(crate) pattern: String,
+    /// `None`: close the connection.
+    pub(crate) reply: Option<String>,
+}
+
 /// Everything the steps see.
 #[derive(Debug)]
 pub struct Player {
@@ -73,6 +91,7 @@ pub struct Player {
     /// A rule broken outside any step (a malformed line, the adapter gone).
     pub(crate) failure: Option<String>,
     pub(crate) tls: Option<TlsMaterial>,
+    pub(crate) rules: Vec<StandingRule>,
 }
 
 impl Player {
@@ -114,6 +133,7 @@ impl Player {
             marks: HashMap::new(),
             failure: None,
             tls,
+            rules: Vec::new(),
         })
     }
 
@@ -282,7 +302,30 @@ impl Player {
             let answer = self.status_line(state.node);
             return self.write(conn, &answer);
         }
-        self.inbox.push_back(Heard { conn, at, line });
+        let rule = self
+            .rules
+            .iter()
+            .find(|r| matches(&r.pattern, &line) && self.allows(&r.place, conn));
+        match rule.map(|r| r.reply.clone()) {
+            Some(Some(reply)) => self.write(conn, &reply),
+            Some(None) => self.close(conn),
+            None => self.inbox.push_back(Heard { conn, at, line }),
+        }
+    }
+
+    /// Whether a line from `conn` may come from `place`.
+    pub(crate) fn allows(&self, place: &Place, conn: usize) -> bool {
+        place.node.is_none_or(|n| self.conns[conn].node == n)
+            && place.on.is_none_or(|c| c == conn)
+            && !place.not_on.contains(&conn)
+    }
+
+    /// The node closes `conn`.
+    pub(crate) fn close(&mut self, conn: usize) {
+        self.log(&format!("{} closed by the node", self.conn_label(conn)));
+        let state = &mut self.conns[conn];
+        state.closed_by_node = true;
+        let _ = state.commands.send(Command::Close);
     }
 
     /// The node's answer to `U <user> <secret>`.

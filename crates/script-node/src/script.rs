@@ -40,7 +40,8 @@ pub struct NodeDecl {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Timing {
     pub within_ms: u64,
-    pub after_ms: u64,
+    /// Not checked when absent; `after=0` checks it came after the base.
+    pub after_ms: Option<u64>,
     pub since: Option<String>,
 }
 
@@ -127,6 +128,20 @@ pub enum Step {
         counter: String,
         n: usize,
     },
+    Always {
+        rule: Rule,
+    },
+}
+
+/// A standing answer: every line matching `pattern` (from where allowed),
+/// on a connection that is not stalled, is answered `reply` at once (or
+/// the connection closed) instead of waiting for a step.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Rule {
+    pub from: Where,
+    pub pattern: String,
+    /// `None`: close the connection.
+    pub reply: Option<String>,
 }
 
 /// A whole scenario: what it checks, its nodes, its steps with line numbers.
@@ -305,18 +320,21 @@ fn number(text: &str) -> Result<u64, String> {
 fn timing(opts: &[(&str, &str)]) -> Result<Timing, String> {
     let mut timing = Timing {
         within_ms: DEFAULT_WITHIN_MS,
-        after_ms: 0,
+        after_ms: None,
         since: None,
     };
     for (name, value) in opts {
         match *name {
             "within" => timing.within_ms = number(value)?,
-            "after" => timing.after_ms = number(value)?,
+            "after" => timing.after_ms = Some(number(value)?),
             "since" => timing.since = Some((*value).to_owned()),
             _ => {}
         }
     }
-    if timing.after_ms > timing.within_ms {
+    if timing
+        .after_ms
+        .is_some_and(|after| after > timing.within_ms)
+    {
         return Err("after= is later than within=".into());
     }
     Ok(timing)
@@ -483,6 +501,19 @@ fn step(verb: &str, rest: &str) -> Result<Step, String> {
             }
             _ => return Err("check <node> <counter> <n>".into()),
         },
+        "always" => {
+            only_options(&opts, &from)?;
+            let (pattern, reply) = words
+                .split_once(" => ")
+                .ok_or("always <pattern> => <line>|close")?;
+            Step::Always {
+                rule: Rule {
+                    from: place(&opts),
+                    pattern: non_empty(verb, pattern)?,
+                    reply: (reply != "close").then(|| reply.to_owned()),
+                },
+            }
+        }
         other => return Err(format!("unknown step {other}")),
     })
 }
@@ -515,7 +546,7 @@ mod tests {
             Step::Expect {
                 timing: Timing {
                     within_ms: 500,
-                    after_ms: 100,
+                    after_ms: Some(100),
                     since: None
                 },
                 from: Where {

@@ -5,9 +5,9 @@ use std::time::Duration;
 use tokio::net::TcpListener;
 use tokio::time::Instant;
 
-use crate::net::{self, Command};
+use crate::net;
 use crate::pattern::{expand, matches};
-use crate::player::{Heard, Player};
+use crate::player::{Heard, Place, Player, StandingRule};
 use crate::script::{Step, Timing, Where, SCENARIO_LIMIT_MS};
 
 /// How a scenario ended.
@@ -117,6 +117,14 @@ impl Player {
                 self.marks.insert(name.clone(), start);
             }
             Step::Check { node, counter, n } => self.check(node, counter, *n)?,
+            Step::Always { rule } => {
+                let standing = StandingRule {
+                    place: self.place(&rule.from)?,
+                    pattern: self.expand(&rule.pattern)?,
+                    reply: rule.reply.as_deref().map(|r| self.expand(r)).transpose()?,
+                };
+                self.rules.push(standing);
+            }
         }
         Ok(Flow::Next)
     }
@@ -176,11 +184,20 @@ impl Player {
     /// Fails when `at` came before the step's `after=`.
     fn not_too_early(&self, timing: &Timing, base: Instant, at: Instant) -> Result<(), String> {
         let came = at.saturating_duration_since(base).as_millis();
-        if timing.after_ms > 0 && at < base + Duration::from_millis(timing.after_ms) {
+        let Some(after) = timing.after_ms else {
+            self.log(&format!("  ({came} ms)"));
+            return Ok(());
+        };
+        if at < base + Duration::from_millis(after) {
+            let early = base.saturating_duration_since(at).as_millis();
+            let when = if early > 0 {
+                format!("{early} ms before")
+            } else {
+                format!("{came} ms after")
+            };
             return Err(format!(
-                "it came {came} ms after {}, earlier than after={}",
+                "it came {when} {}, earlier than after={after}",
                 timing.since.as_deref().unwrap_or("the step began"),
-                timing.after_ms
             ));
         }
         self.log(&format!("  ({came} ms)"));
@@ -207,13 +224,10 @@ impl Player {
 
     /// Takes the oldest kept line that matches, if any.
     fn take_line(&mut self, pattern: &str, place: &Place) -> Option<Heard> {
-        let index = self.inbox.iter().position(|heard| {
-            let conn = heard.conn;
-            matches(pattern, &heard.line)
-                && place.node.is_none_or(|n| self.conns[conn].node == n)
-                && place.on.is_none_or(|c| c == conn)
-                && !place.not_on.contains(&conn)
-        })?;
+        let index = self
+            .inbox
+            .iter()
+            .position(|heard| matches(pattern, &heard.line) && self.allows(place, heard.conn))?;
         self.inbox.remove(index)
     }
 
@@ -353,13 +367,6 @@ impl Player {
         Ok(Flow::Next)
     }
 
-    fn close(&mut self, conn: usize) {
-        self.log(&format!("{} closed by the node", self.conn_label(conn)));
-        let state = &mut self.conns[conn];
-        state.closed_by_node = true;
-        let _ = state.commands.send(Command::Close);
-    }
-
     /// Stalls (or resumes) a connection or every connection of a node; a
     /// resumed connection answers the `S` it kept meanwhile.
     fn stall(&mut self, target: &str, stalled: bool) -> Result<(), String> {
@@ -435,12 +442,4 @@ impl Player {
             Err(format!("{name} {counter}: {got}, expected {want}"))
         }
     }
-}
-
-/// Where a step's line may come from, names resolved.
-#[derive(Debug, Clone)]
-struct Place {
-    node: Option<usize>,
-    on: Option<usize>,
-    not_on: Vec<usize>,
 }
