@@ -39,6 +39,9 @@ pub(crate) struct SlotState {
     /// The last attempt reached the node, which refused the credentials.
     auth_failed: AtomicBool,
     auth_not_enabled: AtomicBool,
+    /// The last attempt reached a node that requires credentials the
+    /// client does not have.
+    auth_required: AtomicBool,
     /// Why the last attempt failed, when it failed for a TLS reason.
     tls_failure: Mutex<Option<String>>,
     /// Asks a supervisor waiting to redial to dial at once.
@@ -123,6 +126,8 @@ impl Slot {
             Some(Error::AuthenticationFailed)
         } else if self.state.auth_not_enabled.load(Ordering::Acquire) {
             Some(Error::AuthenticationNotEnabled)
+        } else if self.state.auth_required.load(Ordering::Acquire) {
+            Some(Error::AuthenticationRequired)
         } else {
             None
         }
@@ -206,6 +211,7 @@ async fn serve_connected(
         answered.store(true, Ordering::Release);
         state.auth_failed.store(false, Ordering::Release);
         state.auth_not_enabled.store(false, Ordering::Release);
+        state.auth_required.store(false, Ordering::Release);
         state.set_tls_failure(None);
         state.usable.store(true, Ordering::Release);
         state.attempted.store(true, Ordering::Release);
@@ -237,6 +243,10 @@ async fn serve_connected(
         End::Tls(why) => {
             tracing::warn!(%addr, %why, "TLS failure");
             state.set_tls_failure(Some(why.clone()));
+        }
+        End::AuthRequired => {
+            tracing::warn!(%addr, "the node requires authentication: give the client credentials");
+            state.auth_required.store(true, Ordering::Release);
         }
     }
     publish(changed);
@@ -299,7 +309,7 @@ async fn supervise(
                 if end == End::ClientGone {
                     return;
                 }
-                dial_failed = !answered || matches!(end, End::Tls(_));
+                dial_failed = !answered || matches!(end, End::Tls(_) | End::AuthRequired);
             }
             Ok(Err(ConnectError::Tls(why))) => {
                 tracing::warn!(%addr, %why, "TLS failure");
