@@ -445,6 +445,9 @@ async def _handshake(reader: asyncio.StreamReader, writer: asyncio.StreamWriter)
     answer = proto.parse_response((await _read_line(reader))[:-1])
     if answer.kind == "E" and answer.reason.startswith("TLS required"):
         raise _TlsFailure(TLS_REQUIRED)
+    # The node would refuse every request: not a usable connection.
+    if answer.kind == "E" and answer.reason == "authentication required":
+        raise _AuthRefused(errors.AuthenticationRequired())
     if answer.kind not in ("S", "E"):
         raise proto.BadLine("unexpected answer to the S handshake")
 
