@@ -311,7 +311,7 @@ class Slot:
                 self.port,
                 ssl=tls,
                 server_hostname=self.host if tls is not None else None,
-                limit=proto.MAX_LINE,
+                limit=proto.MAX_ANSWER_LINE,
             )
         except ssl.SSLError as err:
             raise _TlsFailure(_tls_words(err)) from None
@@ -453,9 +453,9 @@ async def _handshake(reader: asyncio.StreamReader, writer: asyncio.StreamWriter)
 
 
 async def _read_line(reader: asyncio.StreamReader) -> bytes:
-    """One line with its LF, at most 1024 bytes; longer ones break the
+    """One line with its LF, at most 4096 bytes; longer ones break the
     connection (a Baton node never sends them)."""
     try:
         return await reader.readuntil(b"\n")
     except asyncio.LimitOverrunError:
-        raise proto.BadLine("answer line longer than 1024 bytes") from None
+        raise proto.BadLine(f"answer line longer than {proto.MAX_ANSWER_LINE} bytes") from None
