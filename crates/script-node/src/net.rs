@@ -15,6 +15,9 @@ use tokio_rustls::TlsAcceptor;
 const MAX_KEPT_LINE: usize = 16 * 1024;
 /// What a TLS node says to a client that speaks plain text, as batond does.
 const TLS_REQUIRED: &[u8] = b"E ? ? TLS required: this node serves clients over TLS only\n";
+/// What a plaintext node says to a client that starts a TLS handshake, as
+/// batond does.
+const NO_TLS: &[u8] = b"E ? ? this node does not speak TLS: connect without TLS\n";
 /// The first byte of a TLS record carrying a handshake.
 const TLS_HANDSHAKE: u8 = 0x16;
 
@@ -76,6 +79,7 @@ pub async fn serve(
     events: mpsc::UnboundedSender<Event>,
     commands: mpsc::UnboundedReceiver<Command>,
 ) {
+    let tls_node = tls.is_some();
     let io: Box<dyn Io> = match tls {
         None => Box::new(stream),
         Some(acceptor) => match secure(stream, acceptor).await {
@@ -90,7 +94,7 @@ pub async fn serve(
             }
         },
     };
-    exchange(conn, io, &events, commands).await;
+    exchange(conn, io, tls_node, &events, commands).await;
     let _ = events.send(Event::Closed {
         conn,
         at: Instant::now(),
@@ -115,16 +119,20 @@ async fn secure(mut stream: TcpStream, acceptor: TlsAcceptor) -> Result<Box<dyn 
     }
 }
 
-/// Reads lines and writes commands until either side closes.
+/// Reads lines and writes commands until either side closes. On a
+/// plaintext node, a client that starts with a TLS handshake is told, as
+/// batond tells it, and the connection closed.
 async fn exchange(
     conn: usize,
     io: Box<dyn Io>,
+    tls_node: bool,
     events: &mpsc::UnboundedSender<Event>,
     mut commands: mpsc::UnboundedReceiver<Command>,
 ) {
     let (mut reader, mut writer) = tokio::io::split(io);
     let mut buf = Vec::new();
     let mut chunk = vec![0u8; 4096];
+    let mut first = !tls_node;
     loop {
         tokio::select! {
             read = reader.read(&mut chunk) => {
@@ -132,6 +140,13 @@ async fn exchange(
                     Ok(0) | Err(_) => return,
                     Ok(n) => n,
                 };
+                if std::mem::take(&mut first) && chunk[0] == TLS_HANDSHAKE {
+                    let _ = writer.write_all(NO_TLS).await;
+                    let _ = writer.shutdown().await;
+                    let why = "the client spoke TLS to a plaintext node".into();
+                    let _ = events.send(Event::TlsFailed { conn, why });
+                    return;
+                }
                 buf.extend_from_slice(&chunk[..n]);
                 split_lines(conn, &mut buf, events);
             }
