@@ -565,6 +565,25 @@ mod tests {
     }
 
     #[test]
+    fn a_standing_answer_reads_its_pattern_and_reply() {
+        let text = "node a\nalways at=a A k * 30 => M A k -\nalways R k 5 => close\n";
+        let s = Scenario::parse("x", text).expect("parses");
+        let rules: Vec<&Rule> = s
+            .steps
+            .iter()
+            .filter_map(|line| match &line.step {
+                Step::Always { rule } => Some(rule),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(rules[0].from.at.as_deref(), Some("a"));
+        assert_eq!(rules[0].pattern, "A k * 30");
+        assert_eq!(rules[0].reply.as_deref(), Some("M A k -"));
+        assert_eq!(rules[1].reply, None);
+        assert!(Scenario::parse("x", "node a\nalways A k\n").is_err());
+    }
+
+    #[test]
     fn mistakes_name_their_line() {
         for (text, line) in [
             ("node a\nfly away\n", 2),
