@@ -7,12 +7,13 @@ tests/client-behaviour/README.md."""
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import os
 import ssl
 import subprocess
 import threading
 from pathlib import Path
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, Tuple
 
 import pytest
 
@@ -21,6 +22,9 @@ import baton.aio
 
 REPO = Path(__file__).resolve().parents[3]
 SCENARIOS = REPO / "tests" / "client-behaviour"
+#: Scenarios played at once: they pace themselves with generous bounds, so
+#: a few side by side stay well within them on two cores.
+AT_ONCE = 3
 #: A scenario's whole run, past which the adapter gives up on the node.
 SCENARIO_LIMIT = 180.0
 #: How often `lost` looks at the lock, for the blocking client.
@@ -335,8 +339,7 @@ def close_quietly(client: baton.Client) -> None:
         pass
 
 
-@pytest.mark.parametrize("scenario", scenarios())
-def test_blocking_client_behaviour(scenario: str) -> None:
+def play_blocking(scenario: str) -> Tuple[str, str]:
     node = Node(scenario)
     adapter = SyncAdapter(node)
     verdict = adapter.run()
@@ -344,11 +347,10 @@ def test_blocking_client_behaviour(scenario: str) -> None:
     if adapter.client is not None:
         # Its nodes are gone: closing may retry releases for 5 s, not waited for.
         threading.Thread(target=close_quietly, args=(adapter.client,), daemon=True).start()
-    judge(scenario, "sync", verdict, transcript)
+    return verdict, transcript
 
 
-@pytest.mark.parametrize("scenario", scenarios())
-def test_asyncio_client_behaviour(scenario: str) -> None:
+def play_asyncio(scenario: str) -> Tuple[str, str]:
     node = Node(scenario)
 
     async def main() -> str:
@@ -366,4 +368,37 @@ def test_asyncio_client_behaviour(scenario: str) -> None:
                     pass
 
     verdict = asyncio.run(main())
-    judge(scenario, "aio", verdict, node.finish())
+    return verdict, node.finish()
+
+
+#: The tests, the mode each plays, and how.
+MODES = {
+    "test_blocking_client_behaviour": ("sync", play_blocking),
+    "test_asyncio_client_behaviour": ("aio", play_asyncio),
+}
+Played = Dict[Tuple[str, str], Tuple[str, str]]
+
+
+@pytest.fixture(scope="module")
+def played(request: pytest.FixtureRequest) -> Played:
+    """Plays every selected scenario, a few at once (each paces itself
+    with generous bounds); the tests then judge one verdict each."""
+    wanted = []
+    for item in request.session.items:
+        callspec = getattr(item, "callspec", None)
+        mode = MODES.get(getattr(item, "originalname", ""))
+        if callspec is not None and mode is not None:
+            wanted.append((mode[0], callspec.params["scenario"], mode[1]))
+    with concurrent.futures.ThreadPoolExecutor(AT_ONCE) as pool:
+        verdicts = pool.map(lambda w: w[2](w[1]), wanted)
+        return {(mode, scenario): verdict for (mode, scenario, _), verdict in zip(wanted, verdicts)}
+
+
+@pytest.mark.parametrize("scenario", scenarios())
+def test_blocking_client_behaviour(scenario: str, played: Played) -> None:
+    judge(scenario, "sync", *played[("sync", scenario)])
+
+
+@pytest.mark.parametrize("scenario", scenarios())
+def test_asyncio_client_behaviour(scenario: str, played: Played) -> None:
+    judge(scenario, "aio", *played[("aio", scenario)])
