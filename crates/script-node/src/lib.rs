@@ -10,6 +10,7 @@
 //! each scenario checks is in docs/clients.md.
 
 mod net;
+mod parse_step;
 mod pattern;
 mod player;
 mod script;

@@ -82,6 +82,19 @@ impl Player {
                 from,
                 pattern,
             } => self.absent(start, *within_ms, from, pattern).await?,
+            Step::Up { node } => self.up(node).await?,
+            Step::Sleep { ms } => {
+                self.wait_for(start + Duration::from_millis(*ms), |_| None::<()>)
+                    .await?;
+            }
+            other => self.control(other, start)?,
+        }
+        Ok(Flow::Next)
+    }
+
+    /// The steps that act at once on the nodes, the connections or the marks.
+    fn control(&mut self, step: &Step, start: Instant) -> Result<(), String> {
+        match step {
             Step::Reply { line } => {
                 let conn = self.last.ok_or("no `expect` before this reply")?;
                 let line = self.expand(line)?;
@@ -108,11 +121,6 @@ impl Player {
                 self.nodes[node].refusing = false;
             }
             Step::Down { node } => self.down(node)?,
-            Step::Up { node } => self.up(node).await?,
-            Step::Sleep { ms } => {
-                self.wait_for(start + Duration::from_millis(*ms), |_| None::<()>)
-                    .await?;
-            }
             Step::Mark { name } => {
                 self.marks.insert(name.clone(), start);
             }
@@ -125,8 +133,10 @@ impl Player {
                 };
                 self.rules.push(standing);
             }
+            // The steps that wait are played by `run`.
+            _ => {}
         }
-        Ok(Flow::Next)
+        Ok(())
     }
 
     pub(crate) fn expand(&self, text: &str) -> Result<String, String> {
