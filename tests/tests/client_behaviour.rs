@@ -123,6 +123,8 @@ async fn drive(
     });
     let adapter = Arc::new(Adapter::default());
     let mut cancels: HashMap<String, oneshot::Sender<()>> = HashMap::new();
+    // Ended with the scenario, so that its client and its polls go too.
+    let mut actions = tokio::task::JoinSet::new();
     let mut lines = BufReader::new(stdout).lines();
     while let Ok(Some(line)) = lines.next_line().await {
         let (verb, rest) = line.split_once(' ').unwrap_or((&line, ""));
@@ -134,7 +136,7 @@ async fn drive(
                 cancels.insert(id.to_owned(), cancel);
                 let (id, action) = (id.to_owned(), action.to_owned());
                 let (adapter, done) = (Arc::clone(&adapter), done_tx.clone());
-                tokio::spawn(async move {
+                actions.spawn(async move {
                     let outcome = tokio::select! {
                         outcome = act(&adapter, &id, &action) => outcome,
                         _ = cancelled => "cancelled".to_owned(),
