@@ -242,19 +242,25 @@ fn check_step(rest: &str) -> Result<Step, String> {
             if !COUNTERS.contains(counter) {
                 return Err(format!("unknown counter {counter}: {COUNTERS:?}"));
             }
+            let (lo, hi) = match n.split_once("..") {
+                Some((lo, hi)) => (number(lo)?, number(hi)?),
+                None => (number(n)?, number(n)?),
+            };
             Ok(Step::Check {
                 node: (*node).to_owned(),
                 counter: (*counter).to_owned(),
-                n: number(n)? as usize,
+                lo: lo as usize,
+                hi: hi as usize,
             })
         }
-        _ => Err("check <node> <counter> <n>".into()),
+        _ => Err("check <node> <counter> <n>|<lo>..<hi>".into()),
     }
 }
 
 /// What `check` can count at a node.
-pub const COUNTERS: [&str; 5] = [
+pub const COUNTERS: [&str; 6] = [
     "accepted",
+    "requests",
     "refused",
     "open",
     "authenticated",

@@ -30,6 +30,8 @@ pub(crate) struct NodeState {
     pub(crate) refused: usize,
     pub(crate) authenticated: usize,
     pub(crate) unauthenticated: usize,
+    /// Lines received other than `S` and `U`.
+    pub(crate) requests: usize,
 }
 
 /// One accepted connection.
@@ -115,6 +117,7 @@ impl Player {
                 refused: 0,
                 authenticated: 0,
                 unauthenticated: 0,
+                requests: 0,
             });
         }
         Ok(Player {
@@ -280,6 +283,9 @@ impl Player {
                 e.to_reply().reason
             );
             return self.fail(why);
+        }
+        if !matches!(op_and_key(&line).0, "S" | "U") {
+            self.nodes[self.conns[conn].node].requests += 1;
         }
         let state = &self.conns[conn];
         if state.stalled {

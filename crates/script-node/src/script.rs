@@ -125,10 +125,12 @@ pub enum Step {
     Mark {
         name: String,
     },
+    /// The counter is within `lo..=hi` (`n` alone: exactly n).
     Check {
         node: String,
         counter: String,
-        n: usize,
+        lo: usize,
+        hi: usize,
     },
     Always {
         rule: Rule,

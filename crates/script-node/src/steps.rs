@@ -124,7 +124,12 @@ impl Player {
             Step::Mark { name } => {
                 self.marks.insert(name.clone(), start);
             }
-            Step::Check { node, counter, n } => self.check(node, counter, *n)?,
+            Step::Check {
+                node,
+                counter,
+                lo,
+                hi,
+            } => self.check(node, counter, *lo..=*hi)?,
             Step::Always { rule } => {
                 let standing = StandingRule {
                     place: self.place(&rule.from)?,
@@ -432,7 +437,12 @@ impl Player {
         Ok(())
     }
 
-    fn check(&self, name: &str, counter: &str, want: usize) -> Result<(), String> {
+    fn check(
+        &self,
+        name: &str,
+        counter: &str,
+        want: std::ops::RangeInclusive<usize>,
+    ) -> Result<(), String> {
         let node = self.node(name)?;
         let state = &self.nodes[node];
         let got = match counter {
@@ -440,16 +450,17 @@ impl Player {
             "refused" => state.refused,
             "authenticated" => state.authenticated,
             "unauthenticated" => state.unauthenticated,
+            "requests" => state.requests,
             _ => self
                 .conns
                 .iter()
                 .filter(|c| c.node == node && c.open)
                 .count(),
         };
-        if got == want {
+        if want.contains(&got) {
             Ok(())
         } else {
-            Err(format!("{name} {counter}: {got}, expected {want}"))
+            Err(format!("{name} {counter}: {got}, expected {want:?}"))
         }
     }
 }
