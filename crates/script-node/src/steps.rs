@@ -275,6 +275,9 @@ impl Player {
         self.not_too_early(timing, base, heard.at)?;
         if let Some(name) = bind {
             self.names.insert(name.to_owned(), heard.conn);
+            // The moment the line came, for `since=`: the client sent it
+            // no later, whatever the node's own delays.
+            self.marks.insert(name.to_owned(), heard.at);
         }
         self.last = Some(heard.conn);
         Ok(())
@@ -304,6 +307,7 @@ impl Player {
         self.not_too_early(timing, base, when)?;
         if let Some(name) = bind {
             self.names.insert(name.to_owned(), conn);
+            self.marks.insert(name.to_owned(), when);
         }
         self.last = Some(conn);
         Ok(())
