@@ -17,6 +17,12 @@ pub fn baton_bin() -> PathBuf {
     locate("baton", "BATON_BIN")
 }
 
+/// Path of the client-behaviour suite's scripted node:
+/// `$SCRIPT_NODE_BIN`, else `target/<profile>/script-node`.
+pub fn script_node_bin() -> PathBuf {
+    locate("script-node", "SCRIPT_NODE_BIN")
+}
+
 fn locate(name: &str, env: &str) -> PathBuf {
     let path = match std::env::var_os(env) {
         Some(p) => PathBuf::from(p),
@@ -24,7 +30,7 @@ fn locate(name: &str, env: &str) -> PathBuf {
     };
     if !path.is_file() {
         panic!(
-            "{name} not found at {}: build it first (`cargo build -p {name}`) or set {env}",
+            "{name} not found at {}: build it first (`cargo build --bin {name}`) or set {env}",
             path.display()
         );
     }

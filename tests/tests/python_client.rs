@@ -1,5 +1,6 @@
 //! The Python client's suite (clients/python/tests, pytest) against the
-//! `batond` this test kit uses, and `mypy --strict` on the package, so that
+//! `batond` this test kit uses and the client-behaviour suite's scripted
+//! node, and `mypy --strict` on the package, so that
 //! `cargo test --workspace` runs both.
 //!
 //! The virtual environment is made once with the system's `python3` under
@@ -98,6 +99,7 @@ fn python_client_suite_passes_against_real_nodes() {
         .args(["-m", "pytest", "-q", "-p", "no:cacheprovider", "tests"])
         .current_dir(&package)
         .env("BATOND_BIN", &batond)
+        .env("SCRIPT_NODE_BIN", baton_tests::binary::script_node_bin())
         .env("PYTHONDONTWRITEBYTECODE", "1")
         .output()
         .unwrap_or_else(|e| panic!("cannot run pytest: {e}"));

@@ -112,6 +112,11 @@ const AUTH_NOT_ENABLED: &str = "authentication is not enabled";
 const AUTH_REQUIRED: &str = "authentication required";
 const PERMISSION_DENIED: &str = "permission denied";
 
+/// Whether `reply` says the node requires authentication first.
+pub(crate) fn is_auth_required(reply: &ErrorReply) -> bool {
+    reply.reason == AUTH_REQUIRED
+}
+
 /// The error for an `E` answer: permission and authentication refusals
 /// get their own variants, everything else is [`Error::Rejected`].
 pub(crate) fn rejected(reply: ErrorReply) -> Error {

@@ -172,7 +172,8 @@ impl ClientBuilder {
     /// frozen node accepts connections but answers nothing),
     /// [`Error::AuthenticationFailed`] (or
     /// [`Error::AuthenticationNotEnabled`]) when nodes were reached but
-    /// none took the credentials, [`Error::Tls`] when every node failed for
+    /// none took the credentials, [`Error::AuthenticationRequired`] when
+    /// they require credentials and none were given, [`Error::Tls`] when every node failed for
     /// a TLS reason; once built, the client reconnects broken connections
     /// in the background every 3 seconds for as long as it lives.
     ///

@@ -41,6 +41,9 @@ pub(crate) enum End {
     /// The TLS side failed, or the node said it wants TLS: reconnecting
     /// the same way will not help. The words for `Error::Tls`.
     Tls(String),
+    /// The node answered the probe that it requires authentication, and
+    /// the client has no credentials: it would refuse every request.
+    AuthRequired,
 }
 
 /// Requests are written in batches of at most this many before a flush, so
@@ -277,6 +280,9 @@ async fn read_answers<R: AsyncRead + Unpin>(
                 return End::Tls(
                     "the node serves TLS only: give the client its CA (--tls-ca)".into(),
                 );
+            }
+            if reply.op == Some(Op::Status) && crate::auth::is_auth_required(reply) {
+                return End::AuthRequired;
             }
         }
         pending.take_registrations(&mut registrations);

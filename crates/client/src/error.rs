@@ -142,6 +142,8 @@ pub enum Error {
     /// The node requires authentication and the client has no credentials
     /// (or the node no longer knows its user): see
     /// [`ClientBuilder::credentials`](crate::ClientBuilder::credentials).
+    /// From [`ClientBuilder::build`](crate::ClientBuilder::build) when every
+    /// node reached requires it.
     #[error("the node requires authentication: give a user name and secret")]
     AuthenticationRequired,
     /// The user may not use this key (`E <op> <key> permission denied`);

@@ -18,6 +18,10 @@ use crate::error::{Error, Result};
 const KEEP_ALIVE_DIVISOR: u32 = 3;
 /// Pause between renew attempts after one failed without a verdict.
 const RENEW_RETRY: Duration = Duration::from_millis(200);
+/// The keep-alive gives up renewing, and the guard is marked lost, when a
+/// tenth of the lease is left: the program hears it before the lease ends
+/// on the node, with time to stop touching the resource.
+const LOST_MARGIN_DIVISOR: u32 = 10;
 
 /// What a guard, its keep-alive task and the client's close share.
 #[derive(Debug)]
@@ -353,8 +357,8 @@ async fn keep_alive(held: Arc<Held>) {
         tokio::time::sleep(period).await;
         loop {
             // Retrying past the lease's end would only hide that it is lost.
-            let (_, until) = held.lease();
-            let window = until
+            let give_up = lost_deadline(&held);
+            let window = give_up
                 .saturating_duration_since(Instant::now())
                 .max(RENEW_RETRY);
             match held.renew(lease, window).await {
@@ -363,8 +367,7 @@ async fn keep_alive(held: Arc<Held>) {
                 // `close` releases the grant and marks it lost.
                 Err(Error::Closed) => return,
                 Err(err) => {
-                    let (_, until) = held.lease();
-                    if Instant::now() + RENEW_RETRY >= until {
+                    if Instant::now() + RENEW_RETRY >= lost_deadline(&held) {
                         tracing::warn!(key = %held.key, %err, "could not renew before the lease ran out");
                         held.mark_lost();
                         return;
@@ -375,4 +378,13 @@ async fn keep_alive(held: Arc<Held>) {
             }
         }
     }
+}
+
+/// When the keep-alive stops trying and marks the guard lost: a tenth of
+/// the lease before the grant is known to end.
+fn lost_deadline(held: &Held) -> Instant {
+    let (lease, until) = held.lease();
+    until
+        .checked_sub(lease / LOST_MARGIN_DIVISOR)
+        .unwrap_or(until)
 }

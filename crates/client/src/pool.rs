@@ -147,7 +147,7 @@ impl Pool {
     /// The connection a redirect points at, registering it if the address is
     /// new. A usable connection is preferred when several share the address;
     /// one that is down is dialled at once (the node the redirect names is
-    /// likely up again), unless its last dial failed.
+    /// likely up again), at most once a second.
     pub(crate) fn slot_for(&self, addr: &str) -> Arc<Slot> {
         let mut slots = self.slots.write().unwrap_or_else(PoisonError::into_inner);
         let known = slots.iter().filter(|slot| slot.addr == addr);

@@ -8,6 +8,7 @@ use std::time::Duration;
 use baton_proto::{Request, Response};
 use futures_util::FutureExt;
 use tokio::sync::{mpsc, oneshot, watch, Notify};
+use tokio::time::Instant;
 
 use crate::auth::{self, AuthOutcome, Credentials};
 use crate::connection::{self, closed, Call, End, Serving};
@@ -19,6 +20,9 @@ use crate::tls::{self, ConnectError};
 /// How long a broken connection stays out before the next reconnect
 /// attempt (unless a redirect names its node: see [`Slot::dial_now`]).
 pub(crate) const RECONNECT_INTERVAL: Duration = Duration::from_secs(3);
+/// A node is dialled at most this often, however many redirects name it,
+/// so that one that keeps failing is not dialled in a loop.
+const REDIRECT_DIAL_GAP: Duration = Duration::from_secs(1);
 
 /// Why a call on one connection got no answer.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -39,6 +43,9 @@ pub(crate) struct SlotState {
     /// The last attempt reached the node, which refused the credentials.
     auth_failed: AtomicBool,
     auth_not_enabled: AtomicBool,
+    /// The last attempt reached a node that requires credentials the
+    /// client does not have.
+    auth_required: AtomicBool,
     /// Why the last attempt failed, when it failed for a TLS reason.
     tls_failure: Mutex<Option<String>>,
     /// Asks a supervisor waiting to redial to dial at once.
@@ -94,10 +101,10 @@ impl Slot {
         self.state.usable.load(Ordering::Acquire)
     }
 
-    /// Dials now if the connection is down and waiting to redial, unless
-    /// its last dial failed: a node that keeps failing is redialled every
-    /// [`RECONNECT_INTERVAL`] only. For a redirect to this node, whose
-    /// call should be sent right after (it waits for the dial).
+    /// Dials now if the connection is down and waiting to redial, and its
+    /// last dial began at least [`REDIRECT_DIAL_GAP`] ago (else the request
+    /// is dropped). For a redirect to this node, whose call should be sent
+    /// right after (it waits for the dial).
     pub(crate) fn dial_now(&self) {
         self.state.dial_now.notify_one();
     }
@@ -123,6 +130,8 @@ impl Slot {
             Some(Error::AuthenticationFailed)
         } else if self.state.auth_not_enabled.load(Ordering::Acquire) {
             Some(Error::AuthenticationNotEnabled)
+        } else if self.state.auth_required.load(Ordering::Acquire) {
+            Some(Error::AuthenticationRequired)
         } else {
             None
         }
@@ -192,20 +201,21 @@ async fn authenticated(
 
 /// Serves a connection that is up (and authenticated) until it ends; it
 /// is usable from the node's first answer. Publishes its state on the way.
-/// The end, and whether the node ever answered.
+/// How it ended.
 async fn serve_connected(
     stream: tls::Connected,
     addr: &str,
     state: &SlotState,
     changed: &watch::Sender<u64>,
     serving: Serving<'_>,
-) -> (End, bool) {
+) -> End {
     let liveness = serving.liveness;
     let answered = AtomicBool::new(false);
     let on_alive = || {
         answered.store(true, Ordering::Release);
         state.auth_failed.store(false, Ordering::Release);
         state.auth_not_enabled.store(false, Ordering::Release);
+        state.auth_required.store(false, Ordering::Release);
         state.set_tls_failure(None);
         state.usable.store(true, Ordering::Release);
         state.attempted.store(true, Ordering::Release);
@@ -238,9 +248,13 @@ async fn serve_connected(
             tracing::warn!(%addr, %why, "TLS failure");
             state.set_tls_failure(Some(why.clone()));
         }
+        End::AuthRequired => {
+            tracing::warn!(%addr, "the node requires authentication: give the client credentials");
+            state.auth_required.store(true, Ordering::Release);
+        }
     }
     publish(changed);
-    (end, answered)
+    end
 }
 
 fn publish(changed: &watch::Sender<u64>) {
@@ -272,6 +286,7 @@ async fn supervise(
         }
         // This dial answers any request for one made so far.
         let _ = state.dial_now.notified().now_or_never();
+        let dialled_at = Instant::now();
         let connect = tokio::time::timeout(connect_timeout, tls::connect(&addr, tls.as_ref()));
         let connected = tokio::select! {
             connected = connect => connected,
@@ -283,9 +298,6 @@ async fn supervise(
             }
             (other, _) => other,
         };
-        // A connection that worked (or was given up) may be redialled at
-        // once for a redirect; a failed dial waits its turn.
-        let mut dial_failed = true;
         match connected {
             Ok(Ok(stream)) => {
                 let serving = Serving {
@@ -294,12 +306,10 @@ async fn supervise(
                     background: &background,
                     liveness,
                 };
-                let (end, answered) =
-                    serve_connected(stream, &addr, &state, &changed, serving).await;
+                let end = serve_connected(stream, &addr, &state, &changed, serving).await;
                 if end == End::ClientGone {
                     return;
                 }
-                dial_failed = !answered || matches!(end, End::Tls(_));
             }
             Ok(Err(ConnectError::Tls(why))) => {
                 tracing::warn!(%addr, %why, "TLS failure");
@@ -314,8 +324,8 @@ async fn supervise(
         if !state.attempted.swap(true, Ordering::AcqRel) {
             publish(&changed);
         }
-        let early = (!dial_failed).then_some(&state.dial_now);
-        if !pause_before_redial(&mut calls, &mut shutdown, early).await {
+        let early = dialled_at + REDIRECT_DIAL_GAP;
+        if !pause_before_redial(&mut calls, &mut shutdown, &state.dial_now, early).await {
             return;
         }
     }
@@ -323,21 +333,22 @@ async fn supervise(
 
 /// Between two dials: calls that come fail at once (dropping them tells
 /// the caller, who fails over instead of waiting for the reconnect), until
-/// the pause ends or `early` asks for a dial now; the calls sent after
-/// that request wait for the dial. False once the client is gone.
+/// the pause ends or `dial_now` asks for a dial, from `early` on (a request
+/// before then is dropped); the calls sent after that request wait for the
+/// dial. False once the client is gone.
 async fn pause_before_redial(
     calls: &mut mpsc::UnboundedReceiver<Call>,
     shutdown: &mut watch::Receiver<bool>,
-    early: Option<&Notify>,
+    dial_now: &Notify,
+    early: Instant,
 ) -> bool {
     while calls.try_recv().is_ok() {}
     let pause = tokio::time::sleep(RECONNECT_INTERVAL);
     tokio::pin!(pause);
     let dial_now = async {
-        match early {
-            Some(early) => early.notified().await,
-            None => std::future::pending().await,
-        }
+        tokio::time::sleep_until(early).await;
+        let _ = dial_now.notified().now_or_never();
+        dial_now.notified().await
     };
     tokio::pin!(dial_now);
     loop {

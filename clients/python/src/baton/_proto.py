@@ -16,8 +16,11 @@ from .errors import InvalidArgument
 
 #: Longest key (and user name, and secret), in bytes.
 MAX_KEY_LEN = 250
-#: A line is at most this many bytes including its LF, both ways.
+#: A request line is at most this many bytes including its LF.
 MAX_LINE = 1024
+#: An answer line is at most this many bytes including its LF: a status
+#: with many fields (and protocol 1.2's query answers) pass 1024.
+MAX_ANSWER_LINE = 4096
 #: The largest number of milliseconds a u64 carries.
 MAX_MS = 2**64 - 1
 

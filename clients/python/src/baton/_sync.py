@@ -63,7 +63,8 @@ class Client:
     seconds or timedeltas; `unresponsive_timeout` (4 s) is how long a node
     may leave requests unanswered, probed, before it is treated as down
     (see `baton.aio.Client`). The constructor connects: it raises
-    `NoServer`, `AuthenticationFailed` or `TlsError` when no connection
+    `NoServer`, `AuthenticationFailed`, `AuthenticationRequired` (the nodes
+    want credentials and none were given) or `TlsError` when no connection
     could be made. End with `close()` (or use `with`); a client dropped or
     left open at exit releases its locks then, with a warning at exit.
     A child made by fork() must make its own client (`ForkedClient`)."""

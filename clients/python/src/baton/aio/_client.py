@@ -173,7 +173,8 @@ class Client:
     async def connect(self) -> "Client":
         """Opens the connections and waits for their first attempt. Raises
         `NoServer` when no node could be reached, `AuthenticationFailed` when
-        nodes were reached but refused the credentials, `TlsError` when every
+        nodes were reached but refused the credentials (`AuthenticationRequired`
+        when they want credentials and none were given), `TlsError` when every
         node failed for a TLS reason. Calling it again does nothing."""
         self._check_context()
         if self._closing:

@@ -22,6 +22,10 @@ log = logging.getLogger("baton")
 KEEP_ALIVE_DIVISOR = 3
 #: Pause between renew attempts after one failed without a verdict.
 RENEW_RETRY = 0.2
+#: The keep-alive gives up, and the lock is marked lost, when a tenth of the
+#: lease is left: the program hears it before the lease ends on the node,
+#: with time to stop touching the resource.
+LOST_MARGIN_DIVISOR = 10
 
 OnLost = Callable[["Lock"], Union[None, Awaitable[None]]]
 
@@ -142,19 +146,23 @@ class Lock:
         lease_ms = self._lease_ms
         while True:
             # Retrying past the lease's end would only hide that it is lost.
-            window = max(RENEW_RETRY, self.expires_at - time.monotonic())
+            window = max(RENEW_RETRY, self._lost_deadline() - time.monotonic())
             try:
                 await self._renew(lease_ms, window)
                 return True
             except (errors.LeaseLost, errors.Closed, errors.NotHeld):
                 return False
             except errors.Error as err:
-                if time.monotonic() + RENEW_RETRY >= self.expires_at:
+                if time.monotonic() + RENEW_RETRY >= self._lost_deadline():
                     log.warning("could not renew %r before the lease ran out: %s", self.key, err)
                     self._mark_lost()
                     return False
                 log.debug("renew of %r failed (%s); retrying", self.key, err)
                 await asyncio.sleep(RENEW_RETRY)
+
+    def _lost_deadline(self) -> float:
+        """When the keep-alive stops trying and marks the lock lost."""
+        return self.expires_at - self._lease_ms / 1000 / LOST_MARGIN_DIVISOR
 
     async def __aenter__(self) -> "Lock":
         return self

@@ -311,7 +311,7 @@ class Slot:
                 self.port,
                 ssl=tls,
                 server_hostname=self.host if tls is not None else None,
-                limit=proto.MAX_LINE,
+                limit=proto.MAX_ANSWER_LINE,
             )
         except ssl.SSLError as err:
             raise _TlsFailure(_tls_words(err)) from None
@@ -445,14 +445,17 @@ async def _handshake(reader: asyncio.StreamReader, writer: asyncio.StreamWriter)
     answer = proto.parse_response((await _read_line(reader))[:-1])
     if answer.kind == "E" and answer.reason.startswith("TLS required"):
         raise _TlsFailure(TLS_REQUIRED)
+    # The node would refuse every request: not a usable connection.
+    if answer.kind == "E" and answer.reason == "authentication required":
+        raise _AuthRefused(errors.AuthenticationRequired())
     if answer.kind not in ("S", "E"):
         raise proto.BadLine("unexpected answer to the S handshake")
 
 
 async def _read_line(reader: asyncio.StreamReader) -> bytes:
-    """One line with its LF, at most 1024 bytes; longer ones break the
+    """One line with its LF, at most 4096 bytes; longer ones break the
     connection (a Baton node never sends them)."""
     try:
         return await reader.readuntil(b"\n")
     except asyncio.LimitOverrunError:
-        raise proto.BadLine("answer line longer than 1024 bytes") from None
+        raise proto.BadLine(f"answer line longer than {proto.MAX_ANSWER_LINE} bytes") from None
