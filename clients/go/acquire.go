@@ -118,6 +118,9 @@ func (c *Client) Acquire(ctx context.Context, key string, opts AcquireOptions) (
 
 // checkRequest refuses what the protocol cannot carry, before sending.
 func checkRequest(key string, wait, lease time.Duration) error {
+	if _, err := encodeAcquire(key, ceilMs(wait), ceilMs(lease)); err != nil {
+		return err
+	}
 	if err := checkField("key", key); err != nil {
 		return err
 	}
@@ -127,8 +130,7 @@ func checkRequest(key string, wait, lease time.Duration) error {
 	if lease <= 0 {
 		return fmt.Errorf("%w: lease must be greater than 0", ErrInvalid)
 	}
-	_, err := encodeAcquire(key, ceilMs(wait), ceilMs(lease))
-	return err
+	return nil
 }
 
 // nextAcquireConn is the connection for the next try: the redirect's

@@ -6,6 +6,7 @@ package baton
 import (
 	"context"
 	"errors"
+	"fmt"
 	"time"
 )
 
@@ -21,6 +22,9 @@ func (c *Client) Release(ctx context.Context, key string, token uint64) error {
 	line, err := encodeRelease(key, token)
 	if err == nil {
 		err = checkField("key", key)
+	}
+	if err == nil && token == 0 {
+		err = fmt.Errorf("%w: token 0 (tokens start at 1)", ErrInvalid)
 	}
 	if err != nil {
 		return &Error{Op: "release", Key: key, Err: err}
@@ -79,10 +83,10 @@ func (c *Client) Query(ctx context.Context, key string) (KeyState, error) {
 	if c.isClosing() {
 		return KeyState{}, &Error{Op: "query", Key: key, Err: ErrClosed}
 	}
-	if err := checkField("key", key); err != nil {
-		return KeyState{}, &Error{Op: "query", Key: key, Err: err}
-	}
 	line, err := encodeQuery(key)
+	if err == nil {
+		err = checkField("key", key)
+	}
 	if err != nil {
 		return KeyState{}, &Error{Op: "query", Key: key, Err: err}
 	}
