@@ -34,6 +34,7 @@ func (c *Client) noVerdictError(v noVerdict, op, key string) error {
 type attempt struct {
 	key       string
 	leaseMs   uint64
+	options   string    // protocol 1.2's acquire options, as sent
 	deadline  time.Time // when the wait runs out; zero: the node's maximum
 	failures  int       // tries that found no connection or whose connection broke
 	hops      int       // redirects followed
@@ -81,14 +82,18 @@ func (c *Client) Acquire(ctx context.Context, key string, opts AcquireOptions) (
 	if lease == 0 {
 		lease = DefaultLease
 	}
-	if err := checkRequest(key, opts.Wait, lease); err != nil {
+	options, err := opts.wireOptions()
+	if err == nil {
+		err = checkRequest(key, opts.Wait, lease, options)
+	}
+	if err != nil {
 		return nil, &Error{Op: "acquire", Key: key, Err: err}
 	}
 	wait := opts.Wait
 	if d, ok := ctx.Deadline(); ok && (wait == 0 || time.Until(d) < wait) {
 		wait = max(time.Until(d), time.Millisecond)
 	}
-	a := &attempt{key: key, leaseMs: ceilMs(lease)}
+	a := &attempt{key: key, leaseMs: ceilMs(lease), options: options}
 	if wait > 0 {
 		a.deadline = time.Now().Add(wait)
 	}
@@ -117,8 +122,8 @@ func (c *Client) Acquire(ctx context.Context, key string, opts AcquireOptions) (
 }
 
 // checkRequest refuses what the protocol cannot carry, before sending.
-func checkRequest(key string, wait, lease time.Duration) error {
-	if _, err := encodeAcquire(key, ceilMs(wait), ceilMs(lease)); err != nil {
+func checkRequest(key string, wait, lease time.Duration, options string) error {
+	if _, err := encodeAcquire(key, ceilMs(wait), ceilMs(lease), options); err != nil {
 		return err
 	}
 	if err := checkField("key", key); err != nil {
@@ -166,7 +171,7 @@ func (c *Client) nextAcquireConn(ctx context.Context, a *attempt) (*conn, error)
 // tryAcquire sends one A on cn and says what its answer means: the
 // lock, an error that ends the acquire, or neither to try again.
 func (c *Client) tryAcquire(ctx context.Context, cn *conn, a *attempt, waitMs uint64, keepAlive bool) (*Lock, error) {
-	line, err := encodeAcquire(a.key, waitMs, a.leaseMs)
+	line, err := encodeAcquire(a.key, waitMs, a.leaseMs, a.options)
 	if err != nil {
 		return nil, &Error{Op: "acquire", Key: a.key, Err: err}
 	}

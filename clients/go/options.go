@@ -137,4 +137,17 @@ type AcquireOptions struct {
 	// KeepAlive renews the lease in the background every third of it
 	// until the lock is released; Lock.Lost is closed if it cannot.
 	KeepAlive bool
+
+	// Protocol 1.2 (a 1.1 node refuses these with ErrRejected):
+
+	// Permits makes the key a semaphore of that many permits (1 to
+	// 10000; 0 or 1: an ordinary lock). Every acquire of a key held or
+	// awaited must name the same number.
+	Permits int
+	// Shared takes a shared (reader) grant: shared grants coexist, an
+	// exclusive one excludes every other.
+	Shared bool
+	// Value is attached to the grant, for Query, Watch and elections
+	// (1 to 128 bytes, no space or control byte, not "-").
+	Value string
 }

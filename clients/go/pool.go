@@ -78,6 +78,9 @@ func (p *pool) pickNow() *conn {
 // pick is pickNow, waiting for a connection to come back: at most one
 // redial round, never past until (when not zero), nor past a stop.
 func (p *pool) pick(until time.Time, stop, stop2 <-chan struct{}) *conn {
+	if c := p.pickNow(); c != nil {
+		return c
+	}
 	round := time.Now().Add(redialInterval + p.cfg.connectTimeout)
 	if until.IsZero() || round.Before(until) {
 		until = round

@@ -47,7 +47,7 @@ func (c *Client) renewWithin(ctx context.Context, key string, token uint64, leas
 	if c.isClosing() {
 		return &Error{Op: "renew", Key: key, Err: ErrClosed}
 	}
-	if err := checkRequest(key, 0, lease); err != nil {
+	if err := checkRequest(key, 0, lease, ""); err != nil {
 		return &Error{Op: "renew", Key: key, Err: err}
 	}
 	line, err := encodeRenew(key, token, ceilMs(lease))

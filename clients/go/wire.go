@@ -36,6 +36,8 @@ const (
 	opStatus  byte = 'S'
 	opQuery   byte = 'Q'
 	opAuth    byte = 'U'
+	opWatch   byte = 'W' // protocol 1.2
+	opValue   byte = 'V' // protocol 1.2
 )
 
 // checkField applies the key rules (to keys and user names): 1 to 250
@@ -95,11 +97,13 @@ func finish(line []byte) ([]byte, error) {
 	return line, nil
 }
 
-func encodeAcquire(key string, waitMs, leaseMs uint64) ([]byte, error) {
-	line := make([]byte, 0, len(key)+32)
+// encodeAcquire writes A; options is "" or protocol 1.2's options, each
+// after a space (" permits=3 value=x").
+func encodeAcquire(key string, waitMs, leaseMs uint64, options string) ([]byte, error) {
+	line := make([]byte, 0, len(key)+32+len(options))
 	line = append(append(append(line, "A "...), key...), ' ')
 	line = append(appendSeconds(line, waitMs), ' ')
-	return finish(appendSeconds(line, leaseMs))
+	return finish(append(appendSeconds(line, leaseMs), options...))
 }
 
 func encodeRelease(key string, token uint64) ([]byte, error) {
@@ -156,7 +160,7 @@ func parseResponse(line []byte) (response, error) {
 		}
 	case 'T':
 		r.op, r.key, ok = opAcquire, rest, rest != "" && !strings.Contains(rest, " ")
-	case 'R', 'K', 'U':
+	case 'R', 'K', 'U', 'V':
 		r.key, ok = rest, rest != "" && !strings.Contains(rest, " ")
 	case 'N':
 		r.op, r.key, ok = opAndKey(rest)
@@ -166,7 +170,7 @@ func parseResponse(line []byte) (response, error) {
 		ok = parseErrorReply(&r, rest)
 	case 'S':
 		r.fields, ok = rest, true
-	case 'Q':
+	case 'Q', 'W':
 		r.key, r.fields, ok = strings.Cut(rest, " ")
 	}
 	if !ok {
@@ -227,21 +231,41 @@ func cutLast(s string) (string, string, bool) {
 	return s[:i], s[i+1:], true
 }
 
-// KeyState is what Query reports about one key, as the serving node sees it.
+// KeyState is what Query (and Watch) report about one key, as the
+// serving node sees it.
 type KeyState struct {
-	// Token is the live grant's token; 0 while the key is free.
+	// Token is the live grant's token (the newest holder's, when several
+	// hold the key); 0 while the key is free.
 	Token uint64
-	// LeaseLeft is what is left of the live grant's lease (0 while free).
+	// LeaseLeft is what is left of that grant's lease (0 while free).
 	LeaseLeft time.Duration
 	// Waiters is the number of acquires queued on the key.
 	Waiters uint64
+	// Protocol 1.2, for a key that is not plain (a semaphore, shared
+	// holders, or a holder's value); zero values otherwise.
+	Permits int      // the key's permits (1 unless a semaphore)
+	Mode    string   // "exclusive" or "shared" ("" on a 1.1 node or a plain key)
+	Holders []Holder // every holder, oldest first (at most 16 listed)
+	// HolderCount is the number of holders (Holders may list fewer).
+	HolderCount int
+	// Tag names the holders: equal tags, same holders and values ("-":
+	// none). Opaque; Watch uses it.
+	Tag string
+}
+
+// Holder is one grant of a key that several may hold, or a holder with a value.
+type Holder struct {
+	Token     uint64
+	LeaseLeft time.Duration
+	Value     string // "" when none
 }
 
 // Held reports whether the key had a live grant.
 func (s KeyState) Held() bool { return s.Token != 0 }
 
-// parseKeyState reads "token=<t|-> lease=<s|-> waiters=<n>" and ignores
-// fields it does not know (a later protocol adds some).
+// parseKeyState reads "token=<t|-> lease=<s|-> waiters=<n>" and, from a
+// protocol 1.2 node, the fields after them; it ignores fields it does not
+// know (a later protocol adds some).
 func parseKeyState(fields string) (KeyState, error) {
 	var s KeyState
 	seen := 0
@@ -258,14 +282,13 @@ func parseKeyState(fields string) (KeyState, error) {
 				}
 			}
 		case "lease":
-			if value != "-" {
-				var secs float64
-				secs, err = strconv.ParseFloat(value, 64)
-				s.LeaseLeft = time.Duration(secs * float64(time.Second))
-			}
+			s.LeaseLeft, err = parseLeaseLeft(value)
 		case "waiters":
 			s.Waiters, err = strconv.ParseUint(value, 10, 64)
 		default:
+			if err := s.parseExtension(name, value); err != nil {
+				return KeyState{}, fmt.Errorf("%w: field %q", errBadLine, field)
+			}
 			continue
 		}
 		if err != nil {
@@ -276,5 +299,56 @@ func parseKeyState(fields string) (KeyState, error) {
 	if seen < 3 {
 		return KeyState{}, fmt.Errorf("%w: Q answer %q", errBadLine, fields)
 	}
+	if s.Tag == "" { // a plain key: its tag is its token
+		s.Tag = "-"
+		if s.Token != 0 {
+			s.Tag = strconv.FormatUint(s.Token, 10)
+		}
+	}
+	if s.Permits == 0 {
+		s.Permits = 1
+	}
 	return s, nil
+}
+
+func parseLeaseLeft(value string) (time.Duration, error) {
+	if value == "-" {
+		return 0, nil
+	}
+	secs, err := strconv.ParseFloat(value, 64)
+	return time.Duration(secs * float64(time.Second)), err
+}
+
+// parseExtension reads one of protocol 1.2's Q and W fields.
+func (s *KeyState) parseExtension(name, value string) error {
+	var err error
+	switch name {
+	case "permits":
+		s.Permits, err = strconv.Atoi(value)
+	case "mode":
+		s.Mode = value
+	case "holders":
+		s.HolderCount, err = strconv.Atoi(value)
+	case "state":
+		s.Tag = value
+	case "holder":
+		// <token>,<lease>,<value|->: the value is last and may hold commas.
+		parts := strings.SplitN(value, ",", 3)
+		if len(parts) != 3 {
+			return errBadLine
+		}
+		h := Holder{}
+		var ok bool
+		if h.Token, ok = parseToken(parts[0]); !ok {
+			return errBadLine
+		}
+		if h.LeaseLeft, err = parseLeaseLeft(parts[1]); err != nil {
+			return err
+		}
+		if parts[2] != "-" {
+			h.Value = parts[2]
+		}
+		s.Holders = append(s.Holders, h)
+	}
+	return err
 }
