@@ -70,6 +70,12 @@ func TestRealPriorityActiveKilledFailsOver(t *testing.T) {
 	if l2.Token() <= l.Token() {
 		t.Fatalf("token %d after %d across a failover", l2.Token(), l.Token())
 	}
+	for _, st := range c.Status(ctx) {
+		dead := st.Addr == nodes[active].addr
+		if dead != errors.Is(st.Err, ErrNoServer) || !dead && st.Status.Role != "active" {
+			t.Fatalf("status of %s (dead: %v): %+v", st.Addr, dead, st)
+		}
+	}
 }
 
 func TestRealPriorityFrozenActiveAcquireFailsOver(t *testing.T) {
