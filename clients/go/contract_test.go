@@ -545,23 +545,17 @@ func TestNodeRefusalsMapToTheirErrors(t *testing.T) {
 func TestKeepAliveRenewsAndLostClosesBeforeTheLeaseEnds(t *testing.T) {
 	var mu sync.Mutex
 	answerK := true
-	f := newFakeNode(t, func(fc *fakeConn, line string) {
-		fields := strings.Fields(line)
-		switch fields[0] {
-		case "S":
-			answerStatus(fc, line)
-		case "A":
-			fc.send("A " + fields[1] + " 77")
-		case "K":
+	f := opNode(t, map[string]func(*fakeConn, []string){
+		"A": grantWith("77"),
+		"R": echo,
+		"K": func(fc *fakeConn, fields []string) {
 			mu.Lock()
 			ok := answerK
 			mu.Unlock()
 			if ok {
-				fc.send("K " + fields[1])
+				echo(fc, fields)
 			}
-		case "R":
-			fc.send("R " + fields[1])
-		}
+		},
 	})
 	// The probes keep the connections alive while K goes unanswered: a
 	// live node that stopped renewing.
@@ -601,16 +595,9 @@ func TestKeepAliveRenewsAndLostClosesBeforeTheLeaseEnds(t *testing.T) {
 }
 
 func TestARenewalAnsweredNotHeldClosesLost(t *testing.T) {
-	f := newFakeNode(t, func(fc *fakeConn, line string) {
-		fields := strings.Fields(line)
-		switch fields[0] {
-		case "S":
-			answerStatus(fc, line)
-		case "A":
-			fc.send("A " + fields[1] + " 9")
-		case "K":
-			fc.send("N K " + fields[1])
-		}
+	f := opNode(t, map[string]func(*fakeConn, []string){
+		"A": grantWith("9"),
+		"K": func(fc *fakeConn, fields []string) { fc.send("N K " + fields[1]) },
 	})
 	c := dialTest(t, []string{f.addr})
 	l, err := c.Acquire(bg(t, 10*time.Second), "k", AcquireOptions{Lease: 600 * time.Millisecond, KeepAlive: true})

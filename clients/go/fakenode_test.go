@@ -149,6 +149,27 @@ func answerStatus(fc *fakeConn, line string) {
 	}
 }
 
+// opNode answers S like a single node and every other request with the
+// handler of its op, given the request's fields (no handler: no answer).
+func opNode(t *testing.T, ops map[string]func(fc *fakeConn, fields []string)) *fakeNode {
+	return newFakeNode(t, func(fc *fakeConn, line string) {
+		fields := strings.Fields(line)
+		if answer, ok := ops[fields[0]]; ok {
+			answer(fc, fields)
+		} else {
+			answerStatus(fc, line)
+		}
+	})
+}
+
+// echo answers a request with its op and key (R, K, V succeed).
+func echo(fc *fakeConn, fields []string) { fc.send(fields[0] + " " + fields[1]) }
+
+// grantWith answers every A with token.
+func grantWith(token string) func(fc *fakeConn, fields []string) {
+	return func(fc *fakeConn, fields []string) { fc.send("A " + fields[1] + " " + token) }
+}
+
 // grantingNode answers S, grants every A with the next token, and
 // answers R, K and Q as a node whose keys are all held by their grant.
 func grantingNode(t *testing.T) *fakeNode {

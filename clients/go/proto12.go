@@ -133,16 +133,7 @@ func (c *Client) watchOnce(ctx context.Context, key, seen string) (KeyState, err
 	if err != nil {
 		return KeyState{}, &Error{Op: "watch", Key: key, Err: err}
 	}
-	window := watchWait + c.cfg.requestTimeout
-	r, err := c.callRetrying(ctx, "watch", opWatch, key, line, window, window, c.closing)
-	if err != nil {
-		return KeyState{}, err
-	}
-	state, err := parseKeyState(r.fields)
-	if r.kind != 'W' || err != nil {
-		return KeyState{}, &Error{Op: "watch", Key: key, Err: errBadLine}
-	}
-	return state, nil
+	return c.keyState(ctx, "watch", opWatch, key, line, watchWait+c.cfg.requestTimeout)
 }
 
 // Election is a leader election on one key, in the manner of etcd's

@@ -44,22 +44,16 @@ func TestAcquireOptionsOnTheWire(t *testing.T) {
 }
 
 func TestSetValue(t *testing.T) {
-	f := newFakeNode(t, func(fc *fakeConn, line string) {
-		fields := strings.Fields(line)
-		switch fields[0] {
-		case "S":
-			answerStatus(fc, line)
-		case "A":
-			fc.send("A " + fields[1] + " 77")
-		case "R":
-			fc.send("R " + fields[1])
-		case "V":
+	f := opNode(t, map[string]func(*fakeConn, []string){
+		"A": grantWith("77"),
+		"R": echo,
+		"V": func(fc *fakeConn, fields []string) {
 			if fields[1] == "gone" {
 				fc.send("N V gone")
 			} else {
-				fc.send("V " + fields[1])
+				echo(fc, fields)
 			}
-		}
+		},
 	})
 	c := dialTest(t, []string{f.addr})
 	ctx := bg(t, 10*time.Second)
@@ -97,33 +91,40 @@ func TestExtendedKeyStateParses(t *testing.T) {
 	}
 }
 
-// watchedNode serves Q and W on one key whose state the test sets.
+// watchedNode serves Q and W on one key whose state the test sets, and
+// R; an A goes to onAcquire, if set.
 type watchedNode struct {
 	*fakeNode
-	mu      sync.Mutex
-	state   string // the fields after the key, with state=<tag> last
-	tag     string
-	waiting []*fakeConn
+	mu        sync.Mutex
+	state     string // the fields after the key, with state=<tag> last
+	tag       string
+	waiting   []*fakeConn
+	onAcquire func(fc *fakeConn, fields []string)
 }
 
 func newWatchedNode(t *testing.T) *watchedNode {
 	w := &watchedNode{state: "token=- lease=- waiters=0 state=-", tag: "-"}
-	w.fakeNode = newFakeNode(t, func(fc *fakeConn, line string) {
-		fields := strings.Fields(line)
-		w.mu.Lock()
-		defer w.mu.Unlock()
-		switch fields[0] {
-		case "S":
-			answerStatus(fc, line)
-		case "Q":
+	w.fakeNode = opNode(t, map[string]func(*fakeConn, []string){
+		"R": echo,
+		"A": func(fc *fakeConn, fields []string) {
+			if w.onAcquire != nil {
+				w.onAcquire(fc, fields)
+			}
+		},
+		"Q": func(fc *fakeConn, fields []string) {
+			w.mu.Lock()
+			defer w.mu.Unlock()
 			fc.send("Q " + fields[1] + " " + w.state)
-		case "W":
+		},
+		"W": func(fc *fakeConn, fields []string) {
+			w.mu.Lock()
+			defer w.mu.Unlock()
 			if fields[3] != w.tag {
 				fc.send("W " + fields[1] + " " + w.state)
 			} else {
 				w.waiting = append(w.waiting, fc)
 			}
-		}
+		},
 	})
 	return w
 }
@@ -183,31 +184,11 @@ func TestWatchReportsTheStateThenEachChange(t *testing.T) {
 
 func TestElectionCampaignLeaderObserve(t *testing.T) {
 	w := newWatchedNode(t)
-	w.setHandler(func(fc *fakeConn, line string) {
-		fields := strings.Fields(line)
-		if fields[0] == "A" {
-			fc.send("A k 12")
-			w.set("token=12 lease=9.000 waiters=0 permits=1 mode=exclusive holders=1 holder=12,9.000,"+
-				strings.TrimPrefix(fields[4], "value="), "12.1.0000000000000001")
-			return
-		}
-		w.mu.Lock()
-		defer w.mu.Unlock()
-		switch fields[0] {
-		case "S":
-			answerStatus(fc, line)
-		case "R":
-			fc.send("R k")
-		case "Q":
-			fc.send("Q k " + w.state)
-		case "W":
-			if fields[3] != w.tag {
-				fc.send("W k " + w.state)
-			} else {
-				w.waiting = append(w.waiting, fc)
-			}
-		}
-	})
+	w.onAcquire = func(fc *fakeConn, fields []string) {
+		fc.send("A k 12")
+		w.set("token=12 lease=9.000 waiters=0 permits=1 mode=exclusive holders=1 holder=12,9.000,"+
+			strings.TrimPrefix(fields[4], "value="), "12.1.0000000000000001")
+	}
 	c := dialTest(t, []string{w.addr})
 	ctx := bg(t, 20*time.Second)
 	e := c.Election("k")

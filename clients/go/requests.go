@@ -90,14 +90,19 @@ func (c *Client) Query(ctx context.Context, key string) (KeyState, error) {
 	if err != nil {
 		return KeyState{}, &Error{Op: "query", Key: key, Err: err}
 	}
-	window := c.cfg.requestTimeout
-	r, err := c.callRetrying(ctx, "query", opQuery, key, line, window, window, c.closing)
+	return c.keyState(ctx, "query", opQuery, key, line, c.cfg.requestTimeout)
+}
+
+// keyState sends a Q or a W (retried within window) and reads the key's
+// state from the answer.
+func (c *Client) keyState(ctx context.Context, opName string, op byte, key string, line []byte, window time.Duration) (KeyState, error) {
+	r, err := c.callRetrying(ctx, opName, op, key, line, window, window, c.closing)
 	if err != nil {
 		return KeyState{}, err
 	}
 	state, err := parseKeyState(r.fields)
-	if r.kind != 'Q' || err != nil {
-		return KeyState{}, &Error{Op: "query", Key: key, Err: errBadLine}
+	if r.kind != op || err != nil {
+		return KeyState{}, &Error{Op: opName, Key: key, Err: errBadLine}
 	}
 	return state, nil
 }
