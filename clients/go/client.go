@@ -23,7 +23,45 @@ type Client struct {
 	locksMu sync.Mutex
 	locks   map[*Lock]struct{} // live locks, for Close
 
-	background sync.WaitGroup // releases of given-up grants and dropped locks
+	background tracker // releases of grants whose caller gave up
+}
+
+// tracker counts work running in the background, for Close to wait on.
+// Unlike a sync.WaitGroup it may gain work while Close waits (a grant
+// that comes as the client closes).
+type tracker struct {
+	mu   sync.Mutex
+	n    int
+	idle chan struct{} // closed when n falls to 0
+}
+
+func (t *tracker) add() {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.n == 0 {
+		t.idle = make(chan struct{})
+	}
+	t.n++
+}
+
+func (t *tracker) done() {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.n--; t.n == 0 {
+		close(t.idle)
+	}
+}
+
+// wait is closed once nothing runs.
+func (t *tracker) wait() <-chan struct{} {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.n == 0 {
+		idle := make(chan struct{})
+		close(idle)
+		return idle
+	}
+	return t.idle
 }
 
 // Dial registers the nodes' client addresses (host:port, as in the
@@ -131,7 +169,7 @@ func (c *Client) Close(ctx context.Context) error {
 		}()
 	}
 	done := make(chan struct{})
-	go func() { wg.Wait(); c.background.Wait(); close(done) }()
+	go func() { wg.Wait(); <-c.background.wait(); close(done) }()
 	select {
 	case <-done:
 	case <-ctx.Done():
@@ -144,9 +182,9 @@ func (c *Client) Close(ctx context.Context) error {
 // releaseOrphan gives back a grant whose caller gave up, in the
 // background (Close waits for it).
 func (c *Client) releaseOrphan(key string, token uint64) {
-	c.background.Add(1)
+	c.background.add()
 	go func() {
-		defer c.background.Done()
+		defer c.background.done()
 		err := c.Release(context.Background(), key, token)
 		if err != nil && !errors.Is(err, ErrNotHeld) {
 			c.cfg.logger.Warn("baton: could not give back a grant nobody waited for", "key", key, "err", err)

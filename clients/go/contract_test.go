@@ -597,6 +597,7 @@ func TestKeepAliveRenewsAndLostClosesBeforeTheLeaseEnds(t *testing.T) {
 func TestARenewalAnsweredNotHeldClosesLost(t *testing.T) {
 	f := opNode(t, map[string]func(*fakeConn, []string){
 		"A": grantWith("9"),
+		"R": echo,
 		"K": func(fc *fakeConn, fields []string) { fc.send("N K " + fields[1]) },
 	})
 	c := dialTest(t, []string{f.addr})
@@ -645,4 +646,27 @@ func TestAddressesAreChecked(t *testing.T) {
 			t.Fatalf("%q: %v", bad, err)
 		}
 	}
+}
+
+func TestTheBackgroundTrackerMayGainWorkWhileWaitedOn(t *testing.T) {
+	var tr tracker
+	select {
+	case <-tr.wait():
+	default:
+		t.Fatal("an idle tracker is not waited on")
+	}
+	tr.add()
+	idle := tr.wait()
+	tr.add() // a late grant's release, while Close waits
+	tr.done()
+	select {
+	case <-idle:
+		t.Fatal("idle with work running")
+	default:
+	}
+	tr.done()
+	<-idle
+	tr.add()
+	tr.done()
+	<-tr.wait()
 }
