@@ -154,8 +154,40 @@ func (n *node) stop() {
 	}
 }
 
-func (n *node) pause()  { n.cmd.Process.Signal(syscall.SIGSTOP) }
-func (n *node) resume() { n.cmd.Process.Signal(syscall.SIGCONT) }
+// pause is SIGSTOP, waited for: the signal is delivered asynchronously,
+// and a node still running would answer the next request.
+func (n *node) pause() {
+	n.t.Helper()
+	n.cmd.Process.Signal(syscall.SIGSTOP)
+	eventually(n.t, 5*time.Second, "every thread of batond stopped", func() bool { return n.threadsAre('T') })
+}
+
+// resume is SIGCONT, waited for.
+func (n *node) resume() {
+	n.t.Helper()
+	n.cmd.Process.Signal(syscall.SIGCONT)
+	eventually(n.t, 5*time.Second, "batond running again", func() bool { return !n.threadsAre('T') })
+}
+
+// threadsAre reports whether every thread of the node is in state
+// (from /proc/<pid>/task/*/stat).
+func (n *node) threadsAre(state byte) bool {
+	dir := fmt.Sprintf("/proc/%d/task", n.cmd.Process.Pid)
+	tasks, err := os.ReadDir(dir)
+	if err != nil || len(tasks) == 0 {
+		return false
+	}
+	for _, task := range tasks {
+		stat, err := os.ReadFile(filepath.Join(dir, task.Name(), "stat"))
+		// The state follows the command name in parentheses, which may
+		// itself hold spaces or parentheses.
+		i := strings.LastIndex(string(stat), ") ")
+		if err != nil || i < 0 || i+2 >= len(stat) || stat[i+2] != state {
+			return false
+		}
+	}
+	return true
+}
 
 // restart starts the node again on the same address.
 func (n *node) restart() {
