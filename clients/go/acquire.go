@@ -40,7 +40,7 @@ type attempt struct {
 	hops      int       // redirects followed
 	lateHops  int       // redirects followed after the wait ran out
 	sent      bool      // whether an A went out yet: the first always does
-	redirect  *slot     // where the last M pointed
+	redirect  *target   // where the last M pointed
 	noVerdict noVerdict
 }
 
@@ -142,13 +142,14 @@ func checkRequest(key string, wait, lease time.Duration, options string) error {
 // target, else the next usable one. nil, nil: nothing usable this time,
 // but the acquire may try again.
 func (c *Client) nextAcquireConn(ctx context.Context, a *attempt) (*conn, error) {
-	if s := a.redirect; s != nil {
+	redirected := a.redirect != nil
+	if t := a.redirect; t != nil {
 		a.redirect = nil
 		until := time.Now().Add(c.cfg.connectTimeout)
 		if !a.deadline.IsZero() && a.deadline.Before(until) {
 			until = a.deadline
 		}
-		if cn := c.pool.waitFor(s.cur.Load, until, ctx.Done(), c.closing); cn != nil {
+		if cn := c.pool.reach(t, until, ctx.Done(), c.closing); cn != nil {
 			return cn, nil
 		}
 	} else if cn := c.pool.pick(a.deadline, ctx.Done(), c.closing); cn != nil {
@@ -162,7 +163,9 @@ func (c *Client) nextAcquireConn(ctx context.Context, a *attempt) (*conn, error)
 		return nil, c.pool.noServer("acquire", a.key)
 	}
 	a.failures++
-	if a.failures >= c.pool.size() {
+	// A redirect to a node that is down is no verdict on the others: the
+	// acquire ends only when none of them is usable either.
+	if a.failures >= c.pool.size() && (!redirected || c.pool.pick(a.deadline, ctx.Done(), c.closing) == nil) {
 		return nil, c.pool.noServer("acquire", a.key)
 	}
 	return nil, nil
@@ -219,7 +222,7 @@ func (c *Client) tryAcquire(ctx context.Context, cn *conn, a *attempt, waitMs ui
 
 // follow handles M: the connection to resend to, or nil after a short
 // pause when no active node is known yet.
-func (c *Client) follow(ctx context.Context, addr string, hops *int, until time.Time) *slot {
+func (c *Client) follow(ctx context.Context, addr string, hops *int, until time.Time) *target {
 	*hops++
 	pause := noActivePause
 	if !until.IsZero() {

@@ -435,3 +435,36 @@ func TestCloseGivesUpAWaitingAcquireAndReleasesHeldLocks(t *testing.T) {
 		t.Fatalf("release after close: %v", err)
 	}
 }
+
+func TestARedirectToADeadNodeDoesNotEndTheAcquire(t *testing.T) {
+	// A standby that has not yet noticed the active's death points at it
+	// a few times, then is promoted and grants.
+	dead := freeAddrs(t, 1)[0]
+	var mu sync.Mutex
+	tries := 0
+	standby := opNode(t, map[string]func(*fakeConn, []string){
+		"R": echo,
+		"A": func(fc *fakeConn, fields []string) {
+			mu.Lock()
+			tries++
+			promoted := tries > 4
+			mu.Unlock()
+			if promoted {
+				fc.send("A " + fields[1] + " 500")
+			} else {
+				fc.send("M A " + fields[1] + " " + dead)
+			}
+		},
+	})
+	c := dialTest(t, []string{standby.addr})
+	start := time.Now()
+	l, err := c.Acquire(bg(t, 30*time.Second), "k", AcquireOptions{Wait: 20 * time.Second})
+	if err != nil || l.Token() != 500 {
+		t.Fatalf("after %v: %v %v", time.Since(start), l, err)
+	}
+	// Each redirect learns the dead node is down from its failed dial
+	// (at most one a second), not from a whole connect timeout.
+	if took := time.Since(start); took > 8*time.Second {
+		t.Fatalf("took %v", took)
+	}
+}

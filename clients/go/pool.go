@@ -85,17 +85,18 @@ func (p *pool) pick(until time.Time, stop, stop2 <-chan struct{}) *conn {
 	if until.IsZero() || round.Before(until) {
 		until = round
 	}
-	return p.waitFor(p.pickNow, until, stop, stop2)
+	return p.waitFor(func() (*conn, bool) { c := p.pickNow(); return c, c != nil }, until, stop, stop2)
 }
 
-// waitFor polls get at every change until it gives a connection, until
-// passes, a stop closes, or every connection failed for a TLS reason.
-func (p *pool) waitFor(get func() *conn, until time.Time, stop, stop2 <-chan struct{}) *conn {
+// waitFor polls get at every change until it is done (with a connection
+// or without), until passes, a stop closes, or every connection failed
+// for a TLS reason.
+func (p *pool) waitFor(get func() (*conn, bool), until time.Time, stop, stop2 <-chan struct{}) *conn {
 	timer := time.NewTimer(time.Until(until))
 	defer timer.Stop()
 	for {
 		changed := p.changes()
-		if c := get(); c != nil {
+		if c, done := get(); done {
 			return c
 		}
 		if p.tlsFailure() != "" {
@@ -115,29 +116,46 @@ func (p *pool) waitFor(get func() *conn, until time.Time, stop, stop2 <-chan str
 	}
 }
 
+// target is where a redirect points: the connection, and its failed
+// dials when the redirect came (one more: the node is down).
+type target struct {
+	slot        *slot
+	failedDials uint64
+}
+
 // slotFor is the connection a redirect points at, registered if the
 // address is new; one that is down is asked to dial now.
-func (p *pool) slotFor(addr string) *slot {
+func (p *pool) slotFor(addr string) *target {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	var known *slot
 	for _, s := range p.slots {
 		if s.addr == addr {
 			if s.cur.Load() != nil {
-				return s
+				return &target{slot: s}
 			}
 			known = s
 		}
 	}
 	if known != nil {
+		t := &target{slot: known, failedDials: known.failedDials.Load()}
 		known.requestDial()
-		return known
+		return t
 	}
 	p.cfg.logger.Info("baton: redirected to a new address; connecting to it", "addr", addr)
 	s := newSlot(p, addr)
 	// A new slice: readers of the old one keep a consistent view.
 	p.slots = append(append([]*slot(nil), p.slots...), s)
-	return s
+	return &target{slot: s}
+}
+
+// reach waits for the redirect's connection: nil once its dial failed,
+// or at until.
+func (p *pool) reach(t *target, until time.Time, stop, stop2 <-chan struct{}) *conn {
+	return p.waitFor(func() (*conn, bool) {
+		c := t.slot.cur.Load()
+		return c, c != nil || t.slot.failedDials.Load() > t.failedDials
+	}, until, stop, stop2)
 }
 
 // usableTo is a usable connection to addr, or nil.

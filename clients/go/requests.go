@@ -115,7 +115,7 @@ func (c *Client) callRetrying(ctx context.Context, opName string, op byte, key s
 	window, perNode time.Duration, closing <-chan struct{}) (response, error) {
 	end := time.Now().Add(window)
 	hops := 0
-	var redirect *slot
+	var redirect *target
 	why := noConnection
 	for {
 		cn := c.pool.pickNow()
@@ -124,7 +124,7 @@ func (c *Client) callRetrying(ctx context.Context, opName string, op byte, key s
 			if end.Before(until) {
 				until = end
 			}
-			cn = c.pool.waitFor(redirect.cur.Load, until, ctx.Done(), closing)
+			cn = c.pool.reach(redirect, until, ctx.Done(), closing)
 			redirect = nil
 		}
 		if cn != nil {

@@ -21,6 +21,9 @@ type slot struct {
 	pool    *pool
 	cur     atomic.Pointer[conn] // the usable connection: up, and its node answered
 	dialNow chan struct{}        // buffered 1: a redirect asks for a dial now
+	// failedDials counts dials that gave no connection, so a redirect
+	// waiting for this node learns at once that it is down.
+	failedDials atomic.Uint64
 
 	mu        sync.Mutex
 	live      *conn     // the connection being served, usable or not yet
@@ -76,6 +79,8 @@ func (s *slot) supervise() {
 			s.serve(c)
 		} else {
 			s.failed(err)
+			s.failedDials.Add(1)
+			p.publish()
 		}
 		s.mu.Lock()
 		first := !s.attempted
@@ -163,9 +168,10 @@ func (s *slot) pause() bool {
 	gap := time.Until(s.lastDial.Add(redirectDialGap))
 	s.mu.Unlock()
 	if gap > 0 {
-		timer.Reset(gap)
+		wait := time.NewTimer(gap)
+		defer wait.Stop()
 		select {
-		case <-timer.C:
+		case <-wait.C:
 		case <-s.pool.shut:
 			return false
 		}
