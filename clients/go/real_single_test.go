@@ -1,6 +1,7 @@
 package baton
 
 import (
+	"context"
 	"errors"
 	"testing"
 	"time"
@@ -56,4 +57,37 @@ func TestRealSingleAcquireReleaseQueryStatus(t *testing.T) {
 	if err != nil || st.Held() {
 		t.Fatalf("after close: %+v %v", st, err)
 	}
+}
+
+func TestRealAGivenUpAcquireIsGivenBackWhenGranted(t *testing.T) {
+	n := startNode(t, "")
+	c := dialTest(t, []string{n.addr})
+	ctx := bg(t, 30*time.Second)
+	holder, err := c.Acquire(ctx, "k", AcquireOptions{Lease: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	waiting, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() {
+		_, err := c.Acquire(waiting, "k", AcquireOptions{Wait: 30 * time.Second, Lease: time.Minute})
+		done <- err
+	}()
+	eventually(t, 5*time.Second, "the acquire queued", func() bool {
+		st, err := c.Query(ctx, "k")
+		return err == nil && st.Waiters == 1
+	})
+	cancel()
+	if err := <-done; !errors.Is(err, context.Canceled) {
+		t.Fatal(err)
+	}
+	// Still queued on the node: the release hands it the key, and the
+	// client gives it back at once instead of holding it a minute.
+	if err := holder.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 5*time.Second, "the late grant given back", func() bool {
+		st, err := c.Query(ctx, "k")
+		return err == nil && !st.Held() && st.Waiters == 0
+	})
 }
