@@ -1,0 +1,3 @@
+module example.invalid/baton/clients/go
+
+go 1.22
