@@ -25,6 +25,9 @@ mod leadership;
 mod token_floor;
 mod validate;
 
+#[cfg(test)]
+mod tests;
+
 pub use apply::{Committed, MAX_UNCLAIMED};
 pub use expiry::{EXPIRY_RETRY_MS, MAX_EXPIRIES_IN_FLIGHT};
 pub use leadership::{ANSWER_BUDGET_MS, ORPHAN_WAIT_MS};

@@ -24,26 +24,23 @@ use baton_server::{
 };
 
 use super::engine::RaftEngine;
-use super::group_commit::{GroupCommit, Returns};
-use super::hold_timer::{HoldClock, HoldTimer};
-use super::inbound::RaftAcceptor;
-use super::link::{Dialer, TcpDialer};
-use super::lock_node::RaftLockNode;
-use super::log_store::LogStore;
 use super::members::Members;
-use super::network::Network;
-use super::observe;
-use super::observe::StuckWatch;
-use super::rpc::RAFT_HELLO;
+use super::net::inbound::RaftAcceptor;
+use super::net::link::{Dialer, TcpDialer};
+use super::net::network::Network;
+use super::net::rpc::RAFT_HELLO;
+use super::node::group_commit::{GroupCommit, Returns};
+use super::node::lock_node::RaftLockNode;
+use super::node::observe;
+use super::node::observe::StuckWatch;
 pub use super::settings::RaftSettings;
-use super::snapshot_store::SnapshotStore;
-use super::state_machine::{LockStateMachine, TableHost};
-use super::types::{members_of, NodeId, Proposal, TypeConfig};
+use super::storage::log_store::LogStore;
+use super::storage::snapshot_store::SnapshotStore;
+use super::storage::state_machine::{LockStateMachine, TableHost};
+use super::types::{members_of, NodeId, Proposal, Raft, RaftOf};
+use hold_timer::{HoldClock, HoldTimer};
 
-/// The openraft node over a lock table held by `H`.
-pub type RaftOf<H> = openraft::Raft<TypeConfig, LockStateMachine<H>>;
-/// The openraft node of a server.
-pub type Raft = RaftOf<SharedLocks<RaftLockNode>>;
+pub mod hold_timer;
 
 type Shared = Arc<SharedLocks<RaftLockNode>>;
 
@@ -322,7 +319,7 @@ impl Opened {
         )?;
         tasks.spawn(follow_role(raft.clone(), locks.clone(), settings));
         let reads_ready = locks.inspect(RaftLockNode::reads_ready);
-        tasks.spawn(super::reads::serve_reads(
+        tasks.spawn(super::node::reads::serve_reads(
             raft.clone(),
             locks.clone(),
             reads_ready,
@@ -366,14 +363,14 @@ fn follow_role(
 }
 
 /// Tells the lock node when its leader was last heard (see
-/// [`super::contact`]): stale after two election timeouts.
+/// [`super::node::contact`]): stale after two election timeouts.
 fn watch_leader_contact(
     raft: Raft,
     locks: Shared,
     settings: &RaftSettings,
 ) -> impl std::future::Future<Output = ()> + Send + 'static {
     let stale_after = settings.step_down_after() * 2;
-    super::contact::watch(raft, move |age| {
+    super::node::contact::watch(raft, move |age| {
         locks.with(|node, now, _| node.leader_heard(age, stale_after, now));
     })
 }
@@ -469,7 +466,7 @@ impl ProposalSource for SharedLocks<RaftLockNode> {
 /// into the next entry, so under load each entry carries
 /// many commands and openraft's per-entry cost (log record, replication,
 /// apply) is paid once for all of them. The next entry also waits, briefly,
-/// for the clients the last one answered ([`super::group_commit`]). Alone,
+/// for the clients the last one answered ([`super::node::group_commit`]). Alone,
 /// a request waits for nothing more than its own commit. Each write runs
 /// among `tasks`.
 pub async fn pump<H: TableHost, S: ProposalSource>(

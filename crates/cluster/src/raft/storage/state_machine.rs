@@ -15,9 +15,9 @@ use openraft::entry::RaftEntry;
 use openraft::storage::{EntryResponder, RaftSnapshotBuilder, RaftStateMachine};
 use openraft::{EntryPayload, OptionalSend};
 
-use super::engine::Committed;
-use super::snapshot_store::{self, SnapshotStore};
-use super::types::{
+use crate::raft::engine::Committed;
+use crate::raft::storage::snapshot_store::{self, SnapshotStore};
+use crate::raft::types::{
     Entry, LogId, Snapshot, SnapshotData, SnapshotMeta, StoredMembership, TypeConfig,
 };
 

@@ -7,7 +7,7 @@
 //! handling by [`MAX_IN_FLIGHT`] and [`MAX_BYTES_IN_FLIGHT`] (past them
 //! the link stops reading, which holds the peer back), replies queued by
 //! [`REPLY_QUEUE`] (a reply that finds it full is dropped; its caller
-//! times out). Every request passes [`super::bounds`] first; snapshot
+//! times out). Every request passes [`crate::raft::net::bounds`] first; snapshot
 //! parts are assembled here, in order, on the link they came on.
 
 use std::net::IpAddr;
@@ -23,18 +23,18 @@ use openraft::Snapshot;
 use tokio::sync::{mpsc, OwnedSemaphorePermit, Semaphore};
 use tokio::time::Instant;
 
-use super::bounds::{self, Bounds, Complaints, Implausible};
-use super::limits::{FrameCaps, MAX_BYTES_IN_FLIGHT, MAX_IN_FLIGHT, REPLY_QUEUE};
-use super::link::PeerStream;
-use super::rpc::{LinkHello, ReplyBody, RequestBody, RpcReply, RpcRequest, RAFT_HELLO};
-use super::shell::RaftOf;
-use super::snapshot_store;
-use super::snapshot_transfer::{Assembly, AssemblyBudget, SnapshotHead};
-use super::state_machine::TableHost;
-use super::types::NodeId;
 use crate::peer::{
     self, ClusterKeys, GateLimits, HandshakePermit, LinkPermit, PeerError, PeerGate,
 };
+use crate::raft::net::bounds::{self, Bounds, Complaints, Implausible};
+use crate::raft::net::limits::{FrameCaps, MAX_BYTES_IN_FLIGHT, MAX_IN_FLIGHT, REPLY_QUEUE};
+use crate::raft::net::link::PeerStream;
+use crate::raft::net::rpc::{LinkHello, ReplyBody, RequestBody, RpcReply, RpcRequest, RAFT_HELLO};
+use crate::raft::net::snapshot_transfer::{Assembly, AssemblyBudget, SnapshotHead};
+use crate::raft::storage::snapshot_store;
+use crate::raft::storage::state_machine::TableHost;
+use crate::raft::types::NodeId;
+use crate::raft::types::RaftOf;
 
 /// A peer that says nothing for this long is dropped; openraft's
 /// heartbeats keep a live link far busier.
@@ -151,7 +151,7 @@ impl<H: TableHost> RaftAcceptor<H> {
                 hello.to, self.me
             )));
         }
-        if hello.from == self.me || !super::members::plausible_id(hello.from) {
+        if hello.from == self.me || !crate::raft::members::plausible_id(hello.from) {
             return Err(refused(format_args!(
                 "a raft peer that says it is node {}",
                 hello.from

@@ -18,7 +18,7 @@ use baton_server::sync_metrics::FSYNC_RAFT_LOG;
 use baton_core::TableSnapshot;
 use serde::{Deserialize, Serialize};
 
-use super::types::{SnapshotData, SnapshotMeta};
+use crate::raft::types::{SnapshotData, SnapshotMeta};
 
 const FILE: &str = "snapshot.bin";
 const TEMP: &str = "snapshot.tmp";

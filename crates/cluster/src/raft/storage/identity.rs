@@ -2,7 +2,7 @@
 //!
 //! A node's id is fixed the first time it runs on a data directory (a
 //! seed's place in `--peers`, or a joined node's id from its address, see
-//! [`super::members`]) and read back on every later start: the log, the
+//! [`crate::raft::members`]) and read back on every later start: the log, the
 //! vote and the cluster's membership all name the node by it, so a
 //! reordered `--peers` or an added `--join` must not change it.
 
@@ -12,8 +12,8 @@ use std::path::Path;
 
 use baton_server::durable::DurableFile;
 
-use super::members::plausible_id;
-use super::types::NodeId;
+use crate::raft::members::plausible_id;
+use crate::raft::types::NodeId;
 
 const FILE: &str = "node-id";
 

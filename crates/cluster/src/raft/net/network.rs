@@ -1,7 +1,7 @@
 //! openraft's view of the network: one [`Link`] per peer, shared by the
 //! replication, heartbeat and snapshot clients openraft makes for it.
-//! Snapshots go out in parts ([`super::snapshot_transfer`]); replies
-//! whose terms are implausible are refused ([`super::bounds`]).
+//! Snapshots go out in parts ([`crate::raft::net::snapshot_transfer`]); replies
+//! whose terms are implausible are refused ([`crate::raft::net::bounds`]).
 
 use std::collections::HashMap;
 use std::future::Future;
@@ -22,14 +22,14 @@ use openraft::raft::{
 };
 use openraft::{BasicNode, OptionalSend};
 
-use super::append_stream;
-use super::bounds::{self, Complaints, Implausible};
-use super::link::{CallError, Dialer, Link};
-use super::rpc::{LinkHello, ReplyBody, RequestBody};
-use super::snapshot_transfer::{self, SnapshotHead, MAX_SNAPSHOT_BYTES};
-use super::types::{NodeId, Snapshot, SnapshotData, TypeConfig, Vote};
 use crate::peer::reach_log::ReachLog;
 use crate::peer::ClusterKey;
+use crate::raft::net::append_stream;
+use crate::raft::net::bounds::{self, Complaints, Implausible};
+use crate::raft::net::link::{CallError, Dialer, Link};
+use crate::raft::net::rpc::{LinkHello, ReplyBody, RequestBody};
+use crate::raft::net::snapshot_transfer::{self, SnapshotHead, MAX_SNAPSHOT_BYTES};
+use crate::raft::types::{NodeId, Snapshot, SnapshotData, TypeConfig, Vote};
 use baton_server::Tasks;
 
 /// The shortest time an RPC is given. openraft asks replication to time
@@ -186,7 +186,7 @@ impl PeerClient {
 
     /// Refuses an implausible reply: logged (rate limited), and to
     /// openraft the peer is unreachable.
-    pub(super) fn implausible(&self, what: &str, why: Implausible) -> RPCError<TypeConfig> {
+    pub(crate) fn implausible(&self, what: &str, why: Implausible) -> RPCError<TypeConfig> {
         self.complaints.refused(self.target, what, &why);
         RPCError::Unreachable(Unreachable::new(&why))
     }

@@ -17,7 +17,7 @@ use super::*;
 use crate::peer::gate::LINKS_PER_PEER;
 use crate::peer::{ClusterKey, SecureFramed};
 use crate::raft::members::joined_id;
-use crate::raft::snapshot_transfer::parts;
+use crate::raft::net::snapshot_transfer::parts;
 use crate::raft::test_host::{self, TestHost, TEST_KEY};
 use crate::raft::types::{SnapshotMeta, StoredMembership, TypeConfig, Vote};
 
@@ -274,7 +274,7 @@ async fn a_snapshot_comes_in_parts_and_never_lowers_the_token_counter() {
     let term = current_term(&node.raft) + 1;
     // Over two parts' worth of locks.
     let big = snapshot(term, 100, 9_000, 9_000);
-    assert!(big.1.len() > 2 * crate::raft::snapshot_transfer::SNAPSHOT_PART_BYTES);
+    assert!(big.1.len() > 2 * crate::raft::net::snapshot_transfer::SNAPSHOT_PART_BYTES);
     let reply = send_snapshot(&mut link, 1, big).await;
     assert!(matches!(reply, Some(ReplyBody::Snapshot(_))), "{reply:?}");
     assert_eq!(node.host.engine().table().last_token(), 9_000);
@@ -310,10 +310,10 @@ async fn a_snapshot_comes_in_parts_and_never_lowers_the_token_counter() {
 /// Dials the node's acceptor in memory.
 struct ToNode(Arc<RaftAcceptor<TestHost>>);
 
-impl crate::raft::link::Dialer for ToNode {
-    fn dial(&self, _addr: &str) -> crate::raft::link::DialFuture {
+impl crate::raft::net::link::Dialer for ToNode {
+    fn dial(&self, _addr: &str) -> crate::raft::net::link::DialFuture {
         let stream = open(&self.0);
-        Box::pin(async move { Ok(Box::new(stream) as crate::raft::link::BoxedStream) })
+        Box::pin(async move { Ok(Box::new(stream) as crate::raft::net::link::BoxedStream) })
     }
 }
 
@@ -322,7 +322,7 @@ async fn the_leaders_network_sends_a_large_snapshot_in_parts_over_the_real_link(
     use openraft::network::{RPCOption, RaftNetworkFactory, RaftNetworkV2};
     let node = node().await;
     let mut network =
-        crate::raft::network::Network::new(1, key(), Arc::new(ToNode(node.acceptor.clone())));
+        crate::raft::net::network::Network::new(1, key(), Arc::new(ToNode(node.acceptor.clone())));
     let mut client = network
         .new_client(
             0,
@@ -333,7 +333,7 @@ async fn the_leaders_network_sends_a_large_snapshot_in_parts_over_the_real_link(
         .await;
     let term = current_term(&node.raft) + 1;
     let (head, data) = snapshot(term, 100, 9_000, 9_000);
-    assert!(data.len() > 2 * crate::raft::snapshot_transfer::SNAPSHOT_PART_BYTES);
+    assert!(data.len() > 2 * crate::raft::net::snapshot_transfer::SNAPSHOT_PART_BYTES);
     let snapshot = openraft::Snapshot {
         meta: head.meta,
         snapshot: data,

@@ -32,10 +32,12 @@ use openraft::storage::{IOFlushed, LogState, RaftLogReader, RaftLogStorage};
 use openraft::OptionalSend;
 use serde::{Deserialize, Serialize};
 
-pub use super::log_writer::LogWrites;
-use super::log_writer::{push, Change, Closed, Done, Header, Job, LogWriter, Segments};
-use super::segment::{self, Tail};
-use super::types::{Entry, LogId, TypeConfig, Vote};
+pub use crate::raft::storage::log_writer::LogWrites;
+use crate::raft::storage::log_writer::{
+    push, Change, Closed, Done, Header, Job, LogWriter, Segments,
+};
+use crate::raft::storage::segment::{self, Tail};
+use crate::raft::types::{Entry, LogId, TypeConfig, Vote};
 
 /// A segment past this size is closed and a new one started.
 pub const DEFAULT_SEGMENT_BYTES: u64 = 8 * 1024 * 1024;

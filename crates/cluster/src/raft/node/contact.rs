@@ -9,8 +9,8 @@ use std::time::Duration;
 
 use openraft::Instant;
 
-use super::shell::RaftOf;
-use super::state_machine::TableHost;
+use crate::raft::storage::state_machine::TableHost;
+use crate::raft::types::RaftOf;
 
 /// How often the task asks the core.
 pub const CHECK_EVERY: Duration = Duration::from_millis(100);

@@ -17,10 +17,10 @@ use openraft::metrics::RaftServerMetrics;
 use openraft::type_config::alias::WatchReceiverOf;
 use openraft::{Instant, RaftMetrics, ServerState, TokioInstant};
 
-use super::engine::RaftRole;
-use super::shell::RaftOf;
-use super::state_machine::TableHost;
-use super::types::{NodeId, TypeConfig};
+use crate::raft::engine::RaftRole;
+use crate::raft::storage::state_machine::TableHost;
+use crate::raft::types::RaftOf;
+use crate::raft::types::{NodeId, TypeConfig};
 
 type Metrics = RaftMetrics<TypeConfig>;
 

@@ -20,9 +20,9 @@ use futures_util::{SinkExt, StreamExt};
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::sync::{mpsc, oneshot};
 
-use super::limits::{FrameCaps, MAX_CALLS_IN_FLIGHT, REQUEST_QUEUE};
-use super::rpc::{LinkHello, ReplyBody, RequestBody, RpcReply, RpcRequest, RAFT_HELLO};
 use crate::peer::{self, ClusterKey};
+use crate::raft::net::limits::{FrameCaps, MAX_CALLS_IN_FLIGHT, REQUEST_QUEUE};
+use crate::raft::net::rpc::{LinkHello, ReplyBody, RequestBody, RpcReply, RpcRequest, RAFT_HELLO};
 
 /// A byte stream to a peer: TCP in a node, a simulated one in tests.
 pub trait PeerStream: AsyncRead + AsyncWrite + Send + Unpin + 'static {}

@@ -4,14 +4,14 @@
 use baton_server::inspect::Member;
 use baton_server::Mailbox;
 
-use super::engine::{RaftEngine, RaftRole};
-use super::observe::PeerProgress;
+use crate::raft::engine::{RaftEngine, RaftRole};
+use crate::raft::node::observe::PeerProgress;
 
 /// Every node of the membership: `leader` for the one this node knows
 /// leads, `follower` for the others (`unknown` while no leader is known),
 /// `candidate` for this node while it runs for the lead; followers carry
 /// their matched index and lag on a leader.
-pub(super) fn members(engine: &RaftEngine<Mailbox>, progress: &[PeerProgress]) -> Vec<Member> {
+pub(crate) fn members(engine: &RaftEngine<Mailbox>, progress: &[PeerProgress]) -> Vec<Member> {
     let me = engine.me();
     let leader = match engine.role() {
         RaftRole::Leader { .. } => Some(me),

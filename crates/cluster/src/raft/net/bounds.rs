@@ -9,12 +9,12 @@
 //! - **Log ids.** None of a later term than its sender's; indexes under
 //!   [`INDEX_CEILING`]; entries one by one.
 //! - **Payload.** At most [`MAX_PAYLOAD_ENTRIES`] entries of at most
-//!   [`MAX_BATCH`] commands (see [`super::limits`]).
+//!   [`MAX_BATCH`] commands (see [`crate::raft::net::limits`]).
 //! - **Tokens.** A token floor at most this node's wall-clock floor plus
 //!   [`CLOCK_ALLOWANCE_MS`] ([`max_floor_at`]); a snapshot's tokens at most
 //!   that plus what a log of its length can have granted
 //!   ([`max_token_at`]).
-//! - **Membership.** See [`super::members`].
+//! - **Membership.** See [`crate::raft::members`].
 //!
 //! Why each bound is safe, and what it costs, is in docs/cluster.md
 //! ("Sanity bounds on what peers report"). Refusals are logged at most
@@ -32,10 +32,10 @@ use openraft::raft::{
 use openraft::EntryPayload;
 use tokio::time::Instant;
 
-use super::engine::MAX_BATCH;
-use super::limits::MAX_PAYLOAD_ENTRIES;
-use super::types::{LogId, NodeId, SnapshotMeta, StoredMembership, TypeConfig, Vote};
 use crate::priority::CLOCK_ALLOWANCE_MS;
+use crate::raft::engine::MAX_BATCH;
+use crate::raft::net::limits::MAX_PAYLOAD_ENTRIES;
+use crate::raft::types::{LogId, NodeId, SnapshotMeta, StoredMembership, TypeConfig, Vote};
 
 /// How far beyond this node's term a peer's term may be.
 pub const MAX_TERM_LEAP: u64 = 1 << 32;
@@ -68,7 +68,7 @@ pub enum Implausible {
     #[error("token {token} at log index {index:?}, beyond any token that log can have granted")]
     Token { token: Token, index: Option<u64> },
     #[error("a membership no cluster can have: {0}")]
-    Membership(#[from] super::members::BadMembership),
+    Membership(#[from] crate::raft::members::BadMembership),
     #[error("snapshot data does not decode: {0}")]
     SnapshotData(String),
     #[error("a reply that matches nothing sent")]
@@ -102,7 +102,7 @@ impl Bounds {
     }
 
     fn node(&self, node: NodeId) -> Result<(), Implausible> {
-        if !super::members::plausible_id(node) {
+        if !crate::raft::members::plausible_id(node) {
             return Err(Implausible::Node(node));
         }
         Ok(())
@@ -117,7 +117,7 @@ impl Bounds {
 
     fn membership(&self, membership: &StoredMembership) -> Result<(), Implausible> {
         let membership = membership.membership();
-        super::members::check(
+        crate::raft::members::check(
             membership
                 .nodes()
                 .map(|(id, node)| (*id, node.addr.as_str())),

@@ -3,7 +3,7 @@
 
 use baton_core::{AcquireOutcome, Change, Event, Key, NotServing, Outcome};
 
-use super::engine::{Committed, RaftEngine, RaftRole};
+use super::{Committed, RaftEngine, RaftRole};
 
 mod exact;
 mod flood;
@@ -511,7 +511,7 @@ fn a_leader_without_a_majority_answers_everything_then_serves_again_when_it_retu
         .leader
         .next_deadline()
         .unwrap_or_else(|| panic!("a deadline for the requests in the log"));
-    assert!(deadline <= 300 + super::engine::ORPHAN_WAIT_MS);
+    assert!(deadline <= 300 + super::ORPHAN_WAIT_MS);
     p.leader.handle_tick(deadline, &mut p.events);
     let mut answered: Vec<String> = p
         .events
@@ -554,7 +554,7 @@ fn a_second_step_down_keeps_the_first_ones_wait() {
         .leader
         .next_deadline()
         .unwrap_or_else(|| panic!("a deadline for the request in the log"));
-    assert_eq!(first, 100 + super::engine::ORPHAN_WAIT_MS);
+    assert_eq!(first, 100 + super::ORPHAN_WAIT_MS);
     // Back in the lead, a request of the new leadership, and down again.
     p.leader
         .handle_role(RaftRole::Leader { term: 1 }, 600, &mut p.events);
@@ -577,7 +577,7 @@ fn a_second_step_down_keeps_the_first_ones_wait() {
         .collect();
     assert_eq!(moved, ["c1"], "the first leadership's request, on time");
     // The second leadership's request keeps a wait of its own.
-    let second = 1_000 + super::engine::ORPHAN_WAIT_MS;
+    let second = 1_000 + super::ORPHAN_WAIT_MS;
     assert_eq!(p.leader.next_deadline(), Some(second));
     p.leader.handle_tick(second, &mut p.events);
     assert!(
@@ -608,7 +608,7 @@ fn many_step_downs_keep_few_groups_and_answer_every_request_in_time() {
     assert!(p.events.is_empty(), "{:?}", p.events);
     let last_end = 10 * 9 + 5;
     p.leader
-        .handle_tick(last_end + super::engine::ORPHAN_WAIT_MS, &mut p.events);
+        .handle_tick(last_end + super::ORPHAN_WAIT_MS, &mut p.events);
     assert_eq!(p.events.len(), clients.len(), "{:?}", p.events);
     assert_eq!(p.leader.next_deadline(), None);
 }
@@ -627,7 +627,7 @@ fn a_request_whose_entry_does_not_apply_is_answered_within_the_budget() {
         .leader
         .poll_proposal()
         .unwrap_or_else(|| panic!("no grant"));
-    let by = 1_000 + super::engine::ANSWER_BUDGET_MS;
+    let by = 1_000 + super::ANSWER_BUDGET_MS;
     assert_eq!(p.leader.next_deadline(), Some(by));
     p.leader.handle_tick(by - 1, &mut p.events);
     assert!(p.events.is_empty(), "{:?}", p.events);

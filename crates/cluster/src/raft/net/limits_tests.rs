@@ -8,8 +8,8 @@ use openraft::{EntryPayload, LogId};
 
 use super::*;
 use crate::raft::engine::{RaftEngine, RaftRole};
-use crate::raft::rpc::{ReplyBody, RequestBody, RpcReply, RpcRequest};
-use crate::raft::snapshot_transfer::{SnapshotHead, SnapshotPart};
+use crate::raft::net::rpc::{ReplyBody, RequestBody, RpcReply, RpcRequest};
+use crate::raft::net::snapshot_transfer::{SnapshotHead, SnapshotPart};
 use crate::raft::test_host::membership;
 use crate::raft::types::{Entry, Proposal, SnapshotMeta, StoredMembership, Tagged, Vote};
 

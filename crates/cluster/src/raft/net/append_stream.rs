@@ -31,9 +31,9 @@ use openraft::network::{RPCOption, RaftNetworkV2};
 use openraft::raft::{AppendEntriesRequest, AppendEntriesResponse, StreamAppendResult};
 use openraft::OptionalSend;
 
-use super::bounds::Implausible;
-use super::network::PeerClient;
-use super::types::TypeConfig;
+use crate::raft::net::bounds::Implausible;
+use crate::raft::net::network::PeerClient;
+use crate::raft::types::TypeConfig;
 
 /// How long an entry-less request waits for a request to ride on: several
 /// cycles of a client on this machine (a commit is 0.2-0.8 ms), far below

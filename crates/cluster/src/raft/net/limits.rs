@@ -5,21 +5,21 @@
 //! The largest request a leader sends is an `AppendEntries` of
 //! [`MAX_PAYLOAD_ENTRIES`] entries (openraft's `max_payload_entries`, set
 //! from here), each entry one proposal of at most
-//! [`super::engine::MAX_BATCH`] commands, each command at most
+//! [`crate::raft::engine::MAX_BATCH`] commands, each command at most
 //! [`MAX_TAGGED_BYTES`] encoded (a key of `MAX_KEY_LEN` bytes and three
 //! full-width varints). So a follower can cap request frames at that sum
 //! and a leader never exceeds it; `limits_tests` encodes the worst case to
 //! check the arithmetic. Snapshot parts are far smaller
-//! ([`super::snapshot_transfer::SNAPSHOT_PART_BYTES`] of data). Replies are
+//! ([`crate::raft::net::snapshot_transfer::SNAPSHOT_PART_BYTES`] of data). Replies are
 //! small and fixed in shape. The first frame, the [`LinkHello`], is two
 //! node ids. A membership (in a log entry or a snapshot's head) names at
 //! most [`MAX_MEMBERS`] nodes with addresses of at most [`MAX_ADDR_LEN`]
 //! bytes.
 
-use super::engine::MAX_BATCH;
-use super::members::{MAX_ADDR_LEN, MAX_MEMBERS};
-use super::rpc::{LinkHello, MAX_FAILED_REASON};
-use super::snapshot_transfer::SNAPSHOT_PART_BYTES;
+use crate::raft::engine::MAX_BATCH;
+use crate::raft::members::{MAX_ADDR_LEN, MAX_MEMBERS};
+use crate::raft::net::rpc::{LinkHello, MAX_FAILED_REASON};
+use crate::raft::net::snapshot_transfer::SNAPSHOT_PART_BYTES;
 
 /// Entries in one `AppendEntries`, at most (openraft's default is 300).
 /// Steady replication sends one entry at a time (one proposal is in

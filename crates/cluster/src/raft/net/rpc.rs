@@ -5,8 +5,8 @@
 //! frames: first a [`LinkHello`] from the dialler, then [`RpcRequest`]s one
 //! way and [`RpcReply`]s the other, matched by id, so many RPCs share one
 //! connection and answers may come in any order. Snapshots travel in
-//! [`SnapshotPart`]s (see [`super::snapshot_transfer`]), so no frame is
-//! larger than [`super::limits::FrameCaps`] allows.
+//! [`SnapshotPart`]s (see [`crate::raft::net::snapshot_transfer`]), so no frame is
+//! larger than [`crate::raft::net::limits::FrameCaps`] allows.
 
 use serde::{Deserialize, Serialize};
 
@@ -15,8 +15,8 @@ use openraft::raft::{
     TransferLeaderResponse, VoteRequest, VoteResponse,
 };
 
-use super::snapshot_transfer::SnapshotPart;
-use super::types::{NodeId, TypeConfig};
+use crate::raft::net::snapshot_transfer::SnapshotPart;
+use crate::raft::types::{NodeId, TypeConfig};
 
 /// The first line of every Raft peer connection. No client request starts
 /// with it, and it differs from the priority mode's hello. Version 2 is the

@@ -10,10 +10,10 @@ use openraft::impls::Vote;
 use openraft::storage::{IOFlushed, RaftLogReader, RaftLogStorage};
 use openraft::{EntryPayload, LogId};
 
-use super::log_store::LogStore;
-use super::segment;
-use super::snapshot_store::{self, SnapshotStore, StoredSnapshot};
-use super::types::{Entry, Proposal, SnapshotMeta, Tagged};
+use crate::raft::storage::log_store::LogStore;
+use crate::raft::storage::segment;
+use crate::raft::storage::snapshot_store::{self, SnapshotStore, StoredSnapshot};
+use crate::raft::types::{Entry, Proposal, SnapshotMeta, Tagged};
 
 fn log_id(term: u64, index: u64) -> LogId<LeaderId<u64, u64>> {
     LogId {

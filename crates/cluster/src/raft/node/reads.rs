@@ -17,8 +17,8 @@ use baton_proto::{Op, Response};
 use baton_server::{Mailbox, NodeEvent, SharedLocks};
 use tokio::sync::Notify;
 
-use super::lock_node::RaftLockNode;
-use super::shell::Raft;
+use crate::raft::node::lock_node::RaftLockNode;
+use crate::raft::types::Raft;
 
 /// The longest a query waits for its confirmation: within the protocol's
 /// 3 s answer time, with room for the answer.

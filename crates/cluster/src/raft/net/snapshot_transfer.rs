@@ -18,7 +18,7 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 use tokio::time::Instant;
 
-use super::types::{SnapshotMeta, Vote};
+use crate::raft::types::{SnapshotMeta, Vote};
 
 /// Snapshot data in one part, at most.
 pub const SNAPSHOT_PART_BYTES: usize = 1024 * 1024;

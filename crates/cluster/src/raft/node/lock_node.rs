@@ -10,13 +10,13 @@ use baton_server::{
     Answer, LockNode, LockRequest, Mailbox, NodeEvent, NodeStatus, NodeTally, Served, SharedLocks,
 };
 
-use super::contact::LeaderContact;
-use super::engine::{RaftEngine, RaftRole};
-use super::group_commit::Returns;
-use super::observe::{self, PeerProgress};
-use super::reads::PendingReads;
-use super::state_machine::TableHost;
-use super::types::{Entry, Proposal};
+use crate::raft::engine::{RaftEngine, RaftRole};
+use crate::raft::node::contact::LeaderContact;
+use crate::raft::node::group_commit::Returns;
+use crate::raft::node::observe::{self, PeerProgress};
+use crate::raft::node::reads::PendingReads;
+use crate::raft::storage::state_machine::TableHost;
+use crate::raft::types::{Entry, Proposal};
 
 #[derive(Debug)]
 pub struct RaftLockNode {
@@ -67,7 +67,7 @@ impl RaftLockNode {
     }
 
     /// The leader was last heard `age` ago (`None`: never), and is
-    /// stale after `stale_after` (see [`super::contact`]).
+    /// stale after `stale_after` (see [`crate::raft::node::contact`]).
     pub fn leader_heard(
         &mut self,
         age: Option<std::time::Duration>,
@@ -81,7 +81,7 @@ impl RaftLockNode {
     }
 
     /// Counts a change of role (metrics).
-    pub(super) fn count_role_change(&mut self) {
+    pub(crate) fn count_role_change(&mut self) {
         self.tally.role_changed();
     }
 
@@ -117,11 +117,11 @@ impl RaftLockNode {
         self.reads.ready()
     }
 
-    pub(super) fn reads_mut(&mut self) -> &mut PendingReads {
+    pub(crate) fn reads_mut(&mut self) -> &mut PendingReads {
         &mut self.reads
     }
 
-    pub(super) fn redirect(&self, to: NotServing) -> Option<String> {
+    pub(crate) fn redirect(&self, to: NotServing) -> Option<String> {
         to.serving.and_then(|i| self.engine.addr_of(i))
     }
 
@@ -291,7 +291,7 @@ impl LockNode for RaftLockNode {
     }
 
     fn members(&self, _now: Millis) -> Vec<baton_server::inspect::Member> {
-        super::inspect::members(&self.engine, &self.progress().1)
+        crate::raft::node::inspect::members(&self.engine, &self.progress().1)
     }
 
     fn health_issue(&self, now: Millis) -> Option<String> {

@@ -1,5 +1,5 @@
 //! The Raft log's writer thread: it owns the open segment file, writes the
-//! records [`LogStore`](super::log_store::LogStore) hands it, in order, and
+//! records [`LogStore`](crate::raft::storage::log_store::LogStore) hands it, in order, and
 //! tells each sender when its records are durable.
 //!
 //! Why a thread of its own: openraft runs a leader's `append` inline in its
@@ -28,8 +28,8 @@ use baton_server::durable::at;
 use openraft::storage::IOFlushed;
 use serde::Serialize;
 
-use super::segment;
-use super::types::{LogId, TypeConfig, Vote};
+use crate::raft::storage::segment;
+use crate::raft::types::{LogId, TypeConfig, Vote};
 
 /// Jobs a writer may have queued before `submit` waits for room: a bound on
 /// the memory queued writes can take, and back-pressure on a core that
@@ -198,14 +198,20 @@ impl Segments {
     pub(crate) fn write_header(&mut self) -> io::Result<()> {
         let mut bytes = Vec::new();
         if let Some(vote) = &self.header.vote {
-            push(&super::log_store::RecordRef::Vote(vote), &mut bytes)?;
+            push(
+                &crate::raft::storage::log_store::RecordRef::Vote(vote),
+                &mut bytes,
+            )?;
         }
         push(
-            &super::log_store::RecordRef::Committed(&self.header.committed),
+            &crate::raft::storage::log_store::RecordRef::Committed(&self.header.committed),
             &mut bytes,
         )?;
         if let Some(purged) = &self.header.purged {
-            push(&super::log_store::RecordRef::Purged(purged), &mut bytes)?;
+            push(
+                &crate::raft::storage::log_store::RecordRef::Purged(purged),
+                &mut bytes,
+            )?;
         }
         self.write(&bytes, true)
     }
@@ -256,7 +262,7 @@ impl LogWriter {
         let thread = std::thread::Builder::new()
             .name("raft-log-writer".into())
             .spawn(move || {
-                super::writer_policy::batch_this_thread();
+                crate::raft::storage::writer_policy::batch_this_thread();
                 run(segments, &queue, &shared)
             })?;
         Ok(LogWriter {

@@ -1,4 +1,4 @@
-//! The timer of a group-commit hold (see [`super::group_commit`]): tens to
+//! The timer of a group-commit hold (see [`crate::raft::node::group_commit`]): tens to
 //! hundreds of microseconds, where tokio's timer counts whole
 //! milliseconds (a 100 us sleep there lasts one to two). `batond` uses a
 //! kernel timer (timerfd) instead; a simulation keeps tokio's, whose

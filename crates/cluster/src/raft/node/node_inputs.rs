@@ -12,11 +12,11 @@ use baton_core::{Key, Millis, TableSnapshot};
 use baton_server::Mailbox;
 use baton_server::NodeEvent;
 
-use super::engine::RaftRole;
-use super::lock_node::RaftLockNode;
-use super::members::Members;
-use super::reads;
-use super::types::{Entry, NodeId};
+use crate::raft::engine::RaftRole;
+use crate::raft::members::Members;
+use crate::raft::node::lock_node::RaftLockNode;
+use crate::raft::node::reads;
+use crate::raft::types::{Entry, NodeId};
 
 impl RaftLockNode {
     /// openraft's view of this node changed: the role to serve in (a
