@@ -229,8 +229,9 @@ impl<H> RaftEngine<H> {
     }
 
     /// The membership the log holds now (a committed membership entry, or
-    /// one still in joint consensus).
-    pub fn set_members(&mut self, members: Members) {
+    /// one still in joint consensus), seen at `now`.
+    pub fn handle_members(&mut self, members: Members, now: Millis) {
+        self.saw(now);
         self.members = members;
     }
 
@@ -461,7 +462,9 @@ impl<H> RaftEngine<H> {
         token: Token,
         lease_ms: u64,
         reply: H,
+        now: Millis,
     ) -> Result<Option<Outcome>, NotServing> {
+        self.saw(now);
         self.check_serving()?;
         if self.table.holder(key).is_none_or(|h| h.token != token) {
             return Ok(Some(Outcome::NotFound));
@@ -502,7 +505,7 @@ impl<H> RaftEngine<H> {
     }
 
     /// When [`RaftEngine::handle_tick`] next has something to do.
-    pub fn next_deadline(&self) -> Option<Millis> {
+    pub fn poll_timeout(&self) -> Option<Millis> {
         let orphans = [self.orphans.front(), self.answer_by.front()]
             .into_iter()
             .flatten()

@@ -1,13 +1,20 @@
-//! The Raft node as the server sees it: the lock node over the engine
-//! ([`lock_node`]), what feeds it, and its decisions outside the engine:
-//! the role to serve in and stuck streams ([`observe`]), leader contact
-//! ([`contact`]), read confirmation ([`reads`]) and group commit
-//! ([`group_commit`]).
+//! The Raft node, as one sans-IO state machine: the lock node the server
+//! calls ([`lock_node`]), over the pure engine, with its decisions outside
+//! the engine as parts: the role to serve in and a stuck follower
+//! ([`observe`]), leader contact ([`contact`]), read confirmation
+//! ([`reads`]) and group commit ([`group_commit`]). Named `handle_*`
+//! inputs, each with the time (`inputs`), and [`RaftCommand`]s out, which
+//! the shell's one loop runs against openraft (see `shell`).
 
+mod command;
 pub mod contact;
 pub mod group_commit;
+mod inputs;
 mod inspect;
 pub mod lock_node;
-mod node_inputs;
 pub mod observe;
 pub mod reads;
+#[cfg(test)]
+mod tests;
+
+pub use command::{NodeTimes, RaftCommand};

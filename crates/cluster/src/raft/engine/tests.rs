@@ -155,7 +155,7 @@ fn a_release_with_a_wrong_token_is_refused_without_the_log() {
         Ok(Some(Outcome::NotFound))
     );
     assert_eq!(
-        p.leader.handle_renew(&key("b"), 1, 5, "c1"),
+        p.leader.handle_renew(&key("b"), 1, 5, "c1", 0),
         Ok(Some(Outcome::NotFound))
     );
     assert!(!p.leader.has_output());
@@ -172,15 +172,15 @@ fn leases_end_only_by_a_committed_expiry_the_leader_proposes() {
     let _ = p
         .leader
         .handle_acquire(key("a"), 0, 100, 5, "c2", &mut p.events);
-    assert_eq!(p.leader.next_deadline(), Some(100));
+    assert_eq!(p.leader.poll_timeout(), Some(100));
     // A follower proposes nothing and arms nothing for leases.
-    assert_eq!(p.follower.next_deadline(), None);
+    assert_eq!(p.follower.poll_timeout(), None);
     p.leader.handle_tick(99, &mut p.events);
     assert!(!p.leader.has_output());
     p.leader.handle_tick(100, &mut p.events);
     // Proposed once, however often the timer fires before it commits.
     p.leader.handle_tick(150, &mut p.events);
-    assert_eq!(p.leader.next_deadline(), None);
+    assert_eq!(p.leader.poll_timeout(), None);
     assert_eq!(p.commit_proposals(150), 1);
     assert!(p.follower.table().holder(&key("a")).is_none());
     assert_eq!(p.commit_proposals(150), 1);
@@ -306,7 +306,7 @@ fn waiters_time_out_on_the_leader() {
     let _ = p
         .leader
         .handle_acquire(key("a"), 50, 1_000, 0, "c2", &mut p.events);
-    assert_eq!(p.leader.next_deadline(), Some(50));
+    assert_eq!(p.leader.poll_timeout(), Some(50));
     p.leader.handle_tick(50, &mut p.events);
     assert!(matches!(
         p.events.last(),
@@ -388,7 +388,7 @@ fn requests_lost_with_the_leaders_log_tail_are_redirected_after_a_while() {
     assert!(p.events.is_empty());
     let deadline = p
         .leader
-        .next_deadline()
+        .poll_timeout()
         .unwrap_or_else(|| panic!("a deadline"));
     p.leader.handle_tick(deadline - 1, &mut p.events);
     assert!(p.events.is_empty());
@@ -509,7 +509,7 @@ fn a_leader_without_a_majority_answers_everything_then_serves_again_when_it_retu
     );
     let deadline = p
         .leader
-        .next_deadline()
+        .poll_timeout()
         .unwrap_or_else(|| panic!("a deadline for the requests in the log"));
     assert!(deadline <= 300 + super::ORPHAN_WAIT_MS);
     p.leader.handle_tick(deadline, &mut p.events);
@@ -552,7 +552,7 @@ fn a_second_step_down_keeps_the_first_ones_wait() {
         .handle_role(RaftRole::Candidate, 100, &mut p.events);
     let first = p
         .leader
-        .next_deadline()
+        .poll_timeout()
         .unwrap_or_else(|| panic!("a deadline for the request in the log"));
     assert_eq!(first, 100 + super::ORPHAN_WAIT_MS);
     // Back in the lead, a request of the new leadership, and down again.
@@ -565,7 +565,7 @@ fn a_second_step_down_keeps_the_first_ones_wait() {
     p.leader
         .handle_role(RaftRole::Candidate, 1_000, &mut p.events);
     assert!(p.events.is_empty(), "{:?}", p.events);
-    assert_eq!(p.leader.next_deadline(), Some(first));
+    assert_eq!(p.leader.poll_timeout(), Some(first));
     p.leader.handle_tick(first, &mut p.events);
     let moved: Vec<&str> = p
         .events
@@ -578,7 +578,7 @@ fn a_second_step_down_keeps_the_first_ones_wait() {
     assert_eq!(moved, ["c1"], "the first leadership's request, on time");
     // The second leadership's request keeps a wait of its own.
     let second = 1_000 + super::ORPHAN_WAIT_MS;
-    assert_eq!(p.leader.next_deadline(), Some(second));
+    assert_eq!(p.leader.poll_timeout(), Some(second));
     p.leader.handle_tick(second, &mut p.events);
     assert!(
         matches!(p.events.as_slice(), [Event::Moved { handle: "c2", .. }]),
@@ -610,7 +610,7 @@ fn many_step_downs_keep_few_groups_and_answer_every_request_in_time() {
     p.leader
         .handle_tick(last_end + super::ORPHAN_WAIT_MS, &mut p.events);
     assert_eq!(p.events.len(), clients.len(), "{:?}", p.events);
-    assert_eq!(p.leader.next_deadline(), None);
+    assert_eq!(p.leader.poll_timeout(), None);
 }
 
 /// A leader that keeps its lead but commits nothing still answers within
@@ -628,7 +628,7 @@ fn a_request_whose_entry_does_not_apply_is_answered_within_the_budget() {
         .poll_proposal()
         .unwrap_or_else(|| panic!("no grant"));
     let by = 1_000 + super::ANSWER_BUDGET_MS;
-    assert_eq!(p.leader.next_deadline(), Some(by));
+    assert_eq!(p.leader.poll_timeout(), Some(by));
     p.leader.handle_tick(by - 1, &mut p.events);
     assert!(p.events.is_empty(), "{:?}", p.events);
     p.leader.handle_tick(by, &mut p.events);
@@ -645,7 +645,7 @@ fn a_request_whose_entry_does_not_apply_is_answered_within_the_budget() {
     assert!(p.granted().is_empty(), "{:?}", p.events);
     assert_eq!(p.commit_proposals(by + 10), 1, "the grant is given back");
     assert!(p.follower.table().is_empty());
-    assert_eq!(p.leader.next_deadline(), None);
+    assert_eq!(p.leader.poll_timeout(), None);
 }
 
 /// A renewal sent before its lease ran out but committed after (a stalled
@@ -661,7 +661,7 @@ fn an_expiry_waits_for_a_renewal_already_in_the_log() {
     p.commit_proposals(0);
     assert_eq!(p.granted(), vec![("c1", 1)]);
     assert!(matches!(
-        p.leader.handle_renew(&key("a"), 1, 100, "c1"),
+        p.leader.handle_renew(&key("a"), 1, 100, "c1", 0),
         Ok(None)
     ));
     let (renewal, _) = p
@@ -674,7 +674,7 @@ fn an_expiry_waits_for_a_renewal_already_in_the_log() {
         !p.leader.has_output(),
         "an expiry proposed behind a renewal"
     );
-    assert!(p.leader.next_deadline().is_none_or(|d| d > 120));
+    assert!(p.leader.poll_timeout().is_none_or(|d| d > 120));
     p.commit(Committed::Proposal(&renewal), 130);
     p.leader.handle_tick(200, &mut p.events);
     assert!(!p.leader.has_output());
@@ -688,7 +688,7 @@ fn an_expiry_waits_for_a_renewal_already_in_the_log() {
     p.leader.handle_tick(230, &mut p.events);
     assert!(p.leader.has_output());
     assert!(matches!(
-        p.leader.handle_renew(&key("a"), 1, 100, "c1"),
+        p.leader.handle_renew(&key("a"), 1, 100, "c1", 230),
         Ok(None)
     ));
 }

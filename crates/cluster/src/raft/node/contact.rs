@@ -2,17 +2,14 @@
 //! a follower's vote at every append (or heartbeat) it takes from the
 //! leader, but reports no such time in its metrics, and a follower cut off
 //! from its majority keeps naming its old leader (pre-vote fails, so it
-//! never becomes a candidate). A small task reads that time from the core
-//! every [`CHECK_EVERY`] and hands it to the lock node.
+//! never becomes a candidate). The node asks the core for that time every
+//! [`CHECK_EVERY`] ([`RaftCommand::AskLeaderContact`]) and keeps it here.
+//!
+//! [`RaftCommand::AskLeaderContact`]: super::RaftCommand::AskLeaderContact
 
 use std::time::Duration;
 
-use openraft::Instant;
-
-use crate::raft::storage::state_machine::TableHost;
-use crate::raft::types::RaftOf;
-
-/// How often the task asks the core.
+/// How often the node asks the core.
 pub const CHECK_EVERY: Duration = Duration::from_millis(100);
 
 /// What the lock node keeps: when the leader was last heard (on the
@@ -34,22 +31,6 @@ impl LeaderContact {
             )),
             Some(_) => None,
         }
-    }
-}
-
-/// Reads the last touch of the vote every [`CHECK_EVERY`] and reports its
-/// age through `report`, until the core stops.
-pub async fn watch<H: TableHost>(raft: RaftOf<H>, mut report: impl FnMut(Option<Duration>)) {
-    loop {
-        tokio::time::sleep(CHECK_EVERY).await;
-        let Ok(touched) = raft
-            .with_raft_state(|state| state.vote_last_modified())
-            .await
-        else {
-            return;
-        };
-        let now = openraft::TokioInstant::now();
-        report(touched.map(|t| if now > t { now - t } else { Duration::ZERO }));
     }
 }
 

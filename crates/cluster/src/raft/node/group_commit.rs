@@ -1,6 +1,6 @@
 //! Group commit: when the leader proposes its next log entry.
 //!
-//! One entry is in flight at a time (see `shell::pump`). Proposed the
+//! One entry is in flight at a time (see `RaftLockNode::handle_tick`). Proposed the
 //! moment the previous one is done, the next entry carries only the
 //! commands that came in meanwhile: the clients the previous entry has
 //! just answered send their next requests a round trip later, and miss it.
@@ -17,14 +17,17 @@
 //! waits (its own request is the one expected), and clients that do not
 //! come back at once cost each entry at most that bound.
 //!
-//! [`GroupCommit`] is the rule, pure; [`Returns`] is the book the lock node
-//! keeps (requests in, answers out) and the pump waits on.
+//! [`GroupCommit`] is the rule; [`Returns`] is the book the node keeps
+//! (requests in, answers out) and holds its proposal on. Both pure: the
+//! node emits [`RaftCommand::HoldProposal`] and the shell times it.
+//!
+//! [`RaftCommand::HoldProposal`]: super::RaftCommand::HoldProposal
 
-use std::sync::Mutex;
 use std::time::Duration;
 
-use tokio::sync::Notify;
-use tokio::time::Instant;
+use openraft::TokioInstant;
+
+use super::observe::SaturatingSince;
 
 /// The longest a proposal is held for clients to come back.
 pub const MAX_HOLD: Duration = Duration::from_micros(600);
@@ -79,89 +82,68 @@ impl GroupCommit {
     }
 }
 
-/// The leader's book of requests and answers, shared by the lock node
-/// (which writes it under its own lock) and the pump (which waits on it).
+/// The leader's book of requests and answers, which a hold waits on.
 #[derive(Debug, Default)]
 pub struct Returns {
-    book: Mutex<Book>,
-    /// Woken when the requests reach the target of a hold.
-    back: Notify,
-}
-
-#[derive(Debug, Default)]
-struct Book {
     /// Requests in since the last answers went out.
     returned: u64,
     /// Requests the last applied entry answered (0: none, or already
     /// proposed behind).
     answered: u64,
-    answered_at: Option<Instant>,
-    /// The count of `returned` a hold waits for.
+    answered_at: Option<TokioInstant>,
+    /// The count of `returned` the hold under way waits for.
     target: Option<u64>,
 }
 
 impl Returns {
-    fn book(&self) -> std::sync::MutexGuard<'_, Book> {
-        // The book holds counters only: one a panic left half-written is
-        // still a valid book.
-        self.book.lock().unwrap_or_else(|p| p.into_inner())
-    }
-
-    /// A client's request came in.
-    pub fn request_in(&self) {
-        let mut book = self.book();
-        book.returned = book.returned.saturating_add(1);
-        if book.target.is_some_and(|t| book.returned >= t) {
-            book.target = None;
-            self.back.notify_waiters();
+    /// A client's request came in. True if that ends the hold under way.
+    pub fn request_in(&mut self) -> bool {
+        self.returned = self.returned.saturating_add(1);
+        let back = self.target.is_some_and(|t| self.returned >= t);
+        if back {
+            self.target = None;
         }
+        back
     }
 
-    /// An applied entry answered `answered` requests at `now`.
-    pub fn answered(&self, answered: u64, now: Instant) {
+    /// An applied entry answered `answered` requests at `at`.
+    pub fn answered(&mut self, answered: u64, at: TokioInstant) {
         if answered == 0 {
             return;
         }
-        let mut book = self.book();
-        book.returned = 0;
-        book.answered = answered;
-        book.answered_at = Some(now);
+        self.returned = 0;
+        self.answered = answered;
+        self.answered_at = Some(at);
     }
 
-    /// Holds the next proposal as `rule` says, waking at the target or
-    /// when `sleep` (given the longest wait) ends. The answers are then
-    /// spent: the entry proposed next is theirs.
-    pub async fn hold<F: std::future::Future<Output = ()>>(
-        &self,
-        rule: &GroupCommit,
-        sleep: impl FnOnce(Duration) -> F,
-    ) {
-        let back = self.back.notified();
-        tokio::pin!(back);
-        back.as_mut().enable();
-        let hold = {
-            let mut book = self.book();
-            let since = book.answered_at.map_or(Duration::MAX, |at| {
-                Instant::now().saturating_duration_since(at)
-            });
-            let hold = rule.poll_hold(book.answered, book.returned, since);
-            book.answered = 0;
-            book.target = hold.map(|h| h.returned);
-            hold
-        };
-        if let Some(hold) = hold {
-            tokio::select! {
-                () = back => {}
-                () = sleep(hold.at_most) => {}
-            }
-            self.book().target = None;
-        }
+    /// Whether to hold the next proposal at `at`, as `rule` says: the
+    /// longest hold, whose clients [`Returns::request_in`] counts. The
+    /// answers are then spent: the entry proposed next is theirs.
+    pub fn start_hold(&mut self, rule: &GroupCommit, at: TokioInstant) -> Option<Duration> {
+        let since = self
+            .answered_at
+            .map_or(Duration::MAX, |t| at.saturating_duration_since(t));
+        let hold = rule.poll_hold(self.answered, self.returned, since);
+        self.answered = 0;
+        self.target = hold.map(|h| h.returned);
+        hold.map(|h| h.at_most)
+    }
+
+    /// The hold under way ended at its bound.
+    pub fn end_hold(&mut self) {
+        self.target = None;
+    }
+
+    /// Whether a hold is under way.
+    pub fn holding(&self) -> bool {
+        self.target.is_some()
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use openraft::Instant as _;
 
     fn after(took_us: u64) -> GroupCommit {
         let mut rule = GroupCommit::new();
@@ -201,55 +183,36 @@ mod tests {
         assert_eq!(rule.max_hold(), Duration::from_micros(350));
     }
 
-    /// A sleep that never ends by itself within a test, so only the
-    /// clients can end the hold.
-    async fn forever(_: Duration) {
-        tokio::time::sleep(Duration::from_secs(3_600)).await;
-    }
-
-    #[tokio::test(start_paused = true)]
-    async fn a_hold_ends_when_the_last_client_is_back() {
-        let returns = std::sync::Arc::new(Returns::default());
+    #[test]
+    fn a_hold_counts_the_clients_back_and_spends_the_answers() {
+        let mut returns = Returns::default();
         let rule = after(4_000);
-        returns.answered(3, Instant::now());
-        returns.request_in();
-        let started = Instant::now();
-        let back = returns.clone();
-        let clients = tokio::spawn(async move {
-            tokio::time::sleep(Duration::from_millis(5)).await;
-            back.request_in();
-            tokio::time::sleep(Duration::from_millis(5)).await;
-            back.request_in();
-        });
-        returns.hold(&rule, forever).await;
-        // Ended by the third request (tokio's paused clock counts whole
-        // milliseconds), not by the sleep.
-        assert_eq!(started.elapsed(), Duration::from_millis(10));
-        clients.await.expect("clients");
+        let t0 = TokioInstant::now();
+        returns.answered(3, t0);
+        assert!(!returns.request_in());
+        assert_eq!(returns.start_hold(&rule, t0), Some(MAX_HOLD));
+        assert!(returns.holding());
+        assert!(!returns.request_in());
+        assert!(returns.request_in(), "the third request ends the hold");
+        assert!(!returns.holding());
         // Spent: the next proposal is not held for the same answers.
-        let started = Instant::now();
-        returns.hold(&rule, forever).await;
-        assert_eq!(started.elapsed(), Duration::ZERO);
+        assert_eq!(returns.start_hold(&rule, t0), None);
     }
 
-    #[tokio::test(start_paused = true)]
-    async fn a_hold_ends_at_its_bound_when_clients_stay_away() {
-        let returns = Returns::default();
+    #[test]
+    fn a_hold_is_bounded_from_the_answers_time() {
+        let mut returns = Returns::default();
         let rule = after(400);
-        returns.answered(8, Instant::now());
-        let asked = std::sync::Mutex::new(None);
-        returns
-            .hold(&rule, |wait| {
-                *asked.lock().expect("asked") = Some(wait);
-                std::future::ready(())
-            })
-            .await;
+        let t0 = TokioInstant::now();
+        returns.answered(8, t0);
+        let later = t0 + Duration::from_micros(50);
         assert_eq!(
-            *asked.lock().expect("asked"),
-            Some(Duration::from_micros(200))
+            returns.start_hold(&rule, later),
+            Some(Duration::from_micros(150))
         );
+        returns.end_hold();
         // Requests after the hold find no target.
-        returns.request_in();
-        assert_eq!(returns.book().target, None);
+        assert!(!returns.request_in());
+        assert!(!returns.holding());
     }
 }

@@ -1,6 +1,7 @@
-//! The Raft engine seen by the server: requests in client terms, answers
+//! The Raft node as the server sees it: requests in client terms, answers
 //! as the server's events, and the committed log applied under the
-//! server's mutex.
+//! server's mutex. Its inputs beyond [`LockNode`] and its commands to the
+//! shell are in `inputs`.
 
 use baton_core::{
     Event, Key, LockTable, Millis, NotServing, Outcome, Quota, TableSnapshot, Token, WaiterId,
@@ -9,42 +10,82 @@ use baton_proto::{Mode, Role};
 use baton_server::{
     Answer, LockNode, LockRequest, Mailbox, NodeEvent, NodeStatus, NodeTally, Served, SharedLocks,
 };
+use openraft::{Instant as _, TokioInstant};
 
+use super::command::{NodeTimes, RaftCommand};
+use super::contact::LeaderContact;
+use super::group_commit::{GroupCommit, Returns};
+use super::observe::{self, LogIndexes, PeerProgress, RoleWatch, StuckWatch};
+use super::reads::PendingReads;
 use crate::raft::engine::{RaftEngine, RaftRole};
-use crate::raft::node::contact::LeaderContact;
-use crate::raft::node::group_commit::Returns;
-use crate::raft::node::observe::{self, PeerProgress};
-use crate::raft::node::reads::PendingReads;
 use crate::raft::storage::state_machine::TableHost;
-use crate::raft::types::{Entry, Proposal};
+use crate::raft::types::{Entry, LogId};
 
+/// The Raft node: the engine, and the node's decisions outside it (the
+/// role to serve in, a stuck follower, leader contact, reads, group
+/// commit), fed by named inputs, with [`RaftCommand`]s out.
 #[derive(Debug)]
 pub struct RaftLockNode {
-    engine: RaftEngine<Mailbox>,
+    pub(super) engine: RaftEngine<Mailbox>,
     scratch: Vec<Event<Mailbox>>,
-    /// openraft's metrics, read when `S`, `/metrics` or `/v1/cluster`
-    /// asks: the term, the followers' replication, the log's indexes.
-    observed: Option<observe::MetricsView>,
-    /// `Q` requests waiting for the lead to be confirmed.
-    reads: PendingReads,
     /// For the metrics: changes of role.
     tally: NodeTally,
+    pub(super) times: NodeTimes,
+    pub(super) roles: RoleWatch,
+    pub(super) stuck: StuckWatch,
+    /// The membership the engine was last told of.
+    pub(super) members_seen: Option<LogId>,
+    /// What `S`, `/metrics` and `/v1/cluster` show of openraft's view, as
+    /// of the last metrics: the term, the followers' replication, the
+    /// log's indexes.
+    pub(super) shown: Shown,
     /// When a follower last heard its leader (for `/health`).
-    contact: LeaderContact,
-    /// Requests in and answers out, for the pump's group commit.
-    returns: std::sync::Arc<Returns>,
+    pub(super) contact: LeaderContact,
+    /// When to ask the core for leader contact next, and whether an ask
+    /// is under way.
+    pub(super) next_contact_ask: Option<TokioInstant>,
+    pub(super) asking_contact: bool,
+    /// When the metrics are due again (`None`: at once).
+    pub(super) next_check: Option<TokioInstant>,
+    /// `Q` requests waiting for the lead to be confirmed.
+    pub(super) reads: PendingReads,
+    /// How long entries take, which bounds a hold.
+    pub(super) group: GroupCommit,
+    /// Requests in and answers out, which a hold waits on.
+    pub(super) returns: Returns,
+    /// Whether a proposed entry is not yet done.
+    pub(super) entry_in_flight: bool,
+    pub(super) commands: Vec<RaftCommand>,
+}
+
+/// What the node shows of openraft's view (see [`RaftLockNode::counters`]).
+#[derive(Debug, Default)]
+pub(super) struct Shown {
+    pub term: u64,
+    pub progress: Vec<PeerProgress>,
+    pub indexes: LogIndexes,
 }
 
 impl RaftLockNode {
-    pub fn new(engine: RaftEngine<Mailbox>) -> RaftLockNode {
+    pub fn new(engine: RaftEngine<Mailbox>, times: NodeTimes) -> RaftLockNode {
         RaftLockNode {
             engine,
             scratch: Vec::new(),
-            observed: None,
-            reads: PendingReads::default(),
             tally: NodeTally::default(),
+            times,
+            roles: RoleWatch::new(times.step_down_after),
+            stuck: StuckWatch::new(times.stuck_after),
+            members_seen: None,
+            shown: Shown::default(),
             contact: LeaderContact::default(),
-            returns: std::sync::Arc::default(),
+            next_contact_ask: None,
+            asking_contact: false,
+            next_check: None,
+            reads: PendingReads::default(),
+            group: GroupCommit::new(),
+            returns: Returns::default(),
+            entry_in_flight: false,
+            commands: Vec::new(),
         }
     }
 
@@ -52,42 +93,9 @@ impl RaftLockNode {
         &self.engine
     }
 
-    /// Where `S`, `/metrics` and `/v1/cluster` read openraft's view: read
-    /// when asked, not pushed at every change (openraft publishes after
-    /// every step of its loop).
-    pub fn observe(&mut self, view: observe::MetricsView) {
-        self.observed = Some(view);
-    }
-
-    /// The term and the followers' replication (none before `observe`).
-    fn progress(&self) -> (u64, Vec<PeerProgress>) {
-        self.observed
-            .as_ref()
-            .map_or((0, Vec::new()), observe::MetricsView::progress)
-    }
-
-    /// The leader was last heard `age` ago (`None`: never), and is
-    /// stale after `stale_after` (see [`crate::raft::node::contact`]).
-    pub fn leader_heard(
-        &mut self,
-        age: Option<std::time::Duration>,
-        stale_after: std::time::Duration,
-        now: Millis,
-    ) {
-        self.contact = LeaderContact {
-            heard_at: age.map(|a| now.saturating_sub(a.as_millis() as u64)),
-            stale_after_ms: stale_after.as_millis() as u64,
-        };
-    }
-
     /// Counts a change of role (metrics).
-    pub(crate) fn count_role_change(&mut self) {
+    pub(super) fn count_role_change(&mut self) {
         self.tally.role_changed();
-    }
-
-    /// The next batch of commands to propose as one log entry, with their tags.
-    pub fn take_proposal(&mut self) -> Option<(Proposal, Vec<u64>)> {
-        self.engine.poll_proposal()
     }
 
     /// Runs `f` on the engine and turns the events it made into the
@@ -107,21 +115,7 @@ impl RaftLockNode {
         result
     }
 
-    /// The book of requests and answers the pump holds proposals on.
-    pub fn returns(&self) -> std::sync::Arc<Returns> {
-        self.returns.clone()
-    }
-
-    /// The read task's wake-up, for the shell.
-    pub fn reads_ready(&self) -> std::sync::Arc<tokio::sync::Notify> {
-        self.reads.ready()
-    }
-
-    pub(crate) fn reads_mut(&mut self) -> &mut PendingReads {
-        &mut self.reads
-    }
-
-    pub(crate) fn redirect(&self, to: NotServing) -> Option<String> {
+    pub(super) fn redirect(&self, to: NotServing) -> Option<String> {
         to.serving.and_then(|i| self.engine.addr_of(i))
     }
 
@@ -173,8 +167,10 @@ impl LockNode for RaftLockNode {
         reply_to: &Mailbox,
         events: &mut Vec<NodeEvent>,
     ) -> Served<Answer> {
-        self.returns.request_in();
-        match request {
+        // Counted first, as it arrives; a hold it ends proposes once the
+        // request is in the engine's outbox, so that it rides along.
+        let back = self.returns.request_in();
+        let served = match request {
             LockRequest::Acquire {
                 key,
                 wait_ms,
@@ -196,13 +192,17 @@ impl LockNode for RaftLockNode {
                 token,
                 lease_ms,
             } => {
-                let proposed = self
-                    .engine
-                    .handle_renew(key, token, lease_ms, reply_to.clone());
+                let proposed =
+                    self.engine
+                        .handle_renew(key, token, lease_ms, reply_to.clone(), now);
                 self.late(proposed)
             }
             LockRequest::Query { key } => self.query(key, reply_to),
+        };
+        if back {
+            self.propose();
         }
+        served
     }
 
     fn release_unreceived(
@@ -212,9 +212,12 @@ impl LockNode for RaftLockNode {
         now: Millis,
         events: &mut Vec<NodeEvent>,
     ) {
-        self.returns.request_in();
+        let back = self.returns.request_in();
         // A node that no longer serves has nothing to release.
         let _ = self.release(key, token, None, now, events);
+        if back {
+            self.propose();
+        }
     }
 
     fn cancel(&mut self, id: WaiterId) {
@@ -226,7 +229,7 @@ impl LockNode for RaftLockNode {
     }
 
     fn next_deadline(&self) -> Option<Millis> {
-        self.engine.next_deadline()
+        self.engine.poll_timeout()
     }
 
     fn set_quota(&mut self, quota: Quota) {
@@ -251,15 +254,16 @@ impl LockNode for RaftLockNode {
             waiters: engine.waiter_count() as u64,
             // Only a leader knows its followers' progress; a stepped-down
             // one still shows it, which is what an operator wants to see.
-            extra: {
-                let (term, progress) = self.progress();
-                observe::status_fields(term, &progress)
-            },
+            extra: observe::status_fields(self.shown.term, &self.shown.progress),
         }
     }
 
+    /// Commands for the shell, or what makes some at its next turn: a
+    /// proposal ready with none in flight or held, queries for a round.
     fn has_output(&self) -> bool {
-        self.engine.has_output()
+        !self.commands.is_empty()
+            || (self.engine.has_output() && !self.entry_in_flight && !self.returns.holding())
+            || self.reads.round_due()
     }
 
     /// The leader's table, every change it applied (not a read confirmed
@@ -276,11 +280,7 @@ impl LockNode for RaftLockNode {
     }
 
     fn counters(&self) -> baton_server::NodeCounters {
-        let indexes = self
-            .observed
-            .as_ref()
-            .map(observe::MetricsView::indexes)
-            .unwrap_or_default();
+        let indexes = self.shown.indexes;
         baton_server::NodeCounters {
             // The engine counts the expiries it applies from the log.
             expiries: self.engine.expiries(),
@@ -291,7 +291,7 @@ impl LockNode for RaftLockNode {
     }
 
     fn members(&self, _now: Millis) -> Vec<baton_server::inspect::Member> {
-        crate::raft::node::inspect::members(&self.engine, &self.progress().1)
+        super::inspect::members(&self.engine, &self.shown.progress)
     }
 
     fn health_issue(&self, now: Millis) -> Option<String> {
@@ -306,7 +306,8 @@ impl LockNode for RaftLockNode {
 
 impl TableHost for SharedLocks<RaftLockNode> {
     fn apply(&self, entries: &[Entry]) {
-        self.with(|node, now, events| node.apply_committed(entries, now, events));
+        let at = TokioInstant::now();
+        self.with(|node, now, events| node.handle_committed(entries, at, now, events));
     }
 
     fn snapshot(&self) -> TableSnapshot {
@@ -314,6 +315,6 @@ impl TableHost for SharedLocks<RaftLockNode> {
     }
 
     fn restore(&self, snapshot: &TableSnapshot) {
-        self.with(|node, now, events| node.restore_table(snapshot, now, events));
+        self.with(|node, now, events| node.handle_snapshot(snapshot, now, events));
     }
 }

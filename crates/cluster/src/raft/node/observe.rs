@@ -1,7 +1,7 @@
-//! What the shell reads from openraft's metrics: the role this node serves
-//! in (a leader that has not heard from a majority for an election timeout
-//! steps down), each follower's replication for `S`, a follower whose
-//! replication is stuck, and a consensus core that died.
+//! What the node reads in openraft's metrics: the role it serves in (a
+//! leader that has not heard from a majority for a while steps down),
+//! each follower's replication for `S`, and a follower whose replication
+//! is stuck. Pure: the shell hands in copies of the metrics and the time.
 //!
 //! openraft keeps such a leader in its `Leader` state and only refuses new
 //! proposals once its lease (the longest election timeout) has run out; the
@@ -11,18 +11,17 @@
 
 use std::time::Duration;
 
-use openraft::async_runtime::WatchReceiver;
-use openraft::errors::Fatal;
 use openraft::metrics::RaftServerMetrics;
-use openraft::type_config::alias::WatchReceiverOf;
-use openraft::{Instant, RaftMetrics, ServerState, TokioInstant};
+use openraft::{RaftMetrics, ServerState, TokioInstant};
 
 use crate::raft::engine::RaftRole;
-use crate::raft::storage::state_machine::TableHost;
-use crate::raft::types::RaftOf;
 use crate::raft::types::{NodeId, TypeConfig};
 
-type Metrics = RaftMetrics<TypeConfig>;
+/// openraft's full metrics: acknowledgements, replication, log indexes.
+pub type Metrics = RaftMetrics<TypeConfig>;
+/// openraft's server metrics: role, leader, vote, membership. openraft
+/// publishes them first, the full metrics right after.
+pub type ServerMetrics = RaftServerMetrics<TypeConfig>;
 
 /// Turns metrics into the role to serve in, remembering when this node
 /// began to lead (a fresh leader has no quorum acknowledgement yet).
@@ -44,10 +43,15 @@ impl RoleWatch {
     /// The role at `now`: a leader whose newest majority acknowledgement is
     /// older than the step-down time serves as a candidate (redirecting to
     /// nobody) until a majority answers again.
-    pub fn role(&mut self, metrics: &Metrics, now: TokioInstant) -> RaftRole {
-        match metrics.state {
+    ///
+    /// The role, leader, term and voters come from `server`; `full` only
+    /// adds the acknowledgement, and only once it shows the same vote (it
+    /// may still be the previous step's: until then the leadership counts
+    /// as fresh).
+    pub fn role(&mut self, server: &ServerMetrics, full: &Metrics, now: TokioInstant) -> RaftRole {
+        match server.state {
             ServerState::Leader => {
-                let term = metrics.current_term;
+                let term = server.vote.leader_id.term;
                 let since = match self.leading_since {
                     Some((t, at)) if t == term => at,
                     _ => {
@@ -55,11 +59,14 @@ impl RoleWatch {
                         now
                     }
                 };
-                let acked = metrics.last_quorum_acked.map_or(since, |a| *a);
+                let acked = match full.last_quorum_acked {
+                    Some(acked) if full.vote == server.vote => *acked,
+                    _ => since,
+                };
                 // A node that is the only voter is its own majority: it
                 // hears no acknowledgement because it needs none.
-                let mut voters = metrics.membership_config.membership().voter_ids();
-                let alone = voters.next() == Some(metrics.id) && voters.next().is_none();
+                let mut voters = server.membership_config.membership().voter_ids();
+                let alone = voters.next() == Some(server.id) && voters.next().is_none();
                 if !alone && now.saturating_duration_since(acked) > self.step_down_after {
                     RaftRole::Candidate
                 } else {
@@ -70,13 +77,14 @@ impl RoleWatch {
             // A stopped core leads nobody, whatever it last believed.
             ServerState::Shutdown => RaftRole::Follower { leader: None },
             ServerState::Follower | ServerState::Learner => RaftRole::Follower {
-                leader: metrics.current_leader,
+                leader: server.current_leader,
             },
         }
     }
 }
 
-trait SaturatingSince {
+/// The time from `earlier` to `self`, zero if `earlier` is later.
+pub trait SaturatingSince {
     fn saturating_duration_since(self, earlier: Self) -> Duration;
 }
 
@@ -86,95 +94,6 @@ impl SaturatingSince for TokioInstant {
             self - earlier
         } else {
             Duration::ZERO
-        }
-    }
-}
-
-/// Follows openraft's role, re-checking the leader's quorum every `tick`
-/// (its metrics do not change while nobody answers), and calls `apply`
-/// with each role and the metrics it came from. Returns once the core is
-/// gone.
-///
-/// Woken by the server metrics (role, leader, vote, membership), which
-/// change only with them, not by the full metrics: openraft publishes
-/// those after every step of its loop, several times a commit, and each
-/// wake-up cost a task switch and a turn of the lock node for nothing.
-pub async fn follow_role<H: TableHost>(
-    raft: RaftOf<H>,
-    step_down_after: Duration,
-    tick: Duration,
-    mut apply: impl FnMut(RaftRole, &Metrics),
-) {
-    let mut server = raft.server_metrics();
-    let mut all = raft.metrics();
-    let mut roles = RoleWatch::new(step_down_after);
-    loop {
-        // A copy, so that `apply` (which takes the server's lock) runs with
-        // no guard of the watch held: `S` reads the watch under that lock
-        // (`MetricsView`), and a guard held across it, with openraft's
-        // sender waiting to write, would deadlock the two.
-        let metrics = all.borrow_and_update().clone();
-        let role = roles.role(&metrics, TokioInstant::now());
-        apply(role, &metrics);
-        tokio::select! {
-            changed = server.changed() => {
-                if changed.is_err() || catch_up(&mut all, &mut server).await.is_err() {
-                    return;
-                }
-            }
-            () = tokio::time::sleep(tick) => {}
-        }
-    }
-}
-
-/// Waits until the full metrics show what the server metrics just did.
-/// openraft sends the server metrics first and the full ones right after,
-/// in the same step, but a task on another worker thread can run in
-/// between. Errs once the core is gone.
-async fn catch_up(
-    all: &mut WatchReceiverOf<TypeConfig, Metrics>,
-    server: &mut WatchReceiverOf<TypeConfig, RaftServerMetrics<TypeConfig>>,
-) -> Result<(), ()> {
-    loop {
-        let shown = {
-            let server = server.borrow_and_update();
-            shows(&all.borrow_watched(), &server)
-        };
-        if shown {
-            return Ok(());
-        }
-        all.changed().await.map_err(|_| ())?;
-    }
-}
-
-/// Whether `all` holds the role, leader, vote and membership of `server`.
-fn shows(all: &Metrics, server: &RaftServerMetrics<TypeConfig>) -> bool {
-    all.state == server.state
-        && all.current_leader == server.current_leader
-        && all.vote == server.vote
-        && all.membership_config.log_id() == server.membership_config.log_id()
-}
-
-/// Resolves when the consensus core stops for any reason but a requested
-/// shutdown, with the reason: a storage error (disk full, a file that can
-/// no longer be written) or a panic. Such a node can neither lead nor
-/// follow, so it should exit and be restarted.
-///
-/// openraft records why it stopped in its full metrics just before the
-/// core goes, which closes every metrics channel; this waits on the
-/// server metrics, which change only with the role, so that it is not
-/// woken at every step of the core.
-pub async fn core_died<H: TableHost>(raft: RaftOf<H>) -> String {
-    let mut server = raft.server_metrics();
-    let all = raft.metrics();
-    while server.changed().await.is_ok() {}
-    let state = all.borrow_watched().running_state.clone();
-    match state {
-        Err(Fatal::Stopped) => std::future::pending().await,
-        Err(fatal) => fatal.to_string(),
-        Ok(()) => {
-            "the Raft core task ended unexpectedly (a panic: see the message before this one)"
-                .to_string()
         }
     }
 }
@@ -239,32 +158,6 @@ pub fn answers(metrics: &Metrics, node: NodeId, now: TokioInstant, within: Durat
         .as_ref()
         .and_then(|h| h.get(&node).copied().flatten())
         .is_some_and(|acked| now.saturating_duration_since(*acked) < within)
-}
-
-/// openraft's metrics as the lock node reads them when asked (`S`,
-/// `/metrics`, `/v1/cluster`): a borrow of the watch, which wakes nothing.
-pub struct MetricsView(WatchReceiverOf<TypeConfig, Metrics>);
-
-impl MetricsView {
-    pub fn new(watch: WatchReceiverOf<TypeConfig, Metrics>) -> MetricsView {
-        MetricsView(watch)
-    }
-
-    /// The current term and the followers' replication (empty off the lead).
-    pub fn progress(&self) -> (u64, Vec<PeerProgress>) {
-        let metrics = self.0.borrow_watched();
-        (metrics.current_term, replication(&metrics))
-    }
-
-    pub fn indexes(&self) -> LogIndexes {
-        LogIndexes::of(&self.0.borrow_watched())
-    }
-}
-
-impl std::fmt::Debug for MetricsView {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("MetricsView")
-    }
 }
 
 /// openraft's last committed and last applied log indexes (`None`:
@@ -338,13 +231,27 @@ pub fn status_fields(term: u64, progress: &[PeerProgress]) -> Vec<(String, Strin
 #[cfg(test)]
 mod tests {
     use super::*;
+    use openraft::Instant as _;
 
     fn metrics(state: ServerState, term: u64) -> Metrics {
         let mut m = Metrics::new_initial(0);
         m.state = state;
         m.current_term = term;
+        m.vote.leader_id.term = term;
         m.current_leader = Some(0);
         m
+    }
+
+    /// The server metrics that go with `m`.
+    pub(crate) fn server_of(m: &Metrics) -> ServerMetrics {
+        ServerMetrics {
+            id: m.id,
+            vote: m.vote,
+            state: m.state,
+            current_leader: m.current_leader,
+            membership_config: m.membership_config.clone(),
+            committed_membership_config: m.committed_membership_config.clone(),
+        }
     }
 
     #[test]
@@ -357,9 +264,15 @@ mod tests {
         ));
         let mut roles = RoleWatch::new(Duration::from_millis(300));
         let t0 = TokioInstant::now();
-        assert_eq!(roles.role(&m, t0), RaftRole::Leader { term: 2 });
+        assert_eq!(
+            roles.role(&server_of(&m), &m, t0),
+            RaftRole::Leader { term: 2 }
+        );
         let later = t0 + Duration::from_secs(10);
-        assert_eq!(roles.role(&m, later), RaftRole::Leader { term: 2 });
+        assert_eq!(
+            roles.role(&server_of(&m), &m, later),
+            RaftRole::Leader { term: 2 }
+        );
     }
 
     #[test]
@@ -369,16 +282,19 @@ mod tests {
         let t0 = TokioInstant::now();
         let mut m = metrics(ServerState::Leader, 3);
         // Fresh leader, no acknowledgement yet: leads for the step-down time.
-        assert_eq!(roles.role(&m, t0), RaftRole::Leader { term: 3 });
+        assert_eq!(
+            roles.role(&server_of(&m), &m, t0),
+            RaftRole::Leader { term: 3 }
+        );
         let later = t0 + Duration::from_millis(301);
-        assert_eq!(roles.role(&m, later), RaftRole::Candidate);
+        assert_eq!(roles.role(&server_of(&m), &m, later), RaftRole::Candidate);
         m.last_quorum_acked = Some(later.into());
         assert_eq!(
-            roles.role(&m, later + Duration::from_millis(100)),
+            roles.role(&server_of(&m), &m, later + Duration::from_millis(100)),
             RaftRole::Leader { term: 3 }
         );
         assert_eq!(
-            roles.role(&m, later + Duration::from_millis(400)),
+            roles.role(&server_of(&m), &m, later + Duration::from_millis(400)),
             RaftRole::Candidate
         );
     }
@@ -446,7 +362,7 @@ mod tests {
         let mut roles = RoleWatch::new(Duration::from_millis(300));
         let m = metrics(ServerState::Shutdown, 3);
         assert_eq!(
-            roles.role(&m, TokioInstant::now()),
+            roles.role(&server_of(&m), &m, TokioInstant::now()),
             RaftRole::Follower { leader: None }
         );
     }
@@ -478,96 +394,32 @@ mod tests {
         );
     }
 
-    /// The server metrics of a new role reach the role follower before the
-    /// full ones on another worker thread: it waits for the full metrics
-    /// that show the role, rather than applying the old one.
-    #[tokio::test]
-    async fn a_role_change_waits_for_the_full_metrics_that_show_it() {
-        use openraft::async_runtime::WatchSender;
-        use openraft::type_config::TypeConfigExt;
-        let initial = Metrics::new_initial(0);
-        let server_of = |m: &Metrics| RaftServerMetrics::<TypeConfig> {
-            id: m.id,
-            vote: m.vote,
-            state: m.state,
-            current_leader: m.current_leader,
-            membership_config: m.membership_config.clone(),
-            committed_membership_config: m.committed_membership_config.clone(),
-        };
-        let (all_tx, mut all) = TypeConfig::watch_channel(initial.clone());
-        let (server_tx, mut server) = TypeConfig::watch_channel(server_of(&initial));
-        all.borrow_and_update();
-        let mut leading = initial.clone();
-        leading.state = ServerState::Leader;
-        leading.current_leader = Some(0);
-        server_tx.send(server_of(&leading)).expect("sent");
-        let caught_up =
-            tokio::spawn(async move { catch_up(&mut all, &mut server).await.map(|()| all) });
-        for _ in 0..10 {
-            tokio::task::yield_now().await;
-        }
-        assert!(!caught_up.is_finished(), "applied the old full metrics");
-        all_tx.send(leading).expect("sent");
-        let all = caught_up.await.expect("ran").expect("core alive");
-        assert_eq!(all.borrow_watched().state, ServerState::Leader);
-        drop(all_tx);
-        drop(server_tx);
-    }
-
-    /// Once the core is gone (its channels closed), waiting ends with an
-    /// error instead of hanging.
-    #[tokio::test]
-    async fn catching_up_with_a_gone_core_ends() {
-        use openraft::type_config::TypeConfigExt;
-        let initial = Metrics::new_initial(0);
-        let (all_tx, mut all) = TypeConfig::watch_channel(initial.clone());
-        let mut leading = initial.clone();
-        leading.state = ServerState::Leader;
-        let (server_tx, mut server) = TypeConfig::watch_channel(RaftServerMetrics::<TypeConfig> {
-            id: 0,
-            vote: initial.vote,
-            state: ServerState::Leader,
-            current_leader: None,
-            membership_config: initial.membership_config.clone(),
-            committed_membership_config: initial.committed_membership_config.clone(),
-        });
-        drop(all_tx);
-        assert!(catch_up(&mut all, &mut server).await.is_err());
-        drop(server_tx);
-    }
-
-    /// The attack, straight at openraft (no link, no bounds): a
-    /// granted vote of term 2^64 - 1, then an election, whose next term
-    /// overflows. The core panics (debug builds check the overflow); what
-    /// matters here is that the death is seen, so that batond exits
-    /// (`core_died` is what its main loop waits on).
-    #[tokio::test]
-    async fn a_panic_of_the_consensus_core_is_seen() {
-        use crate::raft::test_host;
-        let dir = tempfile::tempdir().expect("dir");
-        let peers = vec!["n0:1".to_string(), "n1:1".to_string()];
-        let settings = test_host::settings(0, &peers, dir.path());
-        let (raft, _host) = test_host::node(&settings).await;
-        let vote = openraft::impls::Vote {
-            leader_id: openraft::impls::leader_id_adv::LeaderId {
-                term: u64::MAX,
-                node_id: 1,
-            },
-            committed: false,
-        };
-        let request = openraft::raft::VoteRequest {
-            vote,
-            last_log_id: Some(openraft::LogId::new(vote.leader_id, 1_000)),
-            leadership_transfer: false,
-        };
-        let granted = raft.vote(request).await.expect("answered");
-        assert!(granted.vote_granted, "{granted:?}");
-        let died = core_died(raft.clone());
-        let _ = raft.trigger().elect(false).await;
-        let reason = tokio::time::timeout(Duration::from_secs(10), died)
-            .await
-            .expect("the dead core is seen");
-        assert!(!reason.is_empty());
-        println!("core died: {reason}");
+    /// openraft publishes the server metrics of a new role before the full
+    /// ones: the role is the server metrics', at once, and the full
+    /// metrics' acknowledgement counts only once they show the same vote.
+    #[test]
+    fn a_new_leadership_is_seen_before_the_full_metrics_show_it() {
+        let step = Duration::from_millis(300);
+        let mut roles = RoleWatch::new(step);
+        let t0 = TokioInstant::now();
+        let mut old = metrics(ServerState::Follower, 3);
+        old.last_quorum_acked = Some(t0.into());
+        let mut leading = metrics(ServerState::Leader, 4);
+        leading.vote.leader_id.node_id = 0;
+        let server = server_of(&leading);
+        let later = t0 + Duration::from_millis(400);
+        // The stale full metrics' acknowledgement (term 3, long ago) does
+        // not make the fresh leader step down.
+        assert_eq!(
+            roles.role(&server, &old, later),
+            RaftRole::Leader { term: 4 }
+        );
+        let much_later = later + Duration::from_millis(301);
+        assert_eq!(roles.role(&server, &old, much_later), RaftRole::Candidate);
+        leading.last_quorum_acked = Some(much_later.into());
+        assert_eq!(
+            roles.role(&server, &leading, much_later),
+            RaftRole::Leader { term: 4 }
+        );
     }
 }

@@ -9,16 +9,11 @@
 //! leader cut off from its majority), answers `M` as the answer-time rule
 //! asks.
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use baton_core::{Key, KeyState};
 use baton_proto::{Op, Response};
-use baton_server::{Mailbox, NodeEvent, SharedLocks};
-use tokio::sync::Notify;
-
-use crate::raft::node::lock_node::RaftLockNode;
-use crate::raft::types::Raft;
+use baton_server::{Mailbox, NodeEvent};
 
 /// The longest a query waits for its confirmation: within the protocol's
 /// 3 s answer time, with room for the answer.
@@ -30,11 +25,12 @@ pub const READ_WAIT: Duration = Duration::from_secs(2);
 /// acquires only, and every client already asks again after `M ... -`.
 pub const MAX_QUEUED_READS: usize = 100_000;
 
-/// The queries waiting for the next confirmation.
+/// The queries waiting for the next confirmation, and those of the round
+/// under way (one at a time).
 #[derive(Debug, Default)]
 pub struct PendingReads {
     queued: Vec<(Key, Mailbox)>,
-    ready: Arc<Notify>,
+    confirming: Option<Vec<(Key, Mailbox)>>,
 }
 
 impl PendingReads {
@@ -44,17 +40,27 @@ impl PendingReads {
             return false;
         }
         self.queued.push((key, reply_to));
-        self.ready.notify_one();
         true
     }
 
-    pub fn take(&mut self) -> Vec<(Key, Mailbox)> {
+    /// The queries not yet in a round.
+    pub fn take_queued(&mut self) -> Vec<(Key, Mailbox)> {
         std::mem::take(&mut self.queued)
     }
 
-    /// Wakes the read task when a query is queued.
-    pub fn ready(&self) -> Arc<Notify> {
-        self.ready.clone()
+    /// Whether a round should start: queries wait and none is under way.
+    pub fn round_due(&self) -> bool {
+        self.confirming.is_none() && !self.queued.is_empty()
+    }
+
+    /// Starts a round with every query that waits.
+    pub fn start_round(&mut self) {
+        self.confirming = Some(self.take_queued());
+    }
+
+    /// Ends the round under way, with its queries.
+    pub fn end_round(&mut self) -> Vec<(Key, Mailbox)> {
+        self.confirming.take().unwrap_or_default()
     }
 }
 
@@ -72,30 +78,5 @@ pub fn answer(key: Key, reply_to: Mailbox, state: Result<KeyState, Option<String
     NodeEvent::Reply {
         mailbox: reply_to,
         response,
-    }
-}
-
-/// Confirms and answers the queued queries, one round at a time, until
-/// the node stops.
-pub async fn serve_reads(raft: Raft, locks: Arc<SharedLocks<RaftLockNode>>, ready: Arc<Notify>) {
-    loop {
-        ready.notified().await;
-        let reads = locks.with(|node, _, _| node.take_reads());
-        if reads.is_empty() {
-            continue;
-        }
-        let confirmed = tokio::time::timeout(
-            READ_WAIT,
-            raft.ensure_linearizable(openraft::ReadPolicy::ReadIndex),
-        )
-        .await;
-        let confirmed = matches!(confirmed, Ok(Ok(_)));
-        if !confirmed {
-            tracing::debug!(
-                queries = reads.len(),
-                "a read was not confirmed; redirecting"
-            );
-        }
-        locks.with(|node, now, events| node.answer_reads(reads, confirmed, now, events));
     }
 }

@@ -213,7 +213,7 @@ fn losing_the_lead_sends_waiters_and_unproposed_requests_away_and_keeps_the_log_
         .leader
         .handle_acquire(key("a"), 0, 500, 0, "c1", &mut p.events);
     p.commit_proposals(0);
-    let _ = p.leader.handle_renew(&key("a"), 1, 500, "c1");
+    let _ = p.leader.handle_renew(&key("a"), 1, 500, "c1", 0);
     let (_renewal_in_the_log, _) = p.leader.poll_proposal().expect("a proposal");
     let _ = p
         .leader
@@ -237,7 +237,7 @@ fn losing_the_lead_sends_waiters_and_unproposed_requests_away_and_keeps_the_log_
     assert_eq!(p.proposed(), []);
     assert!(!p.leader.has_output());
     assert_eq!(
-        p.leader.handle_renew(&key("a"), 1, 5, "c1"),
+        p.leader.handle_renew(&key("a"), 1, 5, "c1", 2),
         Err(to(Some(1)))
     );
 }
@@ -296,7 +296,7 @@ fn a_refused_expiry_is_proposed_again_only_after_a_pause() {
     p.leader
         .handle_proposal_failed(&tags, Some(2), 50, &mut p.events);
     assert_eq!(p.told(), []);
-    assert_eq!(p.leader.next_deadline(), Some(50 + EXPIRY_RETRY_MS));
+    assert_eq!(p.leader.poll_timeout(), Some(50 + EXPIRY_RETRY_MS));
     p.leader.handle_tick(50, &mut p.events);
     p.leader
         .handle_tick(50 + EXPIRY_RETRY_MS - 1, &mut p.events);
