@@ -23,7 +23,7 @@ use crate::raft::net::snapshot_transfer::SNAPSHOT_PART_BYTES;
 
 /// Entries in one `AppendEntries`, at most (openraft's default is 300).
 /// Steady replication sends one entry at a time (one proposal is in
-/// flight, see `shell::pump`); only a follower catching up gets full
+/// flight, see `RaftLockNode::handle_tick`); only a follower catching up gets full
 /// batches, 16 entries per round trip, which outpaces the leader's one
 /// entry per commit. It keeps the worst-case frame at about 4.4 MiB.
 pub const MAX_PAYLOAD_ENTRIES: u64 = 16;

@@ -11,11 +11,9 @@
 //! So the leader holds its next proposal until the clients that the last
 //! entry answered have sent a request each (any request: an acquire that
 //! only queues counts too), or until a bound passes: half the time an
-//! entry takes, at most [`MAX_HOLD`]. (A quarter, at most 250 us, was too
-//! short for 64 clients answered through one driver thread: C=64 gained
-//! nothing; with half, at most 600 us, it gained 40%.) A lone client never
-//! waits (its own request is the one expected), and clients that do not
-//! come back at once cost each entry at most that bound.
+//! entry takes, at most [`MAX_HOLD`] (docs/benchmarks.md has the
+//! measurements behind both). A lone client never waits (its own request
+//! is the one expected).
 //!
 //! [`GroupCommit`] is the rule; [`Returns`] is the book the node keeps
 //! (requests in, answers out) and holds its proposal on. Both pure: the

@@ -25,7 +25,7 @@ fn answers(p: &mut Pair) -> Vec<String> {
     told
 }
 
-/// The chaos test's history (seed 1796522139526571957): a leader paused
+/// A history the chaos test found: a leader paused
 /// with a release and its hand-over to a waiter in the log steps down on
 /// resume, the entry commits, the waiter is sent away; the leader then
 /// regains the lead in the same term. Before, the key stayed taken by the
