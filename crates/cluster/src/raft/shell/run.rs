@@ -21,7 +21,7 @@ use openraft::{Instant as _, TokioInstant};
 
 use super::hold_timer::{HoldClock, HoldTimer};
 use crate::raft::node::lock_node::RaftLockNode;
-use crate::raft::node::observe::SaturatingSince;
+use crate::raft::node::observe::{Metrics, SaturatingSince, ServerMetrics};
 use crate::raft::node::reads::READ_WAIT;
 use crate::raft::node::RaftCommand;
 use crate::raft::storage::state_machine::TableHost;
@@ -55,7 +55,10 @@ enum Wake {
     Done(Done),
 }
 
-/// Feeds the node and runs its commands until openraft stops.
+/// Feeds the node and runs its commands until the node's tasks stop. Once
+/// openraft's core is gone its metrics no longer change, but the loop
+/// goes on: the proposals it still makes fail at once, and the node
+/// answers their requests `M`.
 pub async fn run(raft: Raft, locks: Shared, hold_clock: HoldClock) {
     let mut server = raft.server_metrics();
     let full = raft.metrics();
@@ -63,6 +66,7 @@ pub async fn run(raft: Raft, locks: Shared, hold_clock: HoldClock) {
     let mut running: FuturesUnordered<Running> = FuturesUnordered::new();
     let mut hold: Option<Pin<Box<dyn Future<Output = ()> + Send + '_>>> = None;
     let mut wake = Wake::Metrics;
+    let mut core_alive = true;
     loop {
         let at = TokioInstant::now();
         // Copies, so that no guard of a watch is held under the lock.
@@ -70,18 +74,7 @@ pub async fn run(raft: Raft, locks: Shared, hold_clock: HoldClock) {
             let server = server.borrow_and_update().clone();
             (server, full.borrow_watched().clone())
         });
-        let (commands, timeout) = locks.with(|node, now, events| {
-            match wake {
-                Wake::Done(done) => hear(node, done, at, now, events),
-                Wake::HoldOver => node.handle_hold_over(),
-                Wake::Output | Wake::Metrics => {}
-            }
-            if let Some((server, full)) = &metrics {
-                node.handle_metrics(server, full, at, now, events);
-            }
-            node.handle_tick(at);
-            (node.take_commands(), node.poll_timeout())
-        });
+        let (commands, timeout) = feed(&locks, wake, metrics, at);
         for command in commands {
             match command {
                 RaftCommand::HoldProposal { at_most } => {
@@ -102,9 +95,12 @@ pub async fn run(raft: Raft, locks: Shared, hold_clock: HoldClock) {
         };
         wake = tokio::select! {
             () = locks.output_ready() => Wake::Output,
-            changed = server.changed() => match changed {
+            changed = server.changed(), if core_alive => match changed {
                 Ok(()) => Wake::Metrics,
-                Err(_) => return,
+                Err(_) => {
+                    core_alive = false;
+                    Wake::Output
+                }
             },
             () = sleep => Wake::Metrics,
             () = async {
@@ -118,6 +114,28 @@ pub async fn run(raft: Raft, locks: Shared, hold_clock: HoldClock) {
             hold = None;
         }
     }
+}
+
+/// Feeds the node what woke the loop, and the metrics if they are due,
+/// under the server's mutex; its commands and its timeout come back.
+fn feed(
+    locks: &Shared,
+    wake: Wake,
+    metrics: Option<(ServerMetrics, Metrics)>,
+    at: TokioInstant,
+) -> (Vec<RaftCommand>, Option<TokioInstant>) {
+    locks.with(|node, now, events| {
+        match wake {
+            Wake::Done(done) => hear(node, done, at, now, events),
+            Wake::HoldOver => node.handle_hold_over(),
+            Wake::Output | Wake::Metrics => {}
+        }
+        if let Some((server, full)) = &metrics {
+            node.handle_metrics(server, full, at, now, events);
+        }
+        node.handle_tick(at);
+        (node.take_commands(), node.poll_timeout())
+    })
 }
 
 /// Tells the node how a command ended.
