@@ -231,6 +231,7 @@ pub fn status_fields(term: u64, progress: &[PeerProgress]) -> Vec<(String, Strin
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::raft::node::tests::server_of;
     use openraft::Instant as _;
 
     fn metrics(state: ServerState, term: u64) -> Metrics {
@@ -240,18 +241,6 @@ mod tests {
         m.vote.leader_id.term = term;
         m.current_leader = Some(0);
         m
-    }
-
-    /// The server metrics that go with `m`.
-    pub(crate) fn server_of(m: &Metrics) -> ServerMetrics {
-        ServerMetrics {
-            id: m.id,
-            vote: m.vote,
-            state: m.state,
-            current_leader: m.current_leader,
-            membership_config: m.membership_config.clone(),
-            committed_membership_config: m.committed_membership_config.clone(),
-        }
     }
 
     #[test]

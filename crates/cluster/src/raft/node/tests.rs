@@ -57,7 +57,8 @@ fn leading(acked: TokioInstant) -> Metrics {
     m
 }
 
-fn server_of(m: &Metrics) -> ServerMetrics {
+/// The server metrics that go with `m`.
+pub(super) fn server_of(m: &Metrics) -> ServerMetrics {
     ServerMetrics {
         id: m.id,
         vote: m.vote,
@@ -137,6 +138,15 @@ impl Fixture {
         let (at, events) = (self.t0, &mut self.events);
         self.node
             .handle_proposal_done(&tags, Duration::from_micros(800), Ok(()), at, 0, events);
+    }
+
+    /// A client acquires `name` for 10 s, not waiting.
+    fn acquire(&mut self, name: &str) {
+        let _ = self.request(LockRequest::Acquire {
+            key: &key(name),
+            wait_ms: 0,
+            lease_ms: 10_000,
+        });
     }
 
     fn request(&mut self, request: LockRequest<'_>) -> Served<Answer> {
@@ -277,11 +287,7 @@ fn a_proposal_is_held_until_the_answered_clients_are_back() {
     let mut f = Fixture::serving_leader();
     // Three clients are granted by one entry.
     for name in ["a", "b", "c"] {
-        let _ = f.request(LockRequest::Acquire {
-            key: &key(name),
-            wait_ms: 0,
-            lease_ms: 10_000,
-        });
+        f.acquire(name);
     }
     f.node.handle_tick(f.t0);
     let entry = f.proposed();
@@ -289,11 +295,7 @@ fn a_proposal_is_held_until_the_answered_clients_are_back() {
     assert_eq!(f.node.take_commands(), vec![]);
     // The first comes back: held for the other two, at most the cap
     // (half the 800 us an entry took).
-    let _ = f.request(LockRequest::Acquire {
-        key: &key("d"),
-        wait_ms: 0,
-        lease_ms: 10_000,
-    });
+    f.acquire("d");
     f.node.handle_tick(f.t0);
     assert_eq!(
         f.node.take_commands(),
@@ -301,18 +303,10 @@ fn a_proposal_is_held_until_the_answered_clients_are_back() {
             at_most: Duration::from_micros(400).min(MAX_HOLD)
         }]
     );
-    let _ = f.request(LockRequest::Acquire {
-        key: &key("e"),
-        wait_ms: 0,
-        lease_ms: 10_000,
-    });
+    f.acquire("e");
     assert_eq!(f.node.take_commands(), vec![]);
     // The last one back: its own command rides in the entry proposed.
-    let _ = f.request(LockRequest::Acquire {
-        key: &key("f"),
-        wait_ms: 0,
-        lease_ms: 10_000,
-    });
+    f.acquire("f");
     let (proposal, _) = f.proposed();
     assert_eq!(proposal.commands.len(), 3);
     // The bound the shell timed ends nothing more.
@@ -324,20 +318,12 @@ fn a_proposal_is_held_until_the_answered_clients_are_back() {
 fn a_hold_ends_at_its_bound_when_clients_stay_away() {
     let mut f = Fixture::serving_leader();
     for name in ["a", "b"] {
-        let _ = f.request(LockRequest::Acquire {
-            key: &key(name),
-            wait_ms: 0,
-            lease_ms: 10_000,
-        });
+        f.acquire(name);
     }
     f.node.handle_tick(f.t0);
     let entry = f.proposed();
     f.finish(entry);
-    let _ = f.request(LockRequest::Acquire {
-        key: &key("c"),
-        wait_ms: 0,
-        lease_ms: 10_000,
-    });
+    f.acquire("c");
     f.node.handle_tick(f.t0);
     assert!(matches!(
         f.node.take_commands().as_slice(),
