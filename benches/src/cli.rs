@@ -269,18 +269,14 @@ fn parse_positive_seconds(text: &str) -> Result<Duration, String> {
     }
 }
 
-/// The protocol's seconds (baton-proto reads them, so `--duration 2.5`
-/// means what `A k 2.5 1` would), from 0 to an hour.
+/// A duration in the grammar of every Baton flag (baton-proto's: `5`,
+/// `0.5`, `500ms`, `2m`), from 0 to an hour.
 fn parse_seconds(text: &str) -> Result<Duration, String> {
     const MAX_MS: u64 = 3_600_000;
-    match baton_proto::parse_duration_ms(text.as_bytes()) {
+    match baton_proto::parse_flag_duration_ms(text) {
         Ok(ms) if ms <= MAX_MS => Ok(Duration::from_millis(ms)),
-        Ok(_) | Err(baton_proto::DurationError::Overflow) => {
-            Err("expected seconds from 0 to 3600".into())
-        }
-        Err(baton_proto::DurationError::Syntax) => {
-            Err("expected seconds, e.g. 5 or 0.5 (at most 3 decimals)".into())
-        }
+        Ok(_) => Err("at most an hour (3600)".into()),
+        Err(error) => Err(error.to_string()),
     }
 }
 
@@ -325,6 +321,17 @@ mod tests {
         assert_eq!(plan.runs, 5);
         assert_eq!(plan.timing.duration, Duration::from_millis(2500));
         assert_eq!(plan.timing.warmup, Duration::from_millis(500));
+        let units = parse(&[
+            "--scenario",
+            "contended",
+            "--duration",
+            "1.5s",
+            "--warmup",
+            "200ms",
+        ]);
+        let timing = units.unwrap().plan().timing;
+        assert_eq!(timing.duration, Duration::from_millis(1500));
+        assert_eq!(timing.warmup, Duration::from_millis(200));
         let shown: Vec<_> = plan
             .cases
             .iter()
@@ -427,7 +434,7 @@ mod tests {
         assert!(parse(&["--scenario", "contended", "--duration", "0"]).is_err());
         assert!(parse(&["--scenario", "contended", "--warmup", "0"]).is_ok());
         assert!(parse(&["--scenario", "contended", "--runs", "x"]).is_err());
-        // Seconds as the protocol writes them, up to an hour.
+        // Every Baton flag's grammar, up to an hour.
         for bad in ["1e3", ".5", "0.0001", "3600.001", "99999999999999999999"] {
             assert!(
                 parse(&["--scenario", "contended", "--duration", bad]).is_err(),
@@ -435,6 +442,7 @@ mod tests {
             );
         }
         assert!(parse(&["--scenario", "contended", "--duration", "3600"]).is_ok());
+        assert!(parse(&["--scenario", "contended", "--duration", "61m"]).is_err());
         assert!(parse(&[
             "--scenario",
             "contended",

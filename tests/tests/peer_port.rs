@@ -83,5 +83,5 @@ async fn a_stranger_on_the_raft_peer_port_is_dropped() {
             s.get("role").map(String::as_str) == Some("leader")
         })
         .await;
-    check_node_survives(&node, baton_cluster::raft::rpc::RAFT_HELLO).await;
+    check_node_survives(&node, baton_cluster::raft::net::rpc::RAFT_HELLO).await;
 }

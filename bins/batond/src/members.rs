@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use baton_cluster::raft::membership::{self, MemberView, MembershipError};
-use baton_cluster::raft::shell::Raft;
+use baton_cluster::raft::types::Raft;
 use baton_http::limits::REQUEST_TIMEOUT;
 use baton_http::members::{AdminError, AdminFuture, MemberEntry, MembershipAdmin};
 

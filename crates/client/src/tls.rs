@@ -11,7 +11,6 @@ use std::io;
 use std::path::Path;
 use std::sync::Arc;
 
-use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
 use tokio::net::TcpStream;
 use tokio_rustls::client::TlsStream;
@@ -135,7 +134,7 @@ impl TlsConfig {
         key: &str,
     ) -> Result<TlsConfig> {
         let chain = certs(cert_pem, cert)?;
-        let private = PrivateKeyDer::from_pem_slice(key_pem).map_err(|e| setup(key, e))?;
+        let private = baton_tls::key(key_pem).map_err(|e| setup(key, e))?;
         self.identity = Some((chain, Arc::new(private)));
         // Checked now, so a mismatched pair fails here rather than per connection.
         self.client_config()?;
@@ -159,9 +158,8 @@ impl TlsConfig {
 
     /// The rustls configuration every connection of a client shares.
     pub(crate) fn client_config(&self) -> Result<Arc<rustls::ClientConfig>> {
-        let provider = Arc::new(rustls::crypto::ring::default_provider());
-        let builder = rustls::ClientConfig::builder_with_provider(provider)
-            .with_protocol_versions(&[&rustls::version::TLS13, &rustls::version::TLS12])
+        let builder = rustls::ClientConfig::builder_with_provider(baton_tls::provider())
+            .with_protocol_versions(baton_tls::VERSIONS)
             .map_err(|e| setup("TLS", e))?
             .with_root_certificates(self.roots.clone());
         let config = match &self.identity {
@@ -191,13 +189,7 @@ fn identity_failure(error: &rustls::Error) -> String {
 }
 
 fn certs(pem: &[u8], name: &str) -> Result<Vec<CertificateDer<'static>>> {
-    let certs = CertificateDer::pem_slice_iter(pem)
-        .collect::<std::result::Result<Vec<_>, _>>()
-        .map_err(|e| setup(name, e))?;
-    if certs.is_empty() {
-        return Err(setup(name, "no certificate in it"));
-    }
-    Ok(certs)
+    baton_tls::certs(pem).map_err(|e| setup(name, e))
 }
 
 /// A connection to a node, with or without TLS.

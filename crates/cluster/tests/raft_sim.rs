@@ -1,45 +1,10 @@
 //! Deterministic simulation of a three-node Raft cluster under turmoil:
-//! the production node, started with `raft::start_on` on simulated hosts
-//! and network, with partitions and crashes on a seeded schedule. Each
-//! host runs what `batond --mode raft` runs: the server with its listener,
-//! connections and timer, `RaftLockNode`, the shell's pump, role and
-//! stuck-replication watchers, the peer links, handshake and handlers, the
-//! log store and snapshots, and openraft. Clients on each host speak the
-//! real protocol to their node and acquire, hold and release, and after
-//! one release in three ask `Q` of the key; a node that does not lead
-//! answers them `M`.
-//!
-//! Checked as the run goes: at every step, that a token any node's table
-//! holds names the same key on every node and at every moment (no token
-//! is granted twice), and the engine's own invariants; every simulated
-//! 10 ms, that no two clients hold one key at once within their leases,
-//! that tokens never go back, and that every request is answered within
-//! the protocol's answer-time rule (an acquire by the end of its wait plus
-//! 3 s, a release within 3 s), on a leader that lost its majority too; and
-//! that a `Q` sent after a release was acknowledged never shows the
-//! released grant (the leader's read is linearizable, never stale).
-//! After healing: every node holds the same table, nothing is held once
-//! the leases ran out, and every node applied every grant a client
-//! received.
-//!
-//! Faults: crashes, one link cut, one node cut off from both others,
-//! (twice as often) a follower cut off while clients hand keys over behind
-//! releases on the leader, and a follower's disk lost and the node
-//! replaced by the documented procedure (removed from the membership,
-//! started empty with `--join`, added again: the production membership
-//! code, under the other faults).
-//!
-//! Seeded: turmoil's network, the fault schedule, every client's choices
-//! and each node run's name. openraft's random election timeouts are not
-//! seeded, so a seed replays the faults and the clients, not every timing.
-//! The log's writer thread runs in real time, so each append waits for it
-//! (`LogWrites::Awaited`): a loaded machine must not show as a slow disk
-//! on the simulated clock (before, seeds that passed alone barely served
-//! in a soak beside other work).
-//! A failure prints `RAFT_SIM_SEED=<seed>`, which runs that seed alone;
-//! `RAFT_SIM_RUNS=<n>` runs seeds 1..=n (a soak: `RAFT_SIM_RUNS=500 cargo
-//! test --release -p baton-cluster --test raft_sim`); `RAFT_SIM_LOG=<filter>`
-//! prints the nodes' logs.
+//! the production node (`raft::start_on`) on simulated hosts and network,
+//! clients speaking the real protocol, partitions, crashes and a replaced
+//! disk on a seeded schedule, checked at every step for unique tokens,
+//! exclusive holds, answers in time and linearizable reads. What it runs
+//! and checks in full, and how to replay a seed (`RAFT_SIM_SEED`) or soak
+//! (`RAFT_SIM_RUNS`): docs/architecture.md, "Tests, one harness per layer".
 
 mod raft_sim {
     pub mod history;

@@ -48,6 +48,12 @@ pub(crate) enum Delivery {
 pub struct Mailbox(pub(crate) mpsc::UnboundedSender<Delivery>);
 
 impl Mailbox {
+    /// A mailbox whose connection is already gone (whatever is sent to it
+    /// comes back): what a node's unit tests hand it as a client's.
+    pub fn closed() -> Mailbox {
+        Mailbox(mpsc::unbounded_channel().0)
+    }
+
     /// Hands `delivery` to the connection; gives it back if the connection
     /// is gone, so that a grant can be released (a ghost grant).
     pub(crate) fn send(&self, delivery: Delivery) -> Result<(), Delivery> {

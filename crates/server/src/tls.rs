@@ -14,7 +14,6 @@ use std::task::{Context, Poll};
 use std::time::Duration;
 
 use bytes::{Buf, BytesMut};
-use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use rustls::server::WebPkiClientVerifier;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
@@ -128,10 +127,6 @@ impl ServerTls {
     }
 }
 
-fn provider() -> Arc<rustls::crypto::CryptoProvider> {
-    Arc::new(rustls::crypto::ring::default_provider())
-}
-
 fn build(paths: &TlsPaths) -> Result<rustls::ServerConfig, TlsError> {
     let certs = load_certs(&paths.cert, "certificate")?;
     let key = load_key(&paths.key)?;
@@ -140,8 +135,8 @@ fn build(paths: &TlsPaths) -> Result<rustls::ServerConfig, TlsError> {
         key: paths.key.clone(),
         why,
     };
-    let builder = rustls::ServerConfig::builder_with_provider(provider())
-        .with_protocol_versions(&[&rustls::version::TLS13, &rustls::version::TLS12])
+    let builder = rustls::ServerConfig::builder_with_provider(baton_tls::provider())
+        .with_protocol_versions(baton_tls::VERSIONS)
         .map_err(|e| pair_error(e.to_string()))?;
     let builder = match &paths.client_ca {
         None => builder.with_no_client_auth(),
@@ -156,7 +151,7 @@ fn client_verifier(
     path: &Path,
 ) -> Result<Arc<dyn rustls::server::danger::ClientCertVerifier>, TlsError> {
     let roots = root_store(path)?;
-    WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider())
+    WebPkiClientVerifier::builder_with_provider(Arc::new(roots), baton_tls::provider())
         .build()
         .map_err(|e| TlsError::ClientCa {
             path: path.to_path_buf(),
@@ -181,35 +176,30 @@ pub fn load_certs(
     path: &Path,
     what: &'static str,
 ) -> Result<Vec<CertificateDer<'static>>, TlsError> {
-    let read_error = |why: String| TlsError::Read {
-        path: path.to_path_buf(),
-        why,
-    };
-    let certs = CertificateDer::pem_file_iter(path)
-        .map_err(|e| read_error(e.to_string()))?
-        .collect::<Result<Vec<_>, _>>()
-        .map_err(|e| read_error(e.to_string()))?;
-    if certs.is_empty() {
-        return Err(TlsError::Empty {
-            path: path.to_path_buf(),
-            what,
-        });
-    }
-    Ok(certs)
+    baton_tls::certs(&read_pem(path)?).map_err(|e| pem_error(path, what, e))
 }
 
 /// The private key of a PEM file.
 pub fn load_key(path: &Path) -> Result<PrivateKeyDer<'static>, TlsError> {
-    PrivateKeyDer::from_pem_file(path).map_err(|e| match e {
-        rustls::pki_types::pem::Error::NoItemsFound => TlsError::Empty {
-            path: path.to_path_buf(),
-            what: "private key",
-        },
-        other => TlsError::Read {
-            path: path.to_path_buf(),
-            why: other.to_string(),
-        },
+    baton_tls::key(&read_pem(path)?).map_err(|e| pem_error(path, "private key", e))
+}
+
+fn read_pem(path: &Path) -> Result<Vec<u8>, TlsError> {
+    std::fs::read(path).map_err(|e| TlsError::Read {
+        path: path.to_path_buf(),
+        why: rustls::pki_types::pem::Error::Io(e).to_string(),
     })
+}
+
+fn pem_error(path: &Path, what: &'static str, error: baton_tls::PemError) -> TlsError {
+    let path = path.to_path_buf();
+    match error {
+        baton_tls::PemError::Empty(_) => TlsError::Empty { path, what },
+        baton_tls::PemError::Invalid(e) => TlsError::Read {
+            path,
+            why: e.to_string(),
+        },
+    }
 }
 
 /// A stream whose first bytes were already read: they are read again

@@ -50,7 +50,7 @@ impl Mode {
     pub fn hello(self) -> &'static [u8] {
         match self {
             Mode::Priority => baton_cluster::peer::PEER_HELLO,
-            Mode::Raft => baton_cluster::raft::rpc::RAFT_HELLO,
+            Mode::Raft => baton_cluster::raft::net::rpc::RAFT_HELLO,
         }
     }
 

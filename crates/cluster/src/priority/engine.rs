@@ -181,10 +181,7 @@ impl<H> PriorityNode<H> {
         let quiet_until = now.saturating_add(config.failure_timeout_ms);
         // Table numbers of one process never meet those of an earlier one
         // (the clock has moved on by then, and numbers rise by one a table).
-        let next_table = config
-            .wall_at_zero
-            .saturating_add(now)
-            .saturating_mul(1 << 20);
+        let next_table = wall_floor(config.wall_at_zero.saturating_add(now));
         let node = PriorityNode {
             blocks: TokenBlocks::new(config.me, config.peers.len()),
             config,

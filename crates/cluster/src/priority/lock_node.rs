@@ -1,33 +1,10 @@
 //! The priority engine seen by the server: answers in client terms
 //! (addresses, not node indexes) and waiter events for connections.
 //!
-//! # Call protocol
-//!
-//! A `PriorityLockNode` lives behind the server's mutex
-//! (`baton_server::SharedLocks`); every call below is made with that mutex
-//! held, never across an `.await`, and its events go to their connections
-//! once it is released. Who calls what:
-//!
-//! - the server's connection tasks: [`LockNode::handle`] with each
-//!   request, `cancel`, `status`;
-//! - the server's timer: [`LockNode::tick`] when [`LockNode::next_deadline`]
-//!   is due;
-//! - the shell's inbound link tasks: [`PriorityLockNode::receive`] with the
-//!   messages of one frame, in the order the link brought them;
-//! - the shell's dialling tasks: [`PriorityLockNode::link_down`] when a
-//!   link they wrote on broke, [`PriorityLockNode::link_refused`] when the
-//!   peer answered but refused the link,
-//!   [`PriorityLockNode::nobody_listening`] when its connection was refused;
-//! - the shell's pump, whenever [`LockNode::has_output`] woke it:
-//!   [`PriorityLockNode::take_transmits`], whose messages it queues on the
-//!   links in order;
-//! - a graceful stop: [`PriorityLockNode::handoff_step`] until it reports
-//!   the handoff done (or there is nothing to hand over), woken by the
-//!   role watch ([`PriorityLockNode::watch_role`]) between steps;
-//! - the persister: [`PriorityLockNode::state_to_persist`].
-//!
-//! `recover` happens on the engine before it is wrapped here. Nothing else
-//! reaches the engine: there is no mutable access to it from outside.
+//! Every call is made with the server's mutex held, never across an
+//! `.await`; which task calls which input (connections, the timer, the
+//! link tasks, the pump, a graceful stop, the persister) is the call
+//! protocol in docs/architecture.md, "Cluster modes".
 
 use baton_core::{Key, LockTable, Millis, NotServing, Quota, Token, WaiterId};
 use baton_proto::{Mode, Role};

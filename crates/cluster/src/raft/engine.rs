@@ -25,6 +25,9 @@ mod leadership;
 mod token_floor;
 mod validate;
 
+#[cfg(test)]
+mod tests;
+
 pub use apply::{Committed, MAX_UNCLAIMED};
 pub use expiry::{EXPIRY_RETRY_MS, MAX_EXPIRIES_IN_FLIGHT};
 pub use leadership::{ANSWER_BUDGET_MS, ORPHAN_WAIT_MS};
@@ -226,8 +229,9 @@ impl<H> RaftEngine<H> {
     }
 
     /// The membership the log holds now (a committed membership entry, or
-    /// one still in joint consensus).
-    pub fn set_members(&mut self, members: Members) {
+    /// one still in joint consensus), seen at `now`.
+    pub fn handle_members(&mut self, members: Members, now: Millis) {
+        self.saw(now);
         self.members = members;
     }
 
@@ -458,7 +462,9 @@ impl<H> RaftEngine<H> {
         token: Token,
         lease_ms: u64,
         reply: H,
+        now: Millis,
     ) -> Result<Option<Outcome>, NotServing> {
+        self.saw(now);
         self.check_serving()?;
         if self.table.holder(key).is_none_or(|h| h.token != token) {
             return Ok(Some(Outcome::NotFound));
@@ -499,7 +505,7 @@ impl<H> RaftEngine<H> {
     }
 
     /// When [`RaftEngine::handle_tick`] next has something to do.
-    pub fn next_deadline(&self) -> Option<Millis> {
+    pub fn poll_timeout(&self) -> Option<Millis> {
         let orphans = [self.orphans.front(), self.answer_by.front()]
             .into_iter()
             .flatten()
@@ -531,7 +537,7 @@ impl<H> RaftEngine<H> {
         let batch = leading.outbox.len().min(MAX_BATCH);
         // Exactly sized: the proposal lives in the log until a snapshot
         // purges it, and a Vec cut from the outbox kept the outbox's whole
-        // capacity (heaptrack: 72 MB of 95 MB at 200,000 pipelined grants).
+        // capacity, most of a leader's memory under a pipelined flood.
         let commands: Vec<Tagged> = leading.outbox.drain(..batch).collect();
         if leading.outbox.is_empty() && leading.outbox.capacity() > 4 * MAX_BATCH {
             leading.outbox = Vec::new();

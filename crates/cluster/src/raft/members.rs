@@ -6,7 +6,7 @@
 //! the leader that adds it and the node itself agree on it without talking.
 //! Seed ids are below [`MAX_SEEDS`]; joined ids have bit 62 set, so the two
 //! never meet. Each node keeps the id it first ran with in its data
-//! directory (see [`super::identity`]).
+//! directory (see [`super::storage::identity`]).
 //!
 //! Memberships that peers report are checked here before openraft sees
 //! them: at most [`MAX_MEMBERS`] nodes, each with a well-formed address and

@@ -18,9 +18,9 @@ use openraft::async_runtime::WatchReceiver;
 use openraft::{BasicNode, ChangeMembers, ServerState};
 
 use super::members::{joined_id, plausible_addr, Members};
-use super::observe;
-use super::shell::Raft;
+use super::node::observe;
 use super::types::NodeId;
+use super::types::Raft;
 
 /// A learner within this many entries of the leader's log has caught up.
 pub const CAUGHT_UP_LAG: u64 = 64;

@@ -8,9 +8,9 @@ use std::time::Duration;
 
 use openraft::{Config, SnapshotPolicy};
 
-use super::limits::MAX_PAYLOAD_ENTRIES;
-use super::log_store::{LogWrites, DEFAULT_SEGMENT_BYTES};
+use super::net::limits::MAX_PAYLOAD_ENTRIES;
 use super::shell::StartError;
+use super::storage::log_store::{LogWrites, DEFAULT_SEGMENT_BYTES};
 use super::types::NodeId;
 use crate::peer::ClusterKeys;
 
@@ -22,7 +22,7 @@ const STEP_DOWN_MAX_MS: u64 = 1_000;
 pub struct RaftSettings {
     /// This node's id: its position in `peers` for a seed, or
     /// [`super::members::joined_id`] of its address for a node that joins
-    /// (the data directory's recorded id wins, see [`super::identity`]).
+    /// (the data directory's recorded id wins, see [`super::storage::identity`]).
     pub me: NodeId,
     /// The seeds: every node's client address in a fresh cluster, the same
     /// list everywhere. Once the log holds a membership, that is used.
@@ -68,7 +68,7 @@ impl RaftSettings {
     /// These settings with the id the data directory belongs to: the one
     /// recorded there, or (on its first run) `me`, then recorded.
     pub fn settled(mut self) -> Result<RaftSettings, StartError> {
-        self.me = super::identity::settle(&self.data_dir, self.me)?;
+        self.me = super::storage::identity::settle(&self.data_dir, self.me)?;
         Ok(self)
     }
 
@@ -82,7 +82,7 @@ impl RaftSettings {
     }
 
     /// A leader that has not heard from a majority for this long stops
-    /// serving (see [`super::observe`]): three election timeouts, at most
+    /// serving (see [`super::node::observe`]): three election timeouts, at most
     /// `STEP_DOWN_MAX_MS` (but never less than one election timeout).
     /// One was too eager: under a burst (a million locks granted as fast
     /// as the pipeline allows, three nodes on one core) followers answer
@@ -106,7 +106,7 @@ impl RaftSettings {
     }
 
     /// A live follower whose replication has not moved for this long while
-    /// it lags is stuck (see [`super::observe::StuckWatch`]).
+    /// it lags is stuck (see [`super::node::observe::StuckWatch`]).
     pub fn stuck_after(&self) -> Duration {
         Duration::from_millis((self.election_timeout_ms * 4).max(1_000))
     }

@@ -1,13 +1,12 @@
 //! The async shell of a Raft node: builds openraft over the durable log and
-//! the lock engine, proposes the engine's commands, follows the node's role,
-//! takes peer connections on the client port, and hands leadership over
-//! at a graceful stop.
+//! the lock node, runs the node's one loop (`run`: its inputs in, its
+//! commands run against openraft), takes peer connections on the client
+//! port, and hands leadership over at a graceful stop.
 //!
 //! [`start`] runs it on TCP; [`start_on`] on whatever listener, dialer,
 //! clock and run name it is given, which is how the simulation runs this
 //! very shell, its server and its connections on turmoil's network. Every
-//! task it starts (the pump and its writes, the watchers, the peer links
-//! and handlers) belongs to the server's [`Tasks`] and stops with it.
+//! task it starts (the node's loop, the peer links and handlers) belongs to the server's [`Tasks`] and stops with it.
 
 use std::hash::{BuildHasher, Hasher};
 use std::io;
@@ -24,36 +23,26 @@ use baton_server::{
 };
 
 use super::engine::RaftEngine;
-use super::group_commit::{GroupCommit, Returns};
-use super::hold_timer::{HoldClock, HoldTimer};
-use super::inbound::RaftAcceptor;
-use super::link::{Dialer, TcpDialer};
-use super::lock_node::RaftLockNode;
-use super::log_store::LogStore;
-use super::members::Members;
-use super::network::Network;
-use super::observe;
-use super::observe::StuckWatch;
-use super::rpc::RAFT_HELLO;
+use super::net::inbound::RaftAcceptor;
+use super::net::link::{Dialer, TcpDialer};
+use super::net::network::Network;
+use super::net::rpc::RAFT_HELLO;
+use super::node::lock_node::RaftLockNode;
+use super::node::NodeTimes;
 pub use super::settings::RaftSettings;
-use super::snapshot_store::SnapshotStore;
-use super::state_machine::{LockStateMachine, TableHost};
-use super::types::{members_of, NodeId, Proposal, TypeConfig};
+use super::storage::log_store::LogStore;
+use super::storage::snapshot_store::SnapshotStore;
+use super::storage::state_machine::{LockStateMachine, TableHost};
+use super::types::{members_of, NodeId, Raft, RaftOf};
+use hold_timer::HoldClock;
 
-/// The openraft node over a lock table held by `H`.
-pub type RaftOf<H> = openraft::Raft<TypeConfig, LockStateMachine<H>>;
-/// The openraft node of a server.
-pub type Raft = RaftOf<SharedLocks<RaftLockNode>>;
+pub mod hold_timer;
+mod run;
 
 type Shared = Arc<SharedLocks<RaftLockNode>>;
 
 /// A graceful stop waits this long for the new leader to take over.
 const HANDOFF_WAIT: Duration = Duration::from_secs(2);
-
-/// Log entries proposed and not yet committed, at most (see `pump`).
-/// Measured with 64 clients on three nodes: 6.0k cycles/s unbounded,
-/// 12.8k with 2, 18.3k with 1.
-const MAX_ENTRIES_IN_FLIGHT: usize = 1;
 
 /// Why a Raft node could not start.
 #[derive(Debug, thiserror::Error)]
@@ -193,7 +182,7 @@ impl RaftHandle {
     /// neither lead nor follow: the process should exit so that a
     /// supervisor restarts it.
     pub fn core_died(&self) -> impl std::future::Future<Output = String> + Send + 'static {
-        observe::core_died(self.raft.clone())
+        run::core_died(self.raft.clone())
     }
 
     /// Graceful stop, last part: stops openraft once the server is done.
@@ -278,11 +267,10 @@ impl Opened {
         engine.set_orphan_wait(settings.orphan_wait_ms());
         let wall_ms = baton_server::token_floor::wall_clock_ms();
         engine.set_wall_at_zero(wall_ms.saturating_sub(io.clock.now()));
-        let locks: Shared = Arc::new(SharedLocks::new(RaftLockNode::new(engine), io.clock));
+        let node = RaftLockNode::new(engine, NodeTimes::of(settings));
+        let locks: Shared = Arc::new(SharedLocks::new(node, io.clock));
         let tasks = Tasks::new();
         let raft = build_raft_in(settings, locks.clone(), io.dialer, tasks.clone()).await?;
-        let view = observe::MetricsView::new(raft.metrics(), settings.silent_after());
-        locks.with(|node, _, _| node.observe(view));
         let hold_clock = io.hold_clock;
         Ok(Opened {
             hold_clock,
@@ -320,16 +308,7 @@ impl Opened {
             Some(acceptor),
             tasks.clone(),
         )?;
-        tasks.spawn(follow_role(raft.clone(), locks.clone(), settings));
-        let reads_ready = locks.inspect(RaftLockNode::reads_ready);
-        tasks.spawn(super::reads::serve_reads(
-            raft.clone(),
-            locks.clone(),
-            reads_ready,
-        ));
-        tasks.spawn(watch_leader_contact(raft.clone(), locks.clone(), settings));
-        tasks.spawn(pump(raft.clone(), locks, tasks.clone(), hold_clock));
-        tasks.spawn(unstick_replication(raft.clone(), settings));
+        tasks.spawn(run::run(raft.clone(), locks, hold_clock));
         Ok(RaftCluster {
             server,
             handle: RaftHandle {
@@ -337,182 +316,6 @@ impl Opened {
                 me: settings.me,
             },
         })
-    }
-}
-
-/// Tells the engine each change of role (a leader without a majority
-/// steps down), and the lock node its followers' replication for `S`,
-/// until openraft stops.
-fn follow_role(
-    raft: Raft,
-    locks: Shared,
-    settings: &RaftSettings,
-) -> impl std::future::Future<Output = ()> + Send + 'static {
-    let (step_down_after, tick) = (settings.step_down_after(), settings.quorum_check_every());
-    let mut membership_seen = None;
-    observe::follow_role(raft, step_down_after, tick, move |role, metrics| {
-        let membership = &metrics.membership_config;
-        let members = (membership_seen != Some(*membership.log_id())).then(|| {
-            membership_seen = Some(*membership.log_id());
-            Members::of(membership.membership())
-        });
-        locks.with(|node, now, events| {
-            if let Some(members) = members {
-                node.members_changed(members);
-            }
-            node.role_changed(role, now, events)
-        });
-    })
-}
-
-/// Tells the lock node when its leader was last heard (see
-/// [`super::contact`]): stale after two election timeouts.
-fn watch_leader_contact(
-    raft: Raft,
-    locks: Shared,
-    settings: &RaftSettings,
-) -> impl std::future::Future<Output = ()> + Send + 'static {
-    let stale_after = settings.step_down_after() * 2;
-    super::contact::watch(raft, move |age| {
-        locks.with(|node, now, _| node.leader_heard(age, stale_after, now));
-    })
-}
-
-/// Hands the lead over when a follower that answers heartbeats gets no
-/// entries although it lags (see [`observe::StuckWatch`]): the next leader
-/// builds every replication stream afresh, which repairs it. Costs one
-/// hand-over (tens of milliseconds for clients); happens only then.
-pub fn unstick_replication<H: TableHost>(
-    raft: RaftOf<H>,
-    settings: &RaftSettings,
-) -> impl std::future::Future<Output = ()> + Send + 'static {
-    let stuck_after = settings.stuck_after();
-    let me = settings.me;
-    async move {
-        let mut watch = StuckWatch::new(stuck_after);
-        let metrics = raft.metrics();
-        loop {
-            tokio::time::sleep(stuck_after / 4).await;
-            if metrics.borrow_watched().running_state.is_err() {
-                return;
-            }
-            let (stuck, to) = {
-                let m = metrics.borrow_watched();
-                let now = openraft::Instant::now();
-                let stuck = watch.stuck(&m, now);
-                // The most up-to-date other follower that answers takes
-                // over: a leader handing over sends no heartbeats, so a
-                // target that cannot hear it costs an election timeout.
-                let to = stuck.as_ref().and_then(|stuck| {
-                    observe::replication(&m)
-                        .into_iter()
-                        .filter(|p| p.node != stuck.node && p.node != me)
-                        .filter(|p| observe::answers(&m, p.node, now, stuck_after))
-                        .min_by_key(|p| p.lag)
-                        .map(|p| p.node)
-                });
-                (stuck, to)
-            };
-            let (Some(stuck), Some(to)) = (stuck, to) else {
-                continue;
-            };
-            tracing::warn!(
-                follower = stuck.node,
-                matched = ?stuck.matched,
-                lag = stuck.lag,
-                to,
-                "replication to a live follower is stuck; handing the lead over to rebuild it"
-            );
-            if let Err(error) = raft.trigger().transfer_leader(to).await {
-                tracing::warn!(%error, "could not hand over the lead");
-            }
-        }
-    }
-}
-
-/// Where the pump takes the engine's commands from, and tells of the
-/// proposals that did not make it: the server's lock node, or a
-/// simulation's.
-pub trait ProposalSource: Send + Sync + 'static {
-    /// Resolves when there may be commands to propose (a wake-up given
-    /// while nobody waits is kept for the next call).
-    fn output_ready(&self) -> impl std::future::Future<Output = ()> + Send;
-    /// The next batch of commands, with their tags.
-    fn take_proposal(&self) -> Option<(Proposal, Vec<u64>)>;
-    /// The batch with these tags did not make it into the log; `leader`
-    /// leads instead, if known.
-    fn proposal_failed(&self, tags: &[u64], leader: Option<NodeId>);
-    /// The requests in and answers out that a proposal is held on.
-    fn returns(&self) -> Arc<Returns>;
-}
-
-impl ProposalSource for SharedLocks<RaftLockNode> {
-    fn output_ready(&self) -> impl std::future::Future<Output = ()> + Send {
-        SharedLocks::output_ready(self)
-    }
-
-    fn take_proposal(&self) -> Option<(Proposal, Vec<u64>)> {
-        self.with(|node, _, _| node.take_proposal())
-    }
-
-    fn proposal_failed(&self, tags: &[u64], leader: Option<NodeId>) {
-        self.with(|node, now, events| node.proposal_failed(tags, leader, now, events));
-    }
-
-    fn returns(&self) -> Arc<Returns> {
-        self.inspect(RaftLockNode::returns)
-    }
-}
-
-/// Proposes the engine's commands, one log entry per batch. One entry is
-/// in flight at a time: while it commits, the commands that arrive gather
-/// into the next entry, so under load each entry carries
-/// many commands and openraft's per-entry cost (log record, replication,
-/// apply) is paid once for all of them. The next entry also waits, briefly,
-/// for the clients the last one answered ([`super::group_commit`]). Alone,
-/// a request waits for nothing more than its own commit. Each write runs
-/// among `tasks`.
-pub async fn pump<H: TableHost, S: ProposalSource>(
-    raft: RaftOf<H>,
-    source: Arc<S>,
-    tasks: Tasks,
-    clock: HoldClock,
-) {
-    let in_flight = Arc::new(tokio::sync::Semaphore::new(MAX_ENTRIES_IN_FLIGHT));
-    let group = Arc::new(std::sync::Mutex::new(GroupCommit::new()));
-    let returns = source.returns();
-    let timer = HoldTimer::new(clock);
-    loop {
-        source.output_ready().await;
-        loop {
-            let Ok(permit) = in_flight.clone().acquire_owned().await else {
-                return;
-            };
-            // Read once (the guard ends with the statement): the hold's
-            // bound does not move while it runs.
-            let rule = group.lock().unwrap_or_else(|p| p.into_inner()).clone();
-            returns.hold(&rule, |wait| timer.sleep(wait)).await;
-            let Some((proposal, tags)) = source.take_proposal() else {
-                break;
-            };
-            let raft = raft.clone();
-            let source = source.clone();
-            let group = group.clone();
-            tasks.spawn(async move {
-                let proposed_at = tokio::time::Instant::now();
-                let written = raft.client_write(proposal).await;
-                group
-                    .lock()
-                    .unwrap_or_else(|p| p.into_inner())
-                    .handle_entry_done(proposed_at.elapsed());
-                if let Err(error) = written {
-                    let leader = error.forward_to_leader().and_then(|f| f.leader_id);
-                    tracing::debug!(%error, "a proposal did not make it into the log");
-                    source.proposal_failed(&tags, leader);
-                }
-                drop(permit);
-            });
-        }
     }
 }
 

@@ -8,9 +8,10 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use baton_core::TableSnapshot;
 
 use super::engine::RaftEngine;
-use super::link::{DialFuture, Dialer};
-use super::shell::{build_raft, RaftOf, RaftSettings};
-use super::state_machine::TableHost;
+use super::net::link::{DialFuture, Dialer};
+use super::shell::{build_raft, RaftSettings};
+use super::storage::state_machine::TableHost;
+use super::types::RaftOf;
 use super::types::{members_of, Entry, NodeId};
 use crate::peer::ClusterKeys;
 

@@ -6,6 +6,10 @@ use std::fmt;
 use baton_core::Command;
 use serde::{Deserialize, Serialize};
 
+use super::node::lock_node::RaftLockNode;
+use super::storage::state_machine::LockStateMachine;
+use baton_server::SharedLocks;
+
 /// A node's id: its position in `--peers`.
 pub type NodeId = u64;
 
@@ -49,6 +53,11 @@ openraft::declare_raft_types!(
         NodeId = NodeId,
         Node = openraft::BasicNode,
 );
+
+/// The openraft node over a lock table held by `H`.
+pub type RaftOf<H> = openraft::Raft<TypeConfig, LockStateMachine<H>>;
+/// The openraft node of a server.
+pub type Raft = RaftOf<SharedLocks<RaftLockNode>>;
 
 pub type Entry = openraft::type_config::alias::EntryOf<TypeConfig>;
 pub type LogId = openraft::type_config::alias::LogIdOf<TypeConfig>;

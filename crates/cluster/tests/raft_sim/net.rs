@@ -7,7 +7,7 @@ use std::net::SocketAddr;
 use std::pin::Pin;
 use std::task::{Context, Poll};
 
-use baton_cluster::raft::link::{BoxedStream, DialFuture, Dialer};
+use baton_cluster::raft::net::link::{BoxedStream, DialFuture, Dialer};
 use baton_server::{Accept, ServerStream};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 

@@ -12,7 +12,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use baton_cluster::peer::ClusterKeys;
-use baton_cluster::raft::log_store::LogWrites;
+use baton_cluster::raft::storage::log_store::LogWrites;
 use baton_cluster::raft::{self, NodeIo, RaftLockNode, RaftSettings};
 use baton_core::Key;
 use baton_proto::{ClientCodec, Request, Response};
@@ -118,7 +118,7 @@ pub async fn run(world: World, me: u64, incarnation: u64) -> turmoil::Result {
         // The run's name, from the seed: a replay names its runs alike.
         origin: world.seed ^ (me << 48) ^ (incarnation << 32),
         // Simulated time: tokio's timer, which the simulation drives.
-        hold_clock: raft::hold_timer::HoldClock::Runtime,
+        hold_clock: raft::shell::hold_timer::HoldClock::Runtime,
     };
     let config = ServerConfig {
         listen: SocketAddr::from(([0, 0, 0, 0], PORT)),

@@ -13,7 +13,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use baton_cluster::raft::membership::{self, MembershipError};
-use baton_cluster::raft::shell::Raft;
+use baton_cluster::raft::types::Raft;
 
 use super::node::{sim_ms, Locks};
 

@@ -5,12 +5,21 @@
 use baton_core::{Millis, Token};
 
 use super::super::token_floor::BLOCK;
-use super::{wall_floor, PriorityNode};
+use super::{wall_floor, PriorityNode, TOKEN_MARGIN};
 
 impl<H> PriorityNode<H> {
     /// The wall-clock floor, in this node's own blocks.
     pub(super) fn own_wall_floor(&self, now: Millis) -> Token {
         self.blocks.wall_floor(wall_floor(self.wall(now)))
+    }
+
+    /// A floor above every token a node that knew of `known` may have
+    /// granted unrecorded (the margin), and above the wall clock's at
+    /// `now`: a restart floor, in this node's own blocks.
+    pub(super) fn floor_above_known(&self, known: Token, now: Millis) -> Token {
+        self.blocks
+            .floor_at_or_above(known.saturating_add(TOKEN_MARGIN))
+            .max(self.own_wall_floor(now))
     }
 
     /// Raises the floor to `wanted` or the first token above it that this

@@ -15,7 +15,9 @@ use baton_core::{LockTable, Millis, TableSnapshot, Token};
 use super::super::messages::{NodeIndex, PeerRole, PriorityMessage};
 use super::super::token_floor::BLOCK;
 use super::roles::{HandingOff, Role, Standby};
-use super::{wall_floor, PriorityNode, TOKEN_MARGIN};
+use baton_server::token_floor::restart_floor;
+
+use super::PriorityNode;
 
 impl<H> PriorityNode<H> {
     /// An active hands over to a higher-priority standby that holds its
@@ -108,10 +110,7 @@ impl<H> PriorityNode<H> {
         let known = self.service.table().last_token().max(self.seen_token);
         let later = now.saturating_add(self.config.failure_timeout_ms);
         let nodes = self.peers.len() as u64 + 1;
-        known
-            .saturating_add(TOKEN_MARGIN)
-            .max(wall_floor(self.wall(later)))
-            .saturating_add(nodes.saturating_mul(BLOCK))
+        restart_floor(self.wall(later), Some(known)).saturating_add(nodes.saturating_mul(BLOCK))
     }
 
     pub(super) fn on_handoff(&mut self, from: NodeIndex, table: &TableSnapshot, now: Millis) {

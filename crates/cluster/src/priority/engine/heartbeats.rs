@@ -7,7 +7,7 @@ use baton_core::Millis;
 
 use super::super::messages::{Heartbeat, NodeIndex, PeerRole, PriorityMessage};
 use super::roles::Role;
-use super::{PriorityNode, TOKEN_MARGIN};
+use super::PriorityNode;
 
 impl<H> PriorityNode<H> {
     pub(super) fn on_heartbeat(&mut self, from: NodeIndex, heartbeat: Heartbeat, now: Millis) {
@@ -145,10 +145,7 @@ impl<H> PriorityNode<H> {
         } else {
             // It steps down when it hears us; until then it may grant: stay
             // above anything it can have issued.
-            let floor = self
-                .blocks
-                .floor_at_or_above(heartbeat.last_token.saturating_add(TOKEN_MARGIN))
-                .max(self.own_wall_floor(now));
+            let floor = self.floor_above_known(heartbeat.last_token, now);
             self.raise_floor(floor);
             let beat = self.heartbeat();
             self.outbox.push((from, PriorityMessage::Heartbeat(beat)));

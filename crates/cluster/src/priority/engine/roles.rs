@@ -130,10 +130,7 @@ impl<H> PriorityNode<H> {
     pub(super) fn promote(&mut self, now: Millis, why: &'static str) {
         let known = self.service.table().last_token().max(self.seen_token);
         // In this node's own blocks: a token nobody else can grant.
-        let floor = self
-            .blocks
-            .floor_at_or_above(known.saturating_add(TOKEN_MARGIN))
-            .max(self.own_wall_floor(now));
+        let floor = self.floor_above_known(known, now);
         debug_assert!(
             floor >= known.min(Token::MAX - TOKEN_MARGIN),
             "floor {floor} below {known}"

@@ -311,10 +311,9 @@ const COALESCE_TURNS: usize = 2;
 /// `yield_now` waits for the runtime's next poll of its sockets, so the
 /// connections' requests of that turn run, and the pump queues their
 /// commands) and takes what they added: one write, one wake-up of the
-/// standby, for several turns' commands. Measured (pipelined, 16 x 16, the
-/// three nodes on one core): each write woke a standby that preempted the
-/// active, and the context switches were the largest cost the active had
-/// beyond a single node's. An idle link writes at once: the delay is a
+/// standby, for several turns' commands: a write per turn woke a standby
+/// that preempted the active, and those context switches were the
+/// largest cost an active had beyond a single node's. An idle link writes at once: the delay is a
 /// few turns of a busy runtime, never a timer.
 async fn coalesce(outbox: &mut mpsc::Receiver<Bytes>, batch: &mut Vec<Bytes>) {
     for _ in 0..COALESCE_TURNS {

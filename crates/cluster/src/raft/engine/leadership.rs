@@ -21,7 +21,7 @@ pub const ORPHAN_WAIT_MS: Millis = 1_500;
 /// How long a request may wait for its entry, from its proposal, on any
 /// node in any role: then it is answered `M`, so that it is answered
 /// within the protocol's 3 s. A leader that hears a majority but commits
-/// nothing (found by the simulation, seed 101: a follower answering
+/// nothing (the simulation found one: a follower answering
 /// heartbeats while the entries did not reach it) steps down late or
 /// never, and only this bound answers its requests. An acquire's grant is
 /// proposed by the end of its wait at the latest, so it is answered by

@@ -1,0 +1,280 @@
+//! One multiplexed connection to a peer: RPCs go out tagged with an id,
+//! replies come back in any order and wake their caller. The connection is
+//! dialled on first use and again after it fails, over the authenticated
+//! channel (the handshake proves both ends hold the cluster key); every
+//! call is bounded by its timeout, dialling and handshake included. The
+//! writer's queue and the calls awaiting replies are bounded: a call past
+//! either fails at once rather than letting them grow.
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::io;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+use baton_server::Tasks;
+use bytes::Bytes;
+use futures_util::{SinkExt, StreamExt};
+use tokio::io::{AsyncRead, AsyncWrite};
+use tokio::sync::{mpsc, oneshot};
+
+use crate::peer::{self, ClusterKey};
+use crate::raft::net::limits::{FrameCaps, MAX_CALLS_IN_FLIGHT, REQUEST_QUEUE};
+use crate::raft::net::rpc::{LinkHello, ReplyBody, RequestBody, RpcReply, RpcRequest, RAFT_HELLO};
+
+/// A byte stream to a peer: TCP in a node, a simulated one in tests.
+pub trait PeerStream: AsyncRead + AsyncWrite + Send + Unpin + 'static {}
+
+impl<T: AsyncRead + AsyncWrite + Send + Unpin + 'static> PeerStream for T {}
+
+pub type BoxedStream = Box<dyn PeerStream>;
+pub type DialFuture = Pin<Box<dyn Future<Output = io::Result<BoxedStream>> + Send>>;
+
+/// Opens byte streams to peer addresses.
+pub trait Dialer: Send + Sync + 'static {
+    fn dial(&self, addr: &str) -> DialFuture;
+}
+
+/// Dials real TCP.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct TcpDialer;
+
+impl Dialer for TcpDialer {
+    fn dial(&self, addr: &str) -> DialFuture {
+        let addr = addr.to_string();
+        Box::pin(async move {
+            let stream = tokio::net::TcpStream::connect(addr).await?;
+            stream.set_nodelay(true)?;
+            Ok(Box::new(stream) as BoxedStream)
+        })
+    }
+}
+
+/// Why an RPC got no answer.
+#[derive(Debug, thiserror::Error)]
+pub enum CallError {
+    #[error("peer unreachable: {0}")]
+    Unreachable(String),
+    #[error("no answer within {0:?}")]
+    Timeout(Duration),
+    #[error("connection to the peer broke")]
+    Broken,
+    #[error("peer refused the request: {0}")]
+    Refused(String),
+    #[error("too many calls queued to the peer")]
+    Overloaded,
+}
+
+type Waiters = Arc<Mutex<HashMap<u64, oneshot::Sender<ReplyBody>>>>;
+
+/// The live connection: a queue to its writer task and the calls awaiting
+/// replies. Dropped (and redialled) once either half fails.
+#[derive(Debug)]
+struct Conn {
+    tx: mpsc::Sender<Bytes>,
+    waiters: Waiters,
+}
+
+/// The link to one peer, shared by every openraft client of that peer.
+pub struct Link {
+    addr: String,
+    hello: LinkHello,
+    key: ClusterKey,
+    caps: FrameCaps,
+    dialer: Arc<dyn Dialer>,
+    conn: tokio::sync::Mutex<Option<Arc<Conn>>>,
+    next_id: AtomicU64,
+    /// The node's tasks: a connection's reader and writer stop with it.
+    tasks: Tasks,
+}
+
+impl std::fmt::Debug for Link {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Link")
+            .field("addr", &self.addr)
+            .finish_non_exhaustive()
+    }
+}
+
+fn waiters_of(
+    waiters: &Waiters,
+) -> std::sync::MutexGuard<'_, HashMap<u64, oneshot::Sender<ReplyBody>>> {
+    waiters.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+impl Link {
+    /// The link to the peer at `addr`, greeting it with `hello` and
+    /// proving to hold `key`; its connections' tasks run among `tasks`.
+    /// The peer's address, as in `--peers`.
+    pub fn addr(&self) -> &str {
+        &self.addr
+    }
+
+    pub fn new(
+        addr: String,
+        hello: LinkHello,
+        key: ClusterKey,
+        dialer: Arc<dyn Dialer>,
+        tasks: Tasks,
+    ) -> Link {
+        let caps = FrameCaps::for_cluster();
+        Link {
+            addr,
+            hello,
+            key,
+            caps,
+            dialer,
+            conn: tokio::sync::Mutex::new(None),
+            next_id: AtomicU64::new(1),
+            tasks,
+        }
+    }
+
+    /// Sends `body` and waits (at most `timeout`, dialling included) for
+    /// the reply. A connection that lets a call time out is dropped: a
+    /// stalled stream would stall every call after it.
+    pub async fn call(&self, body: RequestBody, timeout: Duration) -> Result<ReplyBody, CallError> {
+        let deadline = tokio::time::Instant::now() + timeout;
+        let conn = match tokio::time::timeout_at(deadline, self.connection()).await {
+            Ok(conn) => conn?,
+            Err(_) => return Err(CallError::Timeout(timeout)),
+        };
+        match tokio::time::timeout_at(deadline, self.call_on(&conn, body)).await {
+            Ok(result) => result,
+            Err(_) => {
+                self.drop_conn(&conn).await;
+                Err(CallError::Timeout(timeout))
+            }
+        }
+    }
+
+    async fn call_on(&self, conn: &Arc<Conn>, body: RequestBody) -> Result<ReplyBody, CallError> {
+        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        let frame = peer::encode(&RpcRequest { id, body })
+            .map_err(|e| CallError::Refused(e.to_string()))?;
+        let (tx, rx) = oneshot::channel();
+        {
+            let mut waiters = waiters_of(&conn.waiters);
+            if waiters.len() >= MAX_CALLS_IN_FLIGHT {
+                return Err(CallError::Overloaded);
+            }
+            waiters.insert(id, tx);
+        }
+        // The guard takes the waiter out again if the caller gives up.
+        let _forget = Forget {
+            waiters: conn.waiters.clone(),
+            id,
+        };
+        match conn.tx.try_send(frame) {
+            Ok(()) => {}
+            Err(mpsc::error::TrySendError::Full(_)) => return Err(CallError::Overloaded),
+            Err(mpsc::error::TrySendError::Closed(_)) => {
+                self.drop_conn(conn).await;
+                return Err(CallError::Broken);
+            }
+        }
+        match rx.await {
+            Ok(ReplyBody::Failed(reason)) => Err(CallError::Refused(reason)),
+            Ok(reply) => Ok(reply),
+            Err(_) => {
+                self.drop_conn(conn).await;
+                Err(CallError::Broken)
+            }
+        }
+    }
+
+    async fn drop_conn(&self, dead: &Arc<Conn>) {
+        let mut conn = self.conn.lock().await;
+        if conn.as_ref().is_some_and(|c| Arc::ptr_eq(c, dead)) {
+            *conn = None;
+        }
+    }
+
+    async fn connection(&self) -> Result<Arc<Conn>, CallError> {
+        let mut slot = self.conn.lock().await;
+        if let Some(conn) = slot.as_ref() {
+            if !conn.tx.is_closed() {
+                return Ok(conn.clone());
+            }
+        }
+        let stream = self
+            .dialer
+            .dial(&self.addr)
+            .await
+            .map_err(|e| CallError::Unreachable(e.to_string()))?;
+        let conn = Arc::new(
+            start(stream, &self.hello, &self.key, self.caps, &self.tasks)
+                .await
+                .map_err(|e| CallError::Unreachable(e.to_string()))?,
+        );
+        *slot = Some(conn.clone());
+        Ok(conn)
+    }
+}
+
+/// Removes a call's waiter when the call ends, however it ends.
+struct Forget {
+    waiters: Waiters,
+    id: u64,
+}
+
+impl Drop for Forget {
+    fn drop(&mut self) {
+        waiters_of(&self.waiters).remove(&self.id);
+    }
+}
+
+/// Runs the handshake, greets the peer and starts the connection's
+/// writer and reader tasks.
+async fn start(
+    stream: BoxedStream,
+    hello: &LinkHello,
+    key: &ClusterKey,
+    caps: FrameCaps,
+    tasks: &Tasks,
+) -> Result<Conn, peer::PeerError> {
+    let first = peer::encode(hello)?;
+    let framed = peer::connect(stream, RAFT_HELLO, key, first, caps.reply).await?;
+    let (mut sink, mut frames) = framed.split();
+    let (tx, mut rx) = mpsc::channel::<Bytes>(REQUEST_QUEUE);
+    let waiters: Waiters = Arc::new(Mutex::new(HashMap::new()));
+    let reading = waiters.clone();
+    let (stop_tx, mut stop_rx) = oneshot::channel::<()>();
+    tasks.spawn(async move {
+        let mut batch = Vec::with_capacity(REQUEST_QUEUE);
+        loop {
+            tokio::select! {
+                n = rx.recv_many(&mut batch, REQUEST_QUEUE) => {
+                    if n == 0 {
+                        return;
+                    }
+                    for frame in batch.drain(..) {
+                        if sink.feed(frame).await.is_err() {
+                            return;
+                        }
+                    }
+                    if sink.flush().await.is_err() {
+                        return;
+                    }
+                }
+                _ = &mut stop_rx => return,
+            }
+        }
+    });
+    tasks.spawn(async move {
+        while let Some(Ok(frame)) = frames.next().await {
+            let Ok(reply) = peer::decode::<RpcReply>(&frame) else {
+                break;
+            };
+            if let Some(waiter) = waiters_of(&reading).remove(&reply.id) {
+                let _ = waiter.send(reply.body);
+            }
+        }
+        // Every call still waiting learns the connection broke.
+        waiters_of(&reading).clear();
+        drop(stop_tx);
+    });
+    Ok(Conn { tx, waiters })
+}

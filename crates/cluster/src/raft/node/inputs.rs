@@ -1,0 +1,247 @@
+//! The named inputs of a Raft node beyond the [`LockNode`] trait, and the
+//! commands they leave for the shell. The shell feeds openraft's metrics,
+//! the outcome of each command it ran and the time passing; openraft's
+//! state machine hands in committed entries and snapshots. Each is one
+//! method, called through [`SharedLocks::with`](baton_server::SharedLocks::with)
+//! as the server's call protocol says (see `baton_server::LockNode`), with
+//! the time as an argument; the shell then runs [`RaftLockNode::take_commands`]
+//! and sleeps until [`RaftLockNode::poll_timeout`] at most.
+//!
+//! [`LockNode`]: baton_server::LockNode
+
+use std::time::Duration;
+
+use baton_core::{Millis, TableSnapshot};
+use baton_server::NodeEvent;
+use openraft::TokioInstant;
+
+use super::command::RaftCommand;
+use super::contact::{LeaderContact, CHECK_EVERY};
+use super::lock_node::RaftLockNode;
+use super::observe::{self, LogIndexes, Metrics, ServerMetrics};
+use super::reads;
+use crate::raft::members::Members;
+use crate::raft::types::{Entry, NodeId};
+
+impl RaftLockNode {
+    /// The commands the inputs so far left for the shell, oldest first.
+    pub fn take_commands(&mut self) -> Vec<RaftCommand> {
+        std::mem::take(&mut self.commands)
+    }
+
+    /// When the node next wants [`RaftLockNode::handle_tick`] (with fresh
+    /// metrics): to re-check a leader's quorum, or to ask for leader
+    /// contact. `None` before the first metrics.
+    pub fn poll_timeout(&self) -> Option<TokioInstant> {
+        match (self.next_check, self.next_contact_ask) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+
+    /// openraft's metrics at `at`: `server` as just published, `full` as
+    /// they stand (they may lag `server` by a step). Sets the role to serve
+    /// in (a leader without a majority steps down), the membership, what
+    /// `S` shows, and hands the lead over from a stuck follower.
+    pub fn handle_metrics(
+        &mut self,
+        server: &ServerMetrics,
+        full: &Metrics,
+        at: TokioInstant,
+        now: Millis,
+        events: &mut Vec<NodeEvent>,
+    ) {
+        let membership = &server.membership_config;
+        if self.members_seen != *membership.log_id() {
+            self.members_seen = *membership.log_id();
+            let members = Members::of(membership.membership());
+            self.drive(events, |engine, _| engine.handle_members(members, now));
+        }
+        let role = self.roles.role(server, full, at);
+        self.set_role(role, now, events);
+        self.shown.term = full.current_term;
+        self.shown.progress = observe::replication(full);
+        self.shown.silent = observe::silent_followers(full, at, self.times.silent_after);
+        self.shown.indexes = LogIndexes::of(full);
+        self.check_stuck(full, at);
+        self.next_check = Some(at + self.times.check_every);
+        self.plan(at);
+    }
+
+    /// The role to serve in; a node that no longer serves sends the
+    /// queries not yet in a round where the lead is.
+    fn set_role(&mut self, role: crate::raft::RaftRole, now: Millis, events: &mut Vec<NodeEvent>) {
+        if self.engine.role() != role {
+            self.count_role_change();
+        }
+        self.drive(events, |engine, ev| engine.handle_role(role, now, ev));
+        if let Err(to) = self.engine.check_serving() {
+            let addr = self.redirect(to);
+            for (key, reply_to) in self.reads.take_queued() {
+                events.push(reads::answer(key, reply_to, Err(addr.clone())));
+            }
+        }
+    }
+
+    /// Hands the lead over when a follower that answers heartbeats gets no
+    /// entries although it lags: to the most up-to-date other follower that
+    /// answers (a leader handing over sends no heartbeats, so a target that
+    /// cannot hear it costs an election timeout).
+    fn check_stuck(&mut self, full: &Metrics, at: TokioInstant) {
+        let Some(stuck) = self.stuck.stuck(full, at) else {
+            return;
+        };
+        let within = self.times.stuck_after;
+        let to = observe::replication(full)
+            .into_iter()
+            .filter(|p| p.node != stuck.node && p.node != self.engine.me())
+            .filter(|p| observe::answers(full, p.node, at, within))
+            .min_by_key(|p| p.lag)
+            .map(|p| p.node);
+        if let Some(to) = to {
+            self.commands.push(RaftCommand::TransferLead { to, stuck });
+        }
+    }
+
+    /// Time passed to `at`: asks for leader contact when due, and proposes
+    /// or holds what waits.
+    pub fn handle_tick(&mut self, at: TokioInstant) {
+        match self.next_contact_ask {
+            None => self.next_contact_ask = Some(at + CHECK_EVERY),
+            Some(due) if due <= at && !self.asking_contact => {
+                self.asking_contact = true;
+                self.next_contact_ask = Some(at + CHECK_EVERY);
+                self.commands.push(RaftCommand::AskLeaderContact);
+            }
+            Some(_) => {}
+        }
+        self.plan(at);
+    }
+
+    /// The leader last reached this node `age` ago (`None`: never).
+    pub fn handle_leader_heard(&mut self, age: Option<Duration>, now: Millis) {
+        self.asking_contact = false;
+        self.contact = LeaderContact {
+            heard_at: age.map(|a| now.saturating_sub(a.as_millis() as u64)),
+            stale_after_ms: self.times.contact_stale_after.as_millis() as u64,
+        };
+    }
+
+    /// The entry with these tags is done, `took` after it was proposed:
+    /// in the log, or not (`Err`, with the leader if known).
+    pub fn handle_proposal_done(
+        &mut self,
+        tags: &[u64],
+        took: Duration,
+        result: Result<(), Option<NodeId>>,
+        at: TokioInstant,
+        now: Millis,
+        events: &mut Vec<NodeEvent>,
+    ) {
+        self.entry_in_flight = false;
+        self.group.handle_entry_done(took);
+        if let Err(leader) = result {
+            self.drive(events, |engine, ev| {
+                engine.handle_proposal_failed(tags, leader, now, ev)
+            });
+        }
+        self.plan(at);
+    }
+
+    /// The hold under way ran to its bound: the proposal goes now.
+    pub fn handle_hold_over(&mut self) {
+        if self.returns.holding() {
+            self.returns.end_hold();
+            self.propose();
+        }
+    }
+
+    /// The round of queries ended: answered from the table if the lead was
+    /// `confirmed` (the table then holds everything committed before they
+    /// arrived), else with `M` to whoever leads now.
+    pub fn handle_read_confirmed(
+        &mut self,
+        confirmed: bool,
+        at: TokioInstant,
+        now: Millis,
+        events: &mut Vec<NodeEvent>,
+    ) {
+        let addr = self
+            .engine
+            .check_serving()
+            .err()
+            .map(|to| self.redirect(to));
+        for (key, reply_to) in self.reads.end_round() {
+            let state = match (&addr, confirmed) {
+                (None, true) => Ok(self.engine.query(&key, now)),
+                (Some(addr), _) => Err(addr.clone()),
+                (None, false) => Err(None),
+            };
+            events.push(reads::answer(key, reply_to, state));
+        }
+        self.plan(at);
+    }
+
+    /// Committed entries, in log order, applied at `at`.
+    pub fn handle_committed(
+        &mut self,
+        entries: &[Entry],
+        at: TokioInstant,
+        now: Millis,
+        events: &mut Vec<NodeEvent>,
+    ) {
+        let before = events.len();
+        self.drive(events, |engine, ev| {
+            for entry in entries {
+                engine.handle_committed(entry.into(), now, ev);
+            }
+        });
+        // Each event answers one client: those are the requests a hold
+        // expects back (see `group_commit`).
+        let answered = (events.len() - before) as u64;
+        self.returns.answered(answered, at);
+    }
+
+    /// The table now, for a snapshot.
+    pub fn table_snapshot(&self, now: Millis) -> TableSnapshot {
+        self.engine.snapshot(now)
+    }
+
+    /// Replaces the table with an installed snapshot's (a leader hands
+    /// on the keys it frees).
+    pub fn handle_snapshot(
+        &mut self,
+        snapshot: &TableSnapshot,
+        now: Millis,
+        events: &mut Vec<NodeEvent>,
+    ) {
+        self.drive(events, |engine, ev| {
+            engine.handle_snapshot(snapshot, now, ev)
+        });
+    }
+
+    /// Starts a round of queries, and proposes the next entry or holds it:
+    /// one entry is in flight at a time, so while it commits the commands
+    /// that arrive gather into the next (see `group_commit`).
+    fn plan(&mut self, at: TokioInstant) {
+        if self.reads.round_due() {
+            self.reads.start_round();
+            self.commands.push(RaftCommand::ConfirmLead);
+        }
+        if self.entry_in_flight || self.returns.holding() || !self.engine.has_output() {
+            return;
+        }
+        match self.returns.start_hold(&self.group, at) {
+            Some(at_most) => self.commands.push(RaftCommand::HoldProposal { at_most }),
+            None => self.propose(),
+        }
+    }
+
+    /// Proposes the next entry, if there is one.
+    pub(super) fn propose(&mut self) {
+        if let Some((proposal, tags)) = self.engine.poll_proposal() {
+            self.entry_in_flight = true;
+            self.commands.push(RaftCommand::Propose { proposal, tags });
+        }
+    }
+}

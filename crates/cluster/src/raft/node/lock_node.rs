@@ -1,0 +1,323 @@
+//! The Raft node as the server sees it: requests in client terms, answers
+//! as the server's events, and the committed log applied under the
+//! server's mutex. Its inputs beyond [`LockNode`] and its commands to the
+//! shell are in `inputs`.
+
+use baton_core::{
+    Event, Key, LockTable, Millis, NotServing, Outcome, Quota, TableSnapshot, Token, WaiterId,
+};
+use baton_proto::{Mode, Role};
+use baton_server::{
+    Answer, LockNode, LockRequest, Mailbox, NodeEvent, NodeStatus, NodeTally, Served, SharedLocks,
+};
+use openraft::{Instant as _, TokioInstant};
+
+use super::command::{NodeTimes, RaftCommand};
+use super::contact::LeaderContact;
+use super::group_commit::{GroupCommit, Returns};
+use super::observe::{self, LogIndexes, PeerProgress, RoleWatch, StuckWatch};
+use super::reads::PendingReads;
+use crate::raft::engine::{RaftEngine, RaftRole};
+use crate::raft::storage::state_machine::TableHost;
+use crate::raft::types::{Entry, LogId};
+
+/// The Raft node: the engine, and the node's decisions outside it (the
+/// role to serve in, a stuck follower, leader contact, reads, group
+/// commit), fed by named inputs, with [`RaftCommand`]s out.
+#[derive(Debug)]
+pub struct RaftLockNode {
+    pub(super) engine: RaftEngine<Mailbox>,
+    scratch: Vec<Event<Mailbox>>,
+    /// For the metrics: changes of role.
+    tally: NodeTally,
+    pub(super) times: NodeTimes,
+    pub(super) roles: RoleWatch,
+    pub(super) stuck: StuckWatch,
+    /// The membership the engine was last told of.
+    pub(super) members_seen: Option<LogId>,
+    /// What `S`, `/metrics` and `/v1/cluster` show of openraft's view, as
+    /// of the last metrics: the term, the followers' replication, the
+    /// log's indexes.
+    pub(super) shown: Shown,
+    /// When a follower last heard its leader (for `/health`).
+    pub(super) contact: LeaderContact,
+    /// When to ask the core for leader contact next, and whether an ask
+    /// is under way.
+    pub(super) next_contact_ask: Option<TokioInstant>,
+    pub(super) asking_contact: bool,
+    /// When the metrics are due again (`None`: at once).
+    pub(super) next_check: Option<TokioInstant>,
+    /// `Q` requests waiting for the lead to be confirmed.
+    pub(super) reads: PendingReads,
+    /// How long entries take, which bounds a hold.
+    pub(super) group: GroupCommit,
+    /// Requests in and answers out, which a hold waits on.
+    pub(super) returns: Returns,
+    /// Whether a proposed entry is not yet done.
+    pub(super) entry_in_flight: bool,
+    pub(super) commands: Vec<RaftCommand>,
+}
+
+/// What the node shows of openraft's view (see [`RaftLockNode::counters`]).
+#[derive(Debug, Default)]
+pub(super) struct Shown {
+    pub term: u64,
+    pub progress: Vec<PeerProgress>,
+    pub indexes: LogIndexes,
+    /// On a leader, the followers that acknowledged no heartbeat for
+    /// [`NodeTimes::silent_after`]: shown `down`.
+    pub silent: Vec<crate::raft::types::NodeId>,
+}
+
+impl RaftLockNode {
+    pub fn new(engine: RaftEngine<Mailbox>, times: NodeTimes) -> RaftLockNode {
+        RaftLockNode {
+            engine,
+            scratch: Vec::new(),
+            tally: NodeTally::default(),
+            times,
+            roles: RoleWatch::new(times.step_down_after),
+            stuck: StuckWatch::new(times.stuck_after),
+            members_seen: None,
+            shown: Shown::default(),
+            contact: LeaderContact::default(),
+            next_contact_ask: None,
+            asking_contact: false,
+            next_check: None,
+            reads: PendingReads::default(),
+            group: GroupCommit::new(),
+            returns: Returns::default(),
+            entry_in_flight: false,
+            commands: Vec::new(),
+        }
+    }
+
+    pub fn engine(&self) -> &RaftEngine<Mailbox> {
+        &self.engine
+    }
+
+    /// Counts a change of role (metrics).
+    pub(super) fn count_role_change(&mut self) {
+        self.tally.role_changed();
+    }
+
+    /// Runs `f` on the engine and turns the events it made into the
+    /// server's (nodes by address, not index).
+    pub fn drive<R>(
+        &mut self,
+        events: &mut Vec<NodeEvent>,
+        f: impl FnOnce(&mut RaftEngine<Mailbox>, &mut Vec<Event<Mailbox>>) -> R,
+    ) -> R {
+        let result = f(&mut self.engine, &mut self.scratch);
+        let engine = &self.engine;
+        events.extend(
+            self.scratch
+                .drain(..)
+                .map(|event| NodeEvent::from_event(event, |i| engine.addr_of(i))),
+        );
+        result
+    }
+
+    pub(super) fn redirect(&self, to: NotServing) -> Option<String> {
+        to.serving.and_then(|i| self.engine.addr_of(i))
+    }
+
+    fn late(&self, result: Result<Option<Outcome>, NotServing>) -> Served<Answer> {
+        match result {
+            Ok(Some(outcome)) => Served::Done(Answer::Changed(outcome)),
+            Ok(None) => Served::Later,
+            Err(to) => Served::Redirect(self.redirect(to)),
+        }
+    }
+
+    /// `reply_to` hears the late answer (`None`: nobody waits for it).
+    fn release(
+        &mut self,
+        key: &Key,
+        token: Token,
+        reply_to: Option<&Mailbox>,
+        now: Millis,
+        events: &mut Vec<NodeEvent>,
+    ) -> Served<Answer> {
+        // The next waiter's grant rides in the release's entry: the
+        // engine's hand-over, the core's rule.
+        let proposed = self.drive(events, |engine, ev| {
+            engine.handle_release(key, token, reply_to.cloned(), now, ev)
+        });
+        self.late(proposed)
+    }
+
+    /// `Q <key>`: answered once the lead is confirmed (a linearizable read).
+    fn query(&mut self, key: &Key, reply_to: &Mailbox) -> Served<Answer> {
+        if let Err(to) = self.engine.check_serving() {
+            return Served::Redirect(self.redirect(to));
+        }
+        if self.reads.push(key.clone(), reply_to.clone()) {
+            Served::Later
+        } else {
+            // Too many queries wait already: `M Q <key> -` has the client
+            // ask again shortly, which bounds the queue.
+            Served::Redirect(None)
+        }
+    }
+}
+
+impl LockNode for RaftLockNode {
+    fn handle(
+        &mut self,
+        request: LockRequest<'_>,
+        now: Millis,
+        reply_to: &Mailbox,
+        events: &mut Vec<NodeEvent>,
+    ) -> Served<Answer> {
+        // Counted first, as it arrives; a hold it ends proposes once the
+        // request is in the engine's outbox, so that it rides along.
+        let back = self.returns.request_in();
+        let served = match request {
+            LockRequest::Acquire {
+                key,
+                wait_ms,
+                lease_ms,
+            } => {
+                let result = self.drive(events, |engine, ev| {
+                    engine.handle_acquire(key.clone(), wait_ms, lease_ms, now, reply_to.clone(), ev)
+                });
+                match result {
+                    Ok(outcome) => Served::Done(Answer::Acquired(outcome)),
+                    Err(to) => Served::Redirect(self.redirect(to)),
+                }
+            }
+            LockRequest::Release { key, token } => {
+                self.release(key, token, Some(reply_to), now, events)
+            }
+            LockRequest::Renew {
+                key,
+                token,
+                lease_ms,
+            } => {
+                let proposed =
+                    self.engine
+                        .handle_renew(key, token, lease_ms, reply_to.clone(), now);
+                self.late(proposed)
+            }
+            LockRequest::Query { key } => self.query(key, reply_to),
+        };
+        if back {
+            self.propose();
+        }
+        served
+    }
+
+    fn release_unreceived(
+        &mut self,
+        key: &Key,
+        token: Token,
+        now: Millis,
+        events: &mut Vec<NodeEvent>,
+    ) {
+        let back = self.returns.request_in();
+        // A node that no longer serves has nothing to release.
+        let _ = self.release(key, token, None, now, events);
+        if back {
+            self.propose();
+        }
+    }
+
+    fn cancel(&mut self, id: WaiterId) {
+        self.engine.handle_cancel(id);
+    }
+
+    fn tick(&mut self, now: Millis, events: &mut Vec<NodeEvent>) {
+        self.drive(events, |engine, ev| engine.handle_tick(now, ev));
+    }
+
+    fn next_deadline(&self) -> Option<Millis> {
+        self.engine.poll_timeout()
+    }
+
+    fn set_quota(&mut self, quota: Quota) {
+        self.engine.set_quota(quota);
+    }
+
+    fn status(&self) -> NodeStatus {
+        let engine = &self.engine;
+        NodeStatus {
+            // A leader still catching up with its own first entry does not
+            // serve yet, so it does not claim to.
+            role: match engine.role() {
+                RaftRole::Leader { .. } if engine.serving() => Role::Leader,
+                RaftRole::Leader { .. } => Role::Candidate,
+                RaftRole::Follower { .. } => Role::Follower,
+                RaftRole::Candidate => Role::Candidate,
+            },
+            mode: Mode::Raft,
+            active: engine.redirect_target(),
+            token: engine.table().last_token(),
+            locks: engine.table().len() as u64,
+            waiters: engine.waiter_count() as u64,
+            // Only a leader knows its followers' progress; a stepped-down
+            // one still shows it, which is what an operator wants to see.
+            extra: observe::status_fields(self.shown.term, &self.shown.progress),
+        }
+    }
+
+    /// Commands for the shell, or what makes some at its next turn: a
+    /// proposal ready with none in flight or held, queries for a round.
+    fn has_output(&self) -> bool {
+        !self.commands.is_empty()
+            || (self.engine.has_output() && !self.entry_in_flight && !self.returns.holding())
+            || self.reads.round_due()
+    }
+
+    /// The leader's table, every change it applied (not a read confirmed
+    /// with a majority, as `Q` is); any other node redirects.
+    fn served_table(&self) -> Result<&LockTable, Option<String>> {
+        match self.engine.check_serving() {
+            Ok(()) => Ok(self.engine.table()),
+            Err(to) => Err(self.redirect(to)),
+        }
+    }
+
+    fn waiters_on(&self, key: &Key, _now: Millis) -> u64 {
+        self.engine.waiting_on(key) as u64
+    }
+
+    fn counters(&self) -> baton_server::NodeCounters {
+        let indexes = self.shown.indexes;
+        baton_server::NodeCounters {
+            // The engine counts the expiries it applies from the log.
+            expiries: self.engine.expiries(),
+            commit_index: indexes.committed,
+            applied_index: indexes.applied,
+            ..self.tally.counters()
+        }
+    }
+
+    fn members(&self, _now: Millis) -> Vec<baton_server::inspect::Member> {
+        super::inspect::members(&self.engine, &self.shown.progress, &self.shown.silent)
+    }
+
+    fn health_issue(&self, now: Millis) -> Option<String> {
+        // Only a follower that names a leader can be wrong about it; a
+        // leader without a majority steps down (see `observe`).
+        match self.engine.role() {
+            RaftRole::Follower { leader: Some(_) } => self.contact.issue(now),
+            _ => None,
+        }
+    }
+}
+
+impl TableHost for SharedLocks<RaftLockNode> {
+    fn apply(&self, entries: &[Entry]) {
+        let at = TokioInstant::now();
+        self.with(|node, now, events| node.handle_committed(entries, at, now, events));
+    }
+
+    fn snapshot(&self) -> TableSnapshot {
+        self.with(|node, now, _| node.table_snapshot(now))
+    }
+
+    fn restore(&self, snapshot: &TableSnapshot) {
+        self.with(|node, now, events| node.handle_snapshot(snapshot, now, events));
+    }
+}

@@ -1,0 +1,130 @@
+//! The node's latest snapshot of the lock table, kept as one file in the
+//! data directory and replaced durably ([`baton_server::durable`]).
+//!
+//! The file is a magic tag, a CRC-32 of the body, and the body (the
+//! postcard encoding of a [`StoredSnapshot`]): a damaged snapshot is
+//! refused at start, naming the file, rather than installed. Files from
+//! before the checksum (no tag; their first byte, an `Option` tag, is 0 or
+//! 1 and never the magic's) are still read, with a warning, and replaced
+//! by the next snapshot.
+
+use std::fs;
+use std::io::{self, Write};
+use std::path::Path;
+
+use baton_server::durable::{self, at, DurableFile};
+use baton_server::sync_metrics::FSYNC_RAFT_LOG;
+
+use baton_core::TableSnapshot;
+use serde::{Deserialize, Serialize};
+
+use crate::raft::types::{SnapshotData, SnapshotMeta};
+
+const FILE: &str = "snapshot.bin";
+const TEMP: &str = "snapshot.tmp";
+/// The first bytes of a snapshot file with a checksum.
+const MAGIC: &[u8; 8] = b"BATONSN1";
+
+/// A snapshot as it is stored and sent: openraft's metadata and the data,
+/// which is the postcard encoding of a [`TableSnapshot`].
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct StoredSnapshot {
+    pub meta: SnapshotMeta,
+    pub data: SnapshotData,
+}
+
+/// Encodes a lock table snapshot as snapshot data.
+pub fn encode_table(table: &TableSnapshot) -> io::Result<SnapshotData> {
+    postcard::to_allocvec(table).map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))
+}
+
+/// Decodes snapshot data, which may come from a peer.
+pub fn decode_table(data: &[u8]) -> io::Result<TableSnapshot> {
+    postcard::from_bytes(data).map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))
+}
+
+/// Appends `n` as postcard writes a length: LEB128, 7 bits a byte.
+fn push_varint(mut n: u64, out: &mut Vec<u8>) {
+    while n >= 0x80 {
+        out.push((n as u8 & 0x7f) | 0x80);
+        n >>= 7;
+    }
+    out.push(n as u8);
+}
+
+/// Where the snapshot lives.
+#[derive(Debug, Clone)]
+pub struct SnapshotStore {
+    file: DurableFile,
+}
+
+impl SnapshotStore {
+    pub fn new(dir: &Path) -> io::Result<SnapshotStore> {
+        fs::create_dir_all(dir).map_err(at(dir))?;
+        let file = DurableFile::new(dir, FILE)
+            .with_temp(TEMP)
+            .timed(&FSYNC_RAFT_LOG);
+        Ok(SnapshotStore { file })
+    }
+
+    /// Where the snapshot lives.
+    pub fn path(&self) -> &Path {
+        self.file.path()
+    }
+
+    /// Replaces the stored snapshot; durable when this returns.
+    pub fn save(&self, snapshot: &StoredSnapshot) -> io::Result<()> {
+        self.save_parts(&snapshot.meta, &snapshot.data)
+    }
+
+    /// [`SnapshotStore::save`] of a snapshot in its two parts. The body is
+    /// postcard's encoding of a [`StoredSnapshot`], written in pieces (the
+    /// metadata, the data's length, the data) so that the data, the size
+    /// of the whole table, is never copied.
+    pub fn save_parts(&self, meta: &SnapshotMeta, data: &[u8]) -> io::Result<()> {
+        let mut head = postcard::to_allocvec(meta)
+            .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))?;
+        push_varint(data.len() as u64, &mut head);
+        let sum = durable::checksum(&[&head, data]);
+        self.file.replace(|file| {
+            file.write_all(MAGIC)?;
+            file.write_all(&sum)?;
+            file.write_all(&head)?;
+            file.write_all(data)
+        })?;
+        Ok(())
+    }
+
+    /// The stored snapshot, if any; a damaged one is an error naming the
+    /// file.
+    pub fn load(&self) -> io::Result<Option<StoredSnapshot>> {
+        let path = self.path();
+        let Some(bytes) = self.file.read()? else {
+            return Ok(None);
+        };
+        let damaged = |why: &str| {
+            io::Error::new(
+                io::ErrorKind::InvalidData,
+                format!(
+                    "the raft snapshot {} is damaged ({why}); refusing to start. Moved \
+                     away, the data directory of one node of a healthy cluster is restored \
+                     by the leader",
+                    path.display()
+                ),
+            )
+        };
+        let body = match bytes.strip_prefix(MAGIC) {
+            Some(rest) => durable::checked(rest).map_err(damaged)?,
+            None => {
+                tracing::warn!(
+                    file = %path.display(),
+                    "snapshot without a checksum (an older batond wrote it); the next snapshot replaces it"
+                );
+                &bytes[..]
+            }
+        };
+        postcard::from_bytes(body)
+            .map(Some)
+            .map_err(|e| damaged(&e.to_string()))
+    }
+}
