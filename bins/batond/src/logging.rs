@@ -1,9 +1,12 @@
 //! batond's logs, on stderr: text (colours only on a terminal) or one
 //! JSON object per line (`--log-format json`). The default filter keeps
-//! the Raft library (openraft) at `warn`; `RUST_LOG` replaces it. A
-//! library warning that repeats (openraft warns at every heartbeat to a
-//! dead peer) is shown once, then summed up once per interval with a
-//! count, instead of 20 times a second.
+//! the Raft library (openraft) at `warn`, but for its heartbeat and
+//! replication warnings, which report each failed call to a peer (20 a
+//! second for a dead one, with Rust debug dumps and node ids): Baton's own
+//! line says that, once per peer per interval and by address
+//! (`peer unreachable`). `RUST_LOG` replaces the filter. Another library
+//! warning that repeats is shown once, then summed up once per interval
+//! with a count.
 
 use std::collections::HashMap;
 use std::fmt::Write as _;
@@ -19,8 +22,9 @@ use tracing_subscriber::util::SubscriberInitExt;
 use tracing_subscriber::{fmt, EnvFilter, Layer};
 
 /// Without `RUST_LOG`: Baton's own lines from `info`, the Raft library's
-/// from `warn`.
-pub const DEFAULT_FILTER: &str = "info,openraft=warn";
+/// from `warn`, its failed heartbeats and replication calls from `error`.
+pub const DEFAULT_FILTER: &str =
+    "info,openraft=warn,openraft::core::heartbeat=error,openraft::replication=error";
 
 /// How often a repeated library warning is summed up.
 pub const SUMMARY_INTERVAL: Duration = Duration::from_secs(10);

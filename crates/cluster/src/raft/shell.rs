@@ -23,6 +23,7 @@ use baton_server::{
 };
 
 use super::engine::RaftEngine;
+use super::members::Members;
 use super::net::inbound::RaftAcceptor;
 use super::net::link::{Dialer, TcpDialer};
 use super::net::network::Network;
@@ -171,8 +172,12 @@ impl RaftHandle {
             }
         })
         .await;
+        let members = Members::of(metrics.membership_config.membership());
         match moved {
-            Ok(Some(leader)) => tracing::info!(leader, "handed over the lead"),
+            Ok(Some(leader)) => {
+                let leader = members.name_of(leader);
+                tracing::info!(leader, "handed over the lead to {leader}");
+            }
             _ => tracing::warn!("no new leader took over in time"),
         }
     }

@@ -26,6 +26,7 @@ use tokio::time::Instant;
 use crate::peer::{
     self, ClusterKeys, GateLimits, HandshakePermit, LinkPermit, PeerError, PeerGate,
 };
+use crate::raft::members::Members;
 use crate::raft::net::bounds::{self, Bounds, Complaints, Implausible};
 use crate::raft::net::limits::{FrameCaps, MAX_BYTES_IN_FLIGHT, MAX_IN_FLIGHT, REPLY_QUEUE};
 use crate::raft::net::link::PeerStream;
@@ -147,7 +148,7 @@ impl<H: TableHost> RaftAcceptor<H> {
         // and a node that joined later may have been given another one.
         if hello.to != self.me {
             return Err(refused(format_args!(
-                "a raft peer dials this node as node {}, but it is node {}: a node added with `baton member add` must run with --join",
+                "a wrong node id, not a wrong key: a raft peer dials this node as node {}, but it is node {} (a node added with `baton member add` must run with --join)",
                 hello.to, self.me
             )));
         }
@@ -221,6 +222,17 @@ impl<H: TableHost> RaftAcceptor<H> {
         result
     }
 
+    /// Peer `id` by its address in the membership, for a log line.
+    fn name_of(&self, id: NodeId) -> String {
+        let membership = self
+            .raft
+            .metrics()
+            .borrow_watched()
+            .membership_config
+            .clone();
+        Members::of(membership.membership()).name_of(id)
+    }
+
     /// Checks one request and starts its handling.
     fn dispatch(
         &self,
@@ -235,7 +247,8 @@ impl<H: TableHost> RaftAcceptor<H> {
         let bounds = Bounds { term, wall_ms };
         let id = request.id;
         let refuse = |what: &str, why: Implausible| {
-            self.complaints.refused(from, what, &why);
+            let peer = self.name_of(from);
+            self.complaints.refused(from, &peer, what, &why);
             reply(tx, id, ReplyBody::failed(&why));
         };
         let body = match request.body {

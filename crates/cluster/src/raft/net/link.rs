@@ -1,8 +1,10 @@
 //! One multiplexed connection to a peer: RPCs go out tagged with an id,
 //! replies come back in any order and wake their caller. The connection is
 //! dialled on first use and again after it fails, over the authenticated
-//! channel (the handshake proves both ends hold the cluster key); every
-//! call is bounded by its timeout, dialling and handshake included. The
+//! channel (the handshake proves both ends hold the cluster key), with a
+//! growing wait between failed dials ([`Redial`]): a call meanwhile fails
+//! at once. Every call is bounded by its timeout, dialling and handshake
+//! included. The
 //! writer's queue and the calls awaiting replies are bounded: a call past
 //! either fails at once rather than letting them grow.
 
@@ -22,6 +24,7 @@ use tokio::sync::{mpsc, oneshot};
 
 use crate::peer::{self, ClusterKey};
 use crate::raft::net::limits::{FrameCaps, MAX_CALLS_IN_FLIGHT, REQUEST_QUEUE};
+use crate::raft::net::redial::Redial;
 use crate::raft::net::rpc::{LinkHello, ReplyBody, RequestBody, RpcReply, RpcRequest, RAFT_HELLO};
 
 /// A byte stream to a peer: TCP in a node, a simulated one in tests.
@@ -65,6 +68,9 @@ pub enum CallError {
     Refused(String),
     #[error("too many calls queued to the peer")]
     Overloaded,
+    /// The last dial failed and the next is not due yet.
+    #[error("peer unreachable; next dial in {0:?}")]
+    Waiting(Duration),
 }
 
 type Waiters = Arc<Mutex<HashMap<u64, oneshot::Sender<ReplyBody>>>>;
@@ -77,6 +83,13 @@ struct Conn {
     waiters: Waiters,
 }
 
+/// The live connection, if any, and when the next dial may start.
+#[derive(Debug, Default)]
+struct Slot {
+    conn: Option<Arc<Conn>>,
+    redial: Redial,
+}
+
 /// The link to one peer, shared by every openraft client of that peer.
 pub struct Link {
     addr: String,
@@ -84,7 +97,7 @@ pub struct Link {
     key: ClusterKey,
     caps: FrameCaps,
     dialer: Arc<dyn Dialer>,
-    conn: tokio::sync::Mutex<Option<Arc<Conn>>>,
+    slot: tokio::sync::Mutex<Slot>,
     next_id: AtomicU64,
     /// The node's tasks: a connection's reader and writer stop with it.
     tasks: Tasks,
@@ -126,7 +139,7 @@ impl Link {
             key,
             caps,
             dialer,
-            conn: tokio::sync::Mutex::new(None),
+            slot: tokio::sync::Mutex::new(Slot::default()),
             next_id: AtomicU64::new(1),
             tasks,
         }
@@ -134,12 +147,17 @@ impl Link {
 
     /// Sends `body` and waits (at most `timeout`, dialling included) for
     /// the reply. A connection that lets a call time out is dropped: a
-    /// stalled stream would stall every call after it.
+    /// stalled stream would stall every call after it. A dial that does
+    /// not get through the handshake in time leaves the peer unreachable.
     pub async fn call(&self, body: RequestBody, timeout: Duration) -> Result<ReplyBody, CallError> {
         let deadline = tokio::time::Instant::now() + timeout;
         let conn = match tokio::time::timeout_at(deadline, self.connection()).await {
             Ok(conn) => conn?,
-            Err(_) => return Err(CallError::Timeout(timeout)),
+            Err(_) => {
+                return Err(CallError::Unreachable(format!(
+                    "no connection within {timeout:?}"
+                )))
+            }
         };
         match tokio::time::timeout_at(deadline, self.call_on(&conn, body)).await {
             Ok(result) => result,
@@ -186,19 +204,23 @@ impl Link {
     }
 
     async fn drop_conn(&self, dead: &Arc<Conn>) {
-        let mut conn = self.conn.lock().await;
-        if conn.as_ref().is_some_and(|c| Arc::ptr_eq(c, dead)) {
-            *conn = None;
+        let mut slot = self.slot.lock().await;
+        if slot.conn.as_ref().is_some_and(|c| Arc::ptr_eq(c, dead)) {
+            slot.conn = None;
         }
     }
 
+    /// The live connection, or a new one if a dial is due.
     async fn connection(&self) -> Result<Arc<Conn>, CallError> {
-        let mut slot = self.conn.lock().await;
-        if let Some(conn) = slot.as_ref() {
+        let mut slot = self.slot.lock().await;
+        if let Some(conn) = slot.conn.as_ref() {
             if !conn.tx.is_closed() {
                 return Ok(conn.clone());
             }
         }
+        let now = tokio::time::Instant::now();
+        slot.redial.may_dial(now).map_err(CallError::Waiting)?;
+        slot.redial.dialling(now);
         let stream = self
             .dialer
             .dial(&self.addr)
@@ -209,7 +231,8 @@ impl Link {
                 .await
                 .map_err(|e| CallError::Unreachable(e.to_string()))?,
         );
-        *slot = Some(conn.clone());
+        slot.redial.connected();
+        slot.conn = Some(conn.clone());
         Ok(conn)
     }
 }

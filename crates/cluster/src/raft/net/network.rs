@@ -160,15 +160,17 @@ impl PeerClient {
                 timeout: ttl,
             }),
             CallError::Broken => RPCError::Network(NetworkError::new(&error)),
-            CallError::Unreachable(_) | CallError::Refused(_) | CallError::Overloaded => {
-                RPCError::Unreachable(Unreachable::new(&error))
-            }
+            CallError::Unreachable(_)
+            | CallError::Refused(_)
+            | CallError::Overloaded
+            | CallError::Waiting(_) => RPCError::Unreachable(Unreachable::new(&error)),
         })
     }
 
     /// Logs a peer going out of reach once, then a summary per interval
-    /// while it stays out, and its coming back: openraft logs every failed
-    /// heartbeat (20 a second per dead peer), and batond sums those up.
+    /// while it stays out, and its coming back: openraft calls a dead peer
+    /// at every heartbeat, and only the dials those calls make are counted
+    /// (a call while the next dial is not due fails without one).
     fn note_reachability<T>(&self, called: &Result<T, CallError>) {
         match called {
             Ok(_) => {
@@ -181,13 +183,16 @@ impl PeerClient {
             }
             // Slow or busy: still there.
             Err(CallError::Timeout(_) | CallError::Overloaded) => {}
+            // No dial: already counted.
+            Err(CallError::Waiting(_)) => {}
         }
     }
 
     /// Refuses an implausible reply: logged (rate limited), and to
     /// openraft the peer is unreachable.
     pub(crate) fn implausible(&self, what: &str, why: Implausible) -> RPCError<TypeConfig> {
-        self.complaints.refused(self.target, what, &why);
+        self.complaints
+            .refused(self.target, self.link.addr(), what, &why);
         RPCError::Unreachable(Unreachable::new(&why))
     }
 
@@ -204,7 +209,7 @@ impl PeerClient {
                 "a snapshot of {} bytes is over the limit of {MAX_SNAPSHOT_BYTES}; the follower cannot be restored",
                 data.len()
             );
-            tracing::error!(follower = self.target, "{why}");
+            tracing::error!(follower = self.link.addr(), "{why}");
             return Err(RPCError::Unreachable(Unreachable::from_string(why)));
         }
         let sent = vote.leader_id.term;

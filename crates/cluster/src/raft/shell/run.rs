@@ -20,6 +20,7 @@ use openraft::errors::Fatal;
 use openraft::{Instant as _, TokioInstant};
 
 use super::hold_timer::{HoldClock, HoldTimer};
+use crate::raft::members::Members;
 use crate::raft::node::lock_node::RaftLockNode;
 use crate::raft::node::observe::SaturatingSince;
 use crate::raft::node::reads::READ_WAIT;
@@ -165,11 +166,13 @@ fn execute(raft: &Raft, command: RaftCommand) -> Running {
             Done::Confirmed(confirmed)
         }),
         RaftCommand::TransferLead { to, stuck } => Box::pin(async move {
+            let members = raft.metrics().borrow_watched().membership_config.clone();
+            let members = Members::of(members.membership());
             tracing::warn!(
-                follower = stuck.node,
+                follower = members.name_of(stuck.node),
                 matched = ?stuck.matched,
                 lag = stuck.lag,
-                to,
+                to = members.name_of(to),
                 "replication to a live follower is stuck; handing the lead over to rebuild it"
             );
             if let Err(error) = raft.trigger().transfer_leader(to).await {
