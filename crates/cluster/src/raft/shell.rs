@@ -30,6 +30,7 @@ use super::net::network::Network;
 use super::net::rpc::RAFT_HELLO;
 use super::node::lock_node::RaftLockNode;
 use super::node::NodeTimes;
+use super::removal::RemovalNotice;
 pub use super::settings::RaftSettings;
 use super::storage::log_store::LogStore;
 use super::storage::snapshot_store::SnapshotStore;
@@ -78,15 +79,18 @@ pub async fn build_raft<H: TableHost>(
     host: Arc<H>,
     dialer: Arc<dyn Dialer>,
 ) -> Result<RaftOf<H>, StartError> {
-    build_raft_in(settings, host, dialer, Tasks::new()).await
+    let removal = RemovalNotice::default();
+    build_raft_in(settings, host, dialer, Tasks::new(), removal).await
 }
 
-/// [`build_raft`], with the peer links' tasks among the node's `tasks`.
+/// [`build_raft`], with the peer links' tasks among the node's `tasks`,
+/// telling `removal` when a member says this node is none.
 pub async fn build_raft_in<H: TableHost>(
     settings: &RaftSettings,
     host: Arc<H>,
     dialer: Arc<dyn Dialer>,
     tasks: Tasks,
+    removal: RemovalNotice,
 ) -> Result<RaftOf<H>, StartError> {
     let log = LogStore::open_with(
         &settings.data_dir.join("log"),
@@ -95,8 +99,9 @@ pub async fn build_raft_in<H: TableHost>(
     )?;
     let snapshots = SnapshotStore::new(&settings.data_dir.join("snapshot"))?;
     let state_machine = LockStateMachine::open(host, snapshots)?;
-    let network =
-        Network::new(settings.me, settings.keys.primary().clone(), dialer).in_tasks(tasks);
+    let network = Network::new(settings.me, settings.keys.primary().clone(), dialer)
+        .in_tasks(tasks)
+        .with_removal(removal);
     let config = Arc::new(settings.openraft_config()?);
     let raft = openraft::Raft::new(settings.me, config, network, log, state_machine)
         .await
@@ -264,6 +269,7 @@ struct Opened {
     locks: Shared,
     raft: Raft,
     tasks: Tasks,
+    removal: RemovalNotice,
 }
 
 impl Opened {
@@ -275,13 +281,22 @@ impl Opened {
         let node = RaftLockNode::new(engine, NodeTimes::of(settings));
         let locks: Shared = Arc::new(SharedLocks::new(node, io.clock));
         let tasks = Tasks::new();
-        let raft = build_raft_in(settings, locks.clone(), io.dialer, tasks.clone()).await?;
+        let removal = RemovalNotice::default();
+        let raft = build_raft_in(
+            settings,
+            locks.clone(),
+            io.dialer,
+            tasks.clone(),
+            removal.clone(),
+        )
+        .await?;
         let hold_clock = io.hold_clock;
         Ok(Opened {
             hold_clock,
             locks,
             raft,
             tasks,
+            removal,
         })
     }
 
@@ -298,6 +313,7 @@ impl Opened {
             locks,
             raft,
             tasks,
+            removal,
         } = self;
         let acceptor = Arc::new(Inbound(RaftAcceptor::new_in(
             raft.clone(),
@@ -313,7 +329,12 @@ impl Opened {
             Some(acceptor),
             tasks.clone(),
         )?;
-        tasks.spawn(run::run(raft.clone(), locks, hold_clock));
+        tasks.spawn(run::run(
+            raft.clone(),
+            locks,
+            hold_clock,
+            removal.subscribe(),
+        ));
         Ok(RaftCluster {
             server,
             handle: RaftHandle {

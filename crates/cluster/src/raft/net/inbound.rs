@@ -32,6 +32,7 @@ use crate::raft::net::limits::{FrameCaps, MAX_BYTES_IN_FLIGHT, MAX_IN_FLIGHT, RE
 use crate::raft::net::link::PeerStream;
 use crate::raft::net::rpc::{LinkHello, ReplyBody, RequestBody, RpcReply, RpcRequest, RAFT_HELLO};
 use crate::raft::net::snapshot_transfer::{Assembly, AssemblyBudget, SnapshotHead};
+use crate::raft::removal;
 use crate::raft::storage::snapshot_store;
 use crate::raft::storage::state_machine::TableHost;
 use crate::raft::types::NodeId;
@@ -287,6 +288,17 @@ impl<H: TableHost> RaftAcceptor<H> {
         };
         if let Err((what, why)) = checked {
             return refuse(what, why);
+        }
+        if let RequestBody::Vote(rpc) | RequestBody::PreVote(rpc) = &body {
+            let committed = self
+                .raft
+                .server_metrics()
+                .borrow_watched()
+                .committed_membership_config
+                .clone();
+            if let Some(at) = removal::refuses_vote(&committed, from, rpc.last_log_id) {
+                return reply(tx, id, ReplyBody::NotMember(at));
+            }
         }
         let raft = self.raft.clone();
         let tx = tx.clone();

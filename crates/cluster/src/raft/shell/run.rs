@@ -26,7 +26,8 @@ use crate::raft::node::observe::SaturatingSince;
 use crate::raft::node::reads::READ_WAIT;
 use crate::raft::node::RaftCommand;
 use crate::raft::storage::state_machine::TableHost;
-use crate::raft::types::{NodeId, Raft, RaftOf};
+use crate::raft::types::{LogId, NodeId, Raft, RaftOf};
+use tokio::sync::watch;
 
 type Shared = Arc<SharedLocks<RaftLockNode>>;
 
@@ -56,8 +57,14 @@ enum Wake {
     Done(Done),
 }
 
-/// Feeds the node and runs its commands until openraft stops.
-pub async fn run(raft: Raft, locks: Shared, hold_clock: HoldClock) {
+/// Feeds the node and runs its commands until openraft stops; `removal`
+/// brings a member's word that this node is none.
+pub async fn run(
+    raft: Raft,
+    locks: Shared,
+    hold_clock: HoldClock,
+    mut removal: watch::Receiver<Option<LogId>>,
+) {
     let mut server = raft.server_metrics();
     let full = raft.metrics();
     let timer = HoldTimer::new(hold_clock);
@@ -71,6 +78,7 @@ pub async fn run(raft: Raft, locks: Shared, hold_clock: HoldClock) {
             let server = server.borrow_and_update().clone();
             (server, full.borrow_watched().clone())
         });
+        let told_removed = *removal.borrow_and_update();
         let (commands, timeout) = locks.with(|node, now, events| {
             match wake {
                 Wake::Done(done) => hear(node, done, at, now, events),
@@ -78,6 +86,7 @@ pub async fn run(raft: Raft, locks: Shared, hold_clock: HoldClock) {
                 Wake::Output | Wake::Metrics => {}
             }
             if let Some((server, full)) = &metrics {
+                node.handle_removal_notice(told_removed);
                 node.handle_metrics(server, full, at, now, events);
             }
             node.handle_tick(at);
@@ -108,6 +117,7 @@ pub async fn run(raft: Raft, locks: Shared, hold_clock: HoldClock) {
                 Err(_) => return,
             },
             () = sleep => Wake::Metrics,
+            Ok(()) = removal.changed() => Wake::Metrics,
             () = async {
                 if let Some(hold) = hold.as_mut() {
                     hold.await;
