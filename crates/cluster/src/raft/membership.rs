@@ -56,7 +56,7 @@ pub enum MembershipError {
     LastVoter(String),
     #[error("{addr} was added as a learner but has not caught up within {} (is batond running there with --join?); ask again to promote it once it has", seconds(*.waited))]
     NotCaughtUp { addr: String, waited: Duration },
-    #[error("{addr} did not catch up within {} ({}); it was removed again, the membership is as before", seconds(*.waited), if *.answered { "it answered but was still behind: allow more time for a large table" } else { "no node answered there: is batond running there with --join?" })]
+    #[error("{addr} did not catch up within {} ({}); it was removed again, the membership is as before", seconds(*.waited), if *.answered { "it answered but was still behind: allow more time for a large table" } else { "nothing took the log there: is batond running there, started with --join?" })]
     RolledBack {
         addr: String,
         waited: Duration,
@@ -108,12 +108,13 @@ pub struct CatchUp {
     pub roll_back: bool,
 }
 
-/// `d` in seconds, as an operator reads it (`5 s`, `1.5 s`).
+/// `d` in seconds to a tenth, as an operator reads it (`5 s`, `1.5 s`):
+/// the time a caller asked for, less the moments its request took.
 fn seconds(d: Duration) -> String {
-    if d.subsec_millis() == 0 {
-        format!("{} s", d.as_secs())
-    } else {
-        format!("{:.1} s", d.as_secs_f64())
+    let tenths = (d.as_millis() + 50) / 100;
+    match tenths % 10 {
+        0 => format!("{} s", tenths / 10),
+        tenth => format!("{}.{tenth} s", tenths / 10),
     }
 }
 
@@ -262,4 +263,17 @@ fn progress_of(metrics: &observe::Metrics, id: NodeId) -> Option<observe::PeerPr
 
 fn failed(error: impl std::fmt::Display) -> MembershipError {
     MembershipError::Failed(error.to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn waits_read_in_seconds_to_a_tenth() {
+        assert_eq!(seconds(Duration::from_secs(5)), "5 s");
+        assert_eq!(seconds(Duration::from_millis(2_987)), "3 s");
+        assert_eq!(seconds(Duration::from_millis(1_462)), "1.5 s");
+        assert_eq!(seconds(Duration::ZERO), "0 s");
+    }
 }
