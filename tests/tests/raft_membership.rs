@@ -282,6 +282,17 @@ async fn a_cluster_grows_by_a_joining_node_and_shrinks_again() {
         .expect("S");
     assert_eq!(field(&status, "role"), "follower");
     assert_eq!(field(&status, "active"), cluster.peers[leader].to_string());
+    // Its log names nodes by address, though it heard the leader before
+    // the log told it the members.
+    let roles = joined.log_tail(100_000);
+    assert!(
+        roles.contains(&format!("follower of {}", cluster.peers[leader])),
+        "{roles}"
+    );
+    assert!(
+        !roles.contains("follower of node ") && !roles.contains("node=\"\""),
+        "{roles}"
+    );
 
     // Shrunk again: the joined node leaves, and the three carry on.
     let (code, out, err) = baton(&[
