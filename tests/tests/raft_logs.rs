@@ -1,7 +1,8 @@
 //! What a Raft leader's log says, and how often it dials, while a follower
 //! is down: one line per interval about that peer, by address, with no
 //! library debug dumps, and redials spaced out (capped exponential
-//! back-off) rather than one per heartbeat.
+//! back-off) rather than one per heartbeat; and at its graceful stop, the
+//! lead handed to the live follower, named by address.
 
 use std::time::Duration;
 
@@ -61,5 +62,24 @@ async fn a_dead_follower_is_one_line_per_interval_and_redialled_with_back_off() 
     assert!(
         (1..=8).contains(&dials),
         "{dials} dials in {window:?} (one per heartbeat would be about 100)"
+    );
+
+    // A graceful stop hands the lead to the follower that answers, named
+    // by address, not to the dead one with as much of the log.
+    drop(listener);
+    let live = cluster.peers[(leader + 2) % 3];
+    let stopped = cluster.nodes[leader].terminate();
+    assert!(stopped.success(), "{stopped:?}");
+    let log = cluster.nodes[leader].log_tail(100_000);
+    let after_kill: Vec<&str> = log.lines().skip(before).collect();
+    assert!(
+        after_kill
+            .iter()
+            .any(|l| l.contains(&format!("handed over the lead to {live}"))),
+        "{after_kill:#?}"
+    );
+    assert!(
+        after_kill.iter().all(|l| !l.contains("openraft")),
+        "{after_kill:#?}"
     );
 }

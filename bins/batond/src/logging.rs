@@ -31,7 +31,12 @@ pub const DEFAULT_FILTER: &str =
 /// How openraft's core words a failed call to a peer (`while requesting
 /// vote, error: ..., target: 2`): Baton's per-peer line says it, by
 /// address.
-pub const PEER_CALL_FAILURES: [&str; 2] = ["while requesting ", "timeout while requesting "];
+pub const PEER_CALL_FAILURES: [&str; 4] = [
+    "while requesting ",
+    "timeout while requesting ",
+    "error sending ",
+    "timeout sending ",
+];
 
 /// How often a repeated library warning is summed up.
 pub const SUMMARY_INTERVAL: Duration = Duration::from_secs(10);

@@ -29,7 +29,7 @@ use super::net::link::{Dialer, TcpDialer};
 use super::net::network::Network;
 use super::net::rpc::RAFT_HELLO;
 use super::node::lock_node::RaftLockNode;
-use super::node::NodeTimes;
+use super::node::{observe, NodeTimes};
 use super::removal::RemovalNotice;
 pub use super::settings::RaftSettings;
 use super::storage::log_store::LogStore;
@@ -151,13 +151,8 @@ impl RaftHandle {
         if metrics.state != ServerState::Leader {
             return;
         }
-        let Some(to) = metrics.replication.as_ref().and_then(|replication| {
-            replication
-                .iter()
-                .filter(|(id, _)| **id != self.me)
-                .max_by_key(|(_, matched)| matched.map(|m| m.index))
-                .map(|(id, _)| *id)
-        }) else {
+        let now = <openraft::TokioInstant as openraft::Instant>::now();
+        let Some(to) = observe::hand_off_target(&metrics, now, HANDOFF_WAIT) else {
             return;
         };
         if let Err(error) = self.raft.trigger().transfer_leader(to).await {
