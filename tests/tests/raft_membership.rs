@@ -401,6 +401,9 @@ async fn a_removed_node_says_so_serves_no_more_and_is_not_taken_for_a_wrong_key(
         refusals.iter().all(|l| !l.contains("cluster-key-file")),
         "{refusals:?}"
     );
+    // The leader's log says it too: the node refused the link, and why.
+    let told = log_lines(&cluster.nodes[leader], &format!("peer={gone_addr}"));
+    assert!(told.iter().any(|l| l.contains("wrong node id")), "{told:?}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -42,6 +42,9 @@ use crate::raft::types::RaftOf;
 /// heartbeats keep a live link far busier.
 const IDLE_LIMIT: Duration = Duration::from_secs(30);
 
+/// How long a refused link's dialler is given to take the reason.
+const REFUSAL_SEND_WAIT: Duration = Duration::from_millis(500);
+
 /// How a link ended badly.
 #[derive(Debug, thiserror::Error)]
 enum LinkEnd {
@@ -145,23 +148,29 @@ impl<H: TableHost> RaftAcceptor<H> {
         .await
         .map_err(refused)?;
         let hello: LinkHello = peer::decode(&first).map_err(refused)?;
-        // The peer list is not compared: it seeds a fresh cluster only,
-        // and a node that joined later may have been given another one.
-        if hello.to != self.me {
-            return Err(refused(format_args!(
-                "a wrong node id, not a wrong key: a raft peer dials this node as node {}, but it is node {} (a node added with `baton member add` must run with --join)",
-                hello.to, self.me
-            )));
-        }
-        if hello.from == self.me || !crate::raft::members::plausible_id(hello.from) {
-            return Err(refused(format_args!(
-                "a raft peer that says it is node {}",
-                hello.from
-            )));
+        if let Some(reason) = self.refusal_of(&hello) {
+            tell_refusal(&mut framed, &reason).await;
+            return Err(LinkEnd::Refused(reason));
         }
         let link = self.gate.admit_link(permit, hello.from);
         framed.codec_mut().set_max_frame(self.caps.request);
         self.run(framed, hello.from, &link).await
+    }
+
+    /// Why a link with `hello` is refused, if it is. The peer list is not
+    /// compared: it seeds a fresh cluster only, and a node that joined
+    /// later may have been given another one.
+    fn refusal_of(&self, hello: &LinkHello) -> Option<String> {
+        if hello.to != self.me {
+            return Some(format!(
+                "a wrong node id, not a wrong key: a raft peer dials this node as node {}, but it is node {} (a node added with `baton member add` must run with --join, on an empty data directory)",
+                hello.to, self.me
+            ));
+        }
+        if hello.from == self.me || !crate::raft::members::plausible_id(hello.from) {
+            return Some(format!("a raft peer that says it is node {}", hello.from));
+        }
+        None
     }
 
     /// Serves an admitted link until it closes, idles out or is superseded.
@@ -307,6 +316,17 @@ impl<H: TableHost> RaftAcceptor<H> {
             reply(&tx, id, body);
             drop(slots);
         });
+    }
+}
+
+/// Tells the dialler why its link is refused (a reply to no call: id 0),
+/// so that its log says it too. Best effort, and brief.
+async fn tell_refusal<S: PeerStream>(framed: &mut peer::SecureFramed<S>, reason: &str) {
+    if let Ok(frame) = peer::encode(&RpcReply {
+        id: 0,
+        body: ReplyBody::failed(&reason),
+    }) {
+        let _ = tokio::time::timeout(REFUSAL_SEND_WAIT, framed.send(frame)).await;
     }
 }
 

@@ -12,7 +12,7 @@ use std::collections::HashMap;
 use std::future::Future;
 use std::io;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
@@ -81,6 +81,28 @@ type Waiters = Arc<Mutex<HashMap<u64, oneshot::Sender<ReplyBody>>>>;
 struct Conn {
     tx: mpsc::Sender<Bytes>,
     waiters: Waiters,
+    /// Whether the peer answered a call on it: until it does, the dial
+    /// counts as failed (a peer that takes the handshake, then refuses
+    /// the link, is redialled with the back-off too).
+    answered: AtomicBool,
+    /// Why the peer refused the link, if it said (a reply with id 0).
+    refusal: Arc<Mutex<Option<String>>>,
+}
+
+impl Conn {
+    /// How a call that found the connection gone fails: with the peer's
+    /// refusal if it gave one.
+    fn broken(&self) -> CallError {
+        match self
+            .refusal
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+        {
+            Some(reason) => CallError::Refused(reason),
+            None => CallError::Broken,
+        }
+    }
 }
 
 /// The live connection, if any, and when the next dial may start.
@@ -88,6 +110,18 @@ struct Conn {
 struct Slot {
     conn: Option<Arc<Conn>>,
     redial: Redial,
+}
+
+impl Slot {
+    /// Forgets the connection; the next dial is due at once if the peer
+    /// answered on it.
+    fn forget(&mut self) {
+        if let Some(conn) = self.conn.take() {
+            if conn.answered.load(Ordering::Relaxed) {
+                self.redial.connected();
+            }
+        }
+    }
 }
 
 /// The link to one peer, shared by every openraft client of that peer.
@@ -190,15 +224,19 @@ impl Link {
             Err(mpsc::error::TrySendError::Full(_)) => return Err(CallError::Overloaded),
             Err(mpsc::error::TrySendError::Closed(_)) => {
                 self.drop_conn(conn).await;
-                return Err(CallError::Broken);
+                return Err(conn.broken());
             }
         }
-        match rx.await {
+        let reply = rx.await;
+        if reply.is_ok() {
+            conn.answered.store(true, Ordering::Relaxed);
+        }
+        match reply {
             Ok(ReplyBody::Failed(reason)) => Err(CallError::Refused(reason)),
             Ok(reply) => Ok(reply),
             Err(_) => {
                 self.drop_conn(conn).await;
-                Err(CallError::Broken)
+                Err(conn.broken())
             }
         }
     }
@@ -206,7 +244,7 @@ impl Link {
     async fn drop_conn(&self, dead: &Arc<Conn>) {
         let mut slot = self.slot.lock().await;
         if slot.conn.as_ref().is_some_and(|c| Arc::ptr_eq(c, dead)) {
-            slot.conn = None;
+            slot.forget();
         }
     }
 
@@ -218,6 +256,7 @@ impl Link {
                 return Ok(conn.clone());
             }
         }
+        slot.forget();
         let now = tokio::time::Instant::now();
         slot.redial.may_dial(now).map_err(CallError::Waiting)?;
         slot.redial.dialling(now);
@@ -231,7 +270,6 @@ impl Link {
                 .await
                 .map_err(|e| CallError::Unreachable(e.to_string()))?,
         );
-        slot.redial.connected();
         slot.conn = Some(conn.clone());
         Ok(conn)
     }
@@ -264,6 +302,8 @@ async fn start(
     let (tx, mut rx) = mpsc::channel::<Bytes>(REQUEST_QUEUE);
     let waiters: Waiters = Arc::new(Mutex::new(HashMap::new()));
     let reading = waiters.clone();
+    let refusal = Arc::new(Mutex::new(None));
+    let refused = refusal.clone();
     let (stop_tx, mut stop_rx) = oneshot::channel::<()>();
     tasks.spawn(async move {
         let mut batch = Vec::with_capacity(REQUEST_QUEUE);
@@ -291,6 +331,11 @@ async fn start(
             let Ok(reply) = peer::decode::<RpcReply>(&frame) else {
                 break;
             };
+            if let (0, ReplyBody::Failed(reason)) = (reply.id, &reply.body) {
+                // No call has id 0: the peer refuses the link, and says why.
+                *refused.lock().unwrap_or_else(PoisonError::into_inner) = Some(reason.clone());
+                break;
+            }
             if let Some(waiter) = waiters_of(&reading).remove(&reply.id) {
                 let _ = waiter.send(reply.body);
             }
@@ -299,5 +344,10 @@ async fn start(
         waiters_of(&reading).clear();
         drop(stop_tx);
     });
-    Ok(Conn { tx, waiters })
+    Ok(Conn {
+        tx,
+        waiters,
+        answered: AtomicBool::new(false),
+        refusal,
+    })
 }
