@@ -298,7 +298,14 @@ impl LockNode for RaftLockNode {
     }
 
     fn members(&self, _now: Millis) -> Vec<baton_server::inspect::Member> {
-        super::inspect::members(&self.engine, &self.shown.progress)
+        let mut members = super::inspect::members(&self.engine, &self.shown.progress);
+        if self.removed {
+            // Its log may still list it; it is a member no more.
+            for me in members.iter_mut().filter(|m| m.is_self) {
+                me.state = "removed";
+            }
+        }
+        members
     }
 
     fn health_issue(&self, now: Millis) -> Option<String> {

@@ -388,6 +388,8 @@ fn a_node_told_it_was_removed_says_so_and_serves_no_more() {
         lease_ms: 1_000,
     };
     assert!(matches!(f.request(acquire), Served::Redirect(_)));
+    let me = f.node.members(10).into_iter().find(|m| m.is_self);
+    assert_eq!(me.map(|m| m.state), Some("removed"));
     let mut back = leading(f.at(20));
     back.membership_config = std::sync::Arc::new(openraft::StoredMembership::new(
         Some(log_id(12)),
