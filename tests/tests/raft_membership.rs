@@ -1,9 +1,11 @@
 //! Raft membership changed online with real `batond` processes, through
 //! the HTTP endpoint's `/v1/members` (what `baton member` calls): a dead
 //! follower's disk replaced (removed, wiped, started with `--join`, added
-//! again), a cluster grown by a node that joins and shrunk again, and the
-//! refusals (an address taken twice, a follower asked, a node added but
-//! started without `--join`).
+//! again), a cluster grown by a node that joins and shrunk again (with a
+//! warning at four voters), and the refusals (an address taken twice, a
+//! follower asked, a node added but started without `--join`); a removed
+//! node that says so and serves no more; an add with no node behind the
+//! address, rolled back within its `--timeout`.
 
 use std::net::SocketAddr;
 use std::time::Duration;
@@ -251,6 +253,16 @@ async fn a_cluster_grows_by_a_joining_node_and_shrinks_again() {
         out.contains(&format!("{fourth}")) && out.contains("voter"),
         "{out}"
     );
+    // Four voters tolerate one failure, as three do: the CLI and the
+    // leader's log say so.
+    assert!(err.contains("warning: 4 voters"), "{err}");
+    let warned = cluster.nodes[leader].log_tail(100_000);
+    assert!(
+        warned
+            .lines()
+            .any(|l| l.contains("WARN") && l.contains("4 voters")),
+        "{warned}"
+    );
     let (code, out, _) = baton(&["--servers", &follower, "member", "list", "--json"]).await;
     assert_eq!(code, Some(0));
     let listed: Value = serde_json::from_str(&out).expect("json");
@@ -270,6 +282,17 @@ async fn a_cluster_grows_by_a_joining_node_and_shrinks_again() {
         .expect("S");
     assert_eq!(field(&status, "role"), "follower");
     assert_eq!(field(&status, "active"), cluster.peers[leader].to_string());
+    // Its log names nodes by address, though it heard the leader before
+    // the log told it the members.
+    let roles = joined.log_tail(100_000);
+    assert!(
+        roles.contains(&format!("follower of {}", cluster.peers[leader])),
+        "{roles}"
+    );
+    assert!(
+        !roles.contains("follower of node ") && !roles.contains("node=\"\""),
+        "{roles}"
+    );
 
     // Shrunk again: the joined node leaves, and the three carry on.
     let (code, out, err) = baton(&[
@@ -295,4 +318,125 @@ async fn a_cluster_grows_by_a_joining_node_and_shrinks_again() {
     )
     .await;
     assert_eq!(bad.code, 400, "{bad:?}");
+}
+
+/// Lines of `node`'s log that contain `text`.
+fn log_lines(node: &Batond, text: &str) -> Vec<String> {
+    node.log_tail(100_000)
+        .lines()
+        .filter(|l| l.contains(text))
+        .map(str::to_string)
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_removed_node_says_so_serves_no_more_and_is_not_taken_for_a_wrong_key() {
+    let _serial = SERIAL.lock().await;
+    let http = free_addrs(3).expect("ports");
+    let mut cluster = RaftCluster::start_each(3, |i| http_args(http[i]));
+    let (leader, _) = cluster.wait_leader(SETTLE).await;
+    let gone = (leader + 1) % 3;
+    let gone_addr = cluster.peers[gone];
+    let removed = remove_member(http[leader], gone_addr).await;
+    assert_eq!(removed.code, 200, "{removed:?}");
+
+    // It learns it from the others (it seldom receives the membership
+    // without it), within a few election timeouts.
+    let status = cluster
+        .wait_status(gone, "removed", Duration::from_secs(15), |s| {
+            field(s, "role") == "removed"
+        })
+        .await;
+    assert_eq!(field(&status, "mode"), "raft", "{status:?}");
+    let health = http_get(http[gone], "/health", None).await;
+    assert_eq!(health.code, 503, "{health:?}");
+    assert_eq!(json(&health)["role"], "removed", "{health:?}");
+    assert!(health.body.contains("removed"), "{health:?}");
+    // It grants nothing: every request is redirected.
+    let mut line = cluster.nodes[gone].connect().await;
+    let reply = line.request("A removed/k 5 60").await;
+    assert!(reply.starts_with("M A removed/k "), "{reply:?}");
+    let said = log_lines(
+        &cluster.nodes[gone],
+        "removed from the cluster's membership",
+    );
+    assert_eq!(said.len(), 1, "one line: {said:?}");
+    // The two others carry on.
+    let mut client = cluster.client(leader);
+    grant(&mut client, "removed/after").await;
+
+    // Added back without wiping its disk, it still has its old id: it
+    // refuses the leader's links as a wrong node id (not a wrong key), and
+    // `member add` gives up within its --timeout and takes it out again.
+    let started = Instant::now();
+    let leader_addr = cluster.peers[leader].to_string();
+    let (code, out, err) = baton(&[
+        "--servers",
+        &leader_addr,
+        "member",
+        "add",
+        &gone_addr.to_string(),
+        "--timeout",
+        "3",
+    ])
+    .await;
+    assert_eq!(code, Some(3), "{out} {err}");
+    assert!(
+        err.contains("within 3 s") && err.contains("removed again"),
+        "{err}"
+    );
+    assert!(
+        started.elapsed() < Duration::from_secs(10),
+        "{:?}",
+        started.elapsed()
+    );
+    let listed = http_get(http[leader], "/v1/members", None).await;
+    assert_eq!(members(&listed).len(), 2, "{listed:?}");
+    let refusals = log_lines(&cluster.nodes[gone], "refused a peer connection");
+    assert!(
+        refusals.iter().any(|l| l.contains("wrong node id")),
+        "{refusals:?}"
+    );
+    assert!(
+        refusals.iter().all(|l| !l.contains("cluster-key-file")),
+        "{refusals:?}"
+    );
+    // The leader's log says it too: the node refused the link, and why.
+    let told = log_lines(&cluster.nodes[leader], &format!("peer={gone_addr}"));
+    assert!(told.iter().any(|l| l.contains("wrong node id")), "{told:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn member_add_of_an_address_with_no_node_honours_a_short_timeout_and_is_rolled_back() {
+    let _serial = SERIAL.lock().await;
+    let http = free_addrs(3).expect("ports");
+    let mut cluster = RaftCluster::start_each(3, |i| http_args(http[i]));
+    let (leader, _) = cluster.wait_leader(SETTLE).await;
+    let nobody = free_addrs(1).expect("port")[0].to_string();
+    let servers = cluster.peers[leader].to_string();
+    let started = Instant::now();
+    let (code, out, err) = baton(&[
+        "--servers",
+        &servers,
+        "member",
+        "add",
+        &nobody,
+        "--timeout",
+        "1.5",
+    ])
+    .await;
+    let took = started.elapsed();
+    assert_eq!(code, Some(3), "{out} {err}");
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(err.contains("within 1.5 s"), "{err}");
+    assert!(err.contains("nothing took the log there"), "{err}");
+    // Honoured: not the endpoint's 5 s per ask.
+    assert!(took < Duration::from_millis(4_500), "took {took:?}");
+    // Rolled back: no learner is left behind.
+    let listed = http_get(http[leader], "/v1/members", None).await;
+    let now = members(&listed);
+    assert_eq!(now.len(), 3, "{listed:?}");
+    assert!(now.iter().all(|(_, m)| m == "voter"), "{listed:?}");
+    let rolled = log_lines(&cluster.nodes[leader], "removed it again");
+    assert_eq!(rolled.len(), 1, "{rolled:?}");
 }

@@ -671,4 +671,36 @@ fn a_v1_client_certificate_is_named_as_such() {
         "{refused}"
     );
     assert!(!refused.contains("OtherError"), "{refused}");
+
+    // A client that presents it anyway (openssl's own, Python's ssl): the
+    // node's log says why in one sentence, not rustls's debug text.
+    let ca = path_text(&pki, "ca.pem");
+    let node = recipe_node(&pki, &["--tls-client-ca", &ca]);
+    let presented = std::process::Command::new("openssl")
+        .args(["s_client", "-connect", &node.addr().to_string()])
+        .args(["-cert", "v1.pem", "-key", "v1.key", "-CAfile", "ca.pem"])
+        .current_dir(&pki)
+        .stdin(std::process::Stdio::null())
+        .output()
+        .expect("openssl s_client");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    let line = loop {
+        let log = node.log_tail(1_000);
+        if let Some(line) = log
+            .lines()
+            .find(|l| l.contains("refused a client certificate"))
+        {
+            break line.to_string();
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no refusal logged: {presented:?}\n{log}"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    };
+    assert!(
+        line.contains("X.509 v1") && line.contains("only v3"),
+        "{line}"
+    );
+    assert!(!line.contains("UnsupportedCertVersion"), "{line}");
 }

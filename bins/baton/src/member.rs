@@ -2,7 +2,11 @@
 //! leader's HTTP endpoint (`/v1/members`, admin only with `--auth-file`).
 //!
 //! `add` asks again while the new node is a learner still catching up
-//! (HTTP 202), up to `--timeout`; it then votes. A node that is not the
+//! (HTTP 202), each ask saying how long it still waits in all
+//! (`wait_ms`), so that `--timeout` holds whatever its length: at the
+//! last, a learner that has not caught up is removed again (HTTP 504, exit
+//! 3) and the membership is as before. After a change that leaves an even
+//! number of voters, a warning on stderr. A node that is not the
 //! leader answers 421; the endpoint is found again (the serving node's
 //! `http=`) and the request repeated, a few times at most.
 
@@ -51,7 +55,7 @@ pub async fn member(
     };
     let mut redirects = 0;
     loop {
-        let reply = match send(&http, request).await {
+        let reply = match send(&http, request, deadline).await {
             Ok(reply) => reply,
             Err(message) => return fail(Exit::NoServer, &message),
         };
@@ -75,10 +79,19 @@ pub async fn member(
     }
 }
 
-async fn send(http: &AdminHttp, request: &MemberRequest) -> Result<Reply, String> {
+/// Sends `request`; an add says how long is left until `deadline`.
+async fn send(
+    http: &AdminHttp,
+    request: &MemberRequest,
+    deadline: Instant,
+) -> Result<Reply, String> {
     let sent = match request {
         MemberRequest::List { .. } => http.get("/v1/members").await,
-        MemberRequest::Add { addr, .. } => http.post("/v1/members", &json!({ "addr": addr })).await,
+        MemberRequest::Add { addr, .. } => {
+            let left = deadline.saturating_duration_since(Instant::now());
+            let body = json!({ "addr": addr, "wait_ms": left.as_millis() as u64 });
+            http.post("/v1/members", &body).await
+        }
         MemberRequest::Remove { addr } => {
             let path = format!("/v1/members/{}", query_escape(addr));
             http.delete(&path).await
@@ -91,8 +104,8 @@ fn exit_of(status: u16) -> Exit {
     match status {
         401 => Exit::AuthFailed,
         403 => Exit::PermissionDenied,
-        // Still a learner when --timeout ran out.
-        202 => Exit::TimedOut,
+        // Still a learner when --timeout ran out (and removed again: 504).
+        202 | 504 => Exit::TimedOut,
         400 | 404 | 409 | 421 => Exit::Rejected,
         _ => Exit::Failure,
     }
@@ -119,11 +132,32 @@ fn fail(exit: Exit, message: &str) -> ExitCode {
 fn print_members(body: &Value, request: &MemberRequest) -> ExitCode {
     let members = body["members"].as_array().cloned().unwrap_or_default();
     if matches!(request, MemberRequest::List { json: true }) {
-        println!("{}", Value::Array(members));
+        println!("{}", Value::Array(members.clone()));
     } else {
         print!("{}", table(&members));
     }
+    if !matches!(request, MemberRequest::List { .. }) {
+        if let Some(warning) = even_voters(&members) {
+            eprintln!("baton: warning: {warning}");
+        }
+    }
     Exit::Ok.code()
+}
+
+/// A warning when the voters are even in number: a majority of 2n is
+/// n + 1, so they tolerate n - 1 failures, as 2n - 1 voters do.
+fn even_voters(members: &[Value]) -> Option<String> {
+    let voters = members
+        .iter()
+        .filter(|m| m["membership"] == "voter")
+        .count();
+    (voters > 0 && voters % 2 == 0).then(|| {
+        format!(
+            "{voters} voters: an even number tolerates no more failures than {} (a majority is {}); add or remove one",
+            voters - 1,
+            voters / 2 + 1
+        )
+    })
 }
 
 fn table(members: &[Value]) -> String {
@@ -174,11 +208,22 @@ mod tests {
     }
 
     #[test]
+    fn an_even_number_of_voters_is_warned_of() {
+        let member = |m: &str| json!({"addr": "a:1", "membership": m, "id": 0});
+        let four = vec![member("voter"); 4];
+        let warning = even_voters(&four).unwrap_or_default();
+        assert!(warning.starts_with("4 voters"), "{warning}");
+        let three_and_a_learner = [vec![member("voter"); 3], vec![member("learner")]].concat();
+        assert_eq!(even_voters(&three_and_a_learner), None);
+    }
+
+    #[test]
     fn answers_map_to_the_documented_exit_codes() {
         assert_eq!(exit_of(401), Exit::AuthFailed);
         assert_eq!(exit_of(403), Exit::PermissionDenied);
         assert_eq!(exit_of(409), Exit::Rejected);
         assert_eq!(exit_of(202), Exit::TimedOut);
+        assert_eq!(exit_of(504), Exit::TimedOut);
         assert_eq!(exit_of(500), Exit::Failure);
     }
 }

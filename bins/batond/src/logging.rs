@@ -1,9 +1,13 @@
 //! batond's logs, on stderr: text (colours only on a terminal) or one
 //! JSON object per line (`--log-format json`). The default filter keeps
-//! the Raft library (openraft) at `warn`; `RUST_LOG` replaces it. A
-//! library warning that repeats (openraft warns at every heartbeat to a
-//! dead peer) is shown once, then summed up once per interval with a
-//! count, instead of 20 times a second.
+//! the Raft library (openraft) at `warn`, but for its heartbeat and
+//! replication warnings, which report each failed call to a peer (20 a
+//! second for a dead one, with Rust debug dumps and node ids): Baton's own
+//! line says that, once per peer per interval and by address
+//! (`peer unreachable`). For the same reason a failed vote request
+//! ([`PEER_CALL_FAILURES`]) is not shown. `RUST_LOG` replaces the filter.
+//! Another library warning that repeats is shown once, then summed up once
+//! per interval with a count.
 
 use std::collections::HashMap;
 use std::fmt::Write as _;
@@ -19,8 +23,20 @@ use tracing_subscriber::util::SubscriberInitExt;
 use tracing_subscriber::{fmt, EnvFilter, Layer};
 
 /// Without `RUST_LOG`: Baton's own lines from `info`, the Raft library's
-/// from `warn`.
-pub const DEFAULT_FILTER: &str = "info,openraft=warn";
+/// from `warn`, its failed heartbeats and replication calls (and the
+/// progress errors they make) from `error`.
+pub const DEFAULT_FILTER: &str =
+    "info,openraft=warn,openraft::core::heartbeat=error,openraft::replication=error,openraft::engine::handler::replication_handler=error";
+
+/// How openraft's core words a failed call to a peer (`while requesting
+/// vote, error: ..., target: 2`): Baton's per-peer line says it, by
+/// address.
+pub const PEER_CALL_FAILURES: [&str; 4] = [
+    "while requesting ",
+    "timeout while requesting ",
+    "error sending ",
+    "timeout sending ",
+];
 
 /// How often a repeated library warning is summed up.
 pub const SUMMARY_INTERVAL: Duration = Duration::from_secs(10);
@@ -113,6 +129,11 @@ impl Repeats {
         if !self.on || !meta.target().starts_with("openraft") || *meta.level() > Level::WARN {
             return true;
         }
+        let mut message = MessageText(String::new());
+        event.record(&mut message);
+        if PEER_CALL_FAILURES.iter().any(|p| message.0.starts_with(p)) {
+            return false;
+        }
         let mut seen = self.seen.lock().unwrap_or_else(PoisonError::into_inner);
         let id = meta.callsite();
         if let Some(entry) = seen.get_mut(&id) {
@@ -124,8 +145,6 @@ impl Repeats {
             return false;
         }
         if seen.len() < MAX_TRACKED {
-            let mut message = MessageText(String::new());
-            event.record(&mut message);
             seen.insert(
                 id,
                 Seen {
@@ -245,6 +264,10 @@ mod tests {
             assert_eq!(count.0.load(Ordering::Relaxed), 202);
             // Summed up: nothing is held any more.
             assert_eq!(repeats.summarise(later + Duration::from_secs(7200)), 0);
+            // A failed vote request is Baton's per-peer line's to report.
+            let before = count.0.load(Ordering::Relaxed);
+            tracing::warn!(target: "openraft::core", "while requesting vote, error: Unreachable, target: 2");
+            assert_eq!(count.0.load(Ordering::Relaxed), before);
         });
         let seen = repeats.seen.lock().expect("lock");
         let entry = seen.values().next().expect("tracked");

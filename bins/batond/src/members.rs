@@ -4,7 +4,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use baton_cluster::raft::membership::{self, MemberView, MembershipError};
+use baton_cluster::raft::membership::{self, CatchUp, MemberView, MembershipError};
 use baton_cluster::raft::types::Raft;
 use baton_http::limits::REQUEST_TIMEOUT;
 use baton_http::members::{AdminError, AdminFuture, MemberEntry, MembershipAdmin};
@@ -42,6 +42,7 @@ fn admin_error(error: MembershipError) -> AdminError {
             AdminError::Conflict(text)
         }
         MembershipError::NotCaughtUp { .. } => AdminError::Pending(text),
+        MembershipError::RolledBack { .. } => AdminError::TimedOut(text),
         MembershipError::Failed(_) => AdminError::Failed(text),
     }
 }
@@ -51,9 +52,21 @@ impl MembershipAdmin for RaftMembers {
         entries(membership::list(&self.0))
     }
 
-    fn add<'a>(&'a self, addr: &'a str) -> AdminFuture<'a> {
+    /// Waits at most [`CATCH_UP_PER_REQUEST`], less if the caller waits
+    /// less in all; then it is the caller's last ask (see [`CatchUp`]).
+    fn add<'a>(&'a self, addr: &'a str, wait: Option<Duration>) -> AdminFuture<'a> {
+        let catch_up = match wait {
+            Some(wait) if wait <= CATCH_UP_PER_REQUEST => CatchUp {
+                wait,
+                roll_back: true,
+            },
+            _ => CatchUp {
+                wait: CATCH_UP_PER_REQUEST,
+                roll_back: false,
+            },
+        };
         Box::pin(async move {
-            membership::add(&self.0, addr, CATCH_UP_PER_REQUEST)
+            membership::add(&self.0, addr, catch_up)
                 .await
                 .map(entries)
                 .map_err(admin_error)

@@ -8,6 +8,7 @@
 //! | Raft candidate: an election, or a leader cut off from its majority | 503 | `unavailable` |
 //! | Raft follower that has not heard its leader for two election timeouts | 503 | `unavailable` |
 //! | the node's state could no longer be saved (it is stopping) | 503 | `unavailable` |
+//! | a Raft node removed from the membership (`LockNode::health_issue`) | 503 | `unavailable` |
 //! | a priority node barred by peers that refuse its link (`LockNode::health_issue`) | 503 | `unavailable` |
 //!
 //! The body, in every case: `{"status", "reason" (503 only), "role",

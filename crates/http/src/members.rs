@@ -6,7 +6,12 @@
 //! - `POST /v1/members` with `{"addr": "host:port"}`: adds that node (a
 //!   learner first, a voter once it has caught up). 200 with the members
 //!   once it votes; 202 while it is a learner still catching up (ask
-//!   again); 409 if it is already a voter.
+//!   again); 409 if it is already a voter. With `"wait_ms": N`, the time
+//!   the caller still waits in all: the node waits at most that; if that
+//!   was the caller's last ask and the learner has not caught up, it is
+//!   removed again and the answer is 504 (the membership is as before).
+//!   Without it, a learner left catching up stays until it votes or
+//!   `DELETE` takes it away.
 //! - `DELETE /v1/members/{addr}`: removes it. 404 if it is not a member,
 //!   409 for the last voter.
 //!
@@ -17,6 +22,7 @@
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
+use std::time::Duration;
 
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
@@ -36,8 +42,9 @@ pub type AdminFuture<'a> =
 pub trait MembershipAdmin: Send + Sync + 'static {
     /// The members as this node's log holds them.
     fn list(&self) -> Vec<MemberEntry>;
-    /// Adds the node at `addr`.
-    fn add<'a>(&'a self, addr: &'a str) -> AdminFuture<'a>;
+    /// Adds the node at `addr`; `wait` is how long the caller still waits
+    /// in all for it to vote (`None`: it asks again as long as it likes).
+    fn add<'a>(&'a self, addr: &'a str, wait: Option<Duration>) -> AdminFuture<'a>;
     /// Removes the node at `addr`.
     fn remove<'a>(&'a self, addr: &'a str) -> AdminFuture<'a>;
 }
@@ -64,6 +71,8 @@ pub enum AdminError {
     Conflict(String),
     /// 202: a learner that has not caught up yet.
     Pending(String),
+    /// 504: the caller's wait ran out; the change was undone.
+    TimedOut(String),
     /// 500.
     Failed(String),
 }
@@ -72,6 +81,8 @@ pub enum AdminError {
 #[serde(deny_unknown_fields)]
 pub struct AddRequest {
     addr: String,
+    /// How long the caller still waits in all, in milliseconds.
+    wait_ms: Option<u64>,
 }
 
 /// The node's membership admin; a node of another mode has none.
@@ -98,6 +109,7 @@ fn answer(result: Result<Vec<MemberEntry>, AdminError>) -> Response {
         Err(AdminError::NotFound(why)) => error(StatusCode::NOT_FOUND, why),
         Err(AdminError::Conflict(why)) => error(StatusCode::CONFLICT, why),
         Err(AdminError::Pending(why)) => error(StatusCode::ACCEPTED, why),
+        Err(AdminError::TimedOut(why)) => error(StatusCode::GATEWAY_TIMEOUT, why),
         Err(AdminError::Failed(why)) => error(StatusCode::INTERNAL_SERVER_ERROR, why),
     }
 }
@@ -119,10 +131,13 @@ pub async fn add(
         return no_membership();
     };
     match body {
-        Ok(Json(request)) => answer(admin.add(&request.addr).await),
+        Ok(Json(request)) => {
+            let wait = request.wait_ms.map(Duration::from_millis);
+            answer(admin.add(&request.addr, wait).await)
+        }
         Err(rejection) => error(
             StatusCode::BAD_REQUEST,
-            format!("expected {{\"addr\": \"host:port\"}}: {rejection}"),
+            format!("expected {{\"addr\": \"host:port\", \"wait_ms\": <optional>}}: {rejection}"),
         ),
     }
 }

@@ -296,8 +296,9 @@ async fn histogram_buckets_are_cumulative_in_the_text() {
     }
 }
 
-/// A membership that answers from a script: `add` of `pending:*` is 202,
-/// of `taken:*` 409, of `follower:*` 421; `remove` of `gone:*` is 404.
+/// A membership that answers from a script: `add` of `pending:*` is 202
+/// (504 once the caller's wait is under a second), of `taken:*` 409, of
+/// `follower:*` 421; `remove` of `gone:*` is 404.
 struct ScriptedMembers;
 
 impl crate::members::MembershipAdmin for ScriptedMembers {
@@ -309,10 +310,16 @@ impl crate::members::MembershipAdmin for ScriptedMembers {
         }]
     }
 
-    fn add<'a>(&'a self, addr: &'a str) -> crate::members::AdminFuture<'a> {
+    fn add<'a>(
+        &'a self,
+        addr: &'a str,
+        wait: Option<std::time::Duration>,
+    ) -> crate::members::AdminFuture<'a> {
         use crate::members::AdminError;
         Box::pin(async move {
+            let last_ask = wait.is_some_and(|w| w.as_secs() < 1);
             match addr.split_once(':').map(|(kind, _)| kind) {
+                Some("pending") if last_ask => Err(AdminError::TimedOut("rolled back".into())),
                 Some("pending") => Err(AdminError::Pending("catching up".into())),
                 Some("taken") => Err(AdminError::Conflict("already".into())),
                 Some("follower") => Err(AdminError::NotLeader {
@@ -370,6 +377,9 @@ async fn members_routes_answer_each_outcome_with_its_status() {
     }
     let (_, body) = send(&app, "POST", "/v1/members", &add("follower:1")).await;
     assert_eq!(body["leader"], "b:2");
+    let last = "{\"addr\": \"pending:1\", \"wait_ms\": 500}";
+    let (code, body) = send(&app, "POST", "/v1/members", last).await;
+    assert_eq!(code, StatusCode::GATEWAY_TIMEOUT, "{body}");
     for bad in [
         "",
         "{}",

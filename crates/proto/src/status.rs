@@ -17,6 +17,9 @@ pub enum Role {
     Leader,
     Follower,
     Candidate,
+    /// A Raft node removed from the cluster's membership: it serves no
+    /// more.
+    Removed,
 }
 
 /// How a node's cluster replicates.
@@ -36,13 +39,14 @@ pub struct UnknownWord {
 }
 
 impl Role {
-    pub const ALL: [Role; 6] = [
+    pub const ALL: [Role; 7] = [
         Role::Single,
         Role::Active,
         Role::Standby,
         Role::Leader,
         Role::Follower,
         Role::Candidate,
+        Role::Removed,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -53,6 +57,7 @@ impl Role {
             Role::Leader => "leader",
             Role::Follower => "follower",
             Role::Candidate => "candidate",
+            Role::Removed => "removed",
         }
     }
 }

@@ -9,9 +9,11 @@
 use std::io;
 use std::path::{Path, PathBuf};
 use std::pin::Pin;
-use std::sync::{Arc, RwLock};
+use std::sync::{Arc, Mutex, PoisonError, RwLock};
 use std::task::{Context, Poll};
-use std::time::Duration;
+use std::time::{Duration, Instant};
+
+use baton_core::LogGate;
 
 use bytes::{Buf, BytesMut};
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
@@ -50,10 +52,16 @@ pub enum TlsError {
     ClientCa { path: PathBuf, why: String },
 }
 
+/// A refused client certificate is logged at most once per this, with
+/// how many were refused since.
+const REFUSED_CERT_LOG_INTERVAL: Duration = Duration::from_secs(60);
+
 /// The node's TLS configuration, swapped whole by [`ServerTls::reload`].
 pub struct ServerTls {
     paths: TlsPaths,
     current: RwLock<Arc<rustls::ServerConfig>>,
+    /// When a refused client certificate was last logged.
+    refused_certs: Mutex<LogGate<Instant>>,
 }
 
 impl std::fmt::Debug for ServerTls {
@@ -71,7 +79,29 @@ impl ServerTls {
         Ok(ServerTls {
             paths,
             current: RwLock::new(Arc::new(config)),
+            refused_certs: Mutex::new(LogGate::default()),
         })
+    }
+
+    /// Logs a failed handshake: a refused client certificate (a client
+    /// set up wrong, which its operator must hear of) at warn, in one
+    /// sentence, at most once per [`REFUSED_CERT_LOG_INTERVAL`]; anything
+    /// else (a scanner, a client that gave up) at debug.
+    pub(crate) fn log_failure(&self, error: &io::Error) {
+        let Some(why) = refused_certificate(error) else {
+            tracing::debug!(%error, "TLS handshake failed");
+            return;
+        };
+        let mut gate = self
+            .refused_certs
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        if let Some(quiet) = gate.note(Instant::now(), REFUSED_CERT_LOG_INTERVAL) {
+            tracing::warn!(
+                refused_quietly = quiet,
+                "refused a client certificate: {why}"
+            );
+        }
     }
 
     /// Reads the files again; on success new connections get the new
@@ -125,6 +155,31 @@ impl ServerTls {
             )),
         }
     }
+}
+
+/// Why a handshake refused the client's certificate, in one sentence;
+/// `None` if it failed for another reason. An X.509 v1 certificate (what
+/// `openssl x509 -req` makes without extensions) is the usual cause, which
+/// rustls names only by webpki's error name.
+pub(crate) fn refused_certificate(error: &io::Error) -> Option<String> {
+    let rustls_error = error.get_ref()?.downcast_ref::<rustls::Error>()?;
+    let rustls::Error::InvalidCertificate(why) = rustls_error else {
+        return None;
+    };
+    Some(match why {
+        rustls::CertificateError::Other(other) if other.to_string() == "UnsupportedCertVersion" => {
+            "it is X.509 v1 and only v3 is accepted: make it with extensions \
+             (openssl x509 -req ... -extfile, as deploy/tls-certs.sh does)"
+                .to_string()
+        }
+        rustls::CertificateError::UnknownIssuer | rustls::CertificateError::BadSignature => {
+            "it is not signed by the CA of --tls-client-ca".to_string()
+        }
+        rustls::CertificateError::Expired | rustls::CertificateError::ExpiredContext { .. } => {
+            "it has expired".to_string()
+        }
+        other => format!("{}", rustls::Error::InvalidCertificate(other.clone())),
+    })
 }
 
 fn build(paths: &TlsPaths) -> Result<rustls::ServerConfig, TlsError> {
@@ -266,6 +321,33 @@ mod tests {
             .await
             .unwrap_or_else(|e| panic!("{e}"));
         assert_eq!(all, "hello world");
+    }
+
+    #[test]
+    fn a_v1_client_certificate_is_one_sentence() {
+        #[derive(Debug)]
+        struct Named(&'static str);
+        impl std::fmt::Display for Named {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str(self.0)
+            }
+        }
+        impl std::error::Error for Named {}
+        let v1 = rustls::Error::InvalidCertificate(rustls::CertificateError::Other(
+            rustls::OtherError(Arc::new(Named("UnsupportedCertVersion"))),
+        ));
+        let why = refused_certificate(&io::Error::new(io::ErrorKind::InvalidData, v1))
+            .unwrap_or_default();
+        assert!(why.contains("X.509 v1") && why.contains("only v3"), "{why}");
+        assert!(!why.contains("Other"), "{why}");
+        let unknown = rustls::Error::InvalidCertificate(rustls::CertificateError::UnknownIssuer);
+        let why = refused_certificate(&io::Error::new(io::ErrorKind::InvalidData, unknown));
+        assert_eq!(
+            why.as_deref(),
+            Some("it is not signed by the CA of --tls-client-ca")
+        );
+        let eof = io::Error::new(io::ErrorKind::UnexpectedEof, "gone");
+        assert_eq!(refused_certificate(&eof), None);
     }
 
     #[test]

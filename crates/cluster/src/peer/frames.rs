@@ -20,7 +20,7 @@ pub enum PeerError {
     Io(#[from] std::io::Error),
     #[error("peer connection did not start with the peer hello")]
     NoHello,
-    #[error("peer handshake failed: the other end does not hold this cluster's key")]
+    #[error("peer handshake failed: the other end does not hold this cluster's key (is its --cluster-key-file this cluster's key?)")]
     WrongKey,
     #[error("peer handshake failed: {0}")]
     Handshake(String),

@@ -38,7 +38,9 @@ pub struct RefusalLog<K = IpAddr> {
 
 impl Default for RefusalLog<IpAddr> {
     fn default() -> Self {
-        RefusalLog::new("refused a peer connection (is its --cluster-key-file this cluster's key?)")
+        // The reason says what was wrong (a key, a node id, a hello): the
+        // line must not guess.
+        RefusalLog::new("refused a peer connection")
     }
 }
 

@@ -232,7 +232,8 @@ impl<H> RaftEngine<H> {
     /// one still in joint consensus), seen at `now`.
     pub fn handle_members(&mut self, members: Members, now: Millis) {
         self.saw(now);
-        self.members = members;
+        let before = std::mem::replace(&mut self.members, members);
+        self.log_leader_named(&before);
     }
 
     /// The address of node `index` (a node id) in the membership.

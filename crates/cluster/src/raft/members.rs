@@ -142,6 +142,13 @@ impl Members {
         self.nodes.get(&id).map(String::as_str)
     }
 
+    /// Node `id` as a log line names it: by its address, or, for a node
+    /// not in this membership, as `node <id>`.
+    pub fn name_of(&self, id: NodeId) -> String {
+        self.addr_of(id)
+            .map_or_else(|| format!("node {id}"), str::to_string)
+    }
+
     /// The id of the node at `addr`, if it is a member.
     pub fn id_at(&self, addr: &str) -> Option<NodeId> {
         self.nodes

@@ -5,8 +5,14 @@
 //! A node is added in two steps, so that it never votes before it holds
 //! the log: first as a learner (it receives the log, or a snapshot, and
 //! does not count in any majority), then, once it has caught up, as a
-//! voter. A caller that gave up between the two (the learner was not
-//! running yet, say) just asks again: the learner is kept and promoted.
+//! voter. A caller may ask in several steps, each waiting a while: the
+//! learner is kept between them and promoted once caught up. At the
+//! caller's last step ([`CatchUp::roll_back`]) a learner that has not
+//! caught up is removed again, so that an address with no node behind
+//! it (a typo, a node not started) does not stay a member for good.
+//!
+//! A change that leaves an even number of voters is logged as a warning:
+//! it tolerates no more failures than one voter fewer.
 //! A member's address is taken once: a node whose disk was replaced is
 //! removed first and added again, under the same address and id, as a
 //! fresh learner (see docs/operations.md).
@@ -48,8 +54,15 @@ pub enum MembershipError {
     NotMember(String),
     #[error("{0} is the only voter; a cluster cannot remove its last voter")]
     LastVoter(String),
-    #[error("{addr} was added as a learner but has not caught up within {seconds} s (is batond running there with --join?); ask again to promote it once it has")]
-    NotCaughtUp { addr: String, seconds: u64 },
+    #[error("{addr} was added as a learner but has not caught up within {} (is batond running there with --join?); ask again to promote it once it has", seconds(*.waited))]
+    NotCaughtUp { addr: String, waited: Duration },
+    #[error("{addr} did not catch up within {} ({}); it was removed again, the membership is as before", seconds(*.waited), if *.answered { "it answered but was still behind: allow more time for a large table" } else { "nothing took the log there: is batond running there, started with --join?" })]
+    RolledBack {
+        addr: String,
+        waited: Duration,
+        /// Whether a node answered there at all.
+        answered: bool,
+    },
     #[error("the membership change failed: {0}")]
     Failed(String),
 }
@@ -85,12 +98,34 @@ fn leading(raft: &Raft) -> Result<Members, MembershipError> {
     Err(MembershipError::NotLeader { leader })
 }
 
+/// How long one ask to add a node waits for it to catch up, and whether
+/// it is the caller's last.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CatchUp {
+    pub wait: Duration,
+    /// The caller waits no longer: a learner that has not caught up by
+    /// then is removed again.
+    pub roll_back: bool,
+}
+
+/// `d` in seconds to a tenth, as an operator reads it (`5 s`, `1.5 s`):
+/// the time a caller asked for, less the moments its request took.
+fn seconds(d: Duration) -> String {
+    let tenths = (d.as_millis() + 50) / 100;
+    match tenths % 10 {
+        0 => format!("{} s", tenths / 10),
+        tenth => format!("{}.{tenth} s", tenths / 10),
+    }
+}
+
 /// Adds the node at `addr`: as a learner, then (once it is within
-/// [`CAUGHT_UP_LAG`] entries, waiting at most `catch_up`) as a voter.
+/// [`CAUGHT_UP_LAG`] entries, waiting at most `catch_up.wait`) as a
+/// voter; or, if it has not caught up and `catch_up.roll_back`, removes
+/// the learner again.
 pub async fn add(
     raft: &Raft,
     addr: &str,
-    catch_up: Duration,
+    catch_up: CatchUp,
 ) -> Result<Vec<MemberView>, MembershipError> {
     if !plausible_addr(addr) {
         return Err(MembershipError::BadAddress(addr.to_string()));
@@ -117,18 +152,62 @@ pub async fn add(
             id
         }
     };
-    wait_caught_up(raft, id, catch_up)
-        .await
-        .map_err(|()| MembershipError::NotCaughtUp {
-            addr: addr.to_string(),
-            seconds: catch_up.as_secs(),
-        })?;
+    if let Err(answered) = wait_caught_up(raft, id, catch_up.wait).await {
+        return Err(not_caught_up(raft, id, addr, catch_up, answered).await);
+    }
     let voters = BTreeSet::from([id]);
     raft.change_membership(ChangeMembers::AddVoterIds(voters), false)
         .await
         .map_err(failed)?;
     tracing::info!(addr, "a learner became a voter");
-    Ok(list(raft))
+    Ok(changed(raft))
+}
+
+/// A learner that has not caught up: kept for the caller's next ask, or
+/// removed again at its last.
+async fn not_caught_up(
+    raft: &Raft,
+    id: NodeId,
+    addr: &str,
+    catch_up: CatchUp,
+    answered: bool,
+) -> MembershipError {
+    let addr = addr.to_string();
+    let waited = catch_up.wait;
+    if !catch_up.roll_back {
+        return MembershipError::NotCaughtUp { addr, waited };
+    }
+    let removal = ChangeMembers::RemoveNodes(BTreeSet::from([id]));
+    if let Err(error) = raft.change_membership(removal, false).await {
+        return MembershipError::Failed(format!(
+            "{addr} did not catch up in time, and removing it again failed: {error}"
+        ));
+    }
+    tracing::warn!(
+        addr,
+        answered,
+        "a node added as a learner did not catch up in time; removed it again"
+    );
+    MembershipError::RolledBack {
+        addr,
+        waited,
+        answered,
+    }
+}
+
+/// The members after a change, with a warning if the voters are even.
+fn changed(raft: &Raft) -> Vec<MemberView> {
+    let members = list(raft);
+    let voters = members.iter().filter(|m| m.voter).count();
+    if voters % 2 == 0 {
+        tracing::warn!(
+            voters,
+            "{voters} voters: an even number tolerates no more failures than {} (a majority is {}); add or remove one",
+            voters - 1,
+            voters / 2 + 1
+        );
+    }
+    members
 }
 
 /// Removes the node at `addr` from the membership (a voter through joint
@@ -150,34 +229,51 @@ pub async fn remove(raft: &Raft, addr: &str) -> Result<Vec<MemberView>, Membersh
         .await
         .map_err(failed)?;
     tracing::info!(addr, "removed a member");
-    Ok(list(raft))
+    Ok(changed(raft))
 }
 
 /// Waits until node `id`'s replication is within [`CAUGHT_UP_LAG`] of
-/// this leader's log, at most `limit`.
-async fn wait_caught_up(raft: &Raft, id: NodeId, limit: Duration) -> Result<(), ()> {
+/// this leader's log, at most `limit`; else says whether it answered at
+/// all (something of the log is known to be there).
+async fn wait_caught_up(raft: &Raft, id: NodeId, limit: Duration) -> Result<(), bool> {
     let mut watch = raft.metrics();
     let caught_up = async {
         loop {
-            let ready = {
-                let metrics = watch.borrow_watched();
-                observe::replication(&metrics)
-                    .iter()
-                    .any(|p| p.node == id && p.matched.is_some() && p.lag <= CAUGHT_UP_LAG)
-            };
-            if ready {
-                return Ok(());
-            }
-            if watch.changed().await.is_err() {
-                return Err(());
+            let ready = progress_of(&watch.borrow_watched(), id)
+                .is_some_and(|p| p.matched.is_some() && p.lag <= CAUGHT_UP_LAG);
+            if ready || watch.changed().await.is_err() {
+                return ready;
             }
         }
     };
-    tokio::time::timeout(limit, caught_up)
-        .await
-        .unwrap_or(Err(()))
+    if tokio::time::timeout(limit, caught_up).await == Ok(true) {
+        return Ok(());
+    }
+    let answered =
+        progress_of(&raft.metrics().borrow_watched(), id).is_some_and(|p| p.matched.is_some());
+    Err(answered)
+}
+
+/// Node `id`'s replication, as this leader sees it.
+fn progress_of(metrics: &observe::Metrics, id: NodeId) -> Option<observe::PeerProgress> {
+    observe::replication(metrics)
+        .into_iter()
+        .find(|p| p.node == id)
 }
 
 fn failed(error: impl std::fmt::Display) -> MembershipError {
     MembershipError::Failed(error.to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn waits_read_in_seconds_to_a_tenth() {
+        assert_eq!(seconds(Duration::from_secs(5)), "5 s");
+        assert_eq!(seconds(Duration::from_millis(2_987)), "3 s");
+        assert_eq!(seconds(Duration::from_millis(1_462)), "1.5 s");
+        assert_eq!(seconds(Duration::ZERO), "0 s");
+    }
 }

@@ -10,6 +10,7 @@
 //! - [`net`]: Raft RPCs between nodes over the authenticated peer channel.
 //! - [`members`], [`membership`]: who may be a member and under which id,
 //!   and the operator's online membership changes (`baton member`).
+//! - [`removal`]: whether this node was removed from the membership.
 //! - [`types`]: the type configuration, and the `Raft`/`RaftOf` aliases.
 
 pub mod engine;
@@ -17,6 +18,7 @@ pub mod members;
 pub mod membership;
 pub mod net;
 pub mod node;
+pub mod removal;
 pub mod settings;
 pub mod shell;
 pub mod storage;

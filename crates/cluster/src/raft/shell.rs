@@ -23,12 +23,14 @@ use baton_server::{
 };
 
 use super::engine::RaftEngine;
+use super::members::Members;
 use super::net::inbound::RaftAcceptor;
 use super::net::link::{Dialer, TcpDialer};
 use super::net::network::Network;
 use super::net::rpc::RAFT_HELLO;
 use super::node::lock_node::RaftLockNode;
-use super::node::NodeTimes;
+use super::node::{observe, NodeTimes};
+use super::removal::RemovalNotice;
 pub use super::settings::RaftSettings;
 use super::storage::log_store::LogStore;
 use super::storage::snapshot_store::SnapshotStore;
@@ -77,15 +79,18 @@ pub async fn build_raft<H: TableHost>(
     host: Arc<H>,
     dialer: Arc<dyn Dialer>,
 ) -> Result<RaftOf<H>, StartError> {
-    build_raft_in(settings, host, dialer, Tasks::new()).await
+    let removal = RemovalNotice::default();
+    build_raft_in(settings, host, dialer, Tasks::new(), removal).await
 }
 
-/// [`build_raft`], with the peer links' tasks among the node's `tasks`.
+/// [`build_raft`], with the peer links' tasks among the node's `tasks`,
+/// telling `removal` when a member says this node is none.
 pub async fn build_raft_in<H: TableHost>(
     settings: &RaftSettings,
     host: Arc<H>,
     dialer: Arc<dyn Dialer>,
     tasks: Tasks,
+    removal: RemovalNotice,
 ) -> Result<RaftOf<H>, StartError> {
     let log = LogStore::open_with(
         &settings.data_dir.join("log"),
@@ -94,8 +99,9 @@ pub async fn build_raft_in<H: TableHost>(
     )?;
     let snapshots = SnapshotStore::new(&settings.data_dir.join("snapshot"))?;
     let state_machine = LockStateMachine::open(host, snapshots)?;
-    let network =
-        Network::new(settings.me, settings.keys.primary().clone(), dialer).in_tasks(tasks);
+    let network = Network::new(settings.me, settings.keys.primary().clone(), dialer)
+        .in_tasks(tasks)
+        .with_removal(removal);
     let config = Arc::new(settings.openraft_config()?);
     let raft = openraft::Raft::new(settings.me, config, network, log, state_machine)
         .await
@@ -145,13 +151,8 @@ impl RaftHandle {
         if metrics.state != ServerState::Leader {
             return;
         }
-        let Some(to) = metrics.replication.as_ref().and_then(|replication| {
-            replication
-                .iter()
-                .filter(|(id, _)| **id != self.me)
-                .max_by_key(|(_, matched)| matched.map(|m| m.index))
-                .map(|(id, _)| *id)
-        }) else {
+        let now = <openraft::TokioInstant as openraft::Instant>::now();
+        let Some(to) = observe::hand_off_target(&metrics, now, HANDOFF_WAIT) else {
             return;
         };
         if let Err(error) = self.raft.trigger().transfer_leader(to).await {
@@ -171,8 +172,12 @@ impl RaftHandle {
             }
         })
         .await;
+        let members = Members::of(metrics.membership_config.membership());
         match moved {
-            Ok(Some(leader)) => tracing::info!(leader, "handed over the lead"),
+            Ok(Some(leader)) => {
+                let leader = members.name_of(leader);
+                tracing::info!(leader, "handed over the lead to {leader}");
+            }
             _ => tracing::warn!("no new leader took over in time"),
         }
     }
@@ -259,6 +264,7 @@ struct Opened {
     locks: Shared,
     raft: Raft,
     tasks: Tasks,
+    removal: RemovalNotice,
 }
 
 impl Opened {
@@ -270,13 +276,22 @@ impl Opened {
         let node = RaftLockNode::new(engine, NodeTimes::of(settings));
         let locks: Shared = Arc::new(SharedLocks::new(node, io.clock));
         let tasks = Tasks::new();
-        let raft = build_raft_in(settings, locks.clone(), io.dialer, tasks.clone()).await?;
+        let removal = RemovalNotice::default();
+        let raft = build_raft_in(
+            settings,
+            locks.clone(),
+            io.dialer,
+            tasks.clone(),
+            removal.clone(),
+        )
+        .await?;
         let hold_clock = io.hold_clock;
         Ok(Opened {
             hold_clock,
             locks,
             raft,
             tasks,
+            removal,
         })
     }
 
@@ -293,6 +308,7 @@ impl Opened {
             locks,
             raft,
             tasks,
+            removal,
         } = self;
         let acceptor = Arc::new(Inbound(RaftAcceptor::new_in(
             raft.clone(),
@@ -308,7 +324,12 @@ impl Opened {
             Some(acceptor),
             tasks.clone(),
         )?;
-        tasks.spawn(run::run(raft.clone(), locks, hold_clock));
+        tasks.spawn(run::run(
+            raft.clone(),
+            locks,
+            hold_clock,
+            removal.subscribe(),
+        ));
         Ok(RaftCluster {
             server,
             handle: RaftHandle {

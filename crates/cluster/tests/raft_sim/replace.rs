@@ -144,7 +144,11 @@ pub async fn admin(replacements: Replacements, raft: Raft, locks: Locks, peers: 
                 Err(_) => false,
             }
         } else {
-            match membership::add(&raft, addr, Duration::from_secs(2)).await {
+            let catch_up = membership::CatchUp {
+                wait: Duration::from_secs(2),
+                roll_back: false,
+            };
+            match membership::add(&raft, addr, catch_up).await {
                 Ok(_) | Err(MembershipError::AlreadyMember(_)) => true,
                 Err(_) => false,
             }

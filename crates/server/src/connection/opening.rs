@@ -62,7 +62,7 @@ impl<N: LockNode, S: ServerStream> Connection<N, S> {
                         Some(Opened::Tls(Box::new(stream)))
                     }
                     Err(error) => {
-                        tracing::debug!(%error, "TLS handshake failed");
+                        tls.log_failure(&error);
                         None
                     }
                 }

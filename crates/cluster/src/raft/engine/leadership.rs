@@ -8,6 +8,7 @@
 use baton_core::{Change, Event, Key, Millis, NotServing};
 
 use super::{Leading, Pending, RaftEngine, RaftRole, Standing, EXPIRY_RETRY_MS};
+use crate::raft::members::Members;
 use crate::raft::types::NodeId;
 
 /// How long requests of an ended leadership wait for their entry to be
@@ -250,11 +251,13 @@ impl<H> RaftEngine<H> {
     /// of nobody, candidate...) at debug, so a partition does not fill the
     /// log.
     fn log_role_change(&self, before: RaftRole, after: RaftRole) {
-        let leaderless = |role: RaftRole| {
-            matches!(
-                role,
-                RaftRole::Candidate | RaftRole::Follower { leader: None }
-            )
+        // A leader the membership does not name yet (a node that joined
+        // hears from it before the log reaches it) is logged once it does
+        // (see `log_leader_named`).
+        let leaderless = |role: RaftRole| match role {
+            RaftRole::Candidate => true,
+            RaftRole::Follower { leader } => leader.and_then(|l| self.members.addr_of(l)).is_none(),
+            RaftRole::Leader { .. } => false,
         };
         let node = self.addr_of(self.me() as usize).unwrap_or_default();
         let (from, to) = (self.describe(before), self.describe(after));
@@ -262,6 +265,18 @@ impl<H> RaftEngine<H> {
             tracing::debug!(node, from, to, "raft role changed");
         } else {
             tracing::info!(node, from, to, "raft role changed: {from} -> {to}");
+        }
+    }
+
+    /// A follower whose leader the membership `before` did not name, and
+    /// the current one does, logs its role now.
+    pub(super) fn log_leader_named(&self, before: &Members) {
+        let role = self.role();
+        let RaftRole::Follower { leader: Some(id) } = role else {
+            return;
+        };
+        if before.addr_of(id).is_none() && self.members.addr_of(id).is_some() {
+            self.log_role_change(RaftRole::Follower { leader: None }, role);
         }
     }
 

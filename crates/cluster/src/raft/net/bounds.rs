@@ -297,9 +297,9 @@ pub struct Complaints {
 }
 
 impl Complaints {
-    /// Notes that a message `what` of `peer` was refused; returns whether
-    /// it logged.
-    pub fn refused(&self, peer: NodeId, what: &str, why: &Implausible) -> bool {
+    /// Notes that a message `what` of `peer` (at address `addr`, if it is
+    /// a member) was refused; returns whether it logged.
+    pub fn refused(&self, peer: NodeId, addr: &str, what: &str, why: &Implausible) -> bool {
         let now = Instant::now().into_std();
         let mut by_peer = self.by_peer.lock().unwrap_or_else(PoisonError::into_inner);
         let gate = by_peer.entry(peer).or_default();
@@ -307,7 +307,7 @@ impl Complaints {
             return false;
         };
         tracing::warn!(
-            peer,
+            peer = addr,
             what,
             reason = %why,
             refused_quietly = quiet,

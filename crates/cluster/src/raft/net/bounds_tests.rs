@@ -284,12 +284,15 @@ fn replies_far_beyond_the_request_or_past_what_was_sent_are_refused() {
 async fn refusals_are_logged_once_per_peer_per_interval() {
     let complaints = Complaints::default();
     let why = Implausible::Node(9);
-    assert!(complaints.refused(1, "vote", &why));
+    assert!(complaints.refused(1, "n1:1", "vote", &why));
     for _ in 0..1_000 {
-        assert!(!complaints.refused(1, "vote", &why));
+        assert!(!complaints.refused(1, "n1:1", "vote", &why));
     }
-    assert!(complaints.refused(2, "vote", &why), "another peer logs");
+    assert!(
+        complaints.refused(2, "n2:1", "vote", &why),
+        "another peer logs"
+    );
     tokio::time::advance(COMPLAINT_INTERVAL).await;
-    assert!(complaints.refused(1, "vote", &why));
-    assert!(!complaints.refused(1, "vote", &why));
+    assert!(complaints.refused(1, "n1:1", "vote", &why));
+    assert!(!complaints.refused(1, "n1:1", "vote", &why));
 }

@@ -26,11 +26,13 @@ use tokio::time::Instant;
 use crate::peer::{
     self, ClusterKeys, GateLimits, HandshakePermit, LinkPermit, PeerError, PeerGate,
 };
+use crate::raft::members::Members;
 use crate::raft::net::bounds::{self, Bounds, Complaints, Implausible};
 use crate::raft::net::limits::{FrameCaps, MAX_BYTES_IN_FLIGHT, MAX_IN_FLIGHT, REPLY_QUEUE};
 use crate::raft::net::link::PeerStream;
 use crate::raft::net::rpc::{LinkHello, ReplyBody, RequestBody, RpcReply, RpcRequest, RAFT_HELLO};
 use crate::raft::net::snapshot_transfer::{Assembly, AssemblyBudget, SnapshotHead};
+use crate::raft::removal;
 use crate::raft::storage::snapshot_store;
 use crate::raft::storage::state_machine::TableHost;
 use crate::raft::types::NodeId;
@@ -39,6 +41,9 @@ use crate::raft::types::RaftOf;
 /// A peer that says nothing for this long is dropped; openraft's
 /// heartbeats keep a live link far busier.
 const IDLE_LIMIT: Duration = Duration::from_secs(30);
+
+/// How long a refused link's dialler is given to take the reason.
+const REFUSAL_SEND_WAIT: Duration = Duration::from_millis(500);
 
 /// How a link ended badly.
 #[derive(Debug, thiserror::Error)]
@@ -143,23 +148,29 @@ impl<H: TableHost> RaftAcceptor<H> {
         .await
         .map_err(refused)?;
         let hello: LinkHello = peer::decode(&first).map_err(refused)?;
-        // The peer list is not compared: it seeds a fresh cluster only,
-        // and a node that joined later may have been given another one.
-        if hello.to != self.me {
-            return Err(refused(format_args!(
-                "a raft peer dials this node as node {}, but it is node {}: a node added with `baton member add` must run with --join",
-                hello.to, self.me
-            )));
-        }
-        if hello.from == self.me || !crate::raft::members::plausible_id(hello.from) {
-            return Err(refused(format_args!(
-                "a raft peer that says it is node {}",
-                hello.from
-            )));
+        if let Some(reason) = self.refusal_of(&hello) {
+            tell_refusal(&mut framed, &reason).await;
+            return Err(LinkEnd::Refused(reason));
         }
         let link = self.gate.admit_link(permit, hello.from);
         framed.codec_mut().set_max_frame(self.caps.request);
         self.run(framed, hello.from, &link).await
+    }
+
+    /// Why a link with `hello` is refused, if it is. The peer list is not
+    /// compared: it seeds a fresh cluster only, and a node that joined
+    /// later may have been given another one.
+    fn refusal_of(&self, hello: &LinkHello) -> Option<String> {
+        if hello.to != self.me {
+            return Some(format!(
+                "a wrong node id, not a wrong key: a raft peer dials this node as node {}, but it is node {} (a node added with `baton member add` must run with --join, on an empty data directory)",
+                hello.to, self.me
+            ));
+        }
+        if hello.from == self.me || !crate::raft::members::plausible_id(hello.from) {
+            return Some(format!("a raft peer that says it is node {}", hello.from));
+        }
+        None
     }
 
     /// Serves an admitted link until it closes, idles out or is superseded.
@@ -221,6 +232,17 @@ impl<H: TableHost> RaftAcceptor<H> {
         result
     }
 
+    /// Peer `id` by its address in the membership, for a log line.
+    fn name_of(&self, id: NodeId) -> String {
+        let membership = self
+            .raft
+            .metrics()
+            .borrow_watched()
+            .membership_config
+            .clone();
+        Members::of(membership.membership()).name_of(id)
+    }
+
     /// Checks one request and starts its handling.
     fn dispatch(
         &self,
@@ -235,7 +257,8 @@ impl<H: TableHost> RaftAcceptor<H> {
         let bounds = Bounds { term, wall_ms };
         let id = request.id;
         let refuse = |what: &str, why: Implausible| {
-            self.complaints.refused(from, what, &why);
+            let peer = self.name_of(from);
+            self.complaints.refused(from, &peer, what, &why);
             reply(tx, id, ReplyBody::failed(&why));
         };
         let body = match request.body {
@@ -275,6 +298,17 @@ impl<H: TableHost> RaftAcceptor<H> {
         if let Err((what, why)) = checked {
             return refuse(what, why);
         }
+        if let RequestBody::Vote(rpc) | RequestBody::PreVote(rpc) = &body {
+            let committed = self
+                .raft
+                .server_metrics()
+                .borrow_watched()
+                .committed_membership_config
+                .clone();
+            if let Some(at) = removal::refuses_vote(&committed, from, rpc.last_log_id) {
+                return reply(tx, id, ReplyBody::NotMember(at));
+            }
+        }
         let raft = self.raft.clone();
         let tx = tx.clone();
         self.tasks.spawn(async move {
@@ -282,6 +316,17 @@ impl<H: TableHost> RaftAcceptor<H> {
             reply(&tx, id, body);
             drop(slots);
         });
+    }
+}
+
+/// Tells the dialler why its link is refused (a reply to no call: id 0),
+/// so that its log says it too. Best effort, and brief.
+async fn tell_refusal<S: PeerStream>(framed: &mut peer::SecureFramed<S>, reason: &str) {
+    if let Ok(frame) = peer::encode(&RpcReply {
+        id: 0,
+        body: ReplyBody::failed(&reason),
+    }) {
+        let _ = tokio::time::timeout(REFUSAL_SEND_WAIT, framed.send(frame)).await;
     }
 }
 

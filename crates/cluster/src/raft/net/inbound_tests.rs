@@ -166,8 +166,17 @@ async fn hellos_for_another_node_or_from_no_node_and_wrong_keys_are_refused() {
         let mut link = dial(&node, from, to, &key())
             .await
             .expect("the handshake itself is fine");
+        // The link is refused, and the dialler told why (a reply to no
+        // call), then closed: the vote is not answered.
         let reply = call(&mut link, 1, RequestBody::Vote(winning_vote(1))).await;
-        assert!(reply.is_none(), "{from} -> {to}: {reply:?}");
+        let Some(ReplyBody::Failed(reason)) = reply else {
+            panic!("{from} -> {to}: {reply:?}");
+        };
+        let wrong_id = to != 0;
+        assert_eq!(reason.contains("a wrong node id"), wrong_id, "{reason}");
+        assert!(!reason.contains("cluster-key-file"), "{reason}");
+        let after = closed_or_reply(&mut link).await;
+        assert!(after.is_none(), "{from} -> {to}: {after:?}");
     }
     let wrong = ClusterKey::from_text(&"w".repeat(40)).expect("key");
     // The node closes without answering the handshake.
@@ -355,4 +364,47 @@ async fn the_leaders_network_sends_a_large_snapshot_in_parts_over_the_real_link(
         .await
         .expect("answered");
     assert!(!reply.vote_granted || reply.vote.leader_id.term == term);
+}
+
+/// Dials the node's acceptor in memory, counting the dials.
+struct Counting(
+    Arc<RaftAcceptor<TestHost>>,
+    Arc<std::sync::atomic::AtomicUsize>,
+);
+
+impl crate::raft::net::link::Dialer for Counting {
+    fn dial(&self, _addr: &str) -> crate::raft::net::link::DialFuture {
+        self.1.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let stream = open(&self.0);
+        Box::pin(async move { Ok(Box::new(stream) as crate::raft::net::link::BoxedStream) })
+    }
+}
+
+/// A node that takes the handshake, then refuses the link (the leader
+/// dials it as another node id): the leader's calls fail with its reason,
+/// and it is redialled with the back-off, not at every call.
+#[tokio::test]
+async fn a_link_refused_as_another_node_says_why_and_is_redialled_with_back_off() {
+    use crate::raft::net::link::{CallError, Link};
+    let node = node().await;
+    let dials = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let dialer = Arc::new(Counting(node.acceptor.clone(), dials.clone()));
+    let hello = LinkHello { from: 1, to: 5 };
+    let link = Link::new("n0:1".into(), hello, key(), dialer, Tasks::new());
+    let first = link.call(RequestBody::Vote(winning_vote(1)), WITHIN).await;
+    match first {
+        Err(CallError::Refused(reason)) if reason.contains("a wrong node id") => {}
+        other => panic!("{other:?}"),
+    }
+    // Calls every 5 ms for 0.4 s: without the back-off, a dial each.
+    let until = tokio::time::Instant::now() + Duration::from_millis(400);
+    let mut calls = 1;
+    while tokio::time::Instant::now() < until {
+        let again = link.call(RequestBody::Vote(winning_vote(1)), WITHIN).await;
+        assert!(again.is_err(), "{again:?}");
+        calls += 1;
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    let dialled = dials.load(std::sync::atomic::Ordering::Relaxed);
+    assert!(dialled <= 6, "{dialled} dials for {calls} calls");
 }

@@ -1,8 +1,10 @@
 //! One multiplexed connection to a peer: RPCs go out tagged with an id,
 //! replies come back in any order and wake their caller. The connection is
 //! dialled on first use and again after it fails, over the authenticated
-//! channel (the handshake proves both ends hold the cluster key); every
-//! call is bounded by its timeout, dialling and handshake included. The
+//! channel (the handshake proves both ends hold the cluster key), with a
+//! growing wait between failed dials ([`Redial`]): a call meanwhile fails
+//! at once. Every call is bounded by its timeout, dialling and handshake
+//! included. The
 //! writer's queue and the calls awaiting replies are bounded: a call past
 //! either fails at once rather than letting them grow.
 
@@ -10,7 +12,7 @@ use std::collections::HashMap;
 use std::future::Future;
 use std::io;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
@@ -22,6 +24,7 @@ use tokio::sync::{mpsc, oneshot};
 
 use crate::peer::{self, ClusterKey};
 use crate::raft::net::limits::{FrameCaps, MAX_CALLS_IN_FLIGHT, REQUEST_QUEUE};
+use crate::raft::net::redial::Redial;
 use crate::raft::net::rpc::{LinkHello, ReplyBody, RequestBody, RpcReply, RpcRequest, RAFT_HELLO};
 
 /// A byte stream to a peer: TCP in a node, a simulated one in tests.
@@ -65,6 +68,9 @@ pub enum CallError {
     Refused(String),
     #[error("too many calls queued to the peer")]
     Overloaded,
+    /// The last dial failed and the next is not due yet.
+    #[error("peer unreachable; next dial in {0:?}")]
+    Waiting(Duration),
 }
 
 type Waiters = Arc<Mutex<HashMap<u64, oneshot::Sender<ReplyBody>>>>;
@@ -75,6 +81,47 @@ type Waiters = Arc<Mutex<HashMap<u64, oneshot::Sender<ReplyBody>>>>;
 struct Conn {
     tx: mpsc::Sender<Bytes>,
     waiters: Waiters,
+    /// Whether the peer answered a call on it: until it does, the dial
+    /// counts as failed (a peer that takes the handshake, then refuses
+    /// the link, is redialled with the back-off too).
+    answered: AtomicBool,
+    /// Why the peer refused the link, if it said (a reply with id 0).
+    refusal: Arc<Mutex<Option<String>>>,
+}
+
+impl Conn {
+    /// How a call that found the connection gone fails: with the peer's
+    /// refusal if it gave one.
+    fn broken(&self) -> CallError {
+        match self
+            .refusal
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+        {
+            Some(reason) => CallError::Refused(reason),
+            None => CallError::Broken,
+        }
+    }
+}
+
+/// The live connection, if any, and when the next dial may start.
+#[derive(Debug, Default)]
+struct Slot {
+    conn: Option<Arc<Conn>>,
+    redial: Redial,
+}
+
+impl Slot {
+    /// Forgets the connection; the next dial is due at once if the peer
+    /// answered on it.
+    fn forget(&mut self) {
+        if let Some(conn) = self.conn.take() {
+            if conn.answered.load(Ordering::Relaxed) {
+                self.redial.connected();
+            }
+        }
+    }
 }
 
 /// The link to one peer, shared by every openraft client of that peer.
@@ -84,7 +131,7 @@ pub struct Link {
     key: ClusterKey,
     caps: FrameCaps,
     dialer: Arc<dyn Dialer>,
-    conn: tokio::sync::Mutex<Option<Arc<Conn>>>,
+    slot: tokio::sync::Mutex<Slot>,
     next_id: AtomicU64,
     /// The node's tasks: a connection's reader and writer stop with it.
     tasks: Tasks,
@@ -126,7 +173,7 @@ impl Link {
             key,
             caps,
             dialer,
-            conn: tokio::sync::Mutex::new(None),
+            slot: tokio::sync::Mutex::new(Slot::default()),
             next_id: AtomicU64::new(1),
             tasks,
         }
@@ -134,12 +181,17 @@ impl Link {
 
     /// Sends `body` and waits (at most `timeout`, dialling included) for
     /// the reply. A connection that lets a call time out is dropped: a
-    /// stalled stream would stall every call after it.
+    /// stalled stream would stall every call after it. A dial that does
+    /// not get through the handshake in time leaves the peer unreachable.
     pub async fn call(&self, body: RequestBody, timeout: Duration) -> Result<ReplyBody, CallError> {
         let deadline = tokio::time::Instant::now() + timeout;
         let conn = match tokio::time::timeout_at(deadline, self.connection()).await {
             Ok(conn) => conn?,
-            Err(_) => return Err(CallError::Timeout(timeout)),
+            Err(_) => {
+                return Err(CallError::Unreachable(format!(
+                    "no connection within {timeout:?}"
+                )))
+            }
         };
         match tokio::time::timeout_at(deadline, self.call_on(&conn, body)).await {
             Ok(result) => result,
@@ -172,33 +224,42 @@ impl Link {
             Err(mpsc::error::TrySendError::Full(_)) => return Err(CallError::Overloaded),
             Err(mpsc::error::TrySendError::Closed(_)) => {
                 self.drop_conn(conn).await;
-                return Err(CallError::Broken);
+                return Err(conn.broken());
             }
         }
-        match rx.await {
+        let reply = rx.await;
+        if reply.is_ok() {
+            conn.answered.store(true, Ordering::Relaxed);
+        }
+        match reply {
             Ok(ReplyBody::Failed(reason)) => Err(CallError::Refused(reason)),
             Ok(reply) => Ok(reply),
             Err(_) => {
                 self.drop_conn(conn).await;
-                Err(CallError::Broken)
+                Err(conn.broken())
             }
         }
     }
 
     async fn drop_conn(&self, dead: &Arc<Conn>) {
-        let mut conn = self.conn.lock().await;
-        if conn.as_ref().is_some_and(|c| Arc::ptr_eq(c, dead)) {
-            *conn = None;
+        let mut slot = self.slot.lock().await;
+        if slot.conn.as_ref().is_some_and(|c| Arc::ptr_eq(c, dead)) {
+            slot.forget();
         }
     }
 
+    /// The live connection, or a new one if a dial is due.
     async fn connection(&self) -> Result<Arc<Conn>, CallError> {
-        let mut slot = self.conn.lock().await;
-        if let Some(conn) = slot.as_ref() {
+        let mut slot = self.slot.lock().await;
+        if let Some(conn) = slot.conn.as_ref() {
             if !conn.tx.is_closed() {
                 return Ok(conn.clone());
             }
         }
+        slot.forget();
+        let now = tokio::time::Instant::now();
+        slot.redial.may_dial(now).map_err(CallError::Waiting)?;
+        slot.redial.dialling(now);
         let stream = self
             .dialer
             .dial(&self.addr)
@@ -209,7 +270,7 @@ impl Link {
                 .await
                 .map_err(|e| CallError::Unreachable(e.to_string()))?,
         );
-        *slot = Some(conn.clone());
+        slot.conn = Some(conn.clone());
         Ok(conn)
     }
 }
@@ -241,6 +302,8 @@ async fn start(
     let (tx, mut rx) = mpsc::channel::<Bytes>(REQUEST_QUEUE);
     let waiters: Waiters = Arc::new(Mutex::new(HashMap::new()));
     let reading = waiters.clone();
+    let refusal = Arc::new(Mutex::new(None));
+    let refused = refusal.clone();
     let (stop_tx, mut stop_rx) = oneshot::channel::<()>();
     tasks.spawn(async move {
         let mut batch = Vec::with_capacity(REQUEST_QUEUE);
@@ -268,6 +331,11 @@ async fn start(
             let Ok(reply) = peer::decode::<RpcReply>(&frame) else {
                 break;
             };
+            if let (0, ReplyBody::Failed(reason)) = (reply.id, &reply.body) {
+                // No call has id 0: the peer refuses the link, and says why.
+                *refused.lock().unwrap_or_else(PoisonError::into_inner) = Some(reason.clone());
+                break;
+            }
             if let Some(waiter) = waiters_of(&reading).remove(&reply.id) {
                 let _ = waiter.send(reply.body);
             }
@@ -276,5 +344,10 @@ async fn start(
         waiters_of(&reading).clear();
         drop(stop_tx);
     });
-    Ok(Conn { tx, waiters })
+    Ok(Conn {
+        tx,
+        waiters,
+        answered: AtomicBool::new(false),
+        refusal,
+    })
 }

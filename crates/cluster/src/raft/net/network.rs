@@ -29,6 +29,7 @@ use crate::raft::net::bounds::{self, Complaints, Implausible};
 use crate::raft::net::link::{CallError, Dialer, Link};
 use crate::raft::net::rpc::{LinkHello, ReplyBody, RequestBody};
 use crate::raft::net::snapshot_transfer::{self, SnapshotHead, MAX_SNAPSHOT_BYTES};
+use crate::raft::removal::RemovalNotice;
 use crate::raft::types::{NodeId, Snapshot, SnapshotData, TypeConfig, Vote};
 use baton_server::Tasks;
 
@@ -58,6 +59,8 @@ pub struct Network {
     reachable: HashMap<NodeId, Arc<ReachLog>>,
     complaints: Arc<Complaints>,
     tasks: Tasks,
+    /// Where a member's word that this node is not one goes.
+    removal: RemovalNotice,
 }
 
 impl std::fmt::Debug for Network {
@@ -80,7 +83,14 @@ impl Network {
             reachable: HashMap::new(),
             complaints: Arc::new(Complaints::default()),
             tasks: Tasks::new(),
+            removal: RemovalNotice::default(),
         }
+    }
+
+    /// The same, telling `removal` when a member says this node is none.
+    pub fn with_removal(mut self, removal: RemovalNotice) -> Network {
+        self.removal = removal;
+        self
     }
 
     /// The same, with the links' tasks among the node's `tasks`, so that
@@ -122,6 +132,7 @@ impl RaftNetworkFactory<TypeConfig> for Network {
             link,
             reachable,
             complaints: self.complaints.clone(),
+            removal: self.removal.clone(),
         }
     }
 }
@@ -133,9 +144,35 @@ pub struct PeerClient {
     link: Arc<Link>,
     reachable: Arc<ReachLog>,
     complaints: Arc<Complaints>,
+    removal: RemovalNotice,
 }
 
 impl PeerClient {
+    /// The answer to a vote request; a member's word that this node is
+    /// none is passed on, and to openraft the peer is unreachable.
+    fn vote_reply(
+        &self,
+        sent: u64,
+        what: &str,
+        reply: ReplyBody,
+    ) -> Result<VoteResponse<TypeConfig>, RPCError<TypeConfig>> {
+        match reply {
+            ReplyBody::Vote(response) => {
+                bounds::check_vote_reply(sent, &response)
+                    .map_err(|why| self.implausible(what, why))?;
+                Ok(response)
+            }
+            ReplyBody::NotMember(at) => {
+                self.removal.heard(at);
+                Err(RPCError::Unreachable(Unreachable::from_string(format!(
+                    "{} says this node is not a member (membership of {at})",
+                    self.link.addr()
+                ))))
+            }
+            other => Err(unexpected(&other)),
+        }
+    }
+
     async fn call(
         &self,
         body: RequestBody,
@@ -160,15 +197,17 @@ impl PeerClient {
                 timeout: ttl,
             }),
             CallError::Broken => RPCError::Network(NetworkError::new(&error)),
-            CallError::Unreachable(_) | CallError::Refused(_) | CallError::Overloaded => {
-                RPCError::Unreachable(Unreachable::new(&error))
-            }
+            CallError::Unreachable(_)
+            | CallError::Refused(_)
+            | CallError::Overloaded
+            | CallError::Waiting(_) => RPCError::Unreachable(Unreachable::new(&error)),
         })
     }
 
     /// Logs a peer going out of reach once, then a summary per interval
-    /// while it stays out, and its coming back: openraft logs every failed
-    /// heartbeat (20 a second per dead peer), and batond sums those up.
+    /// while it stays out, and its coming back: openraft calls a dead peer
+    /// at every heartbeat, and only the dials those calls make are counted
+    /// (a call while the next dial is not due fails without one).
     fn note_reachability<T>(&self, called: &Result<T, CallError>) {
         match called {
             Ok(_) => {
@@ -181,13 +220,16 @@ impl PeerClient {
             }
             // Slow or busy: still there.
             Err(CallError::Timeout(_) | CallError::Overloaded) => {}
+            // No dial: already counted.
+            Err(CallError::Waiting(_)) => {}
         }
     }
 
     /// Refuses an implausible reply: logged (rate limited), and to
     /// openraft the peer is unreachable.
     pub(crate) fn implausible(&self, what: &str, why: Implausible) -> RPCError<TypeConfig> {
-        self.complaints.refused(self.target, what, &why);
+        self.complaints
+            .refused(self.target, self.link.addr(), what, &why);
         RPCError::Unreachable(Unreachable::new(&why))
     }
 
@@ -204,7 +246,7 @@ impl PeerClient {
                 "a snapshot of {} bytes is over the limit of {MAX_SNAPSHOT_BYTES}; the follower cannot be restored",
                 data.len()
             );
-            tracing::error!(follower = self.target, "{why}");
+            tracing::error!(follower = self.link.addr(), "{why}");
             return Err(RPCError::Unreachable(Unreachable::from_string(why)));
         }
         let sent = vote.leader_id.term;
@@ -294,14 +336,8 @@ impl RaftNetworkV2<TypeConfig> for PeerClient {
         option: RPCOption,
     ) -> Result<VoteResponse<TypeConfig>, RPCError<TypeConfig>> {
         let sent = rpc.vote.leader_id.term;
-        match self.call(RequestBody::Vote(rpc), &option).await? {
-            ReplyBody::Vote(response) => {
-                bounds::check_vote_reply(sent, &response)
-                    .map_err(|why| self.implausible("vote reply", why))?;
-                Ok(response)
-            }
-            other => Err(unexpected(&other)),
-        }
+        let reply = self.call(RequestBody::Vote(rpc), &option).await?;
+        self.vote_reply(sent, "vote reply", reply)
     }
 
     async fn pre_vote(
@@ -310,14 +346,8 @@ impl RaftNetworkV2<TypeConfig> for PeerClient {
         option: RPCOption,
     ) -> Result<VoteResponse<TypeConfig>, RPCError<TypeConfig>> {
         let sent = rpc.vote.leader_id.term;
-        match self.call(RequestBody::PreVote(rpc), &option).await? {
-            ReplyBody::Vote(response) => {
-                bounds::check_vote_reply(sent, &response)
-                    .map_err(|why| self.implausible("pre-vote reply", why))?;
-                Ok(response)
-            }
-            other => Err(unexpected(&other)),
-        }
+        let reply = self.call(RequestBody::PreVote(rpc), &option).await?;
+        self.vote_reply(sent, "pre-vote reply", reply)
     }
 
     async fn full_snapshot(

@@ -16,7 +16,7 @@ use openraft::raft::{
 };
 
 use crate::raft::net::snapshot_transfer::SnapshotPart;
-use crate::raft::types::{NodeId, TypeConfig};
+use crate::raft::types::{LogId, NodeId, TypeConfig};
 
 /// The first line of every Raft peer connection. No client request starts
 /// with it, and it differs from the priority mode's hello. Version 2 is the
@@ -68,6 +68,9 @@ pub enum ReplyBody {
     /// down, say, or refused it as implausible); the caller treats it as
     /// unreachable. At most [`MAX_FAILED_REASON`] bytes.
     Failed(String),
+    /// To a vote request: the caller is not in this node's membership,
+    /// committed at this log id (see [`crate::raft::removal`]).
+    NotMember(LogId),
 }
 
 /// The longest reason a [`ReplyBody::Failed`] carries.

@@ -20,8 +20,10 @@ use super::contact::{LeaderContact, CHECK_EVERY};
 use super::lock_node::RaftLockNode;
 use super::observe::{self, LogIndexes, Metrics, ServerMetrics};
 use super::reads;
+use crate::raft::engine::RaftRole;
 use crate::raft::members::Members;
-use crate::raft::types::{Entry, NodeId};
+use crate::raft::removal;
+use crate::raft::types::{Entry, LogId, NodeId, StoredMembership};
 
 impl RaftLockNode {
     /// The commands the inputs so far left for the shell, oldest first.
@@ -57,7 +59,13 @@ impl RaftLockNode {
             let members = Members::of(membership.membership());
             self.drive(events, |engine, _| engine.handle_members(members, now));
         }
-        let role = self.roles.role(server, full, at);
+        let mut role = self.roles.role(server, full, at);
+        self.check_removed(&server.membership_config);
+        if self.removed && matches!(role, RaftRole::Leader { .. }) {
+            // A leader that holds a membership without itself lets the
+            // others carry on; it serves no more.
+            role = RaftRole::Candidate;
+        }
         self.set_role(role, now, events);
         self.shown.term = full.current_term;
         self.shown.progress = observe::replication(full);
@@ -66,6 +74,26 @@ impl RaftLockNode {
         self.check_stuck(full, at);
         self.next_check = Some(at + self.times.check_every);
         self.plan(at);
+    }
+
+    /// A member said its committed membership at `at` leaves this node
+    /// out (see [`crate::raft::removal`]); taken into account at the next
+    /// metrics.
+    pub fn handle_removal_notice(&mut self, at: Option<LogId>) {
+        self.told_removed = at;
+    }
+
+    /// Whether this node is removed, logged once when it becomes so.
+    fn check_removed(&mut self, own: &StoredMembership) {
+        let removed = removal::removed(self.engine.me(), own, self.told_removed);
+        if removed && !self.removed {
+            tracing::warn!(
+                "this node was removed from the cluster's membership: it serves no more and redirects clients; stop it, or wipe its data directory and add it again (baton member add)"
+            );
+        } else if !removed && self.removed {
+            tracing::info!("this node is a member of the cluster again");
+        }
+        self.removed = removed;
     }
 
     /// The role to serve in; a node that no longer serves sends the

@@ -56,6 +56,10 @@ pub struct RaftLockNode {
     /// Whether a proposed entry is not yet done.
     pub(super) entry_in_flight: bool,
     pub(super) commands: Vec<RaftCommand>,
+    /// This node is no longer a member (see [`crate::raft::removal`]),
+    /// and the latest word of a member that said so.
+    pub(super) removed: bool,
+    pub(super) told_removed: Option<LogId>,
 }
 
 /// What the node shows of openraft's view (see [`RaftLockNode::counters`]).
@@ -89,6 +93,8 @@ impl RaftLockNode {
             returns: Returns::default(),
             entry_in_flight: false,
             commands: Vec::new(),
+            removed: false,
+            told_removed: None,
         }
     }
 
@@ -245,6 +251,7 @@ impl LockNode for RaftLockNode {
             // A leader still catching up with its own first entry does not
             // serve yet, so it does not claim to.
             role: match engine.role() {
+                _ if self.removed => Role::Removed,
                 RaftRole::Leader { .. } if engine.serving() => Role::Leader,
                 RaftRole::Leader { .. } => Role::Candidate,
                 RaftRole::Follower { .. } => Role::Follower,
@@ -294,10 +301,20 @@ impl LockNode for RaftLockNode {
     }
 
     fn members(&self, _now: Millis) -> Vec<baton_server::inspect::Member> {
-        super::inspect::members(&self.engine, &self.shown.progress, &self.shown.silent)
+        let mut members = super::inspect::members(&self.engine, &self.shown.progress, &self.shown.silent);
+        if self.removed {
+            // Its log may still list it; it is a member no more.
+            for me in members.iter_mut().filter(|m| m.is_self) {
+                me.state = "removed";
+            }
+        }
+        members
     }
 
     fn health_issue(&self, now: Millis) -> Option<String> {
+        if self.removed {
+            return Some("removed from the cluster's membership: this node serves no more".into());
+        }
         // Only a follower that names a leader can be wrong about it; a
         // leader without a majority steps down (see `observe`).
         match self.engine.role() {

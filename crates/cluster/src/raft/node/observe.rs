@@ -170,6 +170,18 @@ pub fn silent_followers(metrics: &Metrics, now: TokioInstant, within: Duration) 
         .collect()
 }
 
+/// Whom a leader stopping gracefully hands the lead to: the follower with
+/// the most of its log among those that acknowledged a heartbeat within
+/// `within` of `now` (a dead one would leave the cluster without a leader
+/// for the whole wait).
+pub fn hand_off_target(metrics: &Metrics, now: TokioInstant, within: Duration) -> Option<NodeId> {
+    replication(metrics)
+        .into_iter()
+        .filter(|p| answers(metrics, p.node, now, within))
+        .max_by_key(|p| p.matched)
+        .map(|p| p.node)
+}
+
 /// openraft's last committed and last applied log indexes (`None`:
 /// nothing yet), for the metrics.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -371,6 +383,40 @@ mod tests {
         m.state = ServerState::Follower;
         m.replication = None;
         assert_eq!(silent_followers(&m, later, within), Vec::<NodeId>::new());
+    }
+
+    #[test]
+    fn the_lead_is_handed_to_the_most_up_to_date_follower_that_answers() {
+        let t0 = TokioInstant::now();
+        let mut m = metrics(ServerState::Leader, 3);
+        m.last_log_index = Some(42);
+        let at = |index: u64| {
+            Some(openraft::LogId::new(
+                openraft::impls::leader_id_adv::LeaderId {
+                    term: 3,
+                    node_id: 0,
+                },
+                index,
+            ))
+        };
+        m.replication = Some(
+            [(0, at(42)), (1, at(40)), (2, at(42))]
+                .into_iter()
+                .collect(),
+        );
+        let long_ago = t0 - Duration::from_secs(5);
+        m.heartbeat = Some(
+            [(1, Some(t0.into())), (2, Some(long_ago.into()))]
+                .into_iter()
+                .collect(),
+        );
+        let within = Duration::from_secs(2);
+        // Node 2 has more of the log but is gone.
+        assert_eq!(hand_off_target(&m, t0, within), Some(1));
+        m.heartbeat = Some([(2, Some(t0.into()))].into_iter().collect());
+        assert_eq!(hand_off_target(&m, t0, within), Some(2));
+        m.heartbeat = None;
+        assert_eq!(hand_off_target(&m, t0, within), None);
     }
 
     #[test]

@@ -353,3 +353,36 @@ fn leader_contact_is_asked_for_every_period_one_ask_at_a_time() {
     assert_eq!(f.node.take_commands(), vec![RaftCommand::AskLeaderContact]);
     assert!(f.node.poll_timeout() <= Some(f.at(3 * period + 50)));
 }
+
+/// A leader told by a member that a later committed membership leaves it
+/// out serves no more: `removed` in `S`, a health issue, an acquire sent
+/// away; added back (its log's membership later than that), it leads.
+#[test]
+fn a_node_told_it_was_removed_says_so_and_serves_no_more() {
+    use baton_proto::Role;
+    let mut f = Fixture::serving_leader();
+    f.node.handle_removal_notice(Some(log_id(9)));
+    f.metrics(&leading(f.at(10)), 10);
+    assert_eq!(f.node.status().role, Role::Removed);
+    assert!(f
+        .node
+        .health_issue(10)
+        .is_some_and(|i| i.contains("removed")));
+    let k = key("k");
+    let acquire = LockRequest::Acquire {
+        key: &k,
+        wait_ms: 0,
+        lease_ms: 1_000,
+    };
+    assert!(matches!(f.request(acquire), Served::Redirect(_)));
+    let me = f.node.members(10).into_iter().find(|m| m.is_self);
+    assert_eq!(me.map(|m| m.state), Some("removed"));
+    let mut back = leading(f.at(20));
+    back.membership_config = std::sync::Arc::new(openraft::StoredMembership::new(
+        Some(log_id(12)),
+        membership(&peers()),
+    ));
+    f.metrics(&back, 20);
+    assert_ne!(f.node.status().role, Role::Removed);
+    assert_eq!(f.node.health_issue(20), None);
+}

@@ -20,12 +20,14 @@ use openraft::errors::Fatal;
 use openraft::{Instant as _, TokioInstant};
 
 use super::hold_timer::{HoldClock, HoldTimer};
+use crate::raft::members::Members;
 use crate::raft::node::lock_node::RaftLockNode;
 use crate::raft::node::observe::{Metrics, SaturatingSince, ServerMetrics};
 use crate::raft::node::reads::READ_WAIT;
 use crate::raft::node::RaftCommand;
 use crate::raft::storage::state_machine::TableHost;
-use crate::raft::types::{NodeId, Raft, RaftOf};
+use crate::raft::types::{LogId, NodeId, Raft, RaftOf};
+use tokio::sync::watch;
 
 type Shared = Arc<SharedLocks<RaftLockNode>>;
 
@@ -58,8 +60,14 @@ enum Wake {
 /// Feeds the node and runs its commands until the node's tasks stop. Once
 /// openraft's core is gone its metrics no longer change, but the loop
 /// goes on: the proposals it still makes fail at once, and the node
-/// answers their requests `M`.
-pub async fn run(raft: Raft, locks: Shared, hold_clock: HoldClock) {
+/// answers their requests `M`. `removal` brings a member's word that
+/// this node is none.
+pub async fn run(
+    raft: Raft,
+    locks: Shared,
+    hold_clock: HoldClock,
+    mut removal: watch::Receiver<Option<LogId>>,
+) {
     let mut server = raft.server_metrics();
     let full = raft.metrics();
     let timer = HoldTimer::new(hold_clock);
@@ -74,7 +82,8 @@ pub async fn run(raft: Raft, locks: Shared, hold_clock: HoldClock) {
             let server = server.borrow_and_update().clone();
             (server, full.borrow_watched().clone())
         });
-        let (commands, timeout) = feed(&locks, wake, metrics, at);
+        let told_removed = *removal.borrow_and_update();
+        let (commands, timeout) = feed(&locks, wake, metrics, told_removed, at);
         for command in commands {
             match command {
                 RaftCommand::HoldProposal { at_most } => {
@@ -103,6 +112,7 @@ pub async fn run(raft: Raft, locks: Shared, hold_clock: HoldClock) {
                 }
             },
             () = sleep => Wake::Metrics,
+            Ok(()) = removal.changed() => Wake::Metrics,
             () = async {
                 if let Some(hold) = hold.as_mut() {
                     hold.await;
@@ -122,6 +132,7 @@ fn feed(
     locks: &Shared,
     wake: Wake,
     metrics: Option<(ServerMetrics, Metrics)>,
+    told_removed: Option<LogId>,
     at: TokioInstant,
 ) -> (Vec<RaftCommand>, Option<TokioInstant>) {
     locks.with(|node, now, events| {
@@ -131,6 +142,7 @@ fn feed(
             Wake::Output | Wake::Metrics => {}
         }
         if let Some((server, full)) = &metrics {
+            node.handle_removal_notice(told_removed);
             node.handle_metrics(server, full, at, now, events);
         }
         node.handle_tick(at);
@@ -183,11 +195,13 @@ fn execute(raft: &Raft, command: RaftCommand) -> Running {
             Done::Confirmed(confirmed)
         }),
         RaftCommand::TransferLead { to, stuck } => Box::pin(async move {
+            let members = raft.metrics().borrow_watched().membership_config.clone();
+            let members = Members::of(members.membership());
             tracing::warn!(
-                follower = stuck.node,
+                follower = members.name_of(stuck.node),
                 matched = ?stuck.matched,
                 lag = stuck.lag,
-                to,
+                to = members.name_of(to),
                 "replication to a live follower is stuck; handing the lead over to rebuild it"
             );
             if let Err(error) = raft.trigger().transfer_leader(to).await {
