@@ -392,7 +392,7 @@ impl<N: LockNode, S: ServerStream> Connection<N, S> {
     #[inline]
     fn on_lock_request(&mut self, line: Request, now: Millis) {
         let Some(mut request) = LockRequest::from_line(&line) else {
-            return;
+            return self.refuse_unserved(line);
         };
         if let LockRequest::Acquire { key, wait_ms, .. } = &mut request {
             if self.waiting.len() + self.deferred >= self.node.config.max_pending {
@@ -442,6 +442,18 @@ impl<N: LockNode, S: ServerStream> Connection<N, S> {
             Served::Done(Answer::Queried(state)) => Response::Queried { key, state },
         };
         self.answer(&response);
+    }
+
+    /// Answers a request this node does not serve yet with `E`.
+    #[cold]
+    fn refuse_unserved(&mut self, line: Request) {
+        let op = line.op();
+        let reply = ErrorReply {
+            op: Some(op),
+            key: line.into_key().map(|k| k.as_bytes().to_vec()),
+            reason: "not served by this node yet".to_owned(),
+        };
+        self.answer(&Response::Error(reply));
     }
 
     /// Answers an acquire over the connection's limit of pending requests.

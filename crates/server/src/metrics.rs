@@ -20,13 +20,15 @@ use baton_proto::Op;
 
 /// The requests a node counts, by their kind, in the order `/metrics`
 /// lists them.
-pub const REQUEST_OPS: [Op; 6] = [
+pub const REQUEST_OPS: [Op; 8] = [
     Op::Acquire,
     Op::Release,
     Op::Renew,
     Op::Query,
     Op::Status,
     Op::Auth,
+    Op::SetValue,
+    Op::Watch,
 ];
 
 /// The `op` label value of a request kind.
@@ -38,6 +40,8 @@ pub fn op_label(op: Op) -> &'static str {
         Op::Query => "query",
         Op::Status => "status",
         Op::Auth => "authenticate",
+        Op::SetValue => "set_value",
+        Op::Watch => "watch",
     }
 }
 
@@ -51,6 +55,8 @@ fn request_slot(op: Op) -> usize {
         Op::Query => 3,
         Op::Status => 4,
         Op::Auth => 5,
+        Op::SetValue => 6,
+        Op::Watch => 7,
     }
 }
 

@@ -40,14 +40,16 @@ pub enum LockRequest<'a> {
 
 impl<'a> LockRequest<'a> {
     /// The lock request a decoded line makes (`None` for `S` and `U`,
-    /// which the connection answers itself).
+    /// which the connection answers itself, and for what this node does
+    /// not serve yet: `V`, `W` and acquires with options).
     pub fn from_line(request: &'a Request) -> Option<LockRequest<'a>> {
         Some(match request {
             Request::Acquire {
                 key,
                 wait_ms,
                 lease_ms,
-            } => LockRequest::Acquire {
+                options,
+            } if options.is_plain() => LockRequest::Acquire {
                 key,
                 wait_ms: *wait_ms,
                 lease_ms: *lease_ms,
@@ -63,7 +65,11 @@ impl<'a> LockRequest<'a> {
                 lease_ms: *lease_ms,
             },
             Request::Query { key } => LockRequest::Query { key },
-            Request::Status | Request::Auth { .. } => return None,
+            Request::Status
+            | Request::Auth { .. }
+            | Request::Acquire { .. }
+            | Request::SetValue { .. }
+            | Request::Watch { .. } => return None,
         })
     }
 
@@ -123,6 +129,7 @@ mod tests {
                 key: k.clone(),
                 wait_ms: 5,
                 lease_ms: 7,
+                options: baton_proto::AcquireOptions::default(),
             },
             Request::Release {
                 key: k.clone(),
