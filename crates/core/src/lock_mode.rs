@@ -34,3 +34,39 @@ impl LockMode {
         }
     }
 }
+
+/// What an acquire asks for beyond a key, a wait and a lease: how many
+/// grants the key may have at once, the grant's mode, and its value. The
+/// default is a plain 1.1 acquire: one permit, exclusive, no value.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct AcquireOptions {
+    /// 1 to [`MAX_PERMITS`]; 1 for a shared grant.
+    pub permits: u32,
+    pub mode: LockMode,
+    /// The value attached to the grant.
+    pub value: Option<crate::HolderValue>,
+}
+
+impl Default for AcquireOptions {
+    fn default() -> Self {
+        AcquireOptions {
+            permits: 1,
+            mode: LockMode::Exclusive,
+            value: None,
+        }
+    }
+}
+
+impl AcquireOptions {
+    /// Whether these are a plain 1.1 acquire's.
+    pub fn is_plain(&self) -> bool {
+        self.permits == 1 && self.mode == LockMode::Exclusive && self.value.is_none()
+    }
+
+    /// Whether the options hold together: permits in range, shared only
+    /// with one permit.
+    pub fn is_valid(&self) -> bool {
+        (1..=MAX_PERMITS).contains(&self.permits)
+            && (self.mode == LockMode::Exclusive || self.permits == 1)
+    }
+}

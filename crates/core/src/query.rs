@@ -78,13 +78,45 @@ impl KeyState {
     /// grant whose lease ended at or before `now` is not live (its expiry
     /// may not have been applied yet): it is left out.
     pub fn of(table: &LockTable, key: &Key, waiters: usize, now: Millis) -> KeyState {
-        let grant = table
-            .holder(key)
-            .filter(|h| h.expires_at > now)
-            .map(|h| LiveGrant {
+        let waiters = waiters as u64;
+        let Some(grants) = table.grants(key) else {
+            return KeyState::plain(None, waiters);
+        };
+        let live = || grants.holders().iter().filter(|h| h.expires_at > now);
+        let grant = live().next_back().map(|h| LiveGrant {
+            token: h.token,
+            lease_left_ms: h.expires_at - now,
+        });
+        let tagged = live().map(|h| (h.token, grants.mode(), table.value(h.token)));
+        let tag = StateTag::of(grants.permits(), tagged);
+        let plain = grants.permits() == 1
+            && grants.mode() == LockMode::Exclusive
+            && matches!(tag, StateTag::Free | StateTag::Plain(_));
+        if plain {
+            return KeyState::plain(grant, waiters);
+        }
+        let holders = live()
+            .take(MAX_LISTED_HOLDERS)
+            .map(|h| HolderState {
                 token: h.token,
                 lease_left_ms: h.expires_at - now,
-            });
-        KeyState::plain(grant, waiters as u64)
+                value: table.value(h.token).cloned(),
+            })
+            .collect();
+        let detail = KeyDetail {
+            permits: grants.permits(),
+            mode: grants.mode(),
+            holder_count: live().count() as u64,
+            holders,
+            tag,
+        };
+        if detail.holder_count == 0 {
+            return KeyState::plain(None, waiters);
+        }
+        KeyState {
+            grant,
+            waiters,
+            detail: Some(Box::new(detail)),
+        }
     }
 }

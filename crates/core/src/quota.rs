@@ -1,5 +1,6 @@
-//! The caps on what a node's lock state may hold: grants held, and
-//! acquires queued, over every client at once (`batond --max-locks`,
+//! The caps on what a node's lock state may hold: grants held (each
+//! permit of a semaphore and each shared grant counts), and acquires
+//! queued, over every client at once (`batond --max-locks`,
 //! `--max-waiters`). An acquire past a cap is refused and changes
 //! nothing, so one client cannot grow a node until it runs out of memory.
 
@@ -34,14 +35,18 @@ pub enum Refusal {
     TooManyLocks,
     /// The acquire would wait, but the node queues its maximum of waiters.
     TooManyWaiters,
+    /// The acquire names other permits than the key has while it has
+    /// holders or waiters (a shared acquire names one).
+    Permits(u32),
 }
 
 impl Refusal {
     /// The reason docs/protocol.md gives for it in an `E A <key> ...` answer.
-    pub fn reason(self) -> &'static str {
+    pub fn reason(self) -> std::borrow::Cow<'static, str> {
         match self {
-            Refusal::TooManyLocks => "too many locks",
-            Refusal::TooManyWaiters => "too many waiters",
+            Refusal::TooManyLocks => "too many locks".into(),
+            Refusal::TooManyWaiters => "too many waiters".into(),
+            Refusal::Permits(n) => format!("the key has {n} permits").into(),
         }
     }
 }

@@ -1,100 +1,67 @@
-//! The options of a 1.2 acquire (`permits=`, `mode=`, `value=`): what they
-//! are, how they are written, and how they are read with every refusal
-//! docs/protocol.md gives.
+//! The options of a 1.2 acquire (`permits=`, `mode=`, `value=`,
+//! [`AcquireOptions`]): how they are written, and how they are read with
+//! every refusal docs/protocol.md gives.
 
-use baton_core::{HolderValue, LockMode, MAX_PERMITS};
+use baton_core::{AcquireOptions, HolderValue, LockMode, MAX_PERMITS};
 use bytes::{BufMut, BytesMut};
 
 use crate::error_reply::echoable;
 use crate::number::put_u64;
 use crate::request_error::RequestErrorKind;
 
-/// What an acquire asks for beyond a key, a wait and a lease. The default
-/// is a plain 1.1 acquire: one permit, exclusive, no value.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct AcquireOptions {
-    /// How many grants the key may have at once, 1 to [`MAX_PERMITS`].
-    pub permits: u32,
-    pub mode: LockMode,
-    /// The value attached to the grant.
-    pub value: Option<HolderValue>,
-}
-
-impl Default for AcquireOptions {
-    fn default() -> Self {
-        AcquireOptions {
-            permits: 1,
-            mode: LockMode::Exclusive,
-            value: None,
-        }
-    }
-}
-
 /// The longest option name echoed in an error; a longer one is written `?`.
 const MAX_ECHOED_NAME: usize = 32;
 
-impl AcquireOptions {
-    /// Whether these are a plain 1.1 acquire's (nothing to write).
-    pub fn is_plain(&self) -> bool {
-        *self == AcquireOptions::default()
+/// Writes the options that differ from the default, each after a space.
+pub(crate) fn encode_options(options: &AcquireOptions, dst: &mut BytesMut) {
+    if options.permits != 1 {
+        dst.put_slice(b" permits=");
+        put_u64(dst, u64::from(options.permits));
     }
+    if options.mode == LockMode::Shared {
+        dst.put_slice(b" mode=shared");
+    }
+    if let Some(value) = &options.value {
+        dst.put_slice(b" value=");
+        dst.put_slice(value.as_bytes());
+    }
+}
 
-    /// Writes the options that differ from the default, each after a space.
-    pub(crate) fn encode(&self, dst: &mut BytesMut) {
-        if self.permits != 1 {
-            dst.put_slice(b" permits=");
-            put_u64(dst, u64::from(self.permits));
+/// Reads the option fields of an acquire, left to right, each at most
+/// once, then checks they go together.
+pub(crate) fn parse_options<'a>(
+    fields: impl Iterator<Item = &'a [u8]>,
+) -> Result<AcquireOptions, RequestErrorKind> {
+    let mut options = AcquireOptions::default();
+    let (mut permits, mut mode, mut value) = (false, false, false);
+    for field in fields {
+        if field.is_empty() {
+            return Err(RequestErrorKind::EmptyField);
         }
-        if self.mode == LockMode::Shared {
-            dst.put_slice(b" mode=shared");
+        let (name, text) = match field.iter().position(|&b| b == b'=') {
+            Some(eq) => (&field[..eq], Some(&field[eq + 1..])),
+            None => (field, None),
+        };
+        let seen = match name {
+            b"permits" => &mut permits,
+            b"mode" => &mut mode,
+            b"value" => &mut value,
+            _ => return Err(RequestErrorKind::UnknownOption(shown(name))),
+        };
+        if std::mem::replace(seen, true) {
+            return Err(RequestErrorKind::RepeatedOption(shown(name)));
         }
-        if let Some(value) = &self.value {
-            dst.put_slice(b" value=");
-            dst.put_slice(value.as_bytes());
+        let text = text.unwrap_or_default();
+        match name {
+            b"permits" => options.permits = parse_permits(text)?,
+            b"mode" => options.mode = LockMode::from_word(text).ok_or(RequestErrorKind::BadMode)?,
+            _ => options.value = Some(HolderValue::new(text).map_err(RequestErrorKind::BadValue)?),
         }
     }
-
-    /// Reads the option fields of an acquire, left to right, each at most
-    /// once, then checks they go together.
-    pub(crate) fn parse<'a>(
-        fields: impl Iterator<Item = &'a [u8]>,
-    ) -> Result<AcquireOptions, RequestErrorKind> {
-        let mut options = AcquireOptions::default();
-        let (mut permits, mut mode, mut value) = (false, false, false);
-        for field in fields {
-            if field.is_empty() {
-                return Err(RequestErrorKind::EmptyField);
-            }
-            let (name, text) = match field.iter().position(|&b| b == b'=') {
-                Some(eq) => (&field[..eq], Some(&field[eq + 1..])),
-                None => (field, None),
-            };
-            let seen = match name {
-                b"permits" => &mut permits,
-                b"mode" => &mut mode,
-                b"value" => &mut value,
-                _ => return Err(RequestErrorKind::UnknownOption(shown(name))),
-            };
-            if std::mem::replace(seen, true) {
-                return Err(RequestErrorKind::RepeatedOption(shown(name)));
-            }
-            let text = text.unwrap_or_default();
-            match name {
-                b"permits" => options.permits = parse_permits(text)?,
-                b"mode" => {
-                    options.mode = LockMode::from_word(text).ok_or(RequestErrorKind::BadMode)?
-                }
-                _ => {
-                    options.value =
-                        Some(HolderValue::new(text).map_err(RequestErrorKind::BadValue)?)
-                }
-            }
-        }
-        if options.mode == LockMode::Shared && options.permits != 1 {
-            return Err(RequestErrorKind::SharedPermits);
-        }
-        Ok(options)
+    if options.mode == LockMode::Shared && options.permits != 1 {
+        return Err(RequestErrorKind::SharedPermits);
     }
+    Ok(options)
 }
 
 /// `1` to [`MAX_PERMITS`] in decimal, no sign, no leading zero.

@@ -24,10 +24,9 @@ mod response_error;
 mod secret;
 mod status;
 
-pub use acquire_options::AcquireOptions;
 pub use baton_core::{
-    HolderState, HolderValue, KeyDetail, KeyState, LiveGrant, LockMode, StateTag, ValueError,
-    MAX_LISTED_HOLDERS, MAX_PERMITS, MAX_VALUE_LEN,
+    AcquireOptions, HolderState, HolderValue, KeyDetail, KeyState, LiveGrant, LockMode, StateTag,
+    ValueError, MAX_LISTED_HOLDERS, MAX_PERMITS, MAX_VALUE_LEN,
 };
 pub use codec::{ClientCodec, ServerCodec};
 pub use duration::{format_duration_ms, parse_duration_ms, DurationError};

@@ -3,9 +3,9 @@
 //! Fields are read left to right and the first bad one is reported, so a
 //! client always learns about the earliest mistake in its line.
 
-use baton_core::{HolderValue, Key, StateTag, Token};
+use baton_core::{AcquireOptions, HolderValue, Key, StateTag, Token};
 
-use crate::acquire_options::AcquireOptions;
+use crate::acquire_options::parse_options;
 use crate::duration::{parse_duration_ms, DurationError};
 use crate::error_reply::echoable;
 use crate::limits::{Limits, MAX_REQUEST_LINE};
@@ -172,7 +172,7 @@ impl<'a, I: Iterator<Item = &'a [u8]>> Cursor<'a, I> {
 
     /// The option fields of an acquire: the rest of the line.
     fn acquire_options(&mut self) -> Result<AcquireOptions, RequestError> {
-        AcquireOptions::parse(&mut self.fields).map_err(|kind| self.error(kind))
+        parse_options(&mut self.fields).map_err(|kind| self.error(kind))
     }
 
     /// A `V` request's value; `-` clears it.

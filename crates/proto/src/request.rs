@@ -1,10 +1,10 @@
 //! Requests a client sends: acquire, release, renew, status, authenticate,
 //! query, set a value and watch.
 
-use baton_core::{HolderValue, Key, StateTag, Token};
+use baton_core::{AcquireOptions, HolderValue, Key, StateTag, Token};
 use bytes::{BufMut, BytesMut};
 
-use crate::acquire_options::AcquireOptions;
+use crate::acquire_options::encode_options;
 use crate::duration::format_duration_ms;
 use crate::number::put_u64;
 use crate::op::Op;
@@ -123,7 +123,7 @@ impl Request {
                 format_duration_ms(*wait_ms, dst);
                 dst.put_u8(b' ');
                 format_duration_ms(*lease_ms, dst);
-                options.encode(dst);
+                encode_options(options, dst);
             }
             Request::SetValue { token, value, .. } => {
                 dst.put_u8(b' ');

@@ -54,9 +54,9 @@ pub use node::{LockNode, NodeCounters, NodeEvent, NodeStatus, NodeTally, Observe
 pub use persister::{Persister, TakeState, PERSIST_EVERY};
 pub use request::{Answer, LockRequest};
 pub use single::{
-    start_single, SingleNode, SinglePersister, SingleRunning, SingleStartError, SingleState,
-    STATE_FILE as SINGLE_STATE_FILE,
+    start_single, LegacySingleState, SingleNode, SinglePersister, SingleRunning, SingleStartError,
+    SingleState, STATE_FILE as SINGLE_STATE_FILE,
 };
-pub use state_file::{StateFile, StateFileError};
+pub use state_file::{StateFile, StateFileError, StateFormat};
 pub use tasks::Tasks;
 pub use tls::{Prefixed, ServerTls, TlsError, TlsPaths};

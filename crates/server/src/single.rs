@@ -16,7 +16,8 @@ use std::path::Path;
 use std::sync::Arc;
 
 use baton_core::{
-    Event, Key, LockService, LockTable, Millis, Outcome, Quota, TableSnapshot, Token, WaiterId,
+    Event, Key, LegacyTableSnapshot, LockService, LockTable, Millis, Outcome, Quota, TableSnapshot,
+    Token, WaiterId,
 };
 use baton_proto::{Mode, Role};
 use serde::{Deserialize, Serialize};
@@ -29,7 +30,7 @@ use crate::locks::SharedLocks;
 use crate::node::{LockNode, NodeCounters, NodeEvent, NodeStatus, NodeTally, Served};
 use crate::persister::Persister;
 use crate::request::{Answer, LockRequest};
-use crate::state_file::{StateFile, StateFileError};
+use crate::state_file::{StateFile, StateFileError, StateFormat};
 use crate::token_floor;
 
 /// The single node's file in its data directory.
@@ -40,6 +41,24 @@ pub const STATE_FILE: &str = "single-state";
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct SingleState {
     pub table: TableSnapshot,
+}
+
+/// A [`SingleState`] as nodes before protocol 1.2 wrote it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LegacySingleState {
+    pub table: LegacyTableSnapshot,
+}
+
+impl From<LegacySingleState> for SingleState {
+    fn from(old: LegacySingleState) -> SingleState {
+        SingleState {
+            table: old.table.into(),
+        }
+    }
+}
+
+impl StateFormat for SingleState {
+    type Legacy = LegacySingleState;
 }
 
 /// A node on its own: always serves.
