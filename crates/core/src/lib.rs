@@ -35,6 +35,7 @@ mod service;
 mod state_tag;
 mod table;
 mod waiters;
+mod watches;
 
 pub use encoded::{DecodeError, EncodedCommands};
 pub use event::{Change, Event, NodeIndex, NotServing};
@@ -53,6 +54,7 @@ pub use table::{
     SnapshotLock, TableSnapshot, MAX_ENCODED_COMMAND, TABLE_FORMAT_2,
 };
 pub use waiters::{WaitQueues, Waiter, WaiterId};
+pub use watches::{TooManyWatches, Watch, WatchId, Watches};
 
 /// A fencing token: every grant gets one, greater than every token before.
 /// Zero is never issued.

@@ -134,6 +134,7 @@ fn each_permit_and_each_shared_grant_counts_against_max_locks() {
     svc.set_quota(Quota {
         max_locks: 3,
         max_waiters: 10,
+        max_watches: Quota::DEFAULT_MAX_WATCHES,
     });
     acquire(&mut svc, "pool", permits(4), 0);
     acquire(&mut svc, "pool", permits(4), 1);

@@ -143,6 +143,7 @@ impl Harness {
         Harness::with_quota(Quota {
             max_locks: usize::MAX,
             max_waiters: usize::MAX,
+            max_watches: Quota::DEFAULT_MAX_WATCHES,
         })
     }
 
@@ -530,7 +531,7 @@ proptest! {
         max_waiters in 0usize..4,
         ops in proptest::collection::vec(op(), 1..150)
     ) {
-        let mut h = Harness::with_quota(Quota { max_locks, max_waiters });
+        let mut h = Harness::with_quota(Quota { max_locks, max_waiters, max_watches: Quota::DEFAULT_MAX_WATCHES });
         for op in &ops {
             h.step(op)?;
         }

@@ -71,6 +71,8 @@ pub enum ErrorReason {
     TooManyLocks,
     /// `E A <key> too many waiters`.
     TooManyWaiters,
+    /// `E W <key> too many watches` (the node's or the connection's cap).
+    TooManyWatches,
     /// `E`: a malformed line or a value past a limit (connection hook).
     Malformed,
     /// `E ... authentication failed / required`, `permission denied`
@@ -79,13 +81,14 @@ pub enum ErrorReason {
 }
 
 impl ErrorReason {
-    pub const ALL: [ErrorReason; 6] = [
+    pub const ALL: [ErrorReason; 7] = [
         ErrorReason::NotHeld,
         ErrorReason::Redirected,
         ErrorReason::TooManyLocks,
         ErrorReason::TooManyWaiters,
         ErrorReason::Malformed,
         ErrorReason::Unauthorized,
+        ErrorReason::TooManyWatches,
     ];
 
     /// The `reason` label value.
@@ -97,6 +100,7 @@ impl ErrorReason {
             ErrorReason::TooManyWaiters => "too_many_waiters",
             ErrorReason::Malformed => "malformed",
             ErrorReason::Unauthorized => "unauthorized",
+            ErrorReason::TooManyWatches => "too_many_watches",
         }
     }
 }
@@ -182,6 +186,10 @@ pub struct Metrics {
     wait_timeouts: AtomicU64,
     /// Waiters sent elsewhere because this node stopped serving.
     waiters_moved: AtomicU64,
+    /// Watches answered (at once, on a change, or when their wait ran out).
+    watches_answered: AtomicU64,
+    /// Values set or cleared (`V`).
+    values_set: AtomicU64,
     connections_open: AtomicI64,
     connections_total: AtomicU64,
     /// Request received to grant.
@@ -202,6 +210,8 @@ pub enum Count {
     WaitTimeouts,
     WaitersMoved,
     ConnectionsTotal,
+    WatchesAnswered,
+    ValuesSet,
 }
 
 impl Metrics {
@@ -228,6 +238,8 @@ impl Metrics {
             Count::WaitTimeouts => &self.wait_timeouts,
             Count::WaitersMoved => &self.waiters_moved,
             Count::ConnectionsTotal => &self.connections_total,
+            Count::WatchesAnswered => &self.watches_answered,
+            Count::ValuesSet => &self.values_set,
         }
     }
 

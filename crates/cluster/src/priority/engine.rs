@@ -199,6 +199,7 @@ impl<H> PriorityNode<H> {
     pub fn new(config: PriorityConfig, now: Millis) -> PriorityNode<H> {
         let mut service = LockService::new();
         service.enable_journal();
+        service.track_changes();
         let peers = vec![PeerView::default(); config.peers.len()];
         let quiet_until = now.saturating_add(config.failure_timeout_ms);
         // Table numbers of one process never meet those of an earlier one
