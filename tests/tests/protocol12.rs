@@ -302,7 +302,8 @@ async fn status_says_protocol_1_2_and_1_1_exchanges_are_unchanged() {
         c.request(&format!("K orders/43 {t} 60")).await,
         "K orders/43"
     );
-    assert_eq!(c.request("A k 1 1 x y").await, "E A k unknown option x");
+    assert_eq!(c.request("A k 1 1 x").await, "E A k too many fields");
+    assert_eq!(c.request("A k 1 1 x=y").await, "E A k unknown option x");
 }
 
 #[tokio::test]

@@ -38,10 +38,12 @@ pub(crate) fn parse_options<'a>(
         if field.is_empty() {
             return Err(RequestErrorKind::EmptyField);
         }
-        let (name, text) = match field.iter().position(|&b| b == b'=') {
-            Some(eq) => (&field[..eq], Some(&field[eq + 1..])),
-            None => (field, None),
+        // An option is `<name>=<value>`; a field without `=` is no option
+        // but an extra field, refused as protocol 1.1 refused it.
+        let Some(eq) = field.iter().position(|&b| b == b'=') else {
+            return Err(RequestErrorKind::TooManyFields);
         };
+        let (name, text) = (&field[..eq], &field[eq + 1..]);
         let seen = match name {
             b"permits" => &mut permits,
             b"mode" => &mut mode,
@@ -51,7 +53,6 @@ pub(crate) fn parse_options<'a>(
         if std::mem::replace(seen, true) {
             return Err(RequestErrorKind::RepeatedOption(shown(name)));
         }
-        let text = text.unwrap_or_default();
         match name {
             b"permits" => options.permits = parse_permits(text)?,
             b"mode" => options.mode = LockMode::from_word(text).ok_or(RequestErrorKind::BadMode)?,

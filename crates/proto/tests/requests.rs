@@ -185,7 +185,7 @@ fn missing_fields_are_named() {
 #[test]
 fn extra_fields_are_refused() {
     assert_eq!(answer(b"S x"), "E S ? too many fields\n");
-    assert_eq!(answer(b"A k 1 1 x"), "E A k unknown option x\n");
+    assert_eq!(answer(b"A k 1 1 x"), "E A k too many fields\n");
     assert_eq!(answer(b"R k 1 x"), "E R k too many fields\n");
     assert_eq!(answer(b"K k 1 1 x y"), "E K k too many fields\n");
 }
