@@ -9,7 +9,8 @@ mod auth_support;
 use std::time::Duration;
 
 use auth_support::{login, node_with_users, BILLING_SECRET};
-use baton_tests::{assert_error, grant_token, parse_status, Batond, LineClient};
+use baton_tests::http::{http_get, Scrape};
+use baton_tests::{assert_error, free_addr, grant_token, parse_status, Batond, LineClient};
 
 const QUIET: Duration = Duration::from_millis(300);
 
@@ -372,4 +373,52 @@ async fn a_1_1_client_reads_every_answer_as_before() {
     );
     assert_eq!(old.request(&format!("R k {t}")).await, "R k");
     grant_token(&other.recv().await, "k");
+}
+
+#[tokio::test]
+async fn v1_locks_lists_holders_permits_modes_and_values_and_metrics_count_the_new_ops() {
+    let http = free_addr();
+    let node = Batond::start(&["--http-listen", &http.to_string()]);
+    let mut c = node.connect().await;
+    let t1 = grant_token(&c.request("A pool 0 60 permits=2 value=w1").await, "pool");
+    let t2 = grant_token(&c.request("A pool 0 60 permits=2").await, "pool");
+    grant_token(&c.request("A rw 0 60 mode=shared").await, "rw");
+    assert_eq!(c.request(&format!("V pool {t2} w2")).await, "V pool");
+    assert_eq!(c.request("V pool 1 x").await, "N V pool");
+    c.request("W pool 1 -").await;
+    let page = http_get(http, "/v1/locks", None).await;
+    assert_eq!(page.code, 200, "{page:?}");
+    let page: serde_json::Value = serde_json::from_str(&page.body).expect("json");
+    let pool = &page["locks"][0];
+    assert_eq!(pool["key"], "pool");
+    assert_eq!(pool["token"], t2.to_string());
+    assert_eq!(
+        (&pool["permits"], &pool["mode"]),
+        (&2.into(), &"exclusive".into())
+    );
+    let holders: Vec<(String, String)> = pool["holders"]
+        .as_array()
+        .expect("holders")
+        .iter()
+        .map(|h| {
+            (
+                h["token"].as_str().expect("token").to_owned(),
+                h["value"].as_str().unwrap_or("-").to_owned(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        holders,
+        [
+            (t1.to_string(), "w1".to_owned()),
+            (t2.to_string(), "w2".to_owned())
+        ]
+    );
+    assert_eq!(page["locks"][1]["mode"], "shared");
+    let scrape = Scrape::parse(&http_get(http, "/metrics", None).await.body);
+    assert_eq!(scrape.get("baton_requests_total{op=\"set_value\"}"), 2.0);
+    assert_eq!(scrape.get("baton_requests_total{op=\"watch\"}"), 1.0);
+    assert_eq!(scrape.get("baton_values_set_total"), 1.0);
+    assert_eq!(scrape.get("baton_watches_answered_total"), 1.0);
+    assert_eq!(scrape.get("baton_errors_total{reason=\"not_held\"}"), 1.0);
 }
