@@ -398,17 +398,8 @@ fn take_value<'a>(bytes: &'a [u8], value: &mut Option<&'a [u8]>) -> Result<&'a [
     match present {
         0 => Ok(rest),
         1 => {
-            let (len, rest) = take_varint(rest)?;
-            let len = usize::try_from(len)
-                .ok()
-                .filter(|&len| len <= MAX_VALUE_LEN)
-                .ok_or(DecodeError::Value(ValueError::TooLong {
-                    len: usize::try_from(len).unwrap_or(usize::MAX),
-                }))?;
-            if rest.len() < len {
-                return Err(DecodeError::Truncated);
-            }
-            let (bytes, rest) = rest.split_at(len);
+            let too_long = |len| DecodeError::Value(ValueError::TooLong { len });
+            let (bytes, rest) = take_bytes(rest, MAX_VALUE_LEN, too_long)?;
             *value = Some(bytes);
             Ok(rest)
         }
@@ -423,20 +414,29 @@ fn take_into<'a>(bytes: &'a [u8], into: &mut u64) -> Result<&'a [u8], DecodeErro
 }
 
 fn take_key<'a>(bytes: &'a [u8], key: &mut &'a [u8]) -> Result<&'a [u8], DecodeError> {
+    let too_long = |len| DecodeError::Key(KeyError::TooLong { len });
+    let (bytes, rest) = take_bytes(bytes, MAX_KEY_LEN, too_long)?;
+    *key = bytes;
+    Ok(rest)
+}
+
+/// A length-prefixed run of at most `max` bytes, borrowed, and what
+/// follows it. A length past `max` is refused (`too_long`) before it is
+/// used.
+fn take_bytes(
+    bytes: &[u8],
+    max: usize,
+    too_long: impl Fn(usize) -> DecodeError,
+) -> Result<(&[u8], &[u8]), DecodeError> {
     let (len, rest) = take_varint(bytes)?;
-    // A length past the key limit is refused before it is used.
     let len = usize::try_from(len)
         .ok()
-        .filter(|&len| len <= MAX_KEY_LEN)
-        .ok_or(DecodeError::Key(KeyError::TooLong {
-            len: usize::try_from(len).unwrap_or(usize::MAX),
-        }))?;
+        .filter(|&len| len <= max)
+        .ok_or_else(|| too_long(usize::try_from(len).unwrap_or(usize::MAX)))?;
     if rest.len() < len {
         return Err(DecodeError::Truncated);
     }
-    let (bytes, rest) = rest.split_at(len);
-    *key = bytes;
-    Ok(rest)
+    Ok(rest.split_at(len))
 }
 
 fn validate_key_of(command: &RawCommand<'_>) -> Result<(), DecodeError> {

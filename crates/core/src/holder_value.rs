@@ -7,6 +7,8 @@ use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
+use crate::key::KeyError;
+
 /// The longest value, in bytes: room for an address or an id, small
 /// enough that sixteen holders fit in one response line.
 pub const MAX_VALUE_LEN: usize = 128;
@@ -57,17 +59,17 @@ impl HolderValue {
     }
 }
 
-/// Checks `bytes` against the value rules without copying them.
+/// Checks `bytes` against the value rules without copying them: the
+/// bytes a key may hold, fewer of them, and not `-`.
 pub fn validate(bytes: &[u8]) -> Result<(), ValueError> {
-    if bytes.is_empty() {
-        return Err(ValueError::Empty);
-    }
     if bytes.len() > MAX_VALUE_LEN {
         return Err(ValueError::TooLong { len: bytes.len() });
     }
-    if let Some(&byte) = bytes.iter().find(|&&b| b <= b' ' || b == 0x7f) {
-        return Err(ValueError::ForbiddenByte { byte });
-    }
+    crate::key::validate(bytes).map_err(|e| match e {
+        KeyError::Empty => ValueError::Empty,
+        KeyError::TooLong { len } => ValueError::TooLong { len },
+        KeyError::ForbiddenByte { byte } => ValueError::ForbiddenByte { byte },
+    })?;
     if bytes == b"-" {
         return Err(ValueError::Dash);
     }

@@ -23,7 +23,7 @@ use baton_core::{
     AcquireOutcome, Command, Event, Holder, Key, LockMode, LockService, LockTable, Millis, Outcome,
     Quota, Refusal, TableSnapshot, Token, WaiterId,
 };
-use model::{ask, holder_value, options, MAcquire, MEvent, Model, K};
+use model::{acquire_op, holder_value, options, AcquireOp, MAcquire, MEvent, Model, K};
 use proptest::prelude::*;
 
 const KEYS: u8 = 3;
@@ -39,16 +39,7 @@ enum TokenPick {
 
 #[derive(Clone, Debug)]
 enum Op {
-    Acquire {
-        key: K,
-        wait: u64,
-        lease: u64,
-        /// The semaphore's acquires name 2 or 3 permits.
-        more: bool,
-        /// The readers-writer key's acquires may be shared.
-        shared: bool,
-        value: Option<u8>,
-    },
+    Acquire(AcquireOp),
     SetValue {
         key: K,
         token: TokenPick,
@@ -88,20 +79,7 @@ fn token_pick() -> impl Strategy<Value = TokenPick> {
 fn op() -> impl Strategy<Value = Op> {
     let key = || 0..KEYS;
     prop_oneof![
-        6 => (
-            key(),
-            prop_oneof![Just(0u64), 1..25u64],
-            1..40u64,
-            (any::<bool>(), any::<bool>(), proptest::option::of(0..3u8)),
-        )
-            .prop_map(|(key, wait, lease, (more, shared, value))| Op::Acquire {
-                key,
-                wait,
-                lease,
-                more,
-                shared,
-                value,
-            }),
+        6 => acquire_op(KEYS).prop_map(Op::Acquire),
         1 => (key(), token_pick(), proptest::option::of(0..3u8))
             .prop_map(|(key, token, value)| Op::SetValue { key, token, value }),
         3 => (key(), token_pick()).prop_map(|(key, token)| Op::Release { key, token }),
@@ -194,17 +172,13 @@ impl Harness {
     fn step(&mut self, op: &Op) -> Result<(), TestCaseError> {
         let now = self.now;
         match *op {
-            Op::Acquire {
-                key,
-                wait,
-                lease,
-                more,
-                shared,
-                value,
-            } => {
+            Op::Acquire(acquire) => {
+                let AcquireOp {
+                    key, wait, lease, ..
+                } = acquire;
                 let handle = self.next_handle;
                 self.next_handle += 1;
-                let ask = ask(key, more, shared, value);
+                let ask = acquire.ask();
                 let before = self.svc.table().clone();
                 let got = self.svc.acquire_with(
                     self.keys[key as usize].clone(),

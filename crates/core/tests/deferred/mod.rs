@@ -16,20 +16,13 @@ use baton_core::{
 };
 use proptest::prelude::*;
 
-use crate::model::{ask, holder_value, options};
+use crate::model::{acquire_op, holder_value, options, AcquireOp};
 
 const KEYS: u8 = 3;
 
 #[derive(Clone, Debug)]
 pub enum Op {
-    Acquire {
-        key: u8,
-        wait: u64,
-        lease: u64,
-        more: bool,
-        shared: bool,
-        value: Option<u8>,
-    },
+    Acquire(AcquireOp),
     /// Sets the value of the key's oldest grant.
     SetValue {
         key: u8,
@@ -55,20 +48,7 @@ pub enum Op {
 
 pub fn op() -> impl Strategy<Value = Op> {
     prop_oneof![
-        6 => (
-            0..KEYS,
-            prop_oneof![Just(0u64), 1..25u64],
-            1..40u64,
-            (any::<bool>(), any::<bool>(), proptest::option::of(0..3u8)),
-        )
-            .prop_map(|(key, wait, lease, (more, shared, value))| Op::Acquire {
-                key,
-                wait,
-                lease,
-                more,
-                shared,
-                value,
-            }),
+        6 => acquire_op(KEYS).prop_map(Op::Acquire),
         1 => (0..KEYS, proptest::option::of(0..3u8))
             .prop_map(|(key, value)| Op::SetValue { key, value }),
         3 => (0..KEYS, any::<bool>()).prop_map(|(key, stale)| Op::Release { key, stale }),
@@ -144,17 +124,13 @@ impl Deferred {
         let now = self.now;
         let mut events = Vec::new();
         match *op {
-            Op::Acquire {
-                key,
-                wait,
-                lease,
-                more,
-                shared,
-                value,
-            } => {
+            Op::Acquire(acquire) => {
+                let AcquireOp {
+                    key, wait, lease, ..
+                } = acquire;
                 let handle = self.arrivals.len() as u64;
                 let k = self.keys[key as usize].clone();
-                let options = options(ask(key, more, shared, value));
+                let options = options(acquire.ask());
                 if let Err(refusal) = self.rules.admit(&self.table, &k, &options) {
                     let Refusal::Permits(n) = refusal else {
                         return Err(TestCaseError::fail(format!("refused: {refusal:?}")));
@@ -393,15 +369,11 @@ pub fn service_run(ops: &[Op]) -> (HashMap<u64, End>, LockTable) {
     let mut events = Vec::new();
     for op in ops {
         match *op {
-            Op::Acquire {
-                key,
-                wait,
-                lease,
-                more,
-                shared,
-                value,
-            } => {
-                let options = options(ask(key, more, shared, value));
+            Op::Acquire(acquire) => {
+                let AcquireOp {
+                    key, wait, lease, ..
+                } = acquire;
+                let options = options(acquire.ask());
                 let k = keys[key as usize].clone();
                 match svc.acquire_with(k, wait, lease, options, now, handles) {
                     AcquireOutcome::Granted { token } => {

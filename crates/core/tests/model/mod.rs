@@ -5,6 +5,7 @@
 //! together, an exclusive one alone); grants may carry a value.
 
 use baton_core::{AcquireOptions, HolderValue, LockMode};
+use proptest::prelude::*;
 
 /// A key of the model: one of a few small numbers.
 pub type K = u8;
@@ -311,4 +312,40 @@ pub fn options(ask: Ask) -> AcquireOptions {
         },
         value: ask.value.map(holder_value),
     }
+}
+
+/// A random acquire of both property runs: its key, wait, lease and what
+/// it asks for (see [`ask`]).
+#[derive(Clone, Copy, Debug)]
+pub struct AcquireOp {
+    pub key: K,
+    pub wait: u64,
+    pub lease: u64,
+    pub more: bool,
+    pub shared: bool,
+    pub value: Option<u8>,
+}
+
+impl AcquireOp {
+    pub fn ask(&self) -> Ask {
+        ask(self.key, self.more, self.shared, self.value)
+    }
+}
+
+/// Acquires of keys `0..keys`, waits of 0 (no limit) or a few ms.
+pub fn acquire_op(keys: K) -> impl Strategy<Value = AcquireOp> {
+    (
+        0..keys,
+        prop_oneof![Just(0u64), 1..25u64],
+        1..40u64,
+        (any::<bool>(), any::<bool>(), proptest::option::of(0..3u8)),
+    )
+        .prop_map(|(key, wait, lease, (more, shared, value))| AcquireOp {
+            key,
+            wait,
+            lease,
+            more,
+            shared,
+            value,
+        })
 }
