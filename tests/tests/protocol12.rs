@@ -422,3 +422,41 @@ async fn v1_locks_lists_holders_permits_modes_and_values_and_metrics_count_the_n
     assert_eq!(scrape.get("baton_watches_answered_total"), 1.0);
     assert_eq!(scrape.get("baton_errors_total{reason=\"not_held\"}"), 1.0);
 }
+
+#[tokio::test]
+async fn q_lists_the_sixteen_oldest_holders_and_counts_them_all() {
+    let node = Batond::start(&[]);
+    let mut c = node.connect().await;
+    let value = "v".repeat(128);
+    let mut tokens = Vec::new();
+    for _ in 0..18 {
+        let line = c
+            .request(&format!(
+                "A {} 0 86400 permits=20 value={value}",
+                "k".repeat(250)
+            ))
+            .await;
+        tokens.push(grant_token(&line, &"k".repeat(250)));
+    }
+    let q = c.request(&format!("Q {}", "k".repeat(250))).await;
+    assert_eq!(field(&q, "holders"), "18");
+    assert_eq!(
+        field(&q, "token"),
+        tokens[17].to_string(),
+        "the newest holder"
+    );
+    assert_eq!(holders(&q), tokens[..16].to_vec(), "the 16 oldest");
+    assert!(q.len() < 4096, "{} bytes", q.len());
+}
+
+#[tokio::test]
+async fn the_watch_limits_are_config_file_keys_too() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let path = dir.path().join("batond.toml");
+    std::fs::write(&path, "max-watches = 5\nmax-watches-per-connection = 1\n").expect("write");
+    let node = Batond::start(&["--config", &path.display().to_string()]);
+    let mut c = node.connect().await;
+    c.send("W a 30 -").await;
+    c.expect_silence(Duration::from_millis(100)).await;
+    assert_eq!(c.request("W b 30 -").await, "E W b too many watches");
+}
