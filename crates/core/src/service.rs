@@ -53,6 +53,9 @@ pub struct LockService<H> {
     /// Keys whose holders or values changed since the last drain, when
     /// the user watches keys ([`LockService::track_changes`]).
     changed_keys: Option<Vec<Key>>,
+    /// The table was replaced whole since the last drain: any key may
+    /// have changed.
+    replaced: bool,
     /// Keys whose head waiter has room since a waiter ahead of it left:
     /// handed on at the next tick, which [`LockService::next_deadline`]
     /// makes due at once.
@@ -78,6 +81,7 @@ impl<H> LockService<H> {
             journal: None,
             changes: 0,
             changed_keys: None,
+            replaced: false,
             stalled: Vec::new(),
         }
     }
@@ -191,12 +195,15 @@ impl<H> LockService<H> {
     }
 
     /// The keys whose holders or values changed since the last call, in
-    /// the order they changed (a key may come more than once).
-    pub fn drain_changed_keys(&mut self) -> Vec<Key> {
-        self.changed_keys
+    /// the order they changed (a key may come more than once); `None`
+    /// when the table was replaced whole meanwhile (any key may have).
+    pub fn drain_changed_keys(&mut self) -> Option<Vec<Key>> {
+        let keys = self
+            .changed_keys
             .as_mut()
             .map(std::mem::take)
-            .unwrap_or_default()
+            .unwrap_or_default();
+        (!std::mem::take(&mut self.replaced)).then_some(keys)
     }
 
     /// Release; on success the key passes AT ONCE to the oldest live waiter
@@ -370,6 +377,7 @@ impl<H> LockService<H> {
     /// or a successor taking over). Queued waiters are kept.
     pub fn replace_table(&mut self, table: LockTable) {
         self.table = table;
+        self.replaced = self.changed_keys.is_some();
     }
 
     /// Whether commands wait in the journal to be replicated.

@@ -183,5 +183,11 @@ fn values_are_set_cleared_and_reported_with_the_tag() {
         Outcome::ValueSet
     );
     assert_eq!(svc.query(&key("lead"), 0).tag(), StateTag::Plain(token));
-    assert_eq!(svc.drain_changed_keys(), vec![key("lead"), key("lead")]);
+    assert_eq!(
+        svc.drain_changed_keys(),
+        Some(vec![key("lead"), key("lead")])
+    );
+    svc.replace_table(LockTable::new());
+    assert_eq!(svc.drain_changed_keys(), None, "any key may have changed");
+    assert_eq!(svc.drain_changed_keys(), Some(Vec::new()));
 }

@@ -93,6 +93,11 @@ impl<H> Watches<H> {
         Ok(id)
     }
 
+    /// Every key with pending watches, in no particular order.
+    pub fn watched_keys(&self) -> Vec<Key> {
+        self.by_key.keys().cloned().collect()
+    }
+
     /// Whether `key` has pending watches.
     pub fn is_watched(&self, key: &Key) -> bool {
         self.by_key.contains_key(key)

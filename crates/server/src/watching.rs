@@ -51,17 +51,18 @@ impl NodeWatches {
         }
     }
 
-    /// Answers the watches of the `changed` keys whose client saw another
-    /// tag than the key's now (`state` gives it).
+    /// Answers the watches of the `changed` keys (`None`: of every key)
+    /// whose client saw another tag than the key's now (`state` gives it).
     pub fn after_changes(
         &mut self,
-        mut changed: Vec<Key>,
+        changed: Option<Vec<Key>>,
         state: impl Fn(&Key) -> KeyState,
         events: &mut Vec<NodeEvent>,
     ) {
         if self.watches.is_empty() {
             return;
         }
+        let mut changed = changed.unwrap_or_else(|| self.watches.watched_keys());
         changed.sort_unstable();
         changed.dedup();
         for key in changed {

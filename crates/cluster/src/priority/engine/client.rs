@@ -134,8 +134,9 @@ impl<H> PriorityNode<H> {
     }
 
     /// The keys whose holders or values changed since the last call (for
-    /// the watches of the active).
-    pub fn drain_changed_keys(&mut self) -> Vec<Key> {
+    /// the watches of the active); `None` after a table taken in whole
+    /// (a merge after a split): any key may have.
+    pub fn drain_changed_keys(&mut self) -> Option<Vec<Key>> {
         self.service.drain_changed_keys()
     }
 
