@@ -34,7 +34,8 @@ fn bench_request() -> impl Strategy<Value = Request> {
         (key(), 0..=MAX_MS, 1..=MAX_MS).prop_map(|(key, wait_ms, lease_ms)| Request::Acquire {
             key,
             wait_ms,
-            lease_ms
+            lease_ms,
+            options: baton_proto::AcquireOptions::default(),
         }),
         (key(), 1..=u64::MAX).prop_map(|(key, token)| Request::Release { key, token }),
     ]
@@ -107,7 +108,8 @@ fn bench_encode(request: &Request) -> Vec<u8> {
             key,
             wait_ms,
             lease_ms,
-        } => wire::acquire(&mut out, key.as_bytes(), *wait_ms, *lease_ms),
+            options,
+        } if options.is_plain() => wire::acquire(&mut out, key.as_bytes(), *wait_ms, *lease_ms),
         Request::Release { key, token } => wire::release(&mut out, key.as_bytes(), *token),
         other => panic!("the bench never sends {other:?}"),
     }

@@ -92,7 +92,7 @@ async fn a_single_node_is_healthy_and_its_metrics_move_with_the_requests() {
     assert_eq!(body["version"], version);
     let status = node.connect().await.request("S").await;
     assert!(
-        status.ends_with(&format!(" http={http} version={version}")),
+        status.ends_with(&format!(" http={http} protocol=1.2 version={version}")),
         "{status}"
     );
 

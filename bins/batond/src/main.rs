@@ -65,6 +65,14 @@ struct Flags {
     /// wait is answered `E A <key> too many waiters`.
     #[arg(long, value_name = "N", default_value_t = baton_server::Quota::DEFAULT_MAX_WAITERS as u64, value_parser = clap::value_parser!(u64).range(0..))]
     max_waiters: u64,
+    /// Watches (`W`) pending at once, over every connection; one more is
+    /// answered `E W <key> too many watches`.
+    #[arg(long, value_name = "N", default_value_t = baton_server::Quota::DEFAULT_MAX_WATCHES as u64, value_parser = clap::value_parser!(u64).range(0..))]
+    max_watches: u64,
+    /// Watches (`W`) pending at once on one connection; one more is
+    /// answered `E W <key> too many watches`.
+    #[arg(long, value_name = "N", default_value_t = baton_server::DEFAULT_MAX_WATCHES_PER_CONNECTION)]
+    max_watches_per_connection: usize,
     /// How this node runs: alone, or in a priority or Raft cluster with --peers.
     #[arg(long, value_enum, default_value_t = Mode::Single)]
     mode: Mode,
@@ -189,9 +197,11 @@ impl Flags {
             },
             max_connections: self.max_connections,
             max_pending: self.max_pending,
+            max_watches_per_connection: self.max_watches_per_connection,
             quota: baton_server::Quota {
                 max_locks: usize::try_from(self.max_locks).unwrap_or(usize::MAX),
                 max_waiters: usize::try_from(self.max_waiters).unwrap_or(usize::MAX),
+                max_watches: usize::try_from(self.max_watches).unwrap_or(usize::MAX),
             },
             advertise,
             auth: match &self.auth_file {

@@ -300,6 +300,7 @@ impl Client {
             key: attempt.key.clone(),
             wait_ms,
             lease_ms: attempt.lease_ms,
+            options: baton_proto::AcquireOptions::default(),
         };
         // The node answers T when the wait runs out; the extra time only
         // covers the trip, so a silent node cannot hold the caller forever.

@@ -17,7 +17,9 @@
 
 use bytes::Bytes;
 
+use crate::holder_value::{validate as validate_value, HolderValue, ValueError, MAX_VALUE_LEN};
 use crate::key::{validate as validate_key, Key, KeyError, MAX_KEY_LEN};
+use crate::lock_mode::{AcquireOptions, LockMode};
 use crate::table::Command;
 use crate::Token;
 
@@ -32,6 +34,10 @@ pub enum DecodeError {
     Variant(u64),
     #[error("a command's key: {0}")]
     Key(KeyError),
+    #[error("a command's value: {0}")]
+    Value(ValueError),
+    #[error("a grant's options do not hold together")]
+    Options,
     #[error("{0} bytes follow the last command")]
     Trailing(usize),
 }
@@ -68,6 +74,7 @@ impl EncodedCommands {
         for _ in 0..count {
             let (command, after) = take_command(rest)?;
             validate_key_of(&command)?;
+            command.validate_options()?;
             highest_token = highest_token.max(command.token);
             rest = after;
         }
@@ -212,6 +219,8 @@ const RELEASE: u64 = 1;
 const RENEW: u64 = 2;
 const EXPIRE: u64 = 3;
 const RAISE_TOKEN_FLOOR: u64 = 4;
+const GRANT_WITH: u64 = 5;
+const SET_VALUE: u64 = 6;
 
 /// Appends `command`'s encoding; returns the token it names (a floor's
 /// included, 0 for a grant).
@@ -246,10 +255,50 @@ fn encode_command(command: &Command, out: &mut Vec<u8>) -> Token {
             encode_varint(*token, out);
             *token
         }
+        Command::GrantWith {
+            key,
+            lease_ms,
+            options,
+        } => {
+            encode_varint(GRANT_WITH, out);
+            encode_key(key, out);
+            encode_varint(*lease_ms, out);
+            encode_varint(u64::from(options.permits), out);
+            encode_varint(mode_index(options.mode), out);
+            encode_value(options.value.as_ref(), out);
+            0
+        }
+        Command::SetValue { key, token, value } => {
+            encode_varint(SET_VALUE, out);
+            encode_key(key, out);
+            encode_varint(*token, out);
+            encode_value(value.as_ref(), out);
+            *token
+        }
         Command::RaiseTokenFloor { floor } => {
             encode_varint(RAISE_TOKEN_FLOOR, out);
             encode_varint(*floor, out);
             *floor
+        }
+    }
+}
+
+/// A mode as serde's derive numbers its variants.
+fn mode_index(mode: LockMode) -> u64 {
+    match mode {
+        LockMode::Exclusive => 0,
+        LockMode::Shared => 1,
+    }
+}
+
+/// An `Option<HolderValue>` as postcard writes it: 0, or 1 and the bytes.
+fn encode_value(value: Option<&HolderValue>, out: &mut Vec<u8>) {
+    match value {
+        None => out.push(0),
+        Some(value) => {
+            out.push(1);
+            encode_varint(value.len() as u64, out);
+            out.extend_from_slice(value.as_bytes());
         }
     }
 }
@@ -289,12 +338,15 @@ fn take_varint(bytes: &[u8]) -> Result<(u64, &[u8]), DecodeError> {
     }
 }
 
-/// One command read in place: its key borrowed, not yet checked.
+/// One command read in place: its key and value borrowed, not yet checked.
 struct RawCommand<'a> {
     variant: u64,
     key: &'a [u8],
     token: Token,
     lease_ms: u64,
+    permits: u64,
+    mode: u64,
+    value: Option<&'a [u8]>,
 }
 
 fn take_command(bytes: &[u8]) -> Result<(RawCommand<'_>, &[u8]), DecodeError> {
@@ -304,6 +356,9 @@ fn take_command(bytes: &[u8]) -> Result<(RawCommand<'_>, &[u8]), DecodeError> {
         key: &[],
         token: 0,
         lease_ms: 0,
+        permits: 1,
+        mode: 0,
+        value: None,
     };
     let rest = match variant {
         GRANT => {
@@ -319,10 +374,37 @@ fn take_command(bytes: &[u8]) -> Result<(RawCommand<'_>, &[u8]), DecodeError> {
             let rest = take_into(rest, &mut raw.token)?;
             take_into(rest, &mut raw.lease_ms)?
         }
+        GRANT_WITH => {
+            let rest = take_key(rest, &mut raw.key)?;
+            let rest = take_into(rest, &mut raw.lease_ms)?;
+            let rest = take_into(rest, &mut raw.permits)?;
+            let rest = take_into(rest, &mut raw.mode)?;
+            take_value(rest, &mut raw.value)?
+        }
+        SET_VALUE => {
+            let rest = take_key(rest, &mut raw.key)?;
+            let rest = take_into(rest, &mut raw.token)?;
+            take_value(rest, &mut raw.value)?
+        }
         RAISE_TOKEN_FLOOR => take_into(rest, &mut raw.token)?,
         other => return Err(DecodeError::Variant(other)),
     };
     Ok((raw, rest))
+}
+
+/// An `Option<HolderValue>`: its bytes borrowed, their length bounded.
+fn take_value<'a>(bytes: &'a [u8], value: &mut Option<&'a [u8]>) -> Result<&'a [u8], DecodeError> {
+    let (&present, rest) = bytes.split_first().ok_or(DecodeError::Truncated)?;
+    match present {
+        0 => Ok(rest),
+        1 => {
+            let too_long = |len| DecodeError::Value(ValueError::TooLong { len });
+            let (bytes, rest) = take_bytes(rest, MAX_VALUE_LEN, too_long)?;
+            *value = Some(bytes);
+            Ok(rest)
+        }
+        other => Err(DecodeError::Variant(u64::from(other))),
+    }
 }
 
 fn take_into<'a>(bytes: &'a [u8], into: &mut u64) -> Result<&'a [u8], DecodeError> {
@@ -332,20 +414,29 @@ fn take_into<'a>(bytes: &'a [u8], into: &mut u64) -> Result<&'a [u8], DecodeErro
 }
 
 fn take_key<'a>(bytes: &'a [u8], key: &mut &'a [u8]) -> Result<&'a [u8], DecodeError> {
+    let too_long = |len| DecodeError::Key(KeyError::TooLong { len });
+    let (bytes, rest) = take_bytes(bytes, MAX_KEY_LEN, too_long)?;
+    *key = bytes;
+    Ok(rest)
+}
+
+/// A length-prefixed run of at most `max` bytes, borrowed, and what
+/// follows it. A length past `max` is refused (`too_long`) before it is
+/// used.
+fn take_bytes(
+    bytes: &[u8],
+    max: usize,
+    too_long: impl Fn(usize) -> DecodeError,
+) -> Result<(&[u8], &[u8]), DecodeError> {
     let (len, rest) = take_varint(bytes)?;
-    // A length past the key limit is refused before it is used.
     let len = usize::try_from(len)
         .ok()
-        .filter(|&len| len <= MAX_KEY_LEN)
-        .ok_or(DecodeError::Key(KeyError::TooLong {
-            len: usize::try_from(len).unwrap_or(usize::MAX),
-        }))?;
+        .filter(|&len| len <= max)
+        .ok_or_else(|| too_long(usize::try_from(len).unwrap_or(usize::MAX)))?;
     if rest.len() < len {
         return Err(DecodeError::Truncated);
     }
-    let (bytes, rest) = rest.split_at(len);
-    *key = bytes;
-    Ok(rest)
+    Ok(rest.split_at(len))
 }
 
 fn validate_key_of(command: &RawCommand<'_>) -> Result<(), DecodeError> {
@@ -356,11 +447,63 @@ fn validate_key_of(command: &RawCommand<'_>) -> Result<(), DecodeError> {
 }
 
 impl RawCommand<'_> {
+    /// Checks a grant's options and any value: a mode of the enum, permits
+    /// that hold together with it, a value within the value rules.
+    fn validate_options(&self) -> Result<(), DecodeError> {
+        if let Some(value) = self.value {
+            validate_value(value).map_err(DecodeError::Value)?;
+        }
+        if self.variant != GRANT_WITH {
+            return Ok(());
+        }
+        let mode = match self.mode {
+            0 => LockMode::Exclusive,
+            1 => LockMode::Shared,
+            _ => return Err(DecodeError::Options),
+        };
+        let permits = u32::try_from(self.permits).map_err(|_| DecodeError::Options)?;
+        let options = AcquireOptions {
+            permits,
+            mode,
+            value: None,
+        };
+        if options.is_valid() {
+            Ok(())
+        } else {
+            Err(DecodeError::Options)
+        }
+    }
+
+    /// The value, taken as checked (see [`Self::into_command`]).
+    fn value(&self) -> Result<Option<HolderValue>, DecodeError> {
+        self.value
+            .map(|v| HolderValue::new(v).map_err(DecodeError::Value))
+            .transpose()
+    }
+
     /// The command, its key taken as checked: every `EncodedCommands`
     /// holds keys that were written from a `Key` or checked by `parse`.
     fn into_command(self) -> Result<Command, DecodeError> {
         let key = || Key::from_checked(self.key);
         Ok(match self.variant {
+            GRANT_WITH => Command::GrantWith {
+                key: key(),
+                lease_ms: self.lease_ms,
+                options: AcquireOptions {
+                    permits: u32::try_from(self.permits).map_err(|_| DecodeError::Options)?,
+                    mode: if self.mode == 1 {
+                        LockMode::Shared
+                    } else {
+                        LockMode::Exclusive
+                    },
+                    value: self.value()?,
+                },
+            },
+            SET_VALUE => Command::SetValue {
+                key: key(),
+                token: self.token,
+                value: self.value()?,
+            },
             GRANT => Command::Grant {
                 key: key(),
                 lease_ms: self.lease_ms,

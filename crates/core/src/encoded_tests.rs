@@ -25,8 +25,65 @@ fn a_few() -> Vec<Command> {
             key: key("c"),
             token: 1,
         },
+        Command::GrantWith {
+            key: key("d"),
+            lease_ms: 5,
+            options: AcquireOptions {
+                permits: 3,
+                mode: LockMode::Exclusive,
+                value: None,
+            },
+        },
+        Command::SetValue {
+            key: key("d"),
+            token: 9,
+            value: None,
+        },
     ]);
     commands
+}
+
+#[test]
+fn the_1_1_commands_keep_their_bytes() {
+    // What a 1.1 node journaled, logged or sent: still read the same.
+    let grant = Command::Grant {
+        key: key("a"),
+        lease_ms: 300,
+    };
+    let encoded: EncodedCommands = [grant.clone()].iter().collect();
+    assert_eq!(encoded.as_bytes(), &[0, 1, b'a', 0xac, 0x02]);
+    let parsed = EncodedCommands::parse(1, &[0, 1, b'a', 0xac, 0x02]).unwrap();
+    assert_eq!(parsed.iter().next().unwrap().unwrap(), grant);
+}
+
+#[test]
+fn bad_options_and_values_are_refused() {
+    // GrantWith of key "a", lease 1, permits 0: options that do not hold together.
+    assert_eq!(
+        EncodedCommands::parse(1, &[5, 1, b'a', 1, 0, 0, 0]),
+        Err(DecodeError::Options)
+    );
+    // Shared with 2 permits.
+    assert_eq!(
+        EncodedCommands::parse(1, &[5, 1, b'a', 1, 2, 1, 0]),
+        Err(DecodeError::Options)
+    );
+    // A mode past the enum.
+    assert_eq!(
+        EncodedCommands::parse(1, &[5, 1, b'a', 1, 1, 2, 0]),
+        Err(DecodeError::Options)
+    );
+    // SetValue with the value "-", and with a space.
+    assert_eq!(
+        EncodedCommands::parse(1, &[6, 1, b'a', 1, 1, 1, b'-']),
+        Err(DecodeError::Value(ValueError::Dash))
+    );
+    assert!(EncodedCommands::parse(1, &[6, 1, b'a', 1, 1, 1, b' ']).is_err());
+    // A value longer than the rules allow, and a presence byte past 1.
+    let mut long = vec![6, 1, b'a', 1, 1, 129, 1];
+    long.extend([b'v'; 129]);
+    assert!(EncodedCommands::parse(1, &long).is_err());
+    assert!(EncodedCommands::parse(1, &[6, 1, b'a', 1, 2]).is_err());
 }
 
 /// What postcard writes for the commands as a list, and our bytes with
@@ -148,10 +205,11 @@ fn the_encoder_starts_over_after_each_take() {
 /// The token a command names: what `highest_token` is the maximum of.
 fn named_token(command: &Command) -> u64 {
     match command {
-        Command::Grant { .. } => 0,
+        Command::Grant { .. } | Command::GrantWith { .. } => 0,
         Command::Release { token, .. }
         | Command::Renew { token, .. }
-        | Command::Expire { token, .. } => *token,
+        | Command::Expire { token, .. }
+        | Command::SetValue { token, .. } => *token,
         Command::RaiseTokenFloor { floor } => *floor,
     }
 }
@@ -173,7 +231,38 @@ fn any_command() -> impl Strategy<Value = Command> {
         }),
         (any_key(), any::<u64>()).prop_map(|(key, token)| Command::Expire { key, token }),
         any::<u64>().prop_map(|floor| Command::RaiseTokenFloor { floor }),
+        (any_key(), any::<u64>(), any_options()).prop_map(|(key, lease_ms, options)| {
+            Command::GrantWith {
+                key,
+                lease_ms,
+                options,
+            }
+        }),
+        (any_key(), any::<u64>(), proptest::option::of(any_value()))
+            .prop_map(|(key, token, value)| Command::SetValue { key, token, value }),
     ]
+}
+
+fn any_value() -> impl Strategy<Value = HolderValue> {
+    proptest::collection::vec(0x21u8..0x7f, 2..=MAX_VALUE_LEN)
+        .prop_map(|b| HolderValue::new(&b).unwrap())
+}
+
+fn any_options() -> impl Strategy<Value = AcquireOptions> {
+    (
+        1..=crate::MAX_PERMITS,
+        any::<bool>(),
+        proptest::option::of(any_value()),
+    )
+        .prop_map(|(permits, shared, value)| AcquireOptions {
+            permits: if shared { 1 } else { permits },
+            mode: if shared {
+                LockMode::Shared
+            } else {
+                LockMode::Exclusive
+            },
+            value,
+        })
 }
 
 proptest! {

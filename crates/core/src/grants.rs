@@ -1,6 +1,11 @@
 //! The storage of the lock table's grants, compact: a slab of slots (key,
-//! holder, place in the lease heap), a hash index of slot numbers by key,
-//! and a binary heap of slot numbers by lease end.
+//! its grants, place in the lease heap), a hash index of slot numbers by
+//! key, and a binary heap of slot numbers by each key's earliest lease end.
+//!
+//! A key's grants share its permits and mode (shared and exclusive grants
+//! never hold a key together). A key of one grant keeps it inline; several
+//! grants live in a vector sorted by token, so that a lone lock costs what
+//! it did before semaphores.
 //!
 //! Why not a map plus an ordered index: a `HashMap<Key, Holder>` and a
 //! `BTreeMap<(end, token), Key>` took 181 resident bytes per held lock at
@@ -31,21 +36,125 @@ use std::hash::BuildHasher;
 
 use hashbrown::HashTable;
 
+use crate::lock_mode::LockMode;
 use crate::table::Holder;
 use crate::{Key, Millis, Token};
+
+/// The grants of one key, in token order.
+#[derive(Debug, Clone)]
+enum Holders {
+    One(Holder),
+    Many(Vec<Holder>),
+}
+
+/// What holds one key: its grants, how many it may have, in which mode.
+#[derive(Debug, Clone)]
+pub struct KeyGrants {
+    permits: u32,
+    mode: LockMode,
+    holders: Holders,
+}
+
+impl KeyGrants {
+    /// How many grants the key may have at once (1 for a shared key).
+    pub fn permits(&self) -> u32 {
+        self.permits
+    }
+
+    pub fn mode(&self) -> LockMode {
+        self.mode
+    }
+
+    /// Every grant, oldest (lowest token) first; never empty.
+    pub fn holders(&self) -> &[Holder] {
+        match &self.holders {
+            Holders::One(holder) => std::slice::from_ref(holder),
+            Holders::Many(holders) => holders,
+        }
+    }
+
+    pub fn len(&self) -> usize {
+        self.holders().len()
+    }
+
+    /// Always false: a key in the table has a grant.
+    pub fn is_empty(&self) -> bool {
+        self.holders().is_empty()
+    }
+
+    /// The grant with `token`, if it holds the key.
+    pub fn holder(&self, token: Token) -> Option<&Holder> {
+        let holders = self.holders();
+        holders
+            .binary_search_by_key(&token, |h| h.token)
+            .ok()
+            .map(|i| &holders[i])
+    }
+
+    /// The grant whose lease ends first (ties: the lowest token).
+    fn earliest(&self) -> &Holder {
+        let holders = self.holders();
+        let first = &holders[0];
+        holders
+            .iter()
+            .fold(first, |a, b| if order(b) < order(a) { b } else { a })
+    }
+
+    fn add(&mut self, holder: Holder) {
+        match &mut self.holders {
+            Holders::One(only) => {
+                let mut both = vec![*only, holder];
+                both.sort_unstable_by_key(|h| h.token);
+                self.holders = Holders::Many(both);
+            }
+            Holders::Many(holders) => {
+                let at = holders.partition_point(|h| h.token < holder.token);
+                holders.insert(at, holder);
+            }
+        }
+    }
+
+    /// Takes the grant with `token` out of a key of several grants.
+    fn take(&mut self, token: Token) -> Option<Holder> {
+        let Holders::Many(holders) = &mut self.holders else {
+            return None;
+        };
+        let at = holders.binary_search_by_key(&token, |h| h.token).ok()?;
+        let holder = holders.remove(at);
+        if let [only] = holders[..] {
+            self.holders = Holders::One(only);
+        }
+        Some(holder)
+    }
+
+    fn holder_mut(&mut self, token: Token) -> Option<&mut Holder> {
+        match &mut self.holders {
+            Holders::One(holder) => (holder.token == token).then_some(holder),
+            Holders::Many(holders) => {
+                let at = holders.binary_search_by_key(&token, |h| h.token).ok()?;
+                holders.get_mut(at)
+            }
+        }
+    }
+}
+
+fn order(holder: &Holder) -> (Millis, Token) {
+    (holder.expires_at, holder.token)
+}
 
 /// One held key.
 #[derive(Debug, Clone)]
 struct Slot {
     key: Key,
-    holder: Holder,
+    grants: KeyGrants,
     /// Where this slot's number is in `heap`.
     heap_at: u32,
 }
 
 impl Slot {
+    /// The key's place in the heap: its earliest lease end.
     fn order(&self) -> (Millis, Token) {
-        (self.holder.expires_at, self.holder.token)
+        order(self.grants.earliest())
     }
 }
 
@@ -74,15 +183,23 @@ pub struct Grants {
     free: Vec<u32>,
     /// Slot numbers, found by their key's hash.
     index: HashTable<Entry>,
-    /// Slot numbers, a min-heap by (lease end, token).
+    /// Slot numbers, a min-heap by their key's earliest (lease end, token).
     heap: Vec<u32>,
+    /// Grants held, over every key.
+    count: usize,
     /// Seeded per process: keys come from clients (no hash flooding);
     /// nothing iterates in hash order, so runs stay deterministic.
     hasher: foldhash::fast::RandomState,
 }
 
 impl Grants {
+    /// Grants held, over every key.
     pub fn len(&self) -> usize {
+        self.count
+    }
+
+    /// Keys held.
+    pub fn key_count(&self) -> usize {
         self.heap.len()
     }
 
@@ -115,22 +232,30 @@ impl Grants {
             .map(|e| e.slot)
     }
 
-    pub fn get(&self, key: &Key) -> Option<&Holder> {
-        self.find(key).map(|n| &self.slot(n).holder)
+    pub fn get(&self, key: &Key) -> Option<&KeyGrants> {
+        self.find(key).map(|n| &self.slot(n).grants)
     }
 
-    pub fn contains(&self, key: &Key) -> bool {
-        self.find(key).is_some()
-    }
-
-    /// Holds `key` (which must not be held) with `holder`.
-    pub fn insert(&mut self, key: Key, holder: Holder) {
-        debug_assert!(!self.contains(&key));
+    /// Adds a grant of `key`. A key not held takes `permits` and `mode`;
+    /// a held key keeps its own (the caller checked they agree).
+    pub fn insert(&mut self, key: Key, permits: u32, mode: LockMode, holder: Holder) {
+        self.count += 1;
+        if let Some(n) = self.find(&key) {
+            let slot = self.slot_mut(n);
+            debug_assert!(slot.grants.holder(holder.token).is_none());
+            slot.grants.add(holder);
+            let at = slot.heap_at;
+            return self.sift_up(at);
+        }
         let hash = self.hash(&key);
         let heap_at = self.heap.len() as u32;
         let slot = Slot {
             key,
-            holder,
+            grants: KeyGrants {
+                permits,
+                mode,
+                holders: Holders::One(holder),
+            },
             heap_at,
         };
         let n = match self.free.pop() {
@@ -150,72 +275,76 @@ impl Grants {
         self.sift_up(heap_at);
     }
 
-    /// Lets `key` go if `token` holds it (any token when `None`); its
-    /// holder, if it was let go. One lookup: releases and expiries are
-    /// the hot path.
-    pub fn remove_if(&mut self, key: &Key, token: Option<Token>) -> Option<Holder> {
-        let hash = self.hash(key);
-        let slots = &self.slots;
-        let entry = self
-            .index
-            .find_entry(Entry::placed_by(hash), |e| {
-                e.hash == hash && matches!(&slots[e.slot as usize], Some(s) if s.key == *key)
-            })
-            .ok()?;
-        let n = entry.get().slot;
-        let held_by = self.slots[n as usize].as_ref()?.holder.token;
-        if token.is_some_and(|t| t != held_by) {
-            return None;
+    /// Ends the grant of `key` with `token`; the grant, if it held the key.
+    pub fn remove(&mut self, key: &Key, token: Token) -> Option<Holder> {
+        let n = self.find(key)?;
+        let slot = self.slot_mut(n);
+        if let Some(holder) = slot.grants.take(token) {
+            let at = slot.heap_at;
+            self.count -= 1;
+            self.resift(at);
+            return Some(holder);
         }
-        entry.remove();
+        match slot.grants.holders {
+            Holders::One(holder) if holder.token == token => {}
+            _ => return None,
+        }
+        let hash = self.hash(key);
+        if let Ok(entry) = self
+            .index
+            .find_entry(Entry::placed_by(hash), |e| e.slot == n)
+        {
+            entry.remove();
+        }
         let slot = self.slots[n as usize].take()?;
         self.free.push(n);
+        self.count -= 1;
         self.heap_remove(slot.heap_at);
-        Some(slot.holder)
+        Some(*slot.grants.earliest())
     }
 
-    /// Lets `key` go; its holder, if it was held.
-    pub fn remove(&mut self, key: &Key) -> Option<Holder> {
-        self.remove_if(key, None)
-    }
-
-    /// Moves the lease end of `key` to `expires_at` if `token` holds it;
+    /// Moves the lease end of `key`'s grant with `token` to `expires_at`;
     /// whether it did.
     pub fn set_lease_end(&mut self, key: &Key, token: Token, expires_at: Millis) -> bool {
         let Some(n) = self.find(key) else {
             return false;
         };
         let slot = self.slot_mut(n);
-        if slot.holder.token != token {
+        let Some(holder) = slot.grants.holder_mut(token) else {
             return false;
-        }
-        let earlier = expires_at < slot.holder.expires_at;
-        slot.holder.expires_at = expires_at;
+        };
+        holder.expires_at = expires_at;
         let at = slot.heap_at;
-        if earlier {
-            self.sift_up(at);
-        } else {
-            self.sift_down(at);
-        }
+        self.resift(at);
         true
     }
 
-    /// Every grant, in no particular order.
-    pub fn iter(&self) -> impl Iterator<Item = (&Key, &Holder)> {
+    /// Puts the entry at heap place `at` where its order now says.
+    fn resift(&mut self, at: u32) {
+        let n = self.heap[at as usize];
+        self.sift_up(at);
+        let at = self.slot(n).heap_at;
+        self.sift_down(at);
+    }
+
+    /// Every held key, in no particular order.
+    pub fn iter(&self) -> impl Iterator<Item = (&Key, &KeyGrants)> {
         self.slots
             .iter()
             .flatten()
-            .map(|slot| (&slot.key, &slot.holder))
+            .map(|slot| (&slot.key, &slot.grants))
     }
 
     /// The grant whose lease ends first (ties: the lowest token).
     pub fn first(&self) -> Option<(&Key, &Holder)> {
         let slot = self.slot(*self.heap.first()?);
-        Some((&slot.key, &slot.holder))
+        Some((&slot.key, slot.grants.earliest()))
     }
 
-    /// Every grant by lease end (ties by token), produced lazily: taking
-    /// `k` of them costs O(k log k), whatever the number held.
+    /// Every key's earliest grant by lease end (ties by token), produced
+    /// lazily: taking `k` of them costs O(k log k), whatever the number
+    /// held (what [`Grants::every_by_lease_end`] walks, checked alone).
+    #[cfg(test)]
     pub fn by_lease_end(&self) -> impl Iterator<Item = (&Key, &Holder)> + '_ {
         let mut frontier = BinaryHeap::new();
         if let Some(&n) = self.heap.first() {
@@ -229,14 +358,49 @@ impl Grants {
                 }
             }
             let slot = self.slot(self.heap[at]);
-            Some((&slot.key, &slot.holder))
+            Some((&slot.key, slot.grants.earliest()))
         })
     }
 
-    /// Every grant sorted by lease end (ties by token): for a snapshot.
-    pub fn sorted_by_lease_end(&self) -> Vec<(&Key, &Holder)> {
-        let mut all: Vec<(&Key, &Holder)> = self.iter().collect();
-        all.sort_unstable_by_key(|(_, h)| (h.expires_at, h.token));
+    /// Every grant by lease end (ties by token), lazily as
+    /// [`Grants::by_lease_end`]: a key's later grants join the frontier
+    /// when its earliest is reached.
+    pub fn every_by_lease_end(&self) -> impl Iterator<Item = (&Key, Holder)> + '_ {
+        let mut frontier: BinaryHeap<Reverse<Next<'_>>> = BinaryHeap::new();
+        if let Some(&n) = self.heap.first() {
+            frontier.push(Reverse(Next::key_at(self, 0, n)));
+        }
+        std::iter::from_fn(move || {
+            let Reverse(next) = frontier.pop()?;
+            let Place::Heap(at) = next.place else {
+                return Some((next.key, next.holder));
+            };
+            for child in [2 * at + 1, 2 * at + 2] {
+                if let Some(&n) = self.heap.get(child) {
+                    frontier.push(Reverse(Next::key_at(self, child, n)));
+                }
+            }
+            let others = self.slot(self.heap[at]).grants.holders().iter();
+            for holder in others.filter(|h| h.token != next.holder.token) {
+                frontier.push(Reverse(Next {
+                    order: order(holder),
+                    key: next.key,
+                    holder: *holder,
+                    place: Place::Grant,
+                }));
+            }
+            Some((next.key, next.holder))
+        })
+    }
+
+    /// Every grant sorted by lease end (ties by token), with its key's
+    /// grants: for a snapshot.
+    pub fn sorted_by_lease_end(&self) -> Vec<(&Key, &KeyGrants, &Holder)> {
+        let mut all: Vec<_> = self
+            .iter()
+            .flat_map(|(key, grants)| grants.holders().iter().map(move |h| (key, grants, h)))
+            .collect();
+        all.sort_unstable_by_key(|(_, _, h)| order(h));
         all
     }
 
@@ -297,6 +461,16 @@ impl Grants {
     /// of the first disagreement otherwise.
     pub fn check(&self) -> Result<(), String> {
         let filled = self.slots.iter().flatten().count();
+        let grants: usize = self.iter().map(|(_, g)| g.len()).sum();
+        if grants != self.count {
+            return Err(format!("{grants} grants held, {} counted", self.count));
+        }
+        for (key, grants) in self.iter() {
+            let sorted = grants.holders().windows(2).all(|w| w[0].token < w[1].token);
+            if !sorted || matches!(&grants.holders, Holders::Many(h) if h.len() < 2) {
+                return Err(format!("{key:?}'s grants are out of order or shape"));
+            }
+        }
         if filled != self.heap.len() || filled != self.index.len() {
             return Err(format!(
                 "{filled} slots filled, {} in the heap, {} indexed",
@@ -320,6 +494,58 @@ impl Grants {
     }
 }
 
+/// Where an entry of [`Grants::every_by_lease_end`]'s frontier came from.
+#[derive(Debug, Clone, Copy)]
+enum Place {
+    /// A key's earliest grant, at this place of the heap.
+    Heap(usize),
+    /// One of a key's later grants.
+    Grant,
+}
+
+/// An entry of [`Grants::every_by_lease_end`]'s frontier, ordered by its
+/// grant's (lease end, token) alone: tokens are unique.
+#[derive(Debug, Clone, Copy)]
+struct Next<'a> {
+    order: (Millis, Token),
+    key: &'a Key,
+    holder: Holder,
+    place: Place,
+}
+
+impl<'a> Next<'a> {
+    fn key_at(grants: &'a Grants, at: usize, n: u32) -> Next<'a> {
+        let slot = grants.slot(n);
+        let holder = *slot.grants.earliest();
+        Next {
+            order: order(&holder),
+            key: &slot.key,
+            holder,
+            place: Place::Heap(at),
+        }
+    }
+}
+
+impl PartialEq for Next<'_> {
+    fn eq(&self, other: &Self) -> bool {
+        self.order == other.order
+    }
+}
+
+impl Eq for Next<'_> {}
+
+impl PartialOrd for Next<'_> {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl Ord for Next<'_> {
+    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+        self.order.cmp(&other.order)
+    }
+}
+
 #[cfg(test)]
 impl Grants {
     /// Forgets the heap's last entry behind the index's back.
@@ -327,10 +553,14 @@ impl Grants {
         self.heap.pop();
     }
 
-    /// Moves `key`'s lease end without telling the heap.
+    /// Moves `key`'s earliest lease end without telling the heap.
     pub fn move_lease_end_behind_the_heap(&mut self, key: &Key, by: Millis) {
         if let Some(n) = self.find(key) {
-            self.slot_mut(n).holder.expires_at += by;
+            let grants = &mut self.slot_mut(n).grants;
+            let token = grants.earliest().token;
+            if let Some(holder) = grants.holder_mut(token) {
+                holder.expires_at += by;
+            }
         }
     }
 }

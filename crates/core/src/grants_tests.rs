@@ -1,7 +1,8 @@
-//! The compact storage against a plain model (a map and an ordered set),
-//! after every step of random inserts, removals and lease moves.
+//! The compact storage against a plain model (an ordered map of every
+//! grant), after every step of random inserts, removals and lease moves,
+//! with keys of one grant and keys of several.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 
 use proptest::prelude::*;
 
@@ -10,15 +11,19 @@ use super::*;
 #[derive(Debug, Clone)]
 enum Step {
     Insert { key: u8, end: u8 },
-    Remove { key: u8 },
-    Move { key: u8, end: u8 },
+    Remove { key: u8, pick: usize },
+    Move { key: u8, pick: usize, end: u8 },
 }
 
 fn step() -> impl Strategy<Value = Step> {
     prop_oneof![
-        (0u8..24, 0u8..16).prop_map(|(key, end)| Step::Insert { key, end }),
-        (0u8..24).prop_map(|key| Step::Remove { key }),
-        (0u8..24, 0u8..16).prop_map(|(key, end)| Step::Move { key, end }),
+        (0u8..12, 0u8..16).prop_map(|(key, end)| Step::Insert { key, end }),
+        (0u8..12, any::<usize>()).prop_map(|(key, pick)| Step::Remove { key, pick }),
+        (0u8..12, any::<usize>(), 0u8..16).prop_map(|(key, pick, end)| Step::Move {
+            key,
+            pick,
+            end
+        }),
     ]
 }
 
@@ -26,35 +31,63 @@ fn key(n: u8) -> Key {
     Key::new(format!("k{n}").as_bytes()).expect("key")
 }
 
-/// What the storage must agree with.
+/// What the storage must agree with: every grant by (key, token).
 #[derive(Default)]
 struct Model {
-    holders: BTreeMap<Vec<u8>, Holder>,
-    order: BTreeSet<(Millis, Token, Vec<u8>)>,
+    grants: BTreeMap<(u8, Token), Millis>,
+}
+
+impl Model {
+    fn holders(&self, n: u8) -> Vec<Holder> {
+        self.grants
+            .range((n, 0)..=(n, Token::MAX))
+            .map(|(&(_, token), &expires_at)| Holder { token, expires_at })
+            .collect()
+    }
+
+    fn pick(&self, n: u8, pick: usize) -> Option<Token> {
+        let holders = self.holders(n);
+        (!holders.is_empty()).then(|| holders[pick % holders.len()].token)
+    }
 }
 
 fn agree(grants: &Grants, model: &Model) -> Result<(), TestCaseError> {
     prop_assert_eq!(grants.check(), Ok(()));
-    prop_assert_eq!(grants.len(), model.holders.len());
-    for n in 0..24 {
-        let k = key(n);
-        prop_assert_eq!(grants.get(&k), model.holders.get(k.as_bytes()));
+    prop_assert_eq!(grants.len(), model.grants.len());
+    let mut earliest = Vec::new();
+    for n in 0..12 {
+        let want = model.holders(n);
+        let got = grants
+            .get(&key(n))
+            .map(|g| g.holders().to_vec())
+            .unwrap_or_default();
+        prop_assert_eq!(&got, &want);
+        if let Some(first) = want.iter().min_by_key(|h| (h.expires_at, h.token)) {
+            earliest.push((first.expires_at, first.token));
+        }
     }
-    let want: Vec<(Millis, Token)> = model.order.iter().map(|(e, t, _)| (*e, *t)).collect();
+    earliest.sort_unstable();
     let lazy: Vec<(Millis, Token)> = grants
         .by_lease_end()
         .map(|(_, h)| (h.expires_at, h.token))
         .collect();
-    prop_assert_eq!(&lazy, &want);
+    prop_assert_eq!(&lazy, &earliest);
+    let mut all: Vec<(Millis, Token)> = model.grants.iter().map(|(&(_, t), &e)| (e, t)).collect();
+    all.sort_unstable();
     let sorted: Vec<(Millis, Token)> = grants
         .sorted_by_lease_end()
         .into_iter()
+        .map(|(_, _, h)| (h.expires_at, h.token))
+        .collect();
+    prop_assert_eq!(&sorted, &all);
+    let every: Vec<(Millis, Token)> = grants
+        .every_by_lease_end()
         .map(|(_, h)| (h.expires_at, h.token))
         .collect();
-    prop_assert_eq!(&sorted, &want);
+    prop_assert_eq!(&every, &all);
     prop_assert_eq!(
         grants.first().map(|(_, h)| (h.expires_at, h.token)),
-        want.first().copied()
+        all.first().copied()
     );
     Ok(())
 }
@@ -68,37 +101,27 @@ proptest! {
         for step in steps {
             match step {
                 Step::Insert { key: n, end } => {
+                    let holder = Holder { token: next_token, expires_at: u64::from(end) };
+                    next_token += 1;
+                    grants.insert(key(n), 4, LockMode::Exclusive, holder);
+                    model.grants.insert((n, holder.token), holder.expires_at);
+                }
+                Step::Remove { key: n, pick } => {
                     let k = key(n);
-                    if !model.holders.contains_key(k.as_bytes()) {
-                        let holder = Holder { token: next_token, expires_at: u64::from(end) };
-                        next_token += 1;
-                        grants.insert(k.clone(), holder);
-                        model.order.insert((holder.expires_at, holder.token, k.as_bytes().to_vec()));
-                        model.holders.insert(k.as_bytes().to_vec(), holder);
+                    // A token the key does not hold lets nothing go.
+                    prop_assert_eq!(grants.remove(&k, next_token + 1), None);
+                    if let Some(token) = model.pick(n, pick) {
+                        let expires_at = model.grants.remove(&(n, token));
+                        let removed = grants.remove(&k, token);
+                        prop_assert_eq!(removed, expires_at.map(|e| Holder { token, expires_at: e }));
                     }
                 }
-                Step::Remove { key: n } => {
+                Step::Move { key: n, pick, end } => {
                     let k = key(n);
-                    // A wrong token lets nothing go.
-                    let wrong = model.holders.get(k.as_bytes()).map_or(1, |h| h.token + 1);
-                    prop_assert_eq!(grants.remove_if(&k, Some(wrong)), None);
-                    let removed = grants.remove(&k);
-                    let want = model.holders.remove(k.as_bytes());
-                    prop_assert_eq!(removed, want);
-                    if let Some(h) = want {
-                        model.order.remove(&(h.expires_at, h.token, k.as_bytes().to_vec()));
-                    }
-                }
-                Step::Move { key: n, end } => {
-                    let k = key(n);
-                    let token = model.holders.get(k.as_bytes()).map_or(0, |h| h.token);
-                    let moved = grants.set_lease_end(&k, token, u64::from(end));
-                    prop_assert_eq!(moved, model.holders.contains_key(k.as_bytes()));
-                    prop_assert!(!grants.set_lease_end(&k, token + 1_000_000, 0));
-                    if let Some(h) = model.holders.get_mut(k.as_bytes()) {
-                        model.order.remove(&(h.expires_at, h.token, k.as_bytes().to_vec()));
-                        h.expires_at = u64::from(end);
-                        model.order.insert((h.expires_at, h.token, k.as_bytes().to_vec()));
+                    prop_assert!(!grants.set_lease_end(&k, next_token + 1, 0));
+                    if let Some(token) = model.pick(n, pick) {
+                        prop_assert!(grants.set_lease_end(&k, token, u64::from(end)));
+                        model.grants.insert((n, token), u64::from(end));
                     }
                 }
             }
@@ -112,16 +135,15 @@ fn freed_slots_are_reused() {
     let mut grants = Grants::default();
     for round in 0..3u64 {
         for n in 0..100u8 {
-            grants.insert(
-                key(n),
-                Holder {
-                    token: round * 1000 + u64::from(n) + 1,
-                    expires_at: 5,
-                },
-            );
+            let holder = Holder {
+                token: round * 1000 + u64::from(n) + 1,
+                expires_at: 5,
+            };
+            grants.insert(key(n), 1, LockMode::Exclusive, holder);
         }
         for n in 0..100u8 {
-            assert!(grants.remove(&key(n)).is_some());
+            let token = round * 1000 + u64::from(n) + 1;
+            assert!(grants.remove(&key(n), token).is_some());
         }
     }
     assert_eq!(grants.slots.len(), 100);

@@ -23,29 +23,38 @@
 mod encoded;
 mod event;
 mod grants;
+mod holder_value;
 pub mod invariant;
 mod key;
+mod lock_mode;
 mod log_gate;
 mod query;
 mod quota;
 mod rules;
 mod service;
+mod state_tag;
 mod table;
 mod waiters;
+mod watches;
 
 pub use encoded::{DecodeError, EncodedCommands};
 pub use event::{Change, Event, NodeIndex, NotServing};
+pub use holder_value::{validate as validate_value, HolderValue, ValueError, MAX_VALUE_LEN};
 pub use invariant::Broken;
 pub use key::{validate as validate_key, Key, KeyError, MAX_KEY_LEN};
+pub use lock_mode::{AcquireOptions, LockMode, MAX_PERMITS};
 pub use log_gate::{LogGate, Moment, MAX_SOURCES};
-pub use query::{KeyState, LiveGrant};
+pub use query::{HolderState, KeyDetail, KeyState, LiveGrant, MAX_LISTED_HOLDERS};
 pub use quota::{Quota, Refusal};
 pub use rules::{Handover, LockRules};
 pub use service::{AcquireOutcome, LockService};
+pub use state_tag::{StateTag, TagHolder, MAX_TAG_LEN};
 pub use table::{
-    Command, Holder, LockTable, Outcome, SnapshotLock, TableSnapshot, MAX_ENCODED_COMMAND,
+    Command, Holder, KeyGrants, LegacySnapshotLock, LegacyTableSnapshot, LockTable, Outcome,
+    SnapshotLock, TableSnapshot, MAX_ENCODED_COMMAND, TABLE_FORMAT_2,
 };
 pub use waiters::{WaitQueues, Waiter, WaiterId};
+pub use watches::{TooManyWatches, Watch, WatchId, Watches};
 
 /// A fencing token: every grant gets one, greater than every token before.
 /// Zero is never issued.

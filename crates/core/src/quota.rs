@@ -1,6 +1,7 @@
-//! The caps on what a node's lock state may hold: grants held, and
-//! acquires queued, over every client at once (`batond --max-locks`,
-//! `--max-waiters`). An acquire past a cap is refused and changes
+//! The caps on what a node's lock state may hold: grants held (each
+//! permit of a semaphore and each shared grant counts), acquires queued,
+//! and watches pending, over every client at once (`batond --max-locks`,
+//! `--max-waiters`, `--max-watches`). An acquire past a cap is refused and changes
 //! nothing, so one client cannot grow a node until it runs out of memory.
 
 /// The two caps. The defaults keep a node of a million locks and a
@@ -11,11 +12,16 @@ pub struct Quota {
     pub max_locks: usize,
     /// Acquires queued at once; an acquire that would wait is refused.
     pub max_waiters: usize,
+    /// Watches pending at once (`--max-watches`); one more is refused.
+    pub max_watches: usize,
 }
 
 impl Quota {
     pub const DEFAULT_MAX_LOCKS: usize = 1_000_000;
     pub const DEFAULT_MAX_WAITERS: usize = 1_000_000;
+    /// Docs/protocol.md's default: a fan-out of many watchers of one key
+    /// fits, a few hundred bytes each.
+    pub const DEFAULT_MAX_WATCHES: usize = 100_000;
 }
 
 impl Default for Quota {
@@ -23,6 +29,7 @@ impl Default for Quota {
         Quota {
             max_locks: Quota::DEFAULT_MAX_LOCKS,
             max_waiters: Quota::DEFAULT_MAX_WAITERS,
+            max_watches: Quota::DEFAULT_MAX_WATCHES,
         }
     }
 }
@@ -34,14 +41,18 @@ pub enum Refusal {
     TooManyLocks,
     /// The acquire would wait, but the node queues its maximum of waiters.
     TooManyWaiters,
+    /// The acquire names other permits than the key has while it has
+    /// holders or waiters (a shared acquire names one).
+    Permits(u32),
 }
 
 impl Refusal {
     /// The reason docs/protocol.md gives for it in an `E A <key> ...` answer.
-    pub fn reason(self) -> &'static str {
+    pub fn reason(self) -> std::borrow::Cow<'static, str> {
         match self {
-            Refusal::TooManyLocks => "too many locks",
-            Refusal::TooManyWaiters => "too many waiters",
+            Refusal::TooManyLocks => "too many locks".into(),
+            Refusal::TooManyWaiters => "too many waiters".into(),
+            Refusal::Permits(n) => format!("the key has {n} permits").into(),
         }
     }
 }

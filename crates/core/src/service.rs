@@ -8,7 +8,9 @@
 
 use crate::encoded::{CommandEncoder, EncodedCommands};
 use crate::event::Event;
+use crate::holder_value::HolderValue;
 use crate::invariant::{debug_check, Broken};
+use crate::lock_mode::AcquireOptions;
 use crate::query::KeyState;
 use crate::quota::{Quota, Refusal};
 use crate::rules::LockRules;
@@ -48,6 +50,16 @@ pub struct LockService<H> {
     /// Commands that changed the table, ever: what a node that saves its
     /// table counts its changes by.
     changes: u64,
+    /// Keys whose holders or values changed since the last drain, when
+    /// the user watches keys ([`LockService::track_changes`]).
+    changed_keys: Option<Vec<Key>>,
+    /// The table was replaced whole since the last drain: any key may
+    /// have changed.
+    replaced: bool,
+    /// Keys whose head waiter has room since a waiter ahead of it left:
+    /// handed on at the next tick, which [`LockService::next_deadline`]
+    /// makes due at once.
+    stalled: Vec<Key>,
 }
 
 impl<H> Default for LockService<H> {
@@ -68,6 +80,9 @@ impl<H> LockService<H> {
             rules: LockRules::new(),
             journal: None,
             changes: 0,
+            changed_keys: None,
+            replaced: false,
+            stalled: Vec::new(),
         }
     }
 
@@ -77,17 +92,23 @@ impl<H> LockService<H> {
     fn apply(&mut self, cmd: Command, now: Millis) -> Outcome {
         let floor_before = self.table.last_token();
         let outcome = self.table.apply(&cmd, now);
-        let changed = match outcome {
-            Outcome::Granted { .. } | Outcome::Released | Outcome::Renewed => true,
+        let holders_changed = match outcome {
+            Outcome::Granted { .. } | Outcome::Released | Outcome::ValueSet => true,
             Outcome::Expired { existed } => existed,
-            Outcome::Noop => self.table.last_token() != floor_before,
-            Outcome::GrantRejected | Outcome::NotFound => false,
+            Outcome::Renewed | Outcome::Noop | Outcome::GrantRejected | Outcome::NotFound => false,
         };
+        let changed = holders_changed
+            || outcome == Outcome::Renewed
+            || (outcome == Outcome::Noop && self.table.last_token() != floor_before);
         if changed {
             self.changes += 1;
             if let Some(journal) = &mut self.journal {
                 journal.push(&cmd);
             }
+        }
+        if let (true, Some(keys), Some(key)) = (holders_changed, &mut self.changed_keys, cmd.key())
+        {
+            keys.push(key.clone());
         }
         outcome
     }
@@ -105,19 +126,84 @@ impl<H> LockService<H> {
         now: Millis,
         handle: H,
     ) -> AcquireOutcome {
-        if let Err(refusal) = self.rules.admit(&self.table, &key) {
+        self.acquire_with(
+            key,
+            wait_ms,
+            lease_ms,
+            AcquireOptions::default(),
+            now,
+            handle,
+        )
+    }
+
+    /// [`LockService::acquire`] with `options`: a permit of a semaphore, a
+    /// shared grant, a value. Naming other permits than the key has while
+    /// it has holders or waiters is refused.
+    pub fn acquire_with(
+        &mut self,
+        key: Key,
+        wait_ms: u64,
+        lease_ms: u64,
+        options: AcquireOptions,
+        now: Millis,
+        handle: H,
+    ) -> AcquireOutcome {
+        if let Err(refusal) = self.rules.admit(&self.table, &key, &options) {
             return AcquireOutcome::Refused(refusal);
         }
-        if let Some(grant) = self.rules.grant_at_once(&self.table, &key, lease_ms) {
+        if let Some(grant) = self
+            .rules
+            .grant_at_once(&self.table, &key, lease_ms, &options)
+        {
             if let Outcome::Granted { token } = self.apply(grant, now) {
                 self.debug_validate();
                 return AcquireOutcome::Granted { token };
             }
-            debug_assert!(false, "a free key refused a grant");
+            debug_assert!(false, "a key with room refused a grant");
         }
-        let id = self.rules.queue(key, wait_ms, lease_ms, now, handle);
+        let id = self
+            .rules
+            .queue(key, wait_ms, lease_ms, now, options, handle);
         self.debug_validate();
         AcquireOutcome::Queued { id }
+    }
+
+    /// Sets (`None`: clears) the value of `key`'s grant with `token`:
+    /// [`Outcome::ValueSet`], or [`Outcome::NotFound`] if no live grant of
+    /// the key has this token.
+    pub fn set_value(
+        &mut self,
+        key: &Key,
+        token: Token,
+        value: Option<HolderValue>,
+        now: Millis,
+    ) -> Outcome {
+        let command = Command::SetValue {
+            key: key.clone(),
+            token,
+            value,
+        };
+        let outcome = self.apply(command, now);
+        self.debug_validate();
+        outcome
+    }
+
+    /// From now on, the keys whose holders or values change are kept for
+    /// [`LockService::drain_changed_keys`] (a node with watches).
+    pub fn track_changes(&mut self) {
+        self.changed_keys.get_or_insert_with(Vec::new);
+    }
+
+    /// The keys whose holders or values changed since the last call, in
+    /// the order they changed (a key may come more than once); `None`
+    /// when the table was replaced whole meanwhile (any key may have).
+    pub fn drain_changed_keys(&mut self) -> Option<Vec<Key>> {
+        let keys = self
+            .changed_keys
+            .as_mut()
+            .map(std::mem::take)
+            .unwrap_or_default();
+        (!std::mem::take(&mut self.replaced)).then_some(keys)
     }
 
     /// Release; on success the key passes AT ONCE to the oldest live waiter
@@ -160,9 +246,14 @@ impl<H> LockService<H> {
     /// A waiter leaves (its connection closed). Returns whether it was still
     /// queued. Nothing is handed on: a key with waiters is held.
     pub fn cancel(&mut self, id: WaiterId) -> bool {
-        let queued = self.rules.cancel(id);
-        self.debug_validate();
-        queued
+        let Some(key) = self.rules.withdraw(id) else {
+            return false;
+        };
+        // Any `now` will do: a waiter out of time is not granted at the tick.
+        if self.rules.head_has_room(&self.table, &key, 0) {
+            self.stalled.push(key);
+        }
+        true
     }
 
     /// Does everything due at `now`: waiters whose deadline <= now time out
@@ -170,7 +261,17 @@ impl<H> LockService<H> {
     /// (Expire command), soonest first and at most `MAX_EXPIRIES_PER_TICK`,
     /// and pass to the oldest live waiter (Event::Granted).
     pub fn tick(&mut self, now: Millis, events: &mut Vec<Event<H>>) {
+        let first = events.len();
         self.rules.time_out(now, events);
+        // A waiter that leaves the head of a line may let the next in.
+        let mut freed: Vec<Key> = std::mem::take(&mut self.stalled);
+        freed.extend(events[first..].iter().filter_map(|e| match e {
+            Event::TimedOut { key, .. } => Some(key.clone()),
+            _ => None,
+        }));
+        for key in freed {
+            self.hand_on(&key, now, events);
+        }
         // One expiry at a time: handing a key on changes the index being read.
         // At most a bound per tick: the rest stay due, and the next tick
         // runs as soon as this one lets the requests waiting for the node in.
@@ -188,30 +289,34 @@ impl<H> LockService<H> {
         self.debug_validate();
     }
 
-    /// Grants the just-freed `key` to its oldest waiter still in time, at once.
+    /// Grants `key`, which just made room, to its waiters still in time,
+    /// oldest first, at once, while it has room for the next.
     fn hand_on(&mut self, key: &Key, now: Millis, events: &mut Vec<Event<H>>) {
-        let Some(handover) = self.rules.hand_on(&self.table, key, now, events) else {
-            return;
-        };
-        let outcome = self.apply(handover.command, now);
-        match self.rules.grant_applied(handover.waiter, outcome) {
-            Ok(granted) => events.push(granted),
-            Err(waiter) => {
-                // The rules decide grants only for free keys, and this one
-                // applied at once: a refusal means they fell out of step
-                // with the table. Answering the waiter beats losing it.
-                debug_assert!(false, "a hand-over of a free key was refused");
-                events.push(Event::TimedOut {
-                    id: waiter.id,
-                    handle: waiter.handle,
-                    key: waiter.key,
-                });
+        while let Some(handover) = self.rules.hand_on(&self.table, key, now, events) {
+            let outcome = self.apply(handover.command, now);
+            match self.rules.grant_applied(handover.waiter, outcome) {
+                Ok(granted) => events.push(granted),
+                Err(waiter) => {
+                    // The rules decide grants only for keys with room, and
+                    // this one applied at once: a refusal means they fell
+                    // out of step with the table. Answering the waiter
+                    // beats losing it.
+                    debug_assert!(false, "a hand-over to a key with room was refused");
+                    events.push(Event::TimedOut {
+                        id: waiter.id,
+                        handle: waiter.handle,
+                        key: waiter.key,
+                    });
+                }
             }
         }
     }
 
     /// Earliest of the next lease expiry and the next waiter deadline: the one timer to arm.
     pub fn next_deadline(&self) -> Option<Millis> {
+        if !self.stalled.is_empty() {
+            return Some(0);
+        }
         let lease = self.table.next_expiry().map(|(at, _, _)| at);
         self.rules.next_deadline(lease)
     }
@@ -272,6 +377,7 @@ impl<H> LockService<H> {
     /// or a successor taking over). Queued waiters are kept.
     pub fn replace_table(&mut self, table: LockTable) {
         self.table = table;
+        self.replaced = self.changed_keys.is_some();
     }
 
     /// Whether commands wait in the journal to be replicated.
@@ -282,6 +388,7 @@ impl<H> LockService<H> {
     /// Takes every queued waiter out, oldest first (a node that stops
     /// serving redirects them all).
     pub fn drain_waiters(&mut self) -> Vec<Waiter<H>> {
+        self.stalled.clear();
         self.rules.drain_waiters()
     }
 
@@ -291,7 +398,7 @@ impl<H> LockService<H> {
     /// the waiters (a standby has none; a successor keeps them).
     pub fn validate(&self) -> Result<(), Broken> {
         self.table.validate()?;
-        self.rules.validate(&self.table)?;
+        self.rules.validate_but(&self.table, &self.stalled)?;
         crate::invariant::ensure(self.rules.granting_count() == 0, || {
             "a hand-over left undone".to_string()
         })
@@ -305,3 +412,7 @@ impl<H> LockService<H> {
 #[cfg(test)]
 #[path = "service_tests.rs"]
 mod tests;
+
+#[cfg(test)]
+#[path = "service_kinds_tests.rs"]
+mod kinds_tests;

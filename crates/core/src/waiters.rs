@@ -9,6 +9,7 @@ use std::collections::{BTreeSet, VecDeque};
 use crate::invariant::{debug_check, ensure, Broken, FULL_CHECK_UP_TO};
 use crate::FastMap;
 
+use crate::lock_mode::AcquireOptions;
 use crate::{Key, Millis};
 
 /// Names a queued acquire; unique and increasing for one [`WaitQueues`].
@@ -22,6 +23,8 @@ pub struct Waiter<H> {
     pub lease_ms: u64,
     /// `None` waits without limit.
     pub deadline: Option<Millis>,
+    /// What it asks for: permits, mode, value.
+    pub options: AcquireOptions,
     pub handle: H,
 }
 
@@ -70,6 +73,7 @@ impl<H> WaitQueues<H> {
         key: Key,
         lease_ms: u64,
         deadline: Option<Millis>,
+        options: AcquireOptions,
         handle: H,
     ) -> WaiterId {
         let id = self.next_id;
@@ -87,6 +91,7 @@ impl<H> WaitQueues<H> {
                 key,
                 lease_ms,
                 deadline,
+                options,
                 handle,
             },
         );
@@ -137,36 +142,79 @@ impl<H> WaitQueues<H> {
     }
 
     /// The oldest waiter of `key` whose deadline is still in the future
-    /// (deadline > now), removed. Waiters met on the way whose deadline <= now
-    /// are removed and appended to `timed_out` (they must never be granted).
+    /// (deadline > now), left in place. Waiters met on the way whose
+    /// deadline <= now are removed and appended to `timed_out` (they must
+    /// never be granted).
+    pub fn front(
+        &mut self,
+        key: &Key,
+        now: Millis,
+        timed_out: &mut Vec<Waiter<H>>,
+    ) -> Option<&Waiter<H>> {
+        let queue = self.queues.get_mut(key)?;
+        let mut found = None;
+        while let Some(&id) = queue.ids.front() {
+            let Some(waiter) = self.waiters.get(&id) else {
+                queue.ids.pop_front();
+                continue;
+            };
+            match waiter.deadline {
+                Some(at) if at <= now => {
+                    queue.ids.pop_front();
+                    queue.live = queue.live.saturating_sub(1);
+                    self.deadlines.remove(&(at, id));
+                    if let Some(waiter) = self.waiters.remove(&id) {
+                        timed_out.push(waiter);
+                    }
+                }
+                _ => {
+                    found = Some(id);
+                    break;
+                }
+            }
+        }
+        if queue.live == 0 {
+            self.queues.remove(key);
+        }
+        self.debug_validate();
+        self.waiters.get(&found?)
+    }
+
+    /// The oldest waiter of `key` whose deadline is still in the future,
+    /// looked at without changing anything.
+    pub fn first_in_time(&self, key: &Key, now: Millis) -> Option<&Waiter<H>> {
+        self.waiters_of(key)
+            .find(|w| w.deadline.is_none_or(|at| at > now))
+    }
+
+    /// The oldest waiter of `key` still in time, removed (see
+    /// [`WaitQueues::front`] for those out of time met on the way).
     pub fn pop_next(
         &mut self,
         key: &Key,
         now: Millis,
         timed_out: &mut Vec<Waiter<H>>,
     ) -> Option<Waiter<H>> {
-        let queue = self.queues.get_mut(key)?;
-        let mut found = None;
-        while let Some(id) = queue.ids.pop_front() {
-            let Some(waiter) = self.waiters.remove(&id) else {
-                continue;
-            };
-            queue.live = queue.live.saturating_sub(1);
-            if let Some(at) = waiter.deadline {
-                self.deadlines.remove(&(at, id));
-                if at <= now {
-                    timed_out.push(waiter);
-                    continue;
-                }
-            }
-            found = Some(waiter);
-            break;
-        }
-        if queue.live == 0 {
-            self.queues.remove(key);
-        }
-        self.debug_validate();
-        found
+        let id = self.front(key, now, timed_out)?.id;
+        let waiter = self.cancel(id);
+        debug_assert!(waiter.is_some(), "the front waiter is gone");
+        waiter
+    }
+
+    /// The options of `key`'s waiters (they all name the same permits).
+    pub fn options_of(&self, key: &Key) -> Option<&AcquireOptions> {
+        let queue = self.queues.get(key)?;
+        let id = queue.ids.iter().find(|id| self.waiters.contains_key(id))?;
+        self.waiters.get(id).map(|w| &w.options)
+    }
+
+    /// Every live waiter of `key`, oldest first.
+    pub fn waiters_of(&self, key: &Key) -> impl Iterator<Item = &Waiter<H>> + '_ {
+        self.queues
+            .get(key)
+            .into_iter()
+            .flat_map(|q| q.ids.iter())
+            .filter_map(|id| self.waiters.get(id))
     }
 
     /// Whether `key` has waiters still queued (live ones only).
@@ -289,9 +337,9 @@ mod tests {
     #[test]
     fn pops_in_arrival_order_per_key() {
         let mut q = WaitQueues::new();
-        let a1 = q.push(key("a"), 10, None, "a1");
-        let b1 = q.push(key("b"), 20, Some(100), "b1");
-        let a2 = q.push(key("a"), 30, Some(100), "a2");
+        let a1 = q.push(key("a"), 10, None, AcquireOptions::default(), "a1");
+        let b1 = q.push(key("b"), 20, Some(100), AcquireOptions::default(), "b1");
+        let a2 = q.push(key("a"), 30, Some(100), AcquireOptions::default(), "a2");
         assert!(a1 < b1 && b1 < a2);
         assert_eq!(q.len(), 3);
         assert_eq!(q.waiting_on(&key("a")), 2);
@@ -310,9 +358,9 @@ mod tests {
     #[test]
     fn pop_next_sets_aside_waiters_out_of_time() {
         let mut q = WaitQueues::new();
-        let late1 = q.push(key("a"), 1, Some(50), "late1");
-        let late2 = q.push(key("a"), 1, Some(60), "late2");
-        let ok = q.push(key("a"), 1, Some(61), "ok");
+        let late1 = q.push(key("a"), 1, Some(50), AcquireOptions::default(), "late1");
+        let late2 = q.push(key("a"), 1, Some(60), AcquireOptions::default(), "late2");
+        let ok = q.push(key("a"), 1, Some(61), AcquireOptions::default(), "ok");
         let mut timed_out = Vec::new();
         let w = q.pop_next(&key("a"), 60, &mut timed_out).unwrap();
         assert_eq!(w.id, ok);
@@ -320,7 +368,7 @@ mod tests {
         assert!(q.is_empty());
         assert_eq!(q.next_deadline(), None);
         // Only timed-out waiters: nothing to grant, the queue is gone.
-        q.push(key("b"), 1, Some(5), "x");
+        q.push(key("b"), 1, Some(5), AcquireOptions::default(), "x");
         timed_out.clear();
         assert!(q.pop_next(&key("b"), 5, &mut timed_out).is_none());
         assert_eq!(timed_out.len(), 1);
@@ -330,9 +378,9 @@ mod tests {
     #[test]
     fn cancel_removes_a_waiter_from_anywhere() {
         let mut q = WaitQueues::new();
-        let w1 = q.push(key("a"), 1, Some(10), "w1");
-        let w2 = q.push(key("a"), 1, Some(20), "w2");
-        let w3 = q.push(key("a"), 1, None, "w3");
+        let w1 = q.push(key("a"), 1, Some(10), AcquireOptions::default(), "w1");
+        let w2 = q.push(key("a"), 1, Some(20), AcquireOptions::default(), "w2");
+        let w3 = q.push(key("a"), 1, None, AcquireOptions::default(), "w3");
         let gone = q.cancel(w2).unwrap();
         assert_eq!((gone.id, gone.handle), (w2, "w2"));
         assert!(q.cancel(w2).is_none());
@@ -352,7 +400,7 @@ mod tests {
         let mut q = WaitQueues::new();
         let n = 10_000;
         let ids: Vec<_> = (0..n)
-            .map(|i| q.push(key("hot"), 1, Some(i), "w"))
+            .map(|i| q.push(key("hot"), 1, Some(i), AcquireOptions::default(), "w"))
             .collect();
         // Cancel from the middle outwards, the worst order for lazy skipping.
         let (left, right) = ids.split_at(ids.len() / 2);
@@ -375,12 +423,12 @@ mod tests {
         let mut timed_out = Vec::new();
         for i in 0..1_000 {
             let k = key(&format!("k{i}"));
-            let id = q.push(k.clone(), 1, None, "w");
+            let id = q.push(k.clone(), 1, None, AcquireOptions::default(), "w");
             match i % 3 {
                 0 => assert!(q.cancel(id).is_some()),
                 1 => assert!(q.pop_next(&k, 0, &mut timed_out).is_some()),
                 _ => {
-                    q.push(k.clone(), 1, Some(5), "t");
+                    q.push(k.clone(), 1, Some(5), AcquireOptions::default(), "t");
                     q.cancel(id);
                     q.take_timed_out(5, &mut timed_out);
                 }
@@ -394,11 +442,11 @@ mod tests {
     #[test]
     fn take_timed_out_goes_by_deadline_then_arrival() {
         let mut q = WaitQueues::new();
-        let a = q.push(key("a"), 1, Some(30), "a");
-        let b = q.push(key("b"), 1, Some(10), "b");
-        let c = q.push(key("a"), 1, Some(30), "c");
-        let forever = q.push(key("a"), 1, None, "forever");
-        let later = q.push(key("b"), 1, Some(31), "later");
+        let a = q.push(key("a"), 1, Some(30), AcquireOptions::default(), "a");
+        let b = q.push(key("b"), 1, Some(10), AcquireOptions::default(), "b");
+        let c = q.push(key("a"), 1, Some(30), AcquireOptions::default(), "c");
+        let forever = q.push(key("a"), 1, None, AcquireOptions::default(), "forever");
+        let later = q.push(key("b"), 1, Some(31), AcquireOptions::default(), "later");
         assert_eq!(q.next_deadline(), Some(10));
         let mut out = Vec::new();
         q.take_timed_out(9, &mut out);
@@ -421,26 +469,26 @@ mod tests {
     #[test]
     fn drain_all_empties_everything_oldest_first() {
         let mut q = WaitQueues::new();
-        let a = q.push(key("a"), 1, Some(3), "a");
-        let b = q.push(key("b"), 1, None, "b");
-        let c = q.push(key("a"), 1, None, "c");
+        let a = q.push(key("a"), 1, Some(3), AcquireOptions::default(), "a");
+        let b = q.push(key("b"), 1, None, AcquireOptions::default(), "b");
+        let c = q.push(key("a"), 1, None, AcquireOptions::default(), "c");
         q.cancel(b);
         assert_eq!(ids(&q.drain_all()), vec![a, c]);
         assert!(q.is_empty());
         assert_eq!(q.next_deadline(), None);
         assert!(!q.has_waiters(&key("a")));
-        let d = q.push(key("a"), 1, None, "d");
+        let d = q.push(key("a"), 1, None, AcquireOptions::default(), "d");
         assert!(d > c);
     }
 
     #[test]
     fn validate_finds_queues_out_of_step() {
         let mut q = WaitQueues::new();
-        let a = q.push(key("a"), 1, Some(5), "a");
-        q.push(key("a"), 1, None, "b");
+        let a = q.push(key("a"), 1, Some(5), AcquireOptions::default(), "a");
+        q.push(key("a"), 1, None, AcquireOptions::default(), "b");
         assert_eq!(q.validate(), Ok(()));
         let mut miscounted = WaitQueues::new();
-        miscounted.push(key("a"), 1, None, "a");
+        miscounted.push(key("a"), 1, None, AcquireOptions::default(), "a");
         if let Some(queue) = miscounted.queues.get_mut(&key("a")) {
             queue.live = 2;
         }

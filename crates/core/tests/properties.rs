@@ -1,10 +1,13 @@
 //! Property tests of `LockService` against a naive reference model, over
-//! random sequences of acquire/release/renew/cancel/tick with random time
-//! advances on a few keys. Besides agreeing with the model step by step, the
-//! service must keep the protocol's promises on its own: one holder per key,
-//! ever-increasing tokens, first come first served, stale commands changing
-//! nothing, a journal that replays into the same table, and no waiter both
-//! granted and timed out. The same rules ([`baton_core::LockRules`]) are
+//! random sequences of acquire/release/renew/set-value/cancel/tick with
+//! random time advances on a few keys: a plain one, a semaphore (acquires
+//! naming 2 or 3 permits, the wrong ones refused) and a readers-writer one.
+//! Besides agreeing with the model step by step, the service must keep the
+//! protocol's promises on its own: never more grants of a key than its
+//! permits, never a shared and an exclusive grant together, tokens unique
+//! and ever-increasing, first come first served with no barging, stale
+//! commands changing nothing, a journal that replays into the same table,
+//! and no waiter both granted and timed out. The same rules ([`baton_core::LockRules`]) are
 //! run as a user that applies their answers later runs them (the Raft
 //! engine), in `deferred`.
 
@@ -17,10 +20,10 @@ mod model;
 use std::collections::HashMap;
 
 use baton_core::{
-    AcquireOutcome, Command, Event, Holder, Key, LockService, LockTable, Millis, Outcome, Quota,
-    Refusal, TableSnapshot, Token, WaiterId,
+    AcquireOutcome, Command, Event, Holder, Key, LockMode, LockService, LockTable, Millis, Outcome,
+    Quota, Refusal, TableSnapshot, Token, WaiterId,
 };
-use model::{MAcquire, MEvent, Model, K};
+use model::{acquire_op, holder_value, options, AcquireOp, MAcquire, MEvent, Model, K};
 use proptest::prelude::*;
 
 const KEYS: u8 = 3;
@@ -36,10 +39,11 @@ enum TokenPick {
 
 #[derive(Clone, Debug)]
 enum Op {
-    Acquire {
+    Acquire(AcquireOp),
+    SetValue {
         key: K,
-        wait: u64,
-        lease: u64,
+        token: TokenPick,
+        value: Option<u8>,
     },
     Release {
         key: K,
@@ -75,8 +79,9 @@ fn token_pick() -> impl Strategy<Value = TokenPick> {
 fn op() -> impl Strategy<Value = Op> {
     let key = || 0..KEYS;
     prop_oneof![
-        5 => (key(), prop_oneof![Just(0u64), 1..25u64], 1..40u64)
-            .prop_map(|(key, wait, lease)| Op::Acquire { key, wait, lease }),
+        6 => acquire_op(KEYS).prop_map(Op::Acquire),
+        1 => (key(), token_pick(), proptest::option::of(0..3u8))
+            .prop_map(|(key, token, value)| Op::SetValue { key, token, value }),
         3 => (key(), token_pick()).prop_map(|(key, token)| Op::Release { key, token }),
         1 => (key(), token_pick(), 1..40u64)
             .prop_map(|(key, token, lease)| Op::Renew { key, token, lease }),
@@ -116,6 +121,7 @@ impl Harness {
         Harness::with_quota(Quota {
             max_locks: usize::MAX,
             max_waiters: usize::MAX,
+            max_watches: Quota::DEFAULT_MAX_WATCHES,
         })
     }
 
@@ -166,13 +172,23 @@ impl Harness {
     fn step(&mut self, op: &Op) -> Result<(), TestCaseError> {
         let now = self.now;
         match *op {
-            Op::Acquire { key, wait, lease } => {
+            Op::Acquire(acquire) => {
+                let AcquireOp {
+                    key, wait, lease, ..
+                } = acquire;
                 let handle = self.next_handle;
                 self.next_handle += 1;
-                let got =
-                    self.svc
-                        .acquire(self.keys[key as usize].clone(), wait, lease, now, handle);
-                let expected = self.model.acquire(key, lease, now);
+                let ask = acquire.ask();
+                let before = self.svc.table().clone();
+                let got = self.svc.acquire_with(
+                    self.keys[key as usize].clone(),
+                    wait,
+                    lease,
+                    options(ask),
+                    now,
+                    handle,
+                );
+                let expected = self.model.acquire(key, lease, ask, now);
                 match (got, expected) {
                     (AcquireOutcome::Granted { token }, MAcquire::Granted(t)) => {
                         prop_assert_eq!(token, t);
@@ -182,12 +198,16 @@ impl Harness {
                     | (
                         AcquireOutcome::Refused(Refusal::TooManyWaiters),
                         MAcquire::TooManyWaiters,
-                    ) => {}
+                    ) => prop_assert_eq!(self.svc.table(), &before),
+                    (AcquireOutcome::Refused(Refusal::Permits(n)), MAcquire::Permits(m)) => {
+                        prop_assert_eq!(n, m);
+                        prop_assert_eq!(self.svc.table(), &before);
+                    }
                     (AcquireOutcome::Queued { id }, MAcquire::Queued) => {
                         if let Some(&(last, _, _)) = self.waiters.last() {
                             prop_assert!(id > last, "waiter id {} after {}", id, last);
                         }
-                        self.model.queue(id, key, wait, lease, now);
+                        self.model.queue(id, key, wait, lease, ask, now);
                         self.waiters.push((id, key, handle));
                         self.status.insert(id, Status::Waiting);
                     }
@@ -230,6 +250,26 @@ impl Harness {
                     prop_assert_eq!(self.svc.table(), &before);
                 }
             }
+            Op::SetValue {
+                key,
+                ref token,
+                value,
+            } => {
+                let token = self.token(key, token);
+                let before = self.svc.table().clone();
+                let outcome = self.svc.set_value(
+                    &self.keys[key as usize],
+                    token,
+                    value.map(holder_value),
+                    now,
+                );
+                if self.model.set_value(key, token, value) {
+                    prop_assert_eq!(outcome, Outcome::ValueSet);
+                } else {
+                    prop_assert_eq!(outcome, Outcome::NotFound);
+                    prop_assert_eq!(self.svc.table(), &before);
+                }
+            }
             Op::Cancel { pick } => {
                 if self.waiters.is_empty() {
                     return Ok(());
@@ -267,10 +307,10 @@ impl Harness {
                     },
                     now,
                 );
-                let live = self.model.holder(key).is_some_and(|l| l.token == token);
+                let live = self.model.holders(key).iter().any(|l| l.token == token);
                 prop_assert_eq!(outcome, Outcome::Expired { existed: live });
                 if live {
-                    prop_assert_eq!(copy.holder(k), None);
+                    prop_assert_eq!(copy.grant_of(k, token), None);
                     prop_assert_eq!(copy.len() + 1, self.svc.table().len());
                 } else {
                     prop_assert_eq!(&copy, self.svc.table());
@@ -342,12 +382,44 @@ impl Harness {
         let table = self.svc.table();
         prop_assert_eq!(table.last_token(), self.model.last_token);
         prop_assert_eq!(table.len(), self.model.locks.len());
-        for lock in &self.model.locks {
-            let expected = Holder {
-                token: lock.token,
-                expires_at: lock.expires_at,
-            };
-            prop_assert_eq!(table.holder(&self.keys[lock.key as usize]), Some(&expected));
+        for (k, key) in self.keys.iter().enumerate() {
+            let expected: Vec<Holder> = self
+                .model
+                .holders(k as K)
+                .iter()
+                .map(|l| Holder {
+                    token: l.token,
+                    expires_at: l.expires_at,
+                })
+                .collect();
+            let grants = table.grants(key);
+            let got = grants.map(|g| g.holders().to_vec()).unwrap_or_default();
+            prop_assert_eq!(&got, &expected);
+            for lock in self.model.holders(k as K) {
+                prop_assert_eq!(
+                    table.value(lock.token).cloned(),
+                    lock.ask.value.map(holder_value)
+                );
+            }
+            if let Some(grants) = grants {
+                // The promises, checked here on their own: never more
+                // grants than permits, never shared and exclusive together.
+                let first = self.model.holders(k as K)[0].ask;
+                prop_assert_eq!(grants.permits(), first.permits);
+                let shared = self
+                    .model
+                    .holders(k as K)
+                    .iter()
+                    .filter(|l| l.ask.shared)
+                    .count();
+                prop_assert!(
+                    shared == 0 || shared == grants.len(),
+                    "{:?} mixes modes",
+                    key
+                );
+                prop_assert!(shared > 0 || grants.len() <= grants.permits() as usize);
+                prop_assert_eq!(grants.mode() == LockMode::Shared, shared > 0);
+            }
         }
         prop_assert_eq!(self.svc.waiter_count(), self.model.waiters.len());
         let waiting = self
@@ -381,13 +453,18 @@ impl Harness {
                 expires_at: holder.expires_at.max(self.now),
                 ..*holder
             };
-            prop_assert_eq!(restored.holder(key), Some(&expected));
+            prop_assert_eq!(restored.grant_of(key, holder.token), Some(&expected));
+            prop_assert_eq!(
+                restored.value(holder.token),
+                self.svc.table().value(holder.token)
+            );
         }
         let elsewhere = self.now + 123_456;
         // Leases already run out all come back due at once, so only their
         // order among themselves may differ.
         let by_key = |mut s: TableSnapshot| {
-            s.locks.sort_by(|a, b| a.key.cmp(&b.key));
+            s.locks
+                .sort_by(|a, b| (&a.key, a.token).cmp(&(&b.key, b.token)));
             s
         };
         let again = LockTable::restore(&snap, elsewhere).snapshot(elsewhere);
@@ -428,7 +505,7 @@ proptest! {
         max_waiters in 0usize..4,
         ops in proptest::collection::vec(op(), 1..150)
     ) {
-        let mut h = Harness::with_quota(Quota { max_locks, max_waiters });
+        let mut h = Harness::with_quota(Quota { max_locks, max_waiters, max_watches: Quota::DEFAULT_MAX_WATCHES });
         for op in &ops {
             h.step(op)?;
         }
@@ -454,7 +531,11 @@ proptest! {
                     Outcome::GrantRejected | Outcome::NotFound | Outcome::Expired { existed: false } => {
                         prop_assert!(false, "{:?} had no effect on the replica", cmd)
                     }
-                    Outcome::Released | Outcome::Renewed | Outcome::Expired { existed: true } | Outcome::Noop => {}
+                    Outcome::Released
+                    | Outcome::Renewed
+                    | Outcome::ValueSet
+                    | Outcome::Expired { existed: true }
+                    | Outcome::Noop => {}
                 }
             }
         }

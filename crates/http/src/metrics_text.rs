@@ -70,6 +70,8 @@ impl Scrape {
                 count("baton_wait_timeouts", "Queued acquires whose wait ran out.", Count::WaitTimeouts),
                 count("baton_waiters_moved", "Queued acquires sent elsewhere because this node stopped serving.", Count::WaitersMoved),
                 count("baton_connections", "Client connections admitted.", Count::ConnectionsTotal),
+                count("baton_watches_answered", "Watches (W) answered: at once, on a change, or when their wait ran out.", Count::WatchesAnswered),
+                count("baton_values_set", "Holder values set or cleared (V).", Count::ValuesSet),
             ],
             connections_open: m.connections_open(),
             start: m.start(),

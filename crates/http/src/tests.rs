@@ -143,6 +143,14 @@ async fn locks_are_listed_by_key_with_prefix_limit_and_paging() {
         .is_ok());
     assert!(first["lease_left_ms"].as_u64().expect("ms") > 590_000);
     assert_eq!(first["waiters"], 0);
+    assert_eq!(
+        (&first["permits"], &first["mode"]),
+        (&Value::from(1), &Value::from("exclusive"))
+    );
+    let holders = first["holders"].as_array().expect("holders");
+    assert_eq!(holders.len(), 1);
+    assert_eq!(holders[0]["token"], first["token"]);
+    assert_eq!(holders[0]["value"], Value::Null);
     let (_, _, body) = get(&app, "/v1/locks?prefix=jobs/&limit=2&after=jobs/10", None).await;
     let page = json(&body);
     assert_eq!(page["locks"].as_array().expect("array").len(), 2);

@@ -87,9 +87,23 @@ impl LocksParams {
 #[derive(Debug, Serialize)]
 struct LockJson {
     key: String,
+    /// The newest holder's token and lease left (the only holder's, for
+    /// a plain key).
     token: String,
     lease_left_ms: u64,
     waiters: u64,
+    permits: u32,
+    mode: &'static str,
+    /// Every live holder, oldest first.
+    holders: Vec<HolderJson>,
+}
+
+#[derive(Debug, Serialize)]
+struct HolderJson {
+    /// A string: a u64 does not fit a JSON number every parser reads exactly.
+    token: String,
+    lease_left_ms: u64,
+    value: Option<String>,
 }
 
 #[derive(Debug, Serialize)]
@@ -113,6 +127,19 @@ fn page_json(page: LockPage) -> PageJson {
                 token: l.token.to_string(),
                 lease_left_ms: l.lease_left_ms,
                 waiters: l.waiters,
+                permits: l.permits,
+                mode: l.mode.as_str(),
+                holders: l
+                    .holders
+                    .into_iter()
+                    .map(|h| HolderJson {
+                        token: h.token.to_string(),
+                        lease_left_ms: h.lease_left_ms,
+                        value: h
+                            .value
+                            .map(|v| String::from_utf8_lossy(v.as_bytes()).into_owned()),
+                    })
+                    .collect(),
             })
             .collect(),
         next: page.next.as_ref().map(key_text),

@@ -13,6 +13,10 @@ pub enum Op {
     Auth,
     /// `Q`: report one key's grant and waiters (docs/protocol.md 1.1).
     Query,
+    /// `V`: set or clear a holder's value (docs/protocol.md 1.2).
+    SetValue,
+    /// `W`: wait until a key's holders change (docs/protocol.md 1.2).
+    Watch,
 }
 
 impl Op {
@@ -25,6 +29,8 @@ impl Op {
             Op::Status => b'S',
             Op::Auth => b'U',
             Op::Query => b'Q',
+            Op::SetValue => b'V',
+            Op::Watch => b'W',
         }
     }
 
@@ -36,6 +42,8 @@ impl Op {
             b'S' => Some(Op::Status),
             b'U' => Some(Op::Auth),
             b'Q' => Some(Op::Query),
+            b'V' => Some(Op::SetValue),
+            b'W' => Some(Op::Watch),
             _ => None,
         }
     }
@@ -51,14 +59,7 @@ impl Op {
 
 impl fmt::Display for Op {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
-            Op::Acquire => "A",
-            Op::Release => "R",
-            Op::Renew => "K",
-            Op::Status => "S",
-            Op::Auth => "U",
-            Op::Query => "Q",
-        })
+        write!(f, "{}", char::from(self.as_byte()))
     }
 }
 
@@ -75,6 +76,8 @@ mod tests {
             Op::Status,
             Op::Query,
             Op::Auth,
+            Op::SetValue,
+            Op::Watch,
         ] {
             assert_eq!(Op::from_byte(op.as_byte()), Some(op));
             assert_eq!(op.to_string().as_bytes(), [op.as_byte()]);

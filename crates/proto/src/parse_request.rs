@@ -3,8 +3,9 @@
 //! Fields are read left to right and the first bad one is reported, so a
 //! client always learns about the earliest mistake in its line.
 
-use baton_core::{Key, Token};
+use baton_core::{AcquireOptions, HolderValue, Key, StateTag, Token};
 
+use crate::acquire_options::parse_options;
 use crate::duration::{parse_duration_ms, DurationError};
 use crate::error_reply::echoable;
 use crate::limits::{Limits, MAX_REQUEST_LINE};
@@ -44,11 +45,25 @@ pub fn parse_request(line: &[u8], limits: &Limits) -> Result<Request, RequestErr
             let key = cursor.key()?;
             let wait_ms = cursor.wait()?;
             let lease_ms = cursor.lease()?;
+            let options = cursor.acquire_options()?;
             Request::Acquire {
                 key,
                 wait_ms,
                 lease_ms,
+                options,
             }
+        }
+        Op::SetValue => {
+            let key = cursor.key()?;
+            let token = cursor.token()?;
+            let value = cursor.value()?;
+            Request::SetValue { key, token, value }
+        }
+        Op::Watch => {
+            let key = cursor.key()?;
+            let wait_ms = cursor.wait()?;
+            let seen = cursor.seen()?;
+            Request::Watch { key, wait_ms, seen }
         }
         Op::Release => {
             let key = cursor.key()?;
@@ -153,6 +168,27 @@ impl<'a, I: Iterator<Item = &'a [u8]>> Cursor<'a, I> {
             Some(token) if token > 0 => Ok(token),
             _ => Err(self.error(RequestErrorKind::BadToken)),
         }
+    }
+
+    /// The option fields of an acquire: the rest of the line.
+    fn acquire_options(&mut self) -> Result<AcquireOptions, RequestError> {
+        parse_options(&mut self.fields).map_err(|kind| self.error(kind))
+    }
+
+    /// A `V` request's value; `-` clears it.
+    fn value(&mut self) -> Result<Option<HolderValue>, RequestError> {
+        match self.next(Field::Value)? {
+            b"-" => Ok(None),
+            text => HolderValue::new(text)
+                .map(Some)
+                .map_err(|e| self.error(RequestErrorKind::BadValue(e))),
+        }
+    }
+
+    /// A `W` request's last seen state tag.
+    fn seen(&mut self) -> Result<StateTag, RequestError> {
+        let text = self.next(Field::Seen)?;
+        StateTag::parse(text).ok_or_else(|| self.error(RequestErrorKind::BadSeen))
     }
 
     fn finish(&mut self) -> Result<(), RequestError> {

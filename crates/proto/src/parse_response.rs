@@ -2,7 +2,10 @@
 //! would not send is refused, because a client that guesses could match a
 //! response to the wrong request.
 
-use baton_core::{Key, KeyState, LiveGrant, Token};
+use baton_core::{
+    HolderState, HolderValue, Key, KeyDetail, KeyState, LiveGrant, LockMode, StateTag, Token,
+    MAX_LISTED_HOLDERS, MAX_PERMITS,
+};
 
 use crate::error_reply::ErrorReply;
 use crate::number::parse_u64;
@@ -47,8 +50,12 @@ pub fn parse_response(line: &[u8]) -> Result<Response, ResponseError> {
         b"N" => {
             let [op, key] = fields(rest)?;
             let op = match Op::from_field(op) {
-                Some(op @ (Op::Release | Op::Renew)) => op,
-                _ => return Err(ResponseError::Malformed("N names an op other than R or K")),
+                Some(op @ (Op::Release | Op::Renew | Op::SetValue)) => op,
+                _ => {
+                    return Err(ResponseError::Malformed(
+                        "N names an op other than R, K or V",
+                    ))
+                }
             };
             Ok(Response::NotHeld {
                 op,
@@ -70,10 +77,17 @@ pub fn parse_response(line: &[u8]) -> Result<Response, ResponseError> {
             })
         }
         b"Q" => {
-            let [key, token, lease, waiters] = fields(rest)?;
-            Ok(Response::Queried {
+            let (key, state) = key_state(rest, false)?;
+            Ok(Response::Queried { key, state })
+        }
+        b"W" => {
+            let (key, state) = key_state(rest, true)?;
+            Ok(Response::Watched { key, state })
+        }
+        b"V" => {
+            let [key] = fields(rest)?;
+            Ok(Response::ValueSet {
                 key: Key::new(key)?,
-                state: key_state(token, lease, waiters)?,
             })
         }
         b"E" => error_reply(rest).map(Response::Error),
@@ -107,29 +121,127 @@ fn fields<const N: usize>(rest: Option<&[u8]>) -> Result<[&[u8]; N], ResponseErr
     }
 }
 
-/// `token=<t> lease=<s> waiters=<n>`, token and lease both `-` or both set.
-fn key_state(token: &[u8], lease: &[u8], waiters: &[u8]) -> Result<KeyState, ResponseError> {
-    let named = |field: &'static [u8], text: &[u8]| -> Result<Vec<u8>, ResponseError> {
-        text.strip_prefix(field)
-            .map(<[u8]>::to_vec)
-            .ok_or(ResponseError::Malformed("Q field out of place"))
+/// The value of a `name=value` field, which must be named `name`.
+fn named<'a>(name: &'static [u8], field: Option<&'a [u8]>) -> Result<&'a [u8], ResponseError> {
+    field
+        .and_then(|f| f.strip_prefix(name))
+        .ok_or(ResponseError::Malformed("Q or W field out of place"))
+}
+
+/// `<key> token=<t> lease=<s> waiters=<n>[ <detail>][ state=<tag>]`: a
+/// `Q` (`watch` false) or `W` answer's fields. A `W` answer always ends
+/// with its tag; a plain key's tag must be the one its grant gives.
+fn key_state(rest: Option<&[u8]>, watch: bool) -> Result<(Key, KeyState), ResponseError> {
+    let rest = rest.ok_or(ResponseError::Malformed("missing field"))?;
+    let mut it = rest.split(|&b| b == b' ').peekable();
+    let key = Key::new(it.next().unwrap_or_default())?;
+    let token = named(b"token=", it.next())?;
+    let lease = named(b"lease=", it.next())?;
+    let waiters = number_field(named(b"waiters=", it.next())?)?;
+    let grant = live_grant(token, lease)?;
+    let detail = match it.peek() {
+        Some(field) if field.starts_with(b"permits=") => Some(Box::new(detail(&mut it)?)),
+        _ => None,
     };
-    let (token, lease) = (named(b"token=", token)?, named(b"lease=", lease)?);
-    let waiters = number_field(&named(b"waiters=", waiters)?)?;
-    let grant = match (token.as_slice(), lease.as_slice()) {
-        (b"-", b"-") => None,
-        (token, lease) => {
-            let lease_left_ms = crate::duration::parse_duration_ms(lease)
-                .ok()
-                .filter(|ms| *ms > 0)
-                .ok_or(ResponseError::Malformed("bad lease in Q"))?;
-            Some(LiveGrant {
-                token: token_field(token)?,
-                lease_left_ms,
-            })
+    let tag = match it.next() {
+        None => None,
+        Some(field) => Some(
+            StateTag::parse(named(b"state=", Some(field))?)
+                .ok_or(ResponseError::Malformed("bad state tag"))?,
+        ),
+    };
+    if it.next().is_some() {
+        return Err(ResponseError::Malformed("too many fields"));
+    }
+    let state = KeyState {
+        grant,
+        waiters,
+        detail,
+    };
+    let consistent = match (&state.detail, tag) {
+        (Some(detail), Some(tag)) => state.grant.is_some() && detail.tag == tag,
+        (Some(_), None) => false,
+        (None, Some(tag)) => watch && tag == state.tag(),
+        (None, None) => !watch,
+    };
+    if !consistent {
+        return Err(ResponseError::Malformed("Q or W state out of step"));
+    }
+    Ok((key, state))
+}
+
+/// A token and a lease, both `-` or both set.
+fn live_grant(token: &[u8], lease: &[u8]) -> Result<Option<LiveGrant>, ResponseError> {
+    match (token, lease) {
+        (b"-", b"-") => Ok(None),
+        (token, lease) => Ok(Some(LiveGrant {
+            token: token_field(token)?,
+            lease_left_ms: lease_field(lease)?,
+        })),
+    }
+}
+
+fn lease_field(lease: &[u8]) -> Result<u64, ResponseError> {
+    crate::duration::parse_duration_ms(lease)
+        .ok()
+        .filter(|ms| *ms > 0)
+        .ok_or(ResponseError::Malformed("bad lease in Q or W"))
+}
+
+/// `permits=<n> mode=<m> holders=<c> holder=...` up to the `state=` field,
+/// whose tag the caller reads (and sets in the detail).
+fn detail<'a>(
+    it: &mut std::iter::Peekable<impl Iterator<Item = &'a [u8]>>,
+) -> Result<KeyDetail, ResponseError> {
+    let permits = number_field(named(b"permits=", it.next())?)?;
+    let permits = u32::try_from(permits)
+        .ok()
+        .filter(|n| (1..=MAX_PERMITS).contains(n))
+        .ok_or(ResponseError::Malformed("bad permits"))?;
+    let mode = LockMode::from_word(named(b"mode=", it.next())?)
+        .ok_or(ResponseError::Malformed("bad mode"))?;
+    let holder_count = number_field(named(b"holders=", it.next())?)?;
+    let mut holders = Vec::new();
+    while let Some(field) = it.next_if(|f| f.starts_with(b"holder=")) {
+        if holders.len() == MAX_LISTED_HOLDERS {
+            return Err(ResponseError::Malformed("too many holders listed"));
         }
+        holders.push(holder(named(b"holder=", Some(field))?)?);
+    }
+    let listed = holder_count.min(MAX_LISTED_HOLDERS as u64);
+    if holder_count == 0 || holders.len() as u64 != listed {
+        return Err(ResponseError::Malformed("holders listed out of step"));
+    }
+    let state = it.peek().and_then(|f| f.strip_prefix(b"state="));
+    let tag = state
+        .and_then(StateTag::parse)
+        .ok_or(ResponseError::Malformed("bad state tag"))?;
+    Ok(KeyDetail {
+        permits,
+        mode,
+        holder_count,
+        holders,
+        tag,
+    })
+}
+
+/// `<token>,<lease>,<value|->`; the value, last, may hold commas.
+fn holder(text: &[u8]) -> Result<HolderState, ResponseError> {
+    let mut parts = text.splitn(3, |&b| b == b',');
+    let token = token_field(parts.next().unwrap_or_default())?;
+    let lease_left_ms = lease_field(parts.next().unwrap_or_default())?;
+    let value = match parts.next() {
+        Some(b"-") => None,
+        Some(value) => Some(
+            HolderValue::new(value).map_err(|_| ResponseError::Malformed("bad holder value"))?,
+        ),
+        None => return Err(ResponseError::Malformed("holder without a value")),
     };
-    Ok(KeyState { grant, waiters })
+    Ok(HolderState {
+        token,
+        lease_left_ms,
+        value,
+    })
 }
 
 fn op_field(field: &[u8]) -> Result<Op, ResponseError> {

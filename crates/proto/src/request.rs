@@ -1,9 +1,10 @@
-//! Requests a client sends: acquire, release, renew, status and
-//! authenticate.
+//! Requests a client sends: acquire, release, renew, status, authenticate,
+//! query, set a value and watch.
 
-use baton_core::{Key, Token};
+use baton_core::{AcquireOptions, HolderValue, Key, StateTag, Token};
 use bytes::{BufMut, BytesMut};
 
+use crate::acquire_options::encode_options;
 use crate::duration::format_duration_ms;
 use crate::number::put_u64;
 use crate::op::Op;
@@ -12,13 +13,15 @@ use crate::secret::Secret;
 /// One request line.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Request {
-    /// `A <key> <wait> <lease>`. `wait_ms` 0 waits as long as the node
-    /// allows (the server turns it into its maximum wait); `lease_ms`
-    /// is greater than 0 in any request a node accepts.
+    /// `A <key> <wait> <lease>[ <option>...]`. `wait_ms` 0 waits as long
+    /// as the node allows (the server turns it into its maximum wait);
+    /// `lease_ms` is greater than 0 in any request a node accepts. The
+    /// default options are a 1.1 acquire's, written without options.
     Acquire {
         key: Key,
         wait_ms: u64,
         lease_ms: u64,
+        options: AcquireOptions,
     },
     /// `R <key> <token>`.
     Release { key: Key, token: Token },
@@ -36,6 +39,20 @@ pub enum Request {
     Auth { user: Key, secret: Secret },
     /// `Q <key>`: the key's live grant and waiters; changes nothing.
     Query { key: Key },
+    /// `V <key> <token> <value|->`: sets (or, for `None`, clears) the
+    /// value of the grant of `key` with this token.
+    SetValue {
+        key: Key,
+        token: Token,
+        value: Option<HolderValue>,
+    },
+    /// `W <key> <wait> <seen>`: answered once the key's state tag differs
+    /// from `seen`, or when the wait runs out (0: the node's maximum).
+    Watch {
+        key: Key,
+        wait_ms: u64,
+        seen: StateTag,
+    },
 }
 
 impl Request {
@@ -47,6 +64,8 @@ impl Request {
             Request::Status => Op::Status,
             Request::Auth { .. } => Op::Auth,
             Request::Query { .. } => Op::Query,
+            Request::SetValue { .. } => Op::SetValue,
+            Request::Watch { .. } => Op::Watch,
         }
     }
 
@@ -55,7 +74,9 @@ impl Request {
             Request::Acquire { key, .. }
             | Request::Release { key, .. }
             | Request::Renew { key, .. }
-            | Request::Query { key } => Some(key),
+            | Request::Query { key }
+            | Request::SetValue { key, .. }
+            | Request::Watch { key, .. } => Some(key),
             Request::Auth { user, .. } => Some(user),
             Request::Status => None,
         }
@@ -67,7 +88,9 @@ impl Request {
             Request::Acquire { key, .. }
             | Request::Release { key, .. }
             | Request::Renew { key, .. }
-            | Request::Query { key } => Some(key),
+            | Request::Query { key }
+            | Request::SetValue { key, .. }
+            | Request::Watch { key, .. } => Some(key),
             Request::Auth { user, .. } => Some(user),
             Request::Status => None,
         }
@@ -75,13 +98,15 @@ impl Request {
 
     /// Writes the request as one line, LF included, durations in seconds.
     pub fn encode(&self, dst: &mut BytesMut) {
-        // Op, key, two numbers of at most 21 bytes each (or a secret),
-        // spaces and LF.
-        let secret_len = match self {
+        // Op, key, two numbers of at most 21 bytes each (or a secret, or
+        // a token and a value), options, spaces and LF.
+        let text_len = match self {
             Request::Auth { secret, .. } => secret.len(),
+            Request::SetValue { value, .. } => value.as_ref().map_or(1, HolderValue::len),
+            Request::Acquire { options, .. } => options.value.as_ref().map_or(0, HolderValue::len),
             _ => 0,
         };
-        dst.reserve(self.key().map_or(0, Key::len) + secret_len + 52);
+        dst.reserve(self.key().map_or(0, Key::len) + text_len + 120);
         dst.put_u8(self.op().as_byte());
         if let Some(key) = self.key() {
             dst.put_u8(b' ');
@@ -89,12 +114,28 @@ impl Request {
         }
         match self {
             Request::Acquire {
-                wait_ms, lease_ms, ..
+                wait_ms,
+                lease_ms,
+                options,
+                ..
             } => {
                 dst.put_u8(b' ');
                 format_duration_ms(*wait_ms, dst);
                 dst.put_u8(b' ');
                 format_duration_ms(*lease_ms, dst);
+                encode_options(options, dst);
+            }
+            Request::SetValue { token, value, .. } => {
+                dst.put_u8(b' ');
+                put_u64(dst, *token);
+                dst.put_u8(b' ');
+                dst.put_slice(value.as_ref().map_or(&b"-"[..], HolderValue::as_bytes));
+            }
+            Request::Watch { wait_ms, seen, .. } => {
+                dst.put_u8(b' ');
+                format_duration_ms(*wait_ms, dst);
+                dst.put_u8(b' ');
+                dst.put_slice(seen.to_string().as_bytes());
             }
             Request::Release { token, .. } => {
                 dst.put_u8(b' ');
@@ -139,7 +180,8 @@ mod tests {
             line(&Request::Acquire {
                 key: key("orders/42"),
                 wait_ms: 5000,
-                lease_ms: 30000
+                lease_ms: 30000,
+                options: AcquireOptions::default(),
             }),
             b"A orders/42 5 30\n"
         );
@@ -147,9 +189,51 @@ mod tests {
             line(&Request::Acquire {
                 key: key("k"),
                 wait_ms: 0,
-                lease_ms: 1
+                lease_ms: 1,
+                options: AcquireOptions::default(),
             }),
             b"A k 0 0.001\n"
+        );
+        assert_eq!(
+            line(&Request::Acquire {
+                key: key("k"),
+                wait_ms: 0,
+                lease_ms: 1000,
+                options: AcquireOptions {
+                    permits: 4,
+                    mode: baton_core::LockMode::Exclusive,
+                    value: Some(HolderValue::try_from("10.0.0.7:80").unwrap()),
+                },
+            }),
+            b"A k 0 1 permits=4 value=10.0.0.7:80\n"
+        );
+        assert_eq!(
+            line(&Request::Acquire {
+                key: key("k"),
+                wait_ms: 0,
+                lease_ms: 1000,
+                options: AcquireOptions {
+                    mode: baton_core::LockMode::Shared,
+                    ..AcquireOptions::default()
+                },
+            }),
+            b"A k 0 1 mode=shared\n"
+        );
+        assert_eq!(
+            line(&Request::SetValue {
+                key: key("k"),
+                token: 9,
+                value: None,
+            }),
+            b"V k 9 -\n"
+        );
+        assert_eq!(
+            line(&Request::Watch {
+                key: key("k"),
+                wait_ms: 30_000,
+                seen: StateTag::Plain(9),
+            }),
+            b"W k 30 9\n"
         );
         assert_eq!(
             line(&Request::Release {

@@ -2,7 +2,7 @@
 
 use std::fmt;
 
-use baton_core::KeyError;
+use baton_core::{KeyError, ValueError};
 
 use crate::duration::Seconds;
 use crate::error_reply::ErrorReply;
@@ -18,6 +18,8 @@ pub enum Field {
     Token,
     User,
     Secret,
+    Value,
+    Seen,
 }
 
 impl fmt::Display for Field {
@@ -29,6 +31,8 @@ impl fmt::Display for Field {
             Field::Token => "token",
             Field::User => "user",
             Field::Secret => "secret",
+            Field::Value => "value",
+            Field::Seen => "seen",
         })
     }
 }
@@ -96,6 +100,24 @@ pub enum RequestErrorKind {
     BadUser(KeyError),
     #[error("{0}")]
     BadSecret(SecretError),
+    /// An acquire option this protocol does not know (`?` if unprintable).
+    #[error("unknown option {0}")]
+    UnknownOption(String),
+    #[error("repeated option {0}")]
+    RepeatedOption(String),
+    #[error(
+        "permits must be a decimal integer from 1 to {}",
+        baton_core::MAX_PERMITS
+    )]
+    BadPermits,
+    #[error("mode must be shared or exclusive")]
+    BadMode,
+    #[error("shared locks take no permits")]
+    SharedPermits,
+    #[error("{0}")]
+    BadValue(ValueError),
+    #[error("seen must be - or a state tag from a Q or W answer")]
+    BadSeen,
 }
 
 /// A key error's text with "key" turned into what it is about: "user is
@@ -151,6 +173,19 @@ mod tests {
                 "user has a forbidden byte 0x01",
             ),
             (BadSecret(SecretError::Empty), "secret is empty"),
+            (UnknownOption("x".into()), "unknown option x"),
+            (RepeatedOption("mode".into()), "repeated option mode"),
+            (
+                BadPermits,
+                "permits must be a decimal integer from 1 to 10000",
+            ),
+            (BadMode, "mode must be shared or exclusive"),
+            (SharedPermits, "shared locks take no permits"),
+            (BadValue(ValueError::Empty), "value is empty"),
+            (
+                BadSeen,
+                "seen must be - or a state tag from a Q or W answer",
+            ),
             (
                 BadSecret(SecretError::ForbiddenByte),
                 "secret has a space, a control character or DEL",

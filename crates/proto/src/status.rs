@@ -8,6 +8,10 @@ use bytes::{BufMut, BytesMut};
 
 use crate::number::put_u64;
 
+/// The protocol version a node speaks: its `S` answer's `protocol=`
+/// field, written before `version=`.
+pub const PROTOCOL_VERSION: &str = "1.2";
+
 /// What a node does in its cluster.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Role {

@@ -6,8 +6,8 @@
 
 use baton_core::Key;
 use baton_proto::{
-    ClientCodec, Limits, Request, RequestError, RequestErrorKind, Response, ResponseError,
-    ServerCodec,
+    AcquireOptions, ClientCodec, Limits, Request, RequestError, RequestErrorKind, Response,
+    ResponseError, ServerCodec,
 };
 use bytes::BytesMut;
 use tokio_util::codec::{Decoder, Encoder};
@@ -155,11 +155,13 @@ fn the_example_session_byte_for_byte() {
             key: key("orders/42"),
             wait_ms: 5000,
             lease_ms: 30000,
+            options: AcquireOptions::default(),
         },
         Request::Acquire {
             key: key("orders/43"),
             wait_ms: 0,
             lease_ms: 10000,
+            options: AcquireOptions::default(),
         },
         Request::Release {
             key: key("orders/42"),
@@ -188,6 +190,7 @@ fn the_example_session_byte_for_byte() {
                 key: key("bad-lease"),
                 wait_ms: 0,
                 lease_ms: 0,
+                options: AcquireOptions::default(),
             },
             &mut wire,
         )

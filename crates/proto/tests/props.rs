@@ -6,9 +6,10 @@
 
 use baton_core::{Key, KeyState, LiveGrant, MAX_KEY_LEN};
 use baton_proto::{
-    parse_request, parse_response, ClientCodec, ErrorReply, Limits, Mode, Op, Request,
-    RequestError, RequestErrorKind, Response, Role, Secret, ServerCodec, StatusReport,
-    MAX_REQUEST_LINE, MAX_RESPONSE_LINE, MAX_SECRET_LEN,
+    parse_request, parse_response, AcquireOptions, ClientCodec, ErrorReply, HolderState,
+    HolderValue, KeyDetail, Limits, LockMode, Mode, Op, Request, RequestError, RequestErrorKind,
+    Response, Role, Secret, ServerCodec, StateTag, StatusReport, MAX_LISTED_HOLDERS, MAX_PERMITS,
+    MAX_REQUEST_LINE, MAX_RESPONSE_LINE, MAX_SECRET_LEN, MAX_VALUE_LEN,
 };
 use bytes::BytesMut;
 use proptest::collection::vec;
@@ -32,7 +33,48 @@ fn op() -> impl Strategy<Value = Op> {
         Just(Op::Renew),
         Just(Op::Status),
         Just(Op::Auth),
-        Just(Op::Query)
+        Just(Op::Query),
+        Just(Op::SetValue),
+        Just(Op::Watch)
+    ]
+}
+
+/// Values follow the key rules' byte set, up to their own length.
+fn value() -> impl Strategy<Value = HolderValue> {
+    vec(prop_oneof![0x21u8..=0x7e, 0x80u8..=0xff], 1..=MAX_VALUE_LEN)
+        .prop_filter("not -", |v| v != b"-")
+        .prop_map(|v| HolderValue::new(&v).unwrap())
+}
+
+fn options() -> impl Strategy<Value = AcquireOptions> {
+    prop_oneof![
+        Just(AcquireOptions::default()),
+        (1..=MAX_PERMITS, proptest::option::of(value())).prop_map(|(permits, value)| {
+            AcquireOptions {
+                permits,
+                mode: LockMode::Exclusive,
+                value,
+            }
+        }),
+        proptest::option::of(value()).prop_map(|value| AcquireOptions {
+            permits: 1,
+            mode: LockMode::Shared,
+            value,
+        }),
+    ]
+}
+
+fn tag() -> impl Strategy<Value = StateTag> {
+    prop_oneof![
+        Just(StateTag::Free),
+        (1..=u64::MAX).prop_map(StateTag::Plain),
+        (1..=u64::MAX, 1..=u64::MAX, any::<u64>()).prop_map(|(newest, count, hash)| {
+            StateTag::Holders {
+                newest,
+                count,
+                hash,
+            }
+        }),
     ]
 }
 
@@ -47,10 +89,20 @@ fn secret() -> impl Strategy<Value = Secret> {
 
 fn request() -> impl Strategy<Value = Request> {
     prop_oneof![
-        (key(), 0..=DAY_MS, 1..=DAY_MS).prop_map(|(key, wait_ms, lease_ms)| Request::Acquire {
+        (key(), 0..=DAY_MS, 1..=DAY_MS, options()).prop_map(|(key, wait_ms, lease_ms, options)| {
+            Request::Acquire {
+                key,
+                wait_ms,
+                lease_ms,
+                options,
+            }
+        }),
+        (key(), 1..=u64::MAX, proptest::option::of(value()))
+            .prop_map(|(key, token, value)| Request::SetValue { key, token, value }),
+        (key(), 0..=DAY_MS, tag()).prop_map(|(key, wait_ms, seen)| Request::Watch {
             key,
             wait_ms,
-            lease_ms
+            seen
         }),
         (key(), 1..=u64::MAX).prop_map(|(key, token)| Request::Release { key, token }),
         (key(), 1..=u64::MAX, 1..=DAY_MS).prop_map(|(key, token, lease_ms)| Request::Renew {
@@ -104,18 +156,75 @@ fn error_reply() -> impl Strategy<Value = ErrorReply> {
         .prop_map(|(op, key, reason)| ErrorReply { op, key, reason })
 }
 
-fn key_state() -> impl Strategy<Value = KeyState> {
+fn plain_state() -> impl Strategy<Value = KeyState> {
     (
         proptest::option::of((1..=u64::MAX, 1..=u64::MAX / 2)),
         0..=u64::MAX,
     )
-        .prop_map(|(grant, waiters)| KeyState {
-            grant: grant.map(|(token, lease_left_ms)| LiveGrant {
+        .prop_map(|(grant, waiters)| {
+            let grant = grant.map(|(token, lease_left_ms)| LiveGrant {
                 token,
                 lease_left_ms,
-            }),
-            waiters,
+            });
+            KeyState::plain(grant, waiters)
         })
+}
+
+fn holder() -> impl Strategy<Value = HolderState> {
+    (
+        1..=u64::MAX,
+        1..=u64::MAX / 2,
+        proptest::option::of(value()),
+    )
+        .prop_map(|(token, lease_left_ms, value)| HolderState {
+            token,
+            lease_left_ms,
+            value,
+        })
+}
+
+/// A key that is not plain: its holders, as many listed as the count says.
+fn detailed_state() -> impl Strategy<Value = KeyState> {
+    (
+        (1..=u64::MAX, 1..=u64::MAX / 2, 0..=u64::MAX),
+        1..=MAX_PERMITS,
+        prop_oneof![Just(LockMode::Exclusive), Just(LockMode::Shared)],
+        vec(holder(), 1..=MAX_LISTED_HOLDERS),
+        0..=1_000_000u64,
+        (1..=u64::MAX, any::<u64>()),
+    )
+        .prop_map(
+            |((token, lease_left_ms, waiters), permits, mode, holders, more, (count, hash))| {
+                let listed = holders.len() as u64;
+                let holder_count = if listed == MAX_LISTED_HOLDERS as u64 {
+                    listed + more
+                } else {
+                    listed
+                };
+                KeyState {
+                    grant: Some(LiveGrant {
+                        token,
+                        lease_left_ms,
+                    }),
+                    waiters,
+                    detail: Some(Box::new(KeyDetail {
+                        permits,
+                        mode,
+                        holder_count,
+                        holders,
+                        tag: StateTag::Holders {
+                            newest: token,
+                            count,
+                            hash,
+                        },
+                    })),
+                }
+            },
+        )
+}
+
+fn key_state() -> impl Strategy<Value = KeyState> {
+    prop_oneof![plain_state(), detailed_state()]
 }
 
 fn response() -> impl Strategy<Value = Response> {
@@ -124,8 +233,13 @@ fn response() -> impl Strategy<Value = Response> {
         key().prop_map(|key| Response::TimedOut { key }),
         key().prop_map(|key| Response::Released { key }),
         key().prop_map(|key| Response::Renewed { key }),
-        (prop_oneof![Just(Op::Release), Just(Op::Renew)], key())
+        (
+            prop_oneof![Just(Op::Release), Just(Op::Renew), Just(Op::SetValue)],
+            key()
+        )
             .prop_map(|(op, key)| Response::NotHeld { op, key }),
+        key().prop_map(|key| Response::ValueSet { key }),
+        (key(), key_state()).prop_map(|(key, state)| Response::Watched { key, state }),
         (op(), key(), proptest::option::of(addr())).prop_map(|(op, key, addr)| Response::Moved {
             op,
             key,
@@ -158,7 +272,7 @@ fn stream() -> impl Strategy<Value = Vec<u8>> {
         // Mostly protocol bytes, some noise; mapped from plain bytes
         // because that generates and shrinks far faster than a union.
         vec(any::<u8>(), 0..3000).prop_map(|bytes| {
-            const ALPHABET: &[u8] = b"\n\r AKRSTNMESU=.01?-k";
+            const ALPHABET: &[u8] = b"\n\r AKRSTNMESUVWQ=.,01?-kpmv";
             bytes
                 .into_iter()
                 .map(|b| match ALPHABET.get(usize::from(b % 32)) {
@@ -268,6 +382,7 @@ proptest! {
         let mut dst = BytesMut::new();
         resp.encode(&mut dst);
         prop_assert_eq!(dst.last(), Some(&b'\n'));
+        prop_assert!(dst.len() <= MAX_RESPONSE_LINE);
         let line = &dst[..dst.len() - 1];
         prop_assert!(!line.contains(&b'\n'));
         prop_assert_eq!(parse_response(line).unwrap(), resp);

@@ -4,7 +4,7 @@
 #![allow(clippy::unwrap_used)] // a failed unwrap in a test is a failed test
 
 use baton_core::Key;
-use baton_proto::{parse_request, Limits, Request, RequestErrorKind, Response};
+use baton_proto::{parse_request, AcquireOptions, Limits, Request, RequestErrorKind, Response};
 use bytes::BytesMut;
 
 fn key(k: &str) -> Key {
@@ -37,7 +37,8 @@ fn the_example_session_requests_parse() {
         Request::Acquire {
             key: key("orders/42"),
             wait_ms: 5000,
-            lease_ms: 30000
+            lease_ms: 30000,
+            options: AcquireOptions::default(),
         }
     );
     assert_eq!(
@@ -45,7 +46,8 @@ fn the_example_session_requests_parse() {
         Request::Acquire {
             key: key("orders/43"),
             wait_ms: 0,
-            lease_ms: 10000
+            lease_ms: 10000,
+            options: AcquireOptions::default(),
         }
     );
     assert_eq!(
@@ -86,7 +88,8 @@ fn durations_convert_exactly() {
             Request::Acquire {
                 key: key("k"),
                 wait_ms: ms,
-                lease_ms: ms
+                lease_ms: ms,
+                options: AcquireOptions::default(),
             },
             "{line}"
         );
@@ -264,7 +267,8 @@ fn zero_lease_is_refused_zero_wait_is_not() {
             Request::Acquire {
                 key: key("k"),
                 wait_ms: 0,
-                lease_ms: 1000
+                lease_ms: 1000,
+                options: AcquireOptions::default(),
             }
         );
     }
@@ -306,7 +310,8 @@ fn maxima_are_enforced() {
         Ok(Request::Acquire {
             key: key("k"),
             wait_ms: 1500,
-            lease_ms: 60_000
+            lease_ms: 60_000,
+            options: AcquireOptions::default(),
         })
     );
 }

@@ -10,6 +10,10 @@ use baton_proto::Limits;
 use crate::auth::Auth;
 use crate::tls::ServerTls;
 
+/// Docs/protocol.md's default cap on one connection's pending watches: a
+/// client watching many keys fits, one connection cannot take them all.
+pub const DEFAULT_MAX_WATCHES_PER_CONNECTION: usize = 1_000;
+
 /// Settings of a single node. The defaults are the protocol's defaults.
 #[derive(Debug, Clone)]
 pub struct ServerConfig {
@@ -21,9 +25,12 @@ pub struct ServerConfig {
     pub max_connections: usize,
     /// Acquires queued at once per connection; one more is answered `E`.
     pub max_pending: usize,
-    /// Grants held and acquires queued at once over every connection;
-    /// past them an acquire is answered `E A <key> too many locks` or
-    /// `too many waiters`.
+    /// Watches pending at once per connection; one more is answered
+    /// `E W <key> too many watches`.
+    pub max_watches_per_connection: usize,
+    /// Grants held, acquires queued and watches pending at once over every
+    /// connection; past them an acquire is answered `E A <key> too many
+    /// locks` or `too many waiters`, a watch `E W <key> too many watches`.
     pub quota: Quota,
     /// The address the node is known by (`self=` in `S`, the cluster's peer
     /// list) when it differs from the bound one, e.g. when bound to 0.0.0.0.
@@ -49,6 +56,7 @@ impl Default for ServerConfig {
             limits: Limits::default(),
             max_connections: 10_000,
             max_pending: 10_000,
+            max_watches_per_connection: DEFAULT_MAX_WATCHES_PER_CONNECTION,
             quota: Quota::default(),
             advertise: None,
             auth: None,

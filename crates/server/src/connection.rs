@@ -9,7 +9,7 @@
 use std::collections::VecDeque;
 use std::sync::Arc;
 
-use baton_core::{AcquireOutcome, FastSet, Key, Millis, Token, WaiterId};
+use baton_core::{AcquireOutcome, FastSet, Key, Millis, Token, WaiterId, WatchId};
 use baton_proto::{ErrorReply, Op, Request, Response, ServerCodec};
 use bytes::BytesMut;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
@@ -28,6 +28,7 @@ use crate::locks::{Events, SharedLocks};
 use crate::metrics::ErrorReason;
 use crate::node::{LockNode, Served};
 use crate::request::{change_response, Answer, LockRequest};
+use crate::watching::TOO_MANY_WATCHES;
 
 mod opening;
 use opening::Opened;
@@ -82,6 +83,8 @@ pub(crate) struct Connection<N, S> {
     mailbox: Mailbox,
     /// Queued acquires of this connection, cancelled when it closes.
     waiting: FastSet<WaiterId>,
+    /// Pending watches of this connection, cancelled when it closes.
+    watching: FastSet<WatchId>,
     /// Requests the node answers later (`Served::Later`).
     deferred: usize,
     /// Grants encoded into `output` but not yet written, with the stream
@@ -131,6 +134,7 @@ impl<N: LockNode, S: ServerStream> Connection<N, S> {
             output: BytesMut::with_capacity(READ_CHUNK),
             mailbox: Mailbox(tx),
             waiting: FastSet::default(),
+            watching: FastSet::default(),
             deferred: 0,
             unwritten_grants: VecDeque::new(),
             encoded_total: 0,
@@ -280,7 +284,7 @@ impl<N: LockNode, S: ServerStream> Connection<N, S> {
     fn on_deliveries(&mut self, received: usize, still_queued: usize, batch: &mut Vec<Delivery>) {
         // Never 0: this task holds a sender in `mailbox`.
         debug_assert!(
-            received + still_queued <= self.waiting.len() + self.deferred,
+            received + still_queued <= self.waiting.len() + self.watching.len() + self.deferred,
             "more deliveries than requests waiting for one"
         );
         for delivery in batch.drain(..) {
@@ -291,7 +295,10 @@ impl<N: LockNode, S: ServerStream> Connection<N, S> {
     /// Whether the connection has anything pending: the idle timeout
     /// does not run while it has.
     fn busy(&self) -> bool {
-        !self.waiting.is_empty() || self.deferred > 0 || !self.output.is_empty()
+        !self.waiting.is_empty()
+            || !self.watching.is_empty()
+            || self.deferred > 0
+            || !self.output.is_empty()
     }
 
     #[inline]
@@ -394,16 +401,28 @@ impl<N: LockNode, S: ServerStream> Connection<N, S> {
         let Some(mut request) = LockRequest::from_line(&line) else {
             return;
         };
-        if let LockRequest::Acquire { key, wait_ms, .. } = &mut request {
-            if self.waiting.len() + self.deferred >= self.node.config.max_pending {
-                self.refuse_acquire(key);
-                return;
+        match &mut request {
+            LockRequest::Acquire { key, wait_ms, .. } => {
+                if self.waiting.len() + self.deferred >= self.node.config.max_pending {
+                    self.refuse_acquire(key);
+                    return;
+                }
+                // docs/protocol.md: `wait 0` waits as long as the node
+                // allows, its maximum wait, then `T`; never without limit.
+                if *wait_ms == 0 {
+                    *wait_ms = self.node.config.limits.max_wait_ms;
+                }
             }
-            // docs/protocol.md: `wait 0` waits as long as the node allows,
-            // its maximum wait, then `T`; never without limit.
-            if *wait_ms == 0 {
-                *wait_ms = self.node.config.limits.max_wait_ms;
+            LockRequest::Watch { key, wait_ms, .. } => {
+                if self.watching.len() >= self.node.config.max_watches_per_connection {
+                    self.locks.metrics().error(ErrorReason::TooManyWatches);
+                    return self.refuse(Op::Watch, key, TOO_MANY_WATCHES.to_owned());
+                }
+                if *wait_ms == 0 {
+                    *wait_ms = self.node.config.limits.max_wait_ms;
+                }
             }
+            _ => {}
         }
         let op = request.op();
         let served = self
@@ -440,8 +459,25 @@ impl<N: LockNode, S: ServerStream> Connection<N, S> {
             }
             Served::Done(Answer::Changed(outcome)) => change_response(op, key, outcome),
             Served::Done(Answer::Queried(state)) => Response::Queried { key, state },
+            Served::Done(Answer::Watched(state)) => Response::Watched { key, state },
+            Served::Done(Answer::Watching(id)) => {
+                self.watching.insert(id);
+                return;
+            }
+            Served::Done(Answer::Refused(reason)) => return self.refuse(op, &key, reason),
         };
         self.answer(&response);
+    }
+
+    /// Answers `E <op> <key> <reason>`.
+    #[cold]
+    fn refuse(&mut self, op: Op, key: &Key, reason: String) {
+        let reply = ErrorReply {
+            op: Some(op),
+            key: Some(key.as_bytes().to_vec()),
+            reason,
+        };
+        self.answer(&Response::Error(reply));
     }
 
     /// Answers an acquire over the connection's limit of pending requests.
@@ -481,6 +517,10 @@ impl<N: LockNode, S: ServerStream> Connection<N, S> {
                 self.answer(&response);
                 // What arrived during the hold is served now.
                 self.on_input();
+            }
+            Delivery::Watched { id, response } => {
+                self.watching.remove(&id);
+                self.answer(&response);
             }
             Delivery::Moved { id, key, to } => {
                 self.waiting.remove(&id);
@@ -525,7 +565,8 @@ impl<N: LockNode, S: ServerStream> Connection<N, S> {
     /// it delivered: queued acquires leave their queues, and grants that
     /// never reached the client are released.
     fn close(mut self, mut deliveries: mpsc::UnboundedReceiver<Delivery>) {
-        self.locks.cancel_all(self.waiting.drain());
+        self.locks
+            .cancel_all(self.waiting.drain(), self.watching.drain());
         deliveries.close();
         let mut ghosts: Vec<(Key, Token)> = self
             .unwritten_grants

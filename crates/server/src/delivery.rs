@@ -4,7 +4,7 @@
 //! the waiter's own connection task writes the answer. The handle kept in
 //! the wait queue is that connection's mailbox.
 
-use baton_core::{Key, Token, WaiterId};
+use baton_core::{Key, Token, WaiterId, WatchId};
 use tokio::sync::mpsc;
 
 /// What a connection is told about one of its queued acquires.
@@ -26,6 +26,11 @@ pub(crate) enum Delivery {
     },
     /// The late answer to a request the node answered `Served::Later`.
     Reply(baton_proto::Response),
+    /// The answer to a pending watch.
+    Watched {
+        id: WatchId,
+        response: baton_proto::Response,
+    },
     /// The late answer to a failed `U`, which held the connection's input
     /// until now (see `auth::session`).
     Resume(baton_proto::Response),
@@ -36,8 +41,10 @@ pub(crate) enum Delivery {
 /// The channel has no capacity of its own, yet its length is bounded by
 /// construction: a delivery is only ever the one answer to one request of
 /// the connection that still waits for it (a queued acquire's grant,
-/// time-out or move, or a late answer to a request served `Later`), so at
-/// any moment it holds at most `waiting + deferred` of them. A connection
+/// time-out or move, the answer to a pending watch, or a late answer to a
+/// request served `Later`), so at any moment it holds at most `waiting +
+/// watching + deferred` of them; a connection's watches are capped by
+/// `--max-watches-per-connection`. A connection
 /// answers `E` to an acquire past `max_pending` waiting and deferred
 /// requests, and stops reading while `max_pending` requests are deferred,
 /// so that sum stays below `max_pending` plus one read's worth of requests.

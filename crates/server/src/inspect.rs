@@ -9,7 +9,7 @@
 
 use std::collections::BinaryHeap;
 
-use baton_core::{Key, LockTable, Millis, Token};
+use baton_core::{HolderValue, Key, KeyGrants, LockMode, LockTable, Millis, Token};
 
 /// The most locks one page may hold (a larger `limit` is capped to it).
 pub const MAX_PAGE: usize = 10_000;
@@ -25,13 +25,26 @@ pub struct LockQuery {
     pub limit: usize,
 }
 
-/// One held lock.
+/// One held key.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LockEntry {
     pub key: Key,
+    /// The newest live holder's token and lease left.
     pub token: Token,
     pub lease_left_ms: Millis,
     pub waiters: u64,
+    pub permits: u32,
+    pub mode: LockMode,
+    /// Every live holder, oldest first.
+    pub holders: Vec<HolderEntry>,
+}
+
+/// One live holder of a key.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HolderEntry {
+    pub token: Token,
+    pub lease_left_ms: Millis,
+    pub value: Option<HolderValue>,
 }
 
 /// A page of held locks, by key.
@@ -54,12 +67,10 @@ pub fn list_page(
     let after = query.after.as_deref();
     // The `limit + 1` smallest matching keys: one more tells there is a next page.
     let mut smallest: BinaryHeap<(&[u8], &Key)> = BinaryHeap::with_capacity(limit + 1);
-    for (key, holder) in table.iter() {
+    for (key, grants) in table.keys() {
         let bytes = key.as_bytes();
-        if holder.expires_at <= now
-            || !bytes.starts_with(&query.prefix)
-            || after.is_some_and(|a| bytes <= a)
-        {
+        let live = grants.holders().iter().any(|h| h.expires_at > now);
+        if !live || !bytes.starts_with(&query.prefix) || after.is_some_and(|a| bytes <= a) {
             continue;
         }
         if smallest.len() <= limit {
@@ -78,15 +89,7 @@ pub fn list_page(
     keys.truncate(limit);
     let locks: Vec<LockEntry> = keys
         .iter()
-        .filter_map(|key| {
-            let holder = table.holder(key)?;
-            Some(LockEntry {
-                key: (*key).clone(),
-                token: holder.token,
-                lease_left_ms: holder.expires_at.saturating_sub(now),
-                waiters: waiters(key),
-            })
-        })
+        .filter_map(|key| entry(table, key, table.grants(key)?, waiters(key), now))
         .collect();
     let next = if more {
         locks.last().map(|l| l.key.clone())
@@ -95,6 +98,36 @@ pub fn list_page(
     };
     debug_assert!(locks.windows(2).all(|w| w[0].key < w[1].key));
     LockPage { locks, next }
+}
+
+/// The entry of `key`, held by `grants`, at `now`: its live holders.
+fn entry(
+    table: &LockTable,
+    key: &Key,
+    grants: &KeyGrants,
+    waiters: u64,
+    now: Millis,
+) -> Option<LockEntry> {
+    let holders: Vec<HolderEntry> = grants
+        .holders()
+        .iter()
+        .filter(|h| h.expires_at > now)
+        .map(|h| HolderEntry {
+            token: h.token,
+            lease_left_ms: h.expires_at - now,
+            value: table.value(h.token).cloned(),
+        })
+        .collect();
+    let newest = holders.last()?;
+    Some(LockEntry {
+        key: key.clone(),
+        token: newest.token,
+        lease_left_ms: newest.lease_left_ms,
+        waiters,
+        permits: grants.permits(),
+        mode: grants.mode(),
+        holders,
+    })
 }
 
 /// How this node sees one member of its cluster.
@@ -178,5 +211,53 @@ mod tests {
         assert_eq!(keys(&one), ["a"], "a limit of 0 is 1");
         let capped = list_page(&t, |_| 0, &query("", None, usize::MAX), 0);
         assert_eq!(keys(&capped), ["a", "b"]);
+    }
+
+    #[test]
+    fn a_key_of_several_holders_is_listed_once_with_all_of_them() {
+        use baton_core::AcquireOptions;
+        let mut t = table(&["a"]);
+        let key = Key::new(b"pool").unwrap();
+        for (lease_ms, value) in [(5_000, Some("w1")), (9_000, None)] {
+            let options = AcquireOptions {
+                permits: 3,
+                mode: LockMode::Exclusive,
+                value: value.map(|v| HolderValue::try_from(v).unwrap()),
+            };
+            let grant = Command::GrantWith {
+                key: key.clone(),
+                lease_ms,
+                options,
+            };
+            t.apply(&grant, 0);
+        }
+        let page = list_page(&t, |_| 1, &query("", None, 10), 1_000);
+        assert_eq!(keys(&page), ["a", "pool"]);
+        let pool = &page.locks[1];
+        assert_eq!(
+            (pool.token, pool.lease_left_ms),
+            (3, 8_000),
+            "the newest holder"
+        );
+        assert_eq!(
+            (pool.permits, pool.mode, pool.waiters),
+            (3, LockMode::Exclusive, 1)
+        );
+        let holders: Vec<_> = pool
+            .holders
+            .iter()
+            .map(|h| {
+                (
+                    h.token,
+                    h.lease_left_ms,
+                    h.value.as_ref().map(|v| v.to_string()),
+                )
+            })
+            .collect();
+        assert_eq!(holders, [(2, 4_000, Some("w1".into())), (3, 8_000, None)]);
+        // Past the first holder's lease, only the second is live.
+        let later = list_page(&t, |_| 0, &query("pool", None, 10), 6_000);
+        assert_eq!(later.locks[0].holders.len(), 1);
+        assert_eq!(page.locks[0].holders.len(), 1);
     }
 }

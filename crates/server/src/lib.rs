@@ -39,12 +39,13 @@ mod timer;
 mod timing;
 pub mod tls;
 pub mod token_floor;
+mod watching;
 
 pub use accept::{Accept, ServerStream};
 pub use auth::{Auth, AuthFileError};
 pub use baton_core::Quota;
 pub use clock::Clock;
-pub use config::ServerConfig;
+pub use config::{ServerConfig, DEFAULT_MAX_WATCHES_PER_CONNECTION};
 pub use data_dir::{DataDir, DataDirError, LOCK_FILE};
 pub use delivery::Mailbox;
 pub use evict::EVICT_GRACE;
@@ -56,9 +57,10 @@ pub use node::{LockNode, NodeCounters, NodeEvent, NodeStatus, NodeTally, Observe
 pub use persister::{Persister, TakeState, PERSIST_EVERY};
 pub use request::{Answer, LockRequest};
 pub use single::{
-    start_single, SingleNode, SinglePersister, SingleRunning, SingleStartError, SingleState,
-    STATE_FILE as SINGLE_STATE_FILE,
+    start_single, LegacySingleState, SingleNode, SinglePersister, SingleRunning, SingleStartError,
+    SingleState, STATE_FILE as SINGLE_STATE_FILE,
 };
-pub use state_file::{StateFile, StateFileError};
+pub use state_file::{StateFile, StateFileError, StateFormat};
 pub use tasks::Tasks;
 pub use tls::{Prefixed, ServerTls, TlsError, TlsPaths};
+pub use watching::{earliest, NodeWatches, TOO_MANY_WATCHES};

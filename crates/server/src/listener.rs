@@ -9,7 +9,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use baton_proto::{Role, StatusReport};
+use baton_proto::{Role, StatusReport, PROTOCOL_VERSION};
 use tokio::io::AsyncWriteExt;
 use tokio::net::{TcpListener, TcpStream};
 
@@ -141,6 +141,7 @@ impl<S> NodeInfo<S> {
         if let Some(addr) = self.http_addr.get() {
             extra.push(("http".to_owned(), addr.clone()));
         }
+        extra.push(("protocol".to_owned(), PROTOCOL_VERSION.to_owned()));
         extra.push(("version".to_owned(), NODE_VERSION.to_owned()));
         extra
     }

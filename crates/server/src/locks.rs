@@ -7,7 +7,7 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, MutexGuard, PoisonError};
 
-use baton_core::{Key, Millis, Token, WaiterId};
+use baton_core::{Key, Millis, Token, WaiterId, WatchId};
 use baton_proto::Op;
 use tokio::sync::Notify;
 
@@ -199,13 +199,24 @@ impl<N: LockNode> SharedLocks<N> {
         )
     }
 
-    /// Takes a closed connection's queued acquires out of their queues.
-    pub(crate) fn cancel_all(&self, ids: impl IntoIterator<Item = WaiterId>) {
+    /// Takes a closed connection's queued acquires out of their queues,
+    /// and its pending watches out of the node's. A waiter that leaves
+    /// the head of a line may let the next in: the timer is woken if the
+    /// node says so.
+    pub(crate) fn cancel_all(
+        &self,
+        ids: impl IntoIterator<Item = WaiterId>,
+        watches: impl IntoIterator<Item = WatchId>,
+    ) {
         let mut service = self.lock();
         for id in ids {
             service.cancel(id);
             service.timing.cancelled(id);
         }
+        for id in watches {
+            service.node.cancel_watch(id);
+        }
+        self.after_change(&service.node);
     }
 
     pub(crate) fn status(&self) -> NodeStatus {
@@ -299,6 +310,13 @@ impl<N: LockNode> SharedLocks<N> {
                             ghosts.push((key, token));
                         }
                     }
+                    NodeEvent::WatchAnswered {
+                        id,
+                        mailbox,
+                        response,
+                    } => {
+                        let _ = mailbox.send(Delivery::Watched { id, response });
+                    }
                 }
             }
             if ghosts.is_empty() {
@@ -350,6 +368,7 @@ impl<N: LockNode> SharedLocks<N> {
             key: &key,
             wait_ms,
             lease_ms,
+            options: &baton_core::AcquireOptions::default(),
         };
         match self.handle(request, received_at, mailbox, events) {
             Served::Done(Answer::Acquired(outcome)) => Served::Done(outcome),

@@ -21,13 +21,15 @@ use baton_proto::Op;
 
 /// The requests a node counts, by their kind, in the order `/metrics`
 /// lists them.
-pub const REQUEST_OPS: [Op; 6] = [
+pub const REQUEST_OPS: [Op; 8] = [
     Op::Acquire,
     Op::Release,
     Op::Renew,
     Op::Query,
     Op::Status,
     Op::Auth,
+    Op::SetValue,
+    Op::Watch,
 ];
 
 /// The `op` label value of a request kind.
@@ -39,6 +41,8 @@ pub fn op_label(op: Op) -> &'static str {
         Op::Query => "query",
         Op::Status => "status",
         Op::Auth => "authenticate",
+        Op::SetValue => "set_value",
+        Op::Watch => "watch",
     }
 }
 
@@ -52,6 +56,8 @@ fn request_slot(op: Op) -> usize {
         Op::Query => 3,
         Op::Status => 4,
         Op::Auth => 5,
+        Op::SetValue => 6,
+        Op::Watch => 7,
     }
 }
 
@@ -66,6 +72,8 @@ pub enum ErrorReason {
     TooManyLocks,
     /// `E A <key> too many waiters`.
     TooManyWaiters,
+    /// `E W <key> too many watches` (the node's or the connection's cap).
+    TooManyWatches,
     /// `E`: a malformed line or a value past a limit (connection hook).
     Malformed,
     /// `E ... authentication failed / required`, `permission denied`
@@ -74,13 +82,14 @@ pub enum ErrorReason {
 }
 
 impl ErrorReason {
-    pub const ALL: [ErrorReason; 6] = [
+    pub const ALL: [ErrorReason; 7] = [
         ErrorReason::NotHeld,
         ErrorReason::Redirected,
         ErrorReason::TooManyLocks,
         ErrorReason::TooManyWaiters,
         ErrorReason::Malformed,
         ErrorReason::Unauthorized,
+        ErrorReason::TooManyWatches,
     ];
 
     /// The `reason` label value.
@@ -92,6 +101,7 @@ impl ErrorReason {
             ErrorReason::TooManyWaiters => "too_many_waiters",
             ErrorReason::Malformed => "malformed",
             ErrorReason::Unauthorized => "unauthorized",
+            ErrorReason::TooManyWatches => "too_many_watches",
         }
     }
 }
@@ -177,6 +187,10 @@ pub struct Metrics {
     wait_timeouts: AtomicU64,
     /// Waiters sent elsewhere because this node stopped serving.
     waiters_moved: AtomicU64,
+    /// Watches answered (at once, on a change, or when their wait ran out).
+    watches_answered: AtomicU64,
+    /// Values set or cleared (`V`).
+    values_set: AtomicU64,
     connections_open: AtomicI64,
     connections_total: AtomicU64,
     /// Request received to grant.
@@ -213,6 +227,8 @@ pub enum Count {
     WaitTimeouts,
     WaitersMoved,
     ConnectionsTotal,
+    WatchesAnswered,
+    ValuesSet,
 }
 
 impl Metrics {
@@ -239,6 +255,8 @@ impl Metrics {
             Count::WaitTimeouts => &self.wait_timeouts,
             Count::WaitersMoved => &self.waiters_moved,
             Count::ConnectionsTotal => &self.connections_total,
+            Count::WatchesAnswered => &self.watches_answered,
+            Count::ValuesSet => &self.values_set,
         }
     }
 

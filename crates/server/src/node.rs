@@ -12,8 +12,8 @@
 //! - a client request, from the connection that read it: one
 //!   [`LockRequest`] value to [`LockNode::handle`], or
 //!   [`LockNode::status`] for `S`;
-//! - [`LockNode::cancel`], from a connection that closed with acquires
-//!   still queued;
+//! - [`LockNode::cancel`] and [`LockNode::cancel_watch`], from a
+//!   connection that closed with acquires queued or watches pending;
 //! - [`LockNode::release_unreceived`], for a grant whose connection was
 //!   gone before it could be written (a ghost grant);
 //! - [`LockNode::set_quota`], once, from the server as it starts, with
@@ -40,6 +40,7 @@
 
 use baton_core::{
     Change, Event, Key, LockTable, Millis, NodeIndex, NotServing, Outcome, Quota, Token, WaiterId,
+    WatchId,
 };
 use baton_proto::{Mode, Op, Response, Role};
 
@@ -83,6 +84,15 @@ pub enum NodeEvent {
     },
     /// The answer to a request that was answered [`Served::Later`].
     Reply {
+        mailbox: Mailbox,
+        response: Response,
+    },
+    /// The answer to a watch that was pending ([`Answer::Watching`]):
+    /// `W ...`, or `M W ...` from a node that stopped serving.
+    ///
+    /// [`Answer::Watching`]: crate::request::Answer::Watching
+    WatchAnswered {
+        id: WatchId,
         mailbox: Mailbox,
         response: Response,
     },
@@ -193,6 +203,9 @@ pub trait LockNode: Send + 'static {
     );
     /// A queued acquire's connection closed.
     fn cancel(&mut self, id: WaiterId);
+    /// A pending watch's connection closed. A node that keeps no watches
+    /// has none to cancel.
+    fn cancel_watch(&mut self, _id: WatchId) {}
     /// Does whatever is due at `now`.
     fn tick(&mut self, now: Millis, events: &mut Vec<NodeEvent>);
     /// When `tick` next has something to do.

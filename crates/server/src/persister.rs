@@ -11,13 +11,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use baton_core::Millis;
-use serde::de::DeserializeOwned;
-use serde::Serialize;
 use tokio::sync::watch;
 
 use crate::locks::SharedLocks;
 use crate::node::LockNode;
-use crate::state_file::{StateFile, StateFileError};
+use crate::state_file::{StateFile, StateFileError, StateFormat};
 use crate::tasks::Tasks;
 
 /// How often the state is written if it changed.
@@ -50,7 +48,7 @@ impl<N, S> std::fmt::Debug for Persister<N, S> {
 impl<N, S> Persister<N, S>
 where
     N: LockNode,
-    S: Serialize + DeserializeOwned + Send + 'static,
+    S: StateFormat + Send + 'static,
 {
     /// A writer of `locks`' state to `file`. `written` is the version
     /// already on disk (0: none).

@@ -8,7 +8,9 @@
 //! request is a new variant here, its line in the codec, its rule in
 //! `baton_core` and its arm in each node's `handle`.
 
-use baton_core::{AcquireOutcome, Key, KeyState, Outcome, Token};
+use baton_core::{
+    AcquireOptions, AcquireOutcome, HolderValue, Key, KeyState, Outcome, StateTag, Token, WatchId,
+};
 use baton_proto::{Op, Request, Response};
 
 /// A request to the lock logic. The key is borrowed from the decoded
@@ -22,6 +24,7 @@ pub enum LockRequest<'a> {
         key: &'a Key,
         wait_ms: u64,
         lease_ms: u64,
+        options: &'a AcquireOptions,
     },
     Release {
         key: &'a Key,
@@ -36,6 +39,19 @@ pub enum LockRequest<'a> {
     Query {
         key: &'a Key,
     },
+    /// `V`: sets (`None`: clears) the value of the key's grant with `token`.
+    SetValue {
+        key: &'a Key,
+        token: Token,
+        value: Option<&'a HolderValue>,
+    },
+    /// `W`: answered once the key's state tag differs from `seen`, or when
+    /// the wait runs out. `wait_ms` is never 0 here, as for an acquire.
+    Watch {
+        key: &'a Key,
+        wait_ms: u64,
+        seen: StateTag,
+    },
 }
 
 impl<'a> LockRequest<'a> {
@@ -47,10 +63,22 @@ impl<'a> LockRequest<'a> {
                 key,
                 wait_ms,
                 lease_ms,
+                options,
             } => LockRequest::Acquire {
                 key,
                 wait_ms: *wait_ms,
                 lease_ms: *lease_ms,
+                options,
+            },
+            Request::SetValue { key, token, value } => LockRequest::SetValue {
+                key,
+                token: *token,
+                value: value.as_ref(),
+            },
+            Request::Watch { key, wait_ms, seen } => LockRequest::Watch {
+                key,
+                wait_ms: *wait_ms,
+                seen: *seen,
             },
             Request::Release { key, token } => LockRequest::Release { key, token: *token },
             Request::Renew {
@@ -74,6 +102,8 @@ impl<'a> LockRequest<'a> {
             LockRequest::Release { .. } => Op::Release,
             LockRequest::Renew { .. } => Op::Renew,
             LockRequest::Query { .. } => Op::Query,
+            LockRequest::SetValue { .. } => Op::SetValue,
+            LockRequest::Watch { .. } => Op::Watch,
         }
     }
 
@@ -82,7 +112,9 @@ impl<'a> LockRequest<'a> {
             LockRequest::Acquire { key, .. }
             | LockRequest::Release { key, .. }
             | LockRequest::Renew { key, .. }
-            | LockRequest::Query { key } => key,
+            | LockRequest::Query { key }
+            | LockRequest::SetValue { key, .. }
+            | LockRequest::Watch { key, .. } => key,
         }
     }
 }
@@ -92,10 +124,18 @@ impl<'a> LockRequest<'a> {
 pub enum Answer {
     /// To an acquire.
     Acquired(AcquireOutcome),
-    /// To a release or a renewal.
+    /// To a release, a renewal or a set-value.
     Changed(Outcome),
     /// To a query.
     Queried(KeyState),
+    /// To a watch whose client saw another state: answered now.
+    Watched(KeyState),
+    /// To a watch that waits for a change: its answer comes as a
+    /// [`crate::NodeEvent::WatchAnswered`] with this id.
+    Watching(WatchId),
+    /// Refused with `E <op> <key> <reason>`, changing nothing: a watch past
+    /// the node's cap, a request this mode does not serve.
+    Refused(String),
 }
 
 /// The wire answer to a release or renewal (`op`) of `key`, now or late.
@@ -103,6 +143,7 @@ pub(crate) fn change_response(op: Op, key: Key, outcome: Outcome) -> Response {
     match outcome {
         Outcome::Released if op == Op::Release => Response::Released { key },
         Outcome::Renewed if op == Op::Renew => Response::Renewed { key },
+        Outcome::ValueSet if op == Op::SetValue => Response::ValueSet { key },
         _ => Response::NotHeld { op, key },
     }
 }
@@ -123,6 +164,7 @@ mod tests {
                 key: k.clone(),
                 wait_ms: 5,
                 lease_ms: 7,
+                options: baton_proto::AcquireOptions::default(),
             },
             Request::Release {
                 key: k.clone(),
@@ -134,6 +176,16 @@ mod tests {
                 lease_ms: 7,
             },
             Request::Query { key: k.clone() },
+            Request::SetValue {
+                key: k.clone(),
+                token: 9,
+                value: None,
+            },
+            Request::Watch {
+                key: k.clone(),
+                wait_ms: 5,
+                seen: StateTag::Plain(9),
+            },
         ];
         for line in &lines {
             let request = LockRequest::from_line(line)
@@ -145,7 +197,8 @@ mod tests {
             Some(LockRequest::Acquire {
                 key: &k,
                 wait_ms: 5,
-                lease_ms: 7
+                lease_ms: 7,
+                options: &baton_proto::AcquireOptions::default(),
             })
         );
         assert_eq!(

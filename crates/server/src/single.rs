@@ -16,7 +16,8 @@ use std::path::Path;
 use std::sync::Arc;
 
 use baton_core::{
-    Event, Key, LockService, LockTable, Millis, Outcome, Quota, TableSnapshot, Token, WaiterId,
+    Event, Key, LegacyTableSnapshot, LockService, LockTable, Millis, Outcome, Quota, TableSnapshot,
+    Token, WaiterId, WatchId,
 };
 use baton_proto::{Mode, Role};
 use serde::{Deserialize, Serialize};
@@ -29,8 +30,9 @@ use crate::locks::SharedLocks;
 use crate::node::{LockNode, NodeCounters, NodeEvent, NodeStatus, NodeTally, Served};
 use crate::persister::Persister;
 use crate::request::{Answer, LockRequest};
-use crate::state_file::{StateFile, StateFileError};
+use crate::state_file::{StateFile, StateFileError, StateFormat};
 use crate::token_floor;
+use crate::watching::{earliest, NodeWatches};
 
 /// The single node's file in its data directory.
 pub const STATE_FILE: &str = "single-state";
@@ -42,15 +44,40 @@ pub struct SingleState {
     pub table: TableSnapshot,
 }
 
+/// A [`SingleState`] as nodes before protocol 1.2 wrote it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LegacySingleState {
+    pub table: LegacyTableSnapshot,
+}
+
+impl From<LegacySingleState> for SingleState {
+    fn from(old: LegacySingleState) -> SingleState {
+        SingleState {
+            table: old.table.into(),
+        }
+    }
+}
+
+impl StateFormat for SingleState {
+    type Legacy = LegacySingleState;
+}
+
 /// A node on its own: always serves.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct SingleNode {
     service: LockService<Mailbox>,
+    watches: NodeWatches,
     scratch: Vec<Event<Mailbox>>,
     /// The service's count of changes at version 1 (see [`Self::version`]).
     changes_at_start: u64,
     /// Grants whose lease ran out (for the metrics).
     tally: NodeTally,
+}
+
+impl Default for SingleNode {
+    fn default() -> Self {
+        SingleNode::starting_above(LockTable::new(), 0)
+    }
 }
 
 impl SingleNode {
@@ -65,12 +92,22 @@ impl SingleNode {
     pub fn starting_above(table: LockTable, floor: Token) -> SingleNode {
         let mut service = LockService::from_table(table);
         service.raise_token_floor(floor);
+        service.track_changes();
         SingleNode {
             changes_at_start: service.changes(),
             service,
+            watches: NodeWatches::default(),
             scratch: Vec::new(),
             tally: NodeTally::default(),
         }
+    }
+
+    /// Answers the watches of the keys whose holders or values changed.
+    fn answer_watches(&mut self, now: Millis, events: &mut Vec<NodeEvent>) {
+        let changed = self.service.drain_changed_keys();
+        let service = &self.service;
+        self.watches
+            .after_changes(changed, |key| service.query(key, now), events);
     }
 
     /// The state to write if the table changed since version `written`,
@@ -109,15 +146,17 @@ impl LockNode for SingleNode {
         reply_to: &Mailbox,
         events: &mut Vec<NodeEvent>,
     ) -> Served<Answer> {
-        Served::Done(match request {
+        let answer = match request {
             LockRequest::Acquire {
                 key,
                 wait_ms,
                 lease_ms,
-            } => Answer::Acquired(self.service.acquire(
+                options,
+            } => Answer::Acquired(self.service.acquire_with(
                 key.clone(),
                 wait_ms,
                 lease_ms,
+                options.clone(),
                 now,
                 reply_to.clone(),
             )),
@@ -130,7 +169,16 @@ impl LockNode for SingleNode {
                 lease_ms,
             } => Answer::Changed(self.service.renew(key, token, lease_ms, now)),
             LockRequest::Query { key } => Answer::Queried(self.service.query(key, now)),
-        })
+            LockRequest::SetValue { key, token, value } => {
+                Answer::Changed(self.service.set_value(key, token, value.cloned(), now))
+            }
+            LockRequest::Watch { key, wait_ms, seen } => {
+                let state = self.service.query(key, now);
+                self.watches.watch(key, wait_ms, seen, state, now, reply_to)
+            }
+        };
+        self.answer_watches(now, events);
+        Served::Done(answer)
     }
 
     fn release_unreceived(
@@ -141,10 +189,15 @@ impl LockNode for SingleNode {
         events: &mut Vec<NodeEvent>,
     ) {
         self.release(key, token, now, events);
+        self.answer_watches(now, events);
     }
 
     fn cancel(&mut self, id: WaiterId) {
         self.service.cancel(id);
+    }
+
+    fn cancel_watch(&mut self, id: WatchId) {
+        self.watches.cancel(id);
     }
 
     fn tick(&mut self, now: Millis, events: &mut Vec<NodeEvent>) {
@@ -153,14 +206,19 @@ impl LockNode for SingleNode {
         events.extend(self.scratch.drain(..).map(NodeEvent::from));
         let after = self.service.table().len();
         self.tally.tick_ended(before, after, &events[first..]);
+        self.answer_watches(now, events);
+        let service = &self.service;
+        self.watches
+            .tick(now, |key| service.query(key, now), events);
     }
 
     fn next_deadline(&self) -> Option<Millis> {
-        self.service.next_deadline()
+        earliest(self.service.next_deadline(), self.watches.next_deadline())
     }
 
     fn set_quota(&mut self, quota: Quota) {
         self.service.set_quota(quota);
+        self.watches.set_max(quota.max_watches);
     }
 
     fn served_table(&self) -> Result<&LockTable, Option<String>> {
@@ -292,6 +350,7 @@ mod tests {
             key: &key(k),
             wait_ms: 0,
             lease_ms: 10_000,
+            options: &baton_core::AcquireOptions::default(),
         };
         match node.handle(request, now, &Mailbox(tx), events) {
             Served::Done(Answer::Acquired(baton_core::AcquireOutcome::Granted { token })) => token,
@@ -310,6 +369,7 @@ mod tests {
                 key: &key(k),
                 wait_ms: 1,
                 lease_ms,
+                options: &baton_core::AcquireOptions::default(),
             };
             let _ = node.handle(request, 0, &Mailbox(tx.clone()), &mut events);
         }
@@ -317,6 +377,7 @@ mod tests {
             key: &key("passed"),
             wait_ms: 10_000,
             lease_ms: 10_000,
+            options: &baton_core::AcquireOptions::default(),
         };
         let queued = node.handle(waiter, 0, &Mailbox(tx), &mut events);
         assert!(matches!(

@@ -4,12 +4,17 @@
 //! and issues tokens above the ones it issued before.
 //!
 //! The file is replaced durably and guarded by a CRC-32 ([`crate::durable`]):
-//! a crash leaves the old state or the new, never half of one.
+//! a crash leaves the old state or the new, never half of one. Its body
+//! starts with [`TABLE_FORMAT_2`] since protocol 1.2 (grants carry permits,
+//! a mode and a value); a body without it is the state as older nodes
+//! wrote it ([`StateFormat::Legacy`]), read so that an upgraded node keeps
+//! its data directory.
 
 use std::io::{self, Write};
 use std::marker::PhantomData;
 use std::path::{Path, PathBuf};
 
+use baton_core::TABLE_FORMAT_2;
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 
@@ -31,6 +36,12 @@ impl StateFileError {
     fn write(PathError { path, source }: PathError) -> StateFileError {
         StateFileError::Write { path, source }
     }
+}
+
+/// A state kept in a state file, whose encoding changed with protocol 1.2.
+pub trait StateFormat: Serialize + DeserializeOwned {
+    /// The state as nodes before protocol 1.2 encoded it.
+    type Legacy: DeserializeOwned + Into<Self>;
 }
 
 /// One state file of type `S`, named `name` in a data directory.
@@ -56,7 +67,7 @@ impl<S> StateFile<S> {
     }
 }
 
-impl<S: Serialize + DeserializeOwned> StateFile<S> {
+impl<S: StateFormat> StateFile<S> {
     /// The state file `name` in `dir`, created if missing, and checked
     /// writable at once ([`DurableFile::probe`]).
     pub fn open(dir: &Path, name: &str) -> Result<StateFile<S>, StateFileError> {
@@ -81,9 +92,12 @@ impl<S: Serialize + DeserializeOwned> StateFile<S> {
             why: why.to_string(),
         };
         let body = durable::checked(&bytes).map_err(damaged)?;
-        postcard::from_bytes(body)
-            .map(Some)
-            .map_err(|e| damaged(&e.to_string()))
+        match body.strip_prefix(&TABLE_FORMAT_2[..]) {
+            Some(body) => postcard::from_bytes(body),
+            None => postcard::from_bytes::<S::Legacy>(body).map(Into::into),
+        }
+        .map(Some)
+        .map_err(|e| damaged(&e.to_string()))
     }
 
     /// Replaces the state on disk with `state`, durably.
@@ -92,10 +106,11 @@ impl<S: Serialize + DeserializeOwned> StateFile<S> {
             path: self.path().to_path_buf(),
             source: io::Error::other(e),
         })?;
-        let sum = durable::checksum(&[&body]);
+        let sum = durable::checksum(&[&TABLE_FORMAT_2, &body]);
         self.file
             .replace(|file| {
                 file.write_all(&sum)?;
+                file.write_all(&TABLE_FORMAT_2)?;
                 file.write_all(&body)
             })
             .map_err(StateFileError::write)
@@ -105,10 +120,38 @@ impl<S: Serialize + DeserializeOwned> StateFile<S> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use baton_core::{Command, Key, LockTable, TableSnapshot};
+    use baton_core::{
+        Command, Key, LegacySnapshotLock, LegacyTableSnapshot, LockTable, TableSnapshot,
+    };
     use std::fs;
 
     const NAME: &str = "test-state";
+
+    impl StateFormat for TableSnapshot {
+        type Legacy = LegacyTableSnapshot;
+    }
+
+    #[test]
+    fn a_state_an_older_node_wrote_still_loads() {
+        let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+        let old = LegacyTableSnapshot {
+            last_token: 1,
+            locks: vec![LegacySnapshotLock {
+                key: Key::new(b"orders/42").unwrap_or_else(|e| panic!("{e}")),
+                token: 1,
+                remaining_ms: 29_000,
+            }],
+        };
+        // What batond before protocol 1.2 wrote: a checksum, then postcard.
+        let body = postcard::to_allocvec(&old).unwrap_or_else(|e| panic!("{e}"));
+        let mut bytes = durable::checksum(&[&body]).to_vec();
+        bytes.extend_from_slice(&body);
+        fs::write(dir.path().join(NAME), &bytes).unwrap_or_else(|e| panic!("{e}"));
+        let file = open(dir.path());
+        let loaded = file.load().ok().flatten();
+        assert_eq!(loaded, Some(TableSnapshot::from(old)));
+        assert_eq!(loaded, Some(state()));
+    }
 
     fn state() -> TableSnapshot {
         let mut table = LockTable::new();

@@ -65,11 +65,18 @@ impl Timing {
             LockRequest::Renew { key, lease_ms, .. } => {
                 self.renewed(m, key, lease_ms, served, received_at)
             }
-            LockRequest::Query { .. } => {
-                if matches!(served, Served::Redirect(_)) {
-                    m.error(ErrorReason::Redirected);
-                }
-            }
+            LockRequest::Query { .. } | LockRequest::Watch { .. } => match served {
+                Served::Redirect(_) => m.error(ErrorReason::Redirected),
+                Served::Done(Answer::Watched(_)) => m.add(Count::WatchesAnswered, 1),
+                Served::Done(Answer::Refused(_)) => m.error(ErrorReason::TooManyWatches),
+                _ => {}
+            },
+            LockRequest::SetValue { .. } => match served {
+                Served::Redirect(_) => m.error(ErrorReason::Redirected),
+                Served::Done(Answer::Changed(Outcome::ValueSet)) => m.add(Count::ValuesSet, 1),
+                Served::Done(Answer::Changed(_)) => m.error(ErrorReason::NotHeld),
+                _ => {}
+            },
         }
     }
 
@@ -215,6 +222,11 @@ impl Timing {
                     ..
                 } => self.granted(m, None, key, now),
                 NodeEvent::Reply { .. } => {}
+                NodeEvent::WatchAnswered {
+                    response: Response::Watched { .. },
+                    ..
+                } => m.add(Count::WatchesAnswered, 1),
+                NodeEvent::WatchAnswered { .. } => m.error(ErrorReason::Redirected),
             }
         }
         for event in events {

@@ -39,7 +39,7 @@ pub fn latest_end(
     undone: &dyn Fn(usize, Duration) -> bool,
     moved_may_apply: Option<Duration>,
 ) -> Option<Duration> {
-    let Request::Acquire { wait, lease } = grant.request else {
+    let Request::Acquire { wait, lease, .. } = grant.request else {
         return None;
     };
     let (mut end, token, unseen_wait) = match &grant.outcome {
@@ -131,6 +131,7 @@ mod tests {
             request: Request::Acquire {
                 wait: t(500),
                 lease: t(1000),
+                kind: crate::chaos::history::Kind::Plain,
             },
             connected: t(sent),
             sent: t(sent),

@@ -19,12 +19,53 @@ use crate::chaos::busy::latest_end;
 /// anything else within this.
 pub const ANSWER_GRACE: Duration = Duration::from_secs(3);
 
+/// What an acquire asks for (docs/protocol.md 1.2): a plain grant, one of
+/// a semaphore's permits, or a shared grant of a readers-writer key.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    Plain,
+    Permit(u32),
+    Shared,
+}
+
+impl Kind {
+    /// The acquire's options on the wire, each after a space.
+    pub fn options(self) -> String {
+        match self {
+            Kind::Plain => String::new(),
+            Kind::Permit(n) => format!(" permits={n}"),
+            Kind::Shared => " mode=shared".to_owned(),
+        }
+    }
+
+    /// Whether a grant of this kind may hold its key beside the grants of
+    /// kinds `live`, which certainly still hold it: a plain (exclusive)
+    /// grant alone, a permit beside fewer than its count of permits, a
+    /// shared grant beside shared ones only.
+    pub fn admits(self, live: &[Kind]) -> bool {
+        match self {
+            Kind::Plain => live.is_empty(),
+            Kind::Permit(n) => live.len() < n as usize && live.iter().all(|k| *k == self),
+            Kind::Shared => live.iter().all(|k| *k == Kind::Shared),
+        }
+    }
+}
+
 /// A request as sent.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Request {
-    Acquire { wait: Duration, lease: Duration },
-    Release { token: u64 },
-    Renew { token: u64, lease: Duration },
+    Acquire {
+        wait: Duration,
+        lease: Duration,
+        kind: Kind,
+    },
+    Release {
+        token: u64,
+    },
+    Renew {
+        token: u64,
+        lease: Duration,
+    },
     Query,
 }
 
@@ -189,6 +230,8 @@ pub enum Violation {
         earlier: Attempt,
         later: Attempt,
     },
+    /// `second` was granted while `first` (and maybe more earlier grants
+    /// of the key) certainly held it, more than the key's kind allows.
     Overlap {
         first: Attempt,
         second: Attempt,
@@ -521,22 +564,7 @@ fn holds(history: &History, rules: &Rules, grants: &[&Attempt], found: &mut Vec<
         mine.sort_by_key(|(token, _)| *token);
         for (token, grant) in &mine {
             let (lease_end, first_release) = bounds(history, rules, grant, *token);
-            let ends = first_release.map_or(lease_end, |r| r.min(lease_end));
-            // A later grant of the key answered before this one could end.
-            for (other_token, other) in &all {
-                if other.key != key || other_token <= token {
-                    continue;
-                }
-                if let Some((at, _)) = other.granted() {
-                    if at < ends {
-                        found.push(Violation::Overlap {
-                            first: (*grant).clone(),
-                            second: (*other).clone(),
-                            first_ends_no_sooner_than: ends,
-                        });
-                    }
-                }
-            }
+            overlaps(history, rules, key, *token, grant, &all, found);
             // `N R` / `N K` before the lease could end and before any
             // release was sent.
             for verdict in &history.attempts {
@@ -556,6 +584,54 @@ fn holds(history: &History, rules: &Rules, grants: &[&Attempt], found: &mut Vec<
                 }
             }
         }
+    }
+}
+
+/// A grant's kind.
+fn kind(grant: &Attempt) -> Kind {
+    match grant.request {
+        Request::Acquire { kind, .. } => kind,
+        _ => Kind::Plain,
+    }
+}
+
+/// The grant `second` of `key` (token `token`) against the earlier grants
+/// of the key that certainly still held it when it was answered: no more
+/// of them than its kind admits (docs/protocol.md: never more holders than
+/// permits, no exclusive grant beside any other).
+fn overlaps(
+    history: &History,
+    rules: &Rules,
+    key: &str,
+    token: u64,
+    second: &Attempt,
+    all: &[(u64, &Attempt)],
+    found: &mut Vec<Violation>,
+) {
+    let Some((at, _)) = second.granted() else {
+        return;
+    };
+    let mut live: Vec<(Duration, &Attempt)> = Vec::new();
+    for (earlier_token, earlier) in all {
+        if earlier.key != key || *earlier_token >= token {
+            continue;
+        }
+        let (lease_end, first_release) = bounds(history, rules, earlier, *earlier_token);
+        let ends = first_release.map_or(lease_end, |r| r.min(lease_end));
+        if at < ends {
+            live.push((ends, earlier));
+        }
+    }
+    let kinds: Vec<Kind> = live.iter().map(|(_, g)| kind(g)).collect();
+    if kind(second).admits(&kinds) {
+        return;
+    }
+    if let Some((ends, first)) = live.iter().min_by_key(|(_, g)| g.sent) {
+        found.push(Violation::Overlap {
+            first: (*first).clone(),
+            second: second.clone(),
+            first_ends_no_sooner_than: *ends,
+        });
     }
 }
 

@@ -41,6 +41,7 @@ fn grant(key: &str, sent: u64, at: u64, token: u64, lease_ms: u64) -> Attempt {
     let request = Request::Acquire {
         wait: t(1000),
         lease: t(lease_ms),
+        kind: Kind::Plain,
     };
     attempt(0, key, request, sent, at, Answer::Granted(token))
 }
@@ -338,6 +339,7 @@ fn released_then(answer: Answer, others: Vec<Attempt>) -> History {
             Request::Acquire {
                 wait: t(200),
                 lease: t(1000),
+                kind: Kind::Plain,
             },
             120,
             330,
@@ -517,6 +519,7 @@ fn in_raft_a_late_move_may_have_left_an_unseen_grant() {
         Request::Acquire {
             wait: t(200),
             lease: t(1000),
+            kind: Kind::Plain,
         },
         112,
         400,
@@ -544,4 +547,50 @@ fn in_raft_a_late_move_may_have_left_an_unseen_grant() {
     assert_eq!(broken(&h, &rules(true)), ["acknowledged releases applied"]);
     let h = released_then(Answer::TimedOut, vec![quick_move]);
     assert_eq!(broken(&h, &raft), ["acknowledged releases applied"]);
+}
+
+/// `A key` of `kind`, as [`grant`].
+fn grant_of(kind: Kind, sent: u64, at: u64, token: u64) -> Attempt {
+    let request = Request::Acquire {
+        wait: t(1000),
+        lease: t(2000),
+        kind,
+    };
+    attempt(0, "k", request, sent, at, Answer::Granted(token))
+}
+
+#[test]
+fn a_semaphore_may_have_its_permits_of_holders_and_no_more() {
+    let two = Kind::Permit(2);
+    let within = history(vec![grant_of(two, 0, 10, 5), grant_of(two, 20, 30, 6)]);
+    assert_eq!(rules_broken(&within, &rules(true)), Vec::<&str>::new());
+    let beyond = history(vec![
+        grant_of(two, 0, 10, 5),
+        grant_of(two, 20, 30, 6),
+        grant_of(two, 40, 50, 7),
+    ]);
+    assert_eq!(
+        rules_broken(&beyond, &rules(true)),
+        ["no overlapping holds"]
+    );
+    // A permit released before the third grant: within the count again.
+    let mut freed = beyond.clone();
+    freed
+        .attempts
+        .push(release("k", 5, 35, 38, Answer::Released));
+    assert_eq!(rules_broken(&freed, &rules(true)), Vec::<&str>::new());
+}
+
+#[test]
+fn shared_grants_coexist_and_an_exclusive_one_overlaps_any_other() {
+    let readers = history(vec![
+        grant_of(Kind::Shared, 0, 10, 5),
+        grant_of(Kind::Shared, 20, 30, 6),
+        grant_of(Kind::Shared, 40, 50, 7),
+    ]);
+    assert_eq!(rules_broken(&readers, &rules(true)), Vec::<&str>::new());
+    for (first, second) in [(Kind::Shared, Kind::Plain), (Kind::Plain, Kind::Shared)] {
+        let mixed = history(vec![grant_of(first, 0, 10, 5), grant_of(second, 20, 30, 6)]);
+        assert_eq!(rules_broken(&mixed, &rules(true)), ["no overlapping holds"]);
+    }
 }

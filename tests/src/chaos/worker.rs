@@ -16,7 +16,7 @@ use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::net::TcpStream;
 use tokio::time::timeout;
 
-use crate::chaos::history::{Answer, Attempt, Outcome, Request};
+use crate::chaos::history::{Answer, Attempt, Kind, Outcome, Request};
 use crate::chaos::rng::Rng;
 
 /// The keys the workers fight over: few, so that waits and handovers happen.
@@ -24,6 +24,13 @@ use crate::chaos::rng::Rng;
 /// nobody else can hold it, so a refusal of the next acquire shows that the
 /// release was not applied.
 pub const KEYS: [&str; 3] = ["chaos/a", "chaos/b", "chaos/c"];
+
+/// The keys of protocol 1.2, in the modes that serve them: a semaphore
+/// of [`POOL_PERMITS`] permits, and a readers-writer key whose acquires
+/// are shared or exclusive at random.
+pub const POOL_KEY: &str = "chaos/pool";
+pub const RW_KEY: &str = "chaos/rw";
+pub const POOL_PERMITS: u32 = 3;
 
 /// Percent of rounds on the worker's own key.
 const OWN_KEY_ROUNDS: u64 = 30;
@@ -76,6 +83,9 @@ pub struct Shared {
     pub query: bool,
     /// Where each grant's holder writes with its token, if anywhere.
     pub fenced: Option<Arc<dyn FencedResource>>,
+    /// Whether the nodes serve semaphores and shared locks
+    /// (docs/protocol.md 1.2): then some rounds use them.
+    pub kinds: bool,
 }
 
 #[derive(Debug)]
@@ -129,15 +139,15 @@ impl Worker {
 
     async fn round(&mut self) {
         let own = self.rng.chance(OWN_KEY_ROUNDS);
-        let key = if own {
-            self.own_key.clone()
+        let (key, kind) = if own {
+            (self.own_key.clone(), Kind::Plain)
         } else {
-            KEYS[self.rng.below(KEYS.len() as u64) as usize].to_owned()
+            self.shared_key()
         };
         let key = key.as_str();
         let wait = self.rng.millis(50, 1500);
         let lease = self.rng.millis(300, 2500);
-        let acquire = Request::Acquire { wait, lease };
+        let acquire = Request::Acquire { wait, lease, kind };
         let Some(Answer::Granted(token)) = self.request(key, acquire).await else {
             return;
         };
@@ -167,7 +177,7 @@ impl Worker {
         let hold = self.rng.millis(0, 200);
         tokio::time::sleep(hold).await;
         let released = self.request(key, Request::Release { token }).await;
-        if released == Some(Answer::Released) && self.shared.query {
+        if released == Some(Answer::Released) && self.shared.query && kind == Kind::Plain {
             // Checked by the history: this must not show `token` again.
             self.request(key, Request::Query).await;
         }
@@ -176,10 +186,22 @@ impl Worker {
             let probe = Request::Acquire {
                 wait: self.rng.millis(50, 300),
                 lease: self.rng.millis(300, 1000),
+                kind: Kind::Plain,
             };
             if let Some(Answer::Granted(token)) = self.request(key, probe).await {
                 self.request(key, Request::Release { token }).await;
             }
+        }
+    }
+
+    /// A key the workers share, with the kind of grant to ask of it.
+    fn shared_key(&mut self) -> (String, Kind) {
+        let choices = KEYS.len() as u64 + if self.shared.kinds { 2 } else { 0 };
+        match self.rng.below(choices) as usize {
+            i if i < KEYS.len() => (KEYS[i].to_owned(), Kind::Plain),
+            i if i == KEYS.len() => (POOL_KEY.to_owned(), Kind::Permit(POOL_PERMITS)),
+            _ if self.rng.chance(60) => (RW_KEY.to_owned(), Kind::Shared),
+            _ => (RW_KEY.to_owned(), Kind::Plain),
         }
     }
 
@@ -308,8 +330,9 @@ fn seconds(d: Duration) -> String {
 /// The protocol line for `request` on `key`, with its LF.
 pub fn request_line(key: &str, request: &Request) -> String {
     match request {
-        Request::Acquire { wait, lease } => {
-            format!("A {key} {} {}\n", seconds(*wait), seconds(*lease))
+        Request::Acquire { wait, lease, kind } => {
+            let options = kind.options();
+            format!("A {key} {} {}{options}\n", seconds(*wait), seconds(*lease))
         }
         Request::Release { token } => format!("R {key} {token}\n"),
         Request::Renew { token, lease } => format!("K {key} {token} {}\n", seconds(*lease)),
@@ -384,6 +407,7 @@ mod tests {
         let acquire = Request::Acquire {
             wait: Duration::from_millis(50),
             lease: Duration::from_millis(2500),
+            kind: Kind::Plain,
         };
         assert_eq!(request_line("k", &acquire), "A k 0.050 2.500\n");
         assert_eq!(request_line("k", &Request::Query), "Q k\n");
@@ -395,6 +419,7 @@ mod tests {
         let acquire = Request::Acquire {
             wait: Duration::from_secs(1),
             lease: Duration::from_secs(1),
+            kind: Kind::Plain,
         };
         let release = Request::Release { token: 3 };
         assert_eq!(parse("A k 7", "k", &acquire, &p), Answer::Granted(7));

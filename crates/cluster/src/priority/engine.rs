@@ -65,6 +65,28 @@ pub struct PersistedState {
     pub table: TableSnapshot,
 }
 
+/// A [`PersistedState`] as nodes before protocol 1.2 wrote it.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct LegacyPersistedState {
+    pub term: Term,
+    pub seen_token: Token,
+    pub table: baton_core::LegacyTableSnapshot,
+}
+
+impl From<LegacyPersistedState> for PersistedState {
+    fn from(old: LegacyPersistedState) -> PersistedState {
+        PersistedState {
+            term: old.term,
+            seen_token: old.seen_token,
+            table: old.table.into(),
+        }
+    }
+}
+
+impl baton_server::StateFormat for PersistedState {
+    type Legacy = LegacyPersistedState;
+}
+
 /// How a priority node is set up.
 #[derive(Debug, Clone)]
 pub struct PriorityConfig {
@@ -177,6 +199,7 @@ impl<H> PriorityNode<H> {
     pub fn new(config: PriorityConfig, now: Millis) -> PriorityNode<H> {
         let mut service = LockService::new();
         service.enable_journal();
+        service.track_changes();
         let peers = vec![PeerView::default(); config.peers.len()];
         let quiet_until = now.saturating_add(config.failure_timeout_ms);
         // Table numbers of one process never meet those of an earlier one

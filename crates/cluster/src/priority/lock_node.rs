@@ -6,10 +6,11 @@
 //! link tasks, the pump, a graceful stop, the persister) is the call
 //! protocol in docs/architecture.md, "Cluster modes".
 
-use baton_core::{Key, LockTable, Millis, NotServing, Quota, Token, WaiterId};
+use baton_core::{Key, KeyState, LockTable, Millis, NotServing, Quota, Token, WaiterId, WatchId};
 use baton_proto::{Mode, Role};
 use baton_server::{
-    Answer, LockNode, LockRequest, Mailbox, NodeEvent, NodeStatus, NodeTally, Served,
+    earliest, Answer, LockNode, LockRequest, Mailbox, NodeEvent, NodeStatus, NodeTally,
+    NodeWatches, Served,
 };
 use tokio::sync::watch;
 
@@ -54,6 +55,9 @@ pub struct PriorityLockNode {
     stopping: bool,
     /// For the metrics: changes of role, and leases that ran out here.
     tally: NodeTally,
+    /// The watches (`W`) of this node while it is the active; answered
+    /// `M W` when it stops serving.
+    watches: NodeWatches,
 }
 
 impl PriorityLockNode {
@@ -70,6 +74,7 @@ impl PriorityLockNode {
             view,
             stopping: false,
             tally: NodeTally::default(),
+            watches: NodeWatches::default(),
         }
     }
 
@@ -161,6 +166,7 @@ impl PriorityLockNode {
             let peers = &self.engine.config().peers;
             events.push(NodeEvent::from_event(event, |i| peers.get(i).cloned()));
         }
+        self.answer_watches(now, events);
         let stopping = self.stopping;
         let view = RoleView {
             role: self.engine.role(),
@@ -181,6 +187,26 @@ impl PriorityLockNode {
         }
         self.view = view;
         self.role.send_replace(view);
+    }
+
+    /// Answers the watches of the keys that changed; a node that no
+    /// longer serves answers all its watches `M W <key> <active|->`.
+    fn answer_watches(&mut self, now: Millis, events: &mut Vec<NodeEvent>) {
+        let changed = self.engine.drain_changed_keys();
+        if self.watches.is_empty() {
+            return;
+        }
+        if self.engine.role() != NodeRole::Active {
+            let to = self.address(self.engine.redirect_target());
+            return self.watches.redirect_all(to, events);
+        }
+        let engine = &self.engine;
+        let state = |key: &Key| {
+            engine
+                .key_state(key, now)
+                .unwrap_or_else(|| KeyState::plain(None, 0))
+        };
+        self.watches.after_changes(changed, state, events);
     }
 
     fn served<T>(&self, result: Result<T, NotServing>) -> Served<T> {
@@ -210,9 +236,23 @@ impl LockNode for PriorityLockNode {
                 key,
                 wait_ms,
                 lease_ms,
+                options,
             } => engine
-                .handle_acquire(key.clone(), wait_ms, lease_ms, now, reply_to.clone())
+                .handle_acquire_with(
+                    key.clone(),
+                    wait_ms,
+                    lease_ms,
+                    options,
+                    now,
+                    reply_to.clone(),
+                )
                 .map(Answer::Acquired),
+            LockRequest::SetValue { key, token, value } => engine
+                .handle_set_value(key, token, value.cloned(), now)
+                .map(Answer::Changed),
+            LockRequest::Watch { key, wait_ms, seen } => engine
+                .handle_query(key, now)
+                .map(|state| self.watches.watch(key, wait_ms, seen, state, now, reply_to)),
             LockRequest::Release { key, token } => {
                 engine.handle_release(key, token, now).map(Answer::Changed)
             }
@@ -245,21 +285,36 @@ impl LockNode for PriorityLockNode {
         self.engine.handle_cancel(id);
     }
 
+    fn cancel_watch(&mut self, id: WatchId) {
+        self.watches.cancel(id);
+    }
+
     fn tick(&mut self, now: Millis, events: &mut Vec<NodeEvent>) {
         let (before, first) = (self.engine.table().len(), events.len());
         self.engine.handle_tick(now);
         self.after_input(now, events);
+        let engine = &self.engine;
+        let state = |key: &Key| {
+            engine
+                .key_state(key, now)
+                .unwrap_or_else(|| KeyState::plain(None, 0))
+        };
+        self.watches.tick(now, state, events);
         // Only on the active: a standby's table changes by replication.
         let after = self.engine.table().len();
         self.tally.tick_ended(before, after, &events[first..]);
     }
 
     fn next_deadline(&self) -> Option<Millis> {
-        Some(self.engine.poll_timeout())
+        earliest(
+            Some(self.engine.poll_timeout()),
+            self.watches.next_deadline(),
+        )
     }
 
     fn set_quota(&mut self, quota: Quota) {
         self.engine.set_quota(quota);
+        self.watches.set_max(quota.max_watches);
     }
 
     fn status(&self) -> NodeStatus {

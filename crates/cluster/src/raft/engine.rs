@@ -12,8 +12,8 @@
 use std::collections::{HashMap, HashSet, VecDeque};
 
 use baton_core::{
-    AcquireOutcome, Command, Event, Key, KeyState, LockRules, LockTable, Millis, NodeIndex,
-    NotServing, Outcome, Quota, TableSnapshot, Token, Waiter, WaiterId,
+    AcquireOptions, AcquireOutcome, Command, Event, Key, KeyState, LockRules, LockTable, Millis,
+    NodeIndex, NotServing, Outcome, Quota, TableSnapshot, Token, Waiter, WaiterId,
 };
 
 use super::members::Members;
@@ -384,7 +384,13 @@ impl<H> RaftEngine<H> {
     ) -> Result<AcquireOutcome, NotServing> {
         self.saw(now);
         self.check_serving()?;
-        if let Some(Err(refusal)) = self.leading().map(|l| l.rules.admit(&self.table, &key)) {
+        // Raft mode serves plain acquires only (protocol 1.2's options are
+        // refused before they reach the engine).
+        let plain = AcquireOptions::default();
+        let admitted = self
+            .leading()
+            .map(|l| l.rules.admit(&self.table, &key, &plain));
+        if let Some(Err(refusal)) = admitted {
             return Ok(AcquireOutcome::Refused(refusal));
         }
         let Some(leading) = self.serving_mut() else {
@@ -392,7 +398,7 @@ impl<H> RaftEngine<H> {
         };
         let id = leading
             .rules
-            .queue(key.clone(), wait_ms, lease_ms, now, handle);
+            .queue(key.clone(), wait_ms, lease_ms, now, plain, handle);
         self.hand_on(&key, None, now, events);
         self.debug_validate();
         Ok(AcquireOutcome::Queued { id })

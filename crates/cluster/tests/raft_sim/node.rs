@@ -194,6 +194,7 @@ impl Client {
             key: key.clone(),
             wait_ms: WAIT_MS,
             lease_ms: LEASE_MS,
+            options: baton_proto::AcquireOptions::default(),
         };
         let what = format!("node {}: A {name}", self.me);
         let token = match self

@@ -4,15 +4,52 @@
 //! the requests to the engines.
 
 use baton_cluster::priority::NodeIndex;
-use baton_core::{Key, Millis, Token, WaiterId};
+use baton_core::{AcquireOptions, HolderValue, Key, LockMode, Millis, Token, WaiterId};
 
 use super::rng::Rng;
 
+/// How the clients of a key use it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum KeyKind {
+    /// One holder at a time, as in protocol 1.1.
+    Plain,
+    /// A semaphore of this many permits.
+    Semaphore(u32),
+    /// Readers-writer: shared or exclusive grants.
+    ReadersWriter,
+}
+
+impl KeyKind {
+    /// Whether `holders` grants of such a key, `shared` of them shared,
+    /// may hold it at once.
+    pub fn allows(self, holders: usize, shared: usize) -> bool {
+        match self {
+            KeyKind::Plain => holders <= 1 && shared == 0,
+            KeyKind::Semaphore(n) => holders <= n as usize && shared == 0,
+            KeyKind::ReadersWriter => shared == holders || holders <= 1,
+        }
+    }
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Request {
-    Acquire { wait_ms: u64, lease_ms: u64 },
-    Release { token: Token },
-    Renew { token: Token, lease_ms: u64 },
+    Acquire {
+        wait_ms: u64,
+        lease_ms: u64,
+        shared: bool,
+        valued: bool,
+    },
+    Release {
+        token: Token,
+    },
+    Renew {
+        token: Token,
+        lease_ms: u64,
+    },
+    /// `V`: the holder sets its value.
+    SetValue {
+        token: Token,
+    },
 }
 
 /// A node's answer to a client, in client terms.
@@ -24,7 +61,8 @@ pub enum Answer {
     Queued(WaiterId),
     Released,
     Renewed,
-    /// Release or renew of a grant the node does not have.
+    ValueSet,
+    /// Release, renew or set-value of a grant the node does not have.
     NotFound,
     /// The connection broke (the node crashed).
     Gone,
@@ -34,6 +72,7 @@ pub enum Answer {
 #[derive(Debug, Clone)]
 pub struct Held {
     pub token: Token,
+    pub shared: bool,
     /// When the lease runs out by the client's reckoning.
     pub end: Millis,
     /// When it runs out on the nodes that hold it, if earlier than `end`
@@ -44,6 +83,8 @@ pub struct Held {
     pub custodians: Vec<(NodeIndex, u64)>,
     release_at: Millis,
     next_renew: Millis,
+    /// When the holder sets its value (once).
+    value_at: Millis,
     lease_ms: u64,
 }
 
@@ -61,6 +102,7 @@ pub enum State {
         node: NodeIndex,
         id: WaiterId,
         lease_ms: u64,
+        shared: bool,
         give_up_at: Millis,
     },
     Holding(Held),
@@ -73,6 +115,7 @@ pub enum State {
 #[derive(Debug)]
 pub struct Client {
     pub key: Key,
+    pub kind: KeyKind,
     pub believed: NodeIndex,
     /// Tells this client's answers from those of an abandoned request.
     pub serial: u64,
@@ -85,9 +128,10 @@ pub struct Client {
 }
 
 impl Client {
-    pub fn new(key: Key, nodes: usize, rng: &mut Rng) -> Client {
+    pub fn new(key: Key, kind: KeyKind, nodes: usize, rng: &mut Rng) -> Client {
         Client {
             key,
+            kind,
             believed: rng.below(nodes),
             serial: 0,
             state: State::Idle,
@@ -130,6 +174,8 @@ impl Client {
                 Request::Acquire {
                     wait_ms: rng.range(20, 300),
                     lease_ms: rng.range(60, 400),
+                    shared: self.kind == KeyKind::ReadersWriter && rng.chance(0.6),
+                    valued: rng.chance(0.3),
                 }
             }
             // The world gives up on a wait (see `abandon`).
@@ -144,6 +190,9 @@ impl Client {
                         token: held.token,
                         lease_ms: held.lease_ms,
                     }
+                } else if now >= held.value_at {
+                    held.value_at = Millis::MAX;
+                    Request::SetValue { token: held.token }
                 } else {
                     return None;
                 }
@@ -177,20 +226,33 @@ impl Client {
                 self.next_action = now + 3;
             }
             Answer::Granted(token) => {
-                if let Request::Acquire { lease_ms, .. } = request {
-                    self.hold(token, lease_ms, now, rng);
+                if let Request::Acquire {
+                    lease_ms, shared, ..
+                } = request
+                {
+                    self.hold(token, lease_ms, shared, now, rng);
                 }
             }
             Answer::Queued(id) => {
-                if let Request::Acquire { wait_ms, lease_ms } = request {
+                if let Request::Acquire {
+                    wait_ms,
+                    lease_ms,
+                    shared,
+                    ..
+                } = request
+                {
                     self.state = State::Waiting {
                         node,
                         id,
                         lease_ms,
+                        shared,
                         give_up_at: now + wait_ms + 1_000,
                     };
                 }
             }
+            // A value set, or one whose grant was lost: the lease says.
+            Answer::ValueSet => {}
+            Answer::NotFound if matches!(request, Request::SetValue { .. }) => {}
             Answer::Released | Answer::NotFound => self.rest(now, rng),
             Answer::Renewed => {
                 if let (Request::Renew { lease_ms, .. }, Some(held)) = (request, self.held_mut()) {
@@ -213,7 +275,10 @@ impl Client {
         rng: &mut Rng,
     ) -> bool {
         let State::Waiting {
-            node: n, lease_ms, ..
+            node: n,
+            lease_ms,
+            shared,
+            ..
         } = self.state
         else {
             return false;
@@ -221,7 +286,7 @@ impl Client {
         if serial != self.serial || n != node {
             return false;
         }
-        self.hold(token, lease_ms, now, rng);
+        self.hold(token, lease_ms, shared, now, rng);
         true
     }
 
@@ -269,12 +334,18 @@ impl Client {
         Some((node, id))
     }
 
-    fn hold(&mut self, token: Token, lease_ms: u64, now: Millis, rng: &mut Rng) {
+    fn hold(&mut self, token: Token, lease_ms: u64, shared: bool, now: Millis, rng: &mut Rng) {
         // Some holders let the lease lapse, most release in time, some hold
-        // past the first lease by renewing.
+        // past the first lease by renewing; some set a value on the way.
         let hold_for = rng.range(1, lease_ms * 2);
         self.state = State::Holding(Held {
             token,
+            shared,
+            value_at: if rng.chance(0.3) {
+                now + rng.range(0, hold_for)
+            } else {
+                Millis::MAX
+            },
             end: now + lease_ms,
             cap: Millis::MAX,
             custodians: Vec::new(),
@@ -296,4 +367,25 @@ impl Client {
 
 fn request_is_acquire(request: Request) -> bool {
     matches!(request, Request::Acquire { .. })
+}
+
+/// What an acquire of a key of `kind` asks for.
+pub fn options(kind: KeyKind, shared: bool, valued: bool, serial: u64) -> AcquireOptions {
+    AcquireOptions {
+        permits: match kind {
+            KeyKind::Semaphore(n) => n,
+            _ => 1,
+        },
+        mode: if shared {
+            LockMode::Shared
+        } else {
+            LockMode::Exclusive
+        },
+        value: valued.then(|| value(serial)),
+    }
+}
+
+/// A holder's value.
+pub fn value(serial: u64) -> HolderValue {
+    HolderValue::new(format!("v{serial}").as_bytes()).unwrap_or_else(|e| panic!("{e}"))
 }

@@ -11,7 +11,7 @@ use baton_cluster::priority::{
 };
 use baton_core::{Event, Key, Millis, Token};
 
-use super::client::{Answer, Client, Request};
+use super::client::{Answer, Client, KeyKind, Request};
 use super::net::{Envelope, Network, Sent};
 use super::rng::Rng;
 
@@ -27,8 +27,13 @@ pub const SETTLE: u64 = 3 * TIMEOUT;
 /// The end of a run is kept free of faults, so every run ends settled.
 const CALM_END: u64 = 2 * SETTLE;
 const WALL_ZERO: u64 = 1_700_000_000_000;
-const KEYS: [&str; 3] = ["orders/1", "jobs:nightly", "x"];
-const CLIENTS: usize = 6;
+/// A plain key, a semaphore and a readers-writer key, three clients each.
+const KEYS: [(&str, KeyKind); 3] = [
+    ("orders/1", KeyKind::Plain),
+    ("jobs:nightly", KeyKind::Semaphore(2)),
+    ("x", KeyKind::ReadersWriter),
+];
+const CLIENTS: usize = 9;
 const TRACE_LINES: usize = 60;
 /// The message limit of the nodes in every other run (by seed): below one
 /// lock or command, so every table and batch of more than one crosses in
@@ -277,10 +282,11 @@ impl World {
             .collect();
         let clients = (0..CLIENTS)
             .map(|c| {
-                let key = Key::try_from(KEYS[c % KEYS.len()]).unwrap_or_else(|e| {
+                let (name, kind) = KEYS[c % KEYS.len()];
+                let key = Key::try_from(name).unwrap_or_else(|e| {
                     panic!("bad simulation key: {e}");
                 });
-                Client::new(key, n, &mut rng)
+                Client::new(key, kind, n, &mut rng)
             })
             .collect();
         let first_fault = rng.range(200, 600);

@@ -4,24 +4,29 @@
 //! validate, tokens rise, one hand-over of a key at a time, a waiter is
 //! granted only if it was the oldest still in time when its grant was
 //! decided, every waiter ends once, and applied at once ("eager") the
-//! same run gives what `LockService` gives.
+//! same run gives what `LockService` gives. The keys are those of the
+//! model: plain, a semaphore, a readers-writer lock; grants on their way
+//! count against a key's room, so several may be decided for one key.
 
 use std::collections::HashMap;
 
 use baton_core::{
-    AcquireOutcome, Command, Event, Key, LockRules, LockService, LockTable, Millis, Outcome, Token,
-    Waiter,
+    AcquireOutcome, Command, Event, Key, LockRules, LockService, LockTable, Millis, Outcome,
+    Refusal, Token, Waiter,
 };
 use proptest::prelude::*;
+
+use crate::model::{acquire_op, holder_value, options, AcquireOp};
 
 const KEYS: u8 = 3;
 
 #[derive(Clone, Debug)]
 pub enum Op {
-    Acquire {
+    Acquire(AcquireOp),
+    /// Sets the value of the key's oldest grant.
+    SetValue {
         key: u8,
-        wait: u64,
-        lease: u64,
+        value: Option<u8>,
     },
     /// Releases the key's current grant (or a stale token if `stale`).
     Release {
@@ -43,8 +48,9 @@ pub enum Op {
 
 pub fn op() -> impl Strategy<Value = Op> {
     prop_oneof![
-        5 => (0..KEYS, prop_oneof![Just(0u64), 1..25u64], 1..40u64)
-            .prop_map(|(key, wait, lease)| Op::Acquire { key, wait, lease }),
+        6 => acquire_op(KEYS).prop_map(Op::Acquire),
+        1 => (0..KEYS, proptest::option::of(0..3u8))
+            .prop_map(|(key, value)| Op::SetValue { key, value }),
         3 => (0..KEYS, any::<bool>()).prop_map(|(key, stale)| Op::Release { key, stale }),
         1 => (0..KEYS, 1..40u64).prop_map(|(key, lease)| Op::Renew { key, lease }),
         1 => any::<usize>().prop_map(|pick| Op::Cancel { pick }),
@@ -59,6 +65,13 @@ pub fn op() -> impl Strategy<Value = Op> {
 pub enum End {
     Granted(Token),
     TimedOut,
+    /// Refused: the key has other permits.
+    Refused(u32),
+}
+
+/// A token no grant has: what a stale release names.
+fn stale_token(table: &LockTable) -> Token {
+    table.last_token() + 1_000
 }
 
 /// A command proposed and not yet applied, with the waiter its grant is for.
@@ -76,6 +89,11 @@ pub struct Deferred {
     cancelled: Vec<u64>,
     ids: HashMap<u64, u64>,
     last_token: Token,
+    /// Keys a cancel let the head of in: handed on at the next tick, as
+    /// `LockService` does.
+    stalled: Vec<Key>,
+    /// Waiters whose grant is decided (on its way or applied).
+    decided: Vec<u64>,
 }
 
 impl Deferred {
@@ -93,6 +111,8 @@ impl Deferred {
             cancelled: Vec::new(),
             ids: HashMap::new(),
             last_token: 0,
+            stalled: Vec::new(),
+            decided: Vec::new(),
         }
     }
 
@@ -104,25 +124,59 @@ impl Deferred {
         let now = self.now;
         let mut events = Vec::new();
         match *op {
-            Op::Acquire { key, wait, lease } => {
+            Op::Acquire(acquire) => {
+                let AcquireOp {
+                    key, wait, lease, ..
+                } = acquire;
                 let handle = self.arrivals.len() as u64;
-                self.arrivals.push((handle, key));
                 let k = self.keys[key as usize].clone();
-                let id = self.rules.queue(k.clone(), wait, lease, now, handle);
+                let options = options(acquire.ask());
+                if let Err(refusal) = self.rules.admit(&self.table, &k, &options) {
+                    let Refusal::Permits(n) = refusal else {
+                        return Err(TestCaseError::fail(format!("refused: {refusal:?}")));
+                    };
+                    self.ends.insert(handle, End::Refused(n));
+                    self.arrivals.push((handle, u8::MAX));
+                    return Ok(());
+                }
+                self.arrivals.push((handle, key));
+                let nobody_waits = self.rules.waiting_on(&k) == 0;
+                let id = self
+                    .rules
+                    .queue(k.clone(), wait, lease, now, options, handle);
                 self.ids.insert(handle, id);
-                self.hand_on(&k, None, &mut events)?;
+                // Queued then handed on when nobody waited is granted at
+                // once if the key has room, as `LockService` has it.
+                if nobody_waits {
+                    self.hand_on(&k, None, &mut events)?;
+                }
+            }
+            Op::SetValue { key, value } => {
+                let k = self.keys[key as usize].clone();
+                if let Some(holder) = self.table.holder(&k) {
+                    let token = holder.token;
+                    let value = value.map(holder_value);
+                    self.log.push((
+                        Command::SetValue {
+                            key: k,
+                            token,
+                            value,
+                        },
+                        None,
+                    ));
+                }
             }
             Op::Release { key, stale } => {
                 let k = self.keys[key as usize].clone();
-                if let Some(holder) = self.table.holder(&k).copied() {
-                    let token = holder.token + u64::from(stale);
-                    if !stale {
-                        let release = Command::Release {
-                            key: k.clone(),
-                            token,
-                        };
-                        self.log.push((release, None));
-                    }
+                // A stale release is answered N without a proposal, as the
+                // Raft engine does, and changes nothing.
+                if let Some(holder) = self.table.holder(&k).copied().filter(|_| !stale) {
+                    let token = holder.token;
+                    let release = Command::Release {
+                        key: k.clone(),
+                        token,
+                    };
+                    self.log.push((release, None));
                     self.hand_on(&k, Some(token), &mut events)?;
                 }
             }
@@ -143,14 +197,29 @@ impl Deferred {
             Op::Cancel { pick } => {
                 if !self.arrivals.is_empty() {
                     let (handle, _) = self.arrivals[pick % self.arrivals.len()];
-                    if self.rules.cancel(self.ids[&handle]) {
+                    let withdrawn = self
+                        .ids
+                        .get(&handle)
+                        .and_then(|id| self.rules.withdraw(*id));
+                    if let Some(key) = withdrawn {
                         prop_assert!(!self.ends.contains_key(&handle));
                         self.cancelled.push(handle);
+                        if self.rules.head_has_room(&self.table, &key, 0) {
+                            self.stalled.push(key);
+                        }
                     }
                 }
             }
             Op::Tick => {
                 self.rules.time_out(now, &mut events);
+                let mut freed = std::mem::take(&mut self.stalled);
+                freed.extend(events.iter().filter_map(|e| match e {
+                    Event::TimedOut { key, .. } => Some(key.clone()),
+                    _ => None,
+                }));
+                for key in freed {
+                    self.hand_on(&key, None, &mut events)?;
+                }
                 let expiring: Vec<_> = self.log.iter().map(|(c, _)| c.clone()).collect();
                 let due: Vec<Command> = self
                     .table
@@ -171,19 +240,31 @@ impl Deferred {
         // With commands in flight a key may be freed and not yet handed
         // on; the rules promise the invariant once the log is applied.
         if self.log.is_empty() {
-            prop_assert_eq!(self.rules.validate(&self.table), Ok(()));
+            prop_assert_eq!(self.rules.validate_but(&self.table, &self.stalled), Ok(()));
         }
         Ok(())
     }
 
-    /// Decides the next grant of `key` (behind a release of `token` if
-    /// given) and proposes it, checking it goes to the oldest waiter in time.
+    /// Decides the next grants of `key` (behind a release of `token` if
+    /// given) and proposes them, checking each goes to the oldest waiter
+    /// in time.
     fn hand_on(
         &mut self,
         key: &Key,
         behind: Option<Token>,
         events: &mut Vec<Event<u64>>,
     ) -> Result<(), TestCaseError> {
+        while self.hand_on_one(key, behind, events)? {}
+        Ok(())
+    }
+
+    /// One grant of [`Self::hand_on`]; whether there was one.
+    fn hand_on_one(
+        &mut self,
+        key: &Key,
+        behind: Option<Token>,
+        events: &mut Vec<Event<u64>>,
+    ) -> Result<bool, TestCaseError> {
         let handover = match behind {
             None => self.rules.hand_on(&self.table, key, self.now, events),
             Some(token) => {
@@ -193,24 +274,30 @@ impl Deferred {
         };
         self.record(std::mem::take(events))?;
         let Some(handover) = handover else {
-            return Ok(());
+            return Ok(false);
         };
         let handle = handover.waiter.handle;
         prop_assert!(handover.waiter.deadline.is_none_or(|d| d > self.now));
         let k = self.keys.iter().position(|x| x == key).unwrap() as u8;
-        let older_waiting = self
-            .arrivals
-            .iter()
-            .take_while(|(h, _)| *h != handle)
-            .find(|(h, on)| *on == k && !self.ends.contains_key(h) && !self.cancelled.contains(h));
+        let older_waiting =
+            self.arrivals
+                .iter()
+                .take_while(|(h, _)| *h != handle)
+                .find(|(h, on)| {
+                    *on == k
+                        && !self.ends.contains_key(h)
+                        && !self.cancelled.contains(h)
+                        && !self.decided.contains(h)
+                });
         prop_assert!(
             older_waiting.is_none(),
             "{} overtook {:?}",
             handle,
             older_waiting
         );
+        self.decided.push(handle);
         self.log.push((handover.command, Some(handover.waiter)));
-        Ok(())
+        Ok(true)
     }
 
     /// Applies the `n` oldest proposed commands; a freed key is handed on.
@@ -257,6 +344,11 @@ impl Deferred {
                 other => return Err(TestCaseError::fail(format!("unexpected {other:?}"))),
             };
             prop_assert!(
+                !self.cancelled.contains(&handle),
+                "{} ended after cancel",
+                handle
+            );
+            prop_assert!(
                 self.ends.insert(handle, end).is_none(),
                 "{} ended twice",
                 handle
@@ -277,13 +369,21 @@ pub fn service_run(ops: &[Op]) -> (HashMap<u64, End>, LockTable) {
     let mut events = Vec::new();
     for op in ops {
         match *op {
-            Op::Acquire { key, wait, lease } => {
-                match svc.acquire(keys[key as usize].clone(), wait, lease, now, handles) {
+            Op::Acquire(acquire) => {
+                let AcquireOp {
+                    key, wait, lease, ..
+                } = acquire;
+                let options = options(acquire.ask());
+                let k = keys[key as usize].clone();
+                match svc.acquire_with(k, wait, lease, options, now, handles) {
                     AcquireOutcome::Granted { token } => {
                         ends.insert(handles, End::Granted(token));
                     }
                     AcquireOutcome::Queued { id } => {
                         ids.insert(handles, id);
+                    }
+                    AcquireOutcome::Refused(Refusal::Permits(n)) => {
+                        ends.insert(handles, End::Refused(n));
                     }
                     AcquireOutcome::Refused(refusal) => {
                         panic!("refused without a quota: {refusal:?}")
@@ -291,10 +391,21 @@ pub fn service_run(ops: &[Op]) -> (HashMap<u64, End>, LockTable) {
                 }
                 handles += 1;
             }
+            Op::SetValue { key, value } => {
+                let k = &keys[key as usize];
+                if let Some(holder) = svc.table().holder(k).copied() {
+                    svc.set_value(k, holder.token, value.map(holder_value), now);
+                }
+            }
             Op::Release { key, stale } => {
                 let k = &keys[key as usize];
                 if let Some(holder) = svc.table().holder(k).copied() {
-                    svc.release(k, holder.token + u64::from(stale), now, &mut events);
+                    let token = if stale {
+                        stale_token(svc.table())
+                    } else {
+                        holder.token
+                    };
+                    svc.release(k, token, now, &mut events);
                 }
             }
             Op::Renew { key, lease } => {

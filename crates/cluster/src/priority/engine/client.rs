@@ -2,7 +2,8 @@
 //! with where to go instead ([`NotServing`]).
 
 use baton_core::{
-    AcquireOutcome, Key, KeyState, Millis, NotServing, Outcome, Refusal, Token, WaiterId,
+    AcquireOptions, AcquireOutcome, HolderValue, Key, KeyState, Millis, NotServing, Outcome,
+    Refusal, Token, WaiterId,
 };
 
 use super::super::messages::{NodeIndex, MAX_TABLE_LOCKS};
@@ -12,13 +13,13 @@ use super::PriorityNode;
 /// Whether an acquire is past the engine's own bounds, which hold whatever
 /// the quota: it is then refused as the quota refuses
 /// (`E A <key> too many ...`, docs/protocol.md "Limits"), not redirected.
-fn past_bounds(waiters: usize, locks: usize, key_held: bool) -> Option<Refusal> {
+fn past_bounds(waiters: usize, locks: usize, adds_none: bool) -> Option<Refusal> {
     if waiters >= MAX_WAITERS {
         // One call grants at most one token per waiter, plus one: the
         // bound keeps every call inside one token block.
         return Some(Refusal::TooManyWaiters);
     }
-    if locks >= MAX_TABLE_LOCKS && !key_held {
+    if locks >= MAX_TABLE_LOCKS && !adds_none {
         // A table no standby could take in (reassembly stops there).
         return Some(Refusal::TooManyLocks);
     }
@@ -54,12 +55,32 @@ impl<H> PriorityNode<H> {
         now: Millis,
         handle: H,
     ) -> Result<AcquireOutcome, NotServing> {
+        let plain = AcquireOptions::default();
+        self.handle_acquire_with(key, wait_ms, lease_ms, &plain, now, handle)
+    }
+
+    /// [`Self::handle_acquire`] with `options`: a permit of a semaphore, a
+    /// shared grant, a value.
+    pub fn handle_acquire_with(
+        &mut self,
+        key: Key,
+        wait_ms: u64,
+        lease_ms: u64,
+        options: &AcquireOptions,
+        now: Millis,
+        handle: H,
+    ) -> Result<AcquireOutcome, NotServing> {
         let result = self.serving(now).map(|()| {
             let table = self.service.table();
-            let held = table.holder(&key).is_some();
-            match past_bounds(self.service.waiter_count(), table.len(), held) {
+            // A plain acquire of a held key adds no grant; any other may.
+            let adds_none = table.holder(&key).is_some() && options.is_plain();
+            match past_bounds(self.service.waiter_count(), table.len(), adds_none) {
                 Some(refusal) => AcquireOutcome::Refused(refusal),
-                None => self.service.acquire(key, wait_ms, lease_ms, now, handle),
+                None => {
+                    let options = options.clone();
+                    self.service
+                        .acquire_with(key, wait_ms, lease_ms, options, now, handle)
+                }
             }
         });
         self.checked();
@@ -95,6 +116,34 @@ impl<H> PriorityNode<H> {
             .map(|()| self.service.renew(key, token, lease_ms, now));
         self.checked();
         result
+    }
+
+    /// A client sets (`None`: clears) the value of its grant of `key`.
+    pub fn handle_set_value(
+        &mut self,
+        key: &Key,
+        token: Token,
+        value: Option<HolderValue>,
+        now: Millis,
+    ) -> Result<Outcome, NotServing> {
+        let result = self
+            .serving(now)
+            .map(|()| self.service.set_value(key, token, value, now));
+        self.checked();
+        result
+    }
+
+    /// The keys whose holders or values changed since the last call (for
+    /// the watches of the active); `None` after a table taken in whole
+    /// (a merge after a split): any key may have.
+    pub fn drain_changed_keys(&mut self) -> Option<Vec<Key>> {
+        self.service.drain_changed_keys()
+    }
+
+    /// `Q <key>` as the active sees it, or nothing on another role: the
+    /// state a watch is answered with.
+    pub fn key_state(&self, key: &Key, now: Millis) -> Option<KeyState> {
+        self.role.is_active().then(|| self.service.query(key, now))
     }
 
     /// How many acquires wait for `key` (an operator's listing; changes nothing).

@@ -122,10 +122,12 @@ mod tests {
             locks: keys
                 .iter()
                 .enumerate()
-                .map(|(i, k)| SnapshotLock {
-                    key: Key::try_from(*k).unwrap_or_else(|e| panic!("{e}")),
-                    token: i as u64 + 1,
-                    remaining_ms: 100,
+                .map(|(i, k)| {
+                    SnapshotLock::plain(
+                        Key::try_from(*k).unwrap_or_else(|e| panic!("{e}")),
+                        i as u64 + 1,
+                        100,
+                    )
                 })
                 .collect(),
         }

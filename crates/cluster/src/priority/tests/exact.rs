@@ -261,11 +261,7 @@ fn an_active_that_hears_a_higher_priority_active_hands_it_its_table_and_moves_it
     let now = TIMEOUT + 1;
     let higher = heartbeat(PeerRole::Active, TOKEN_MARGIN, TOKEN_MARGIN, None);
     node.handle_message(0, PriorityMessage::Heartbeat(higher), now + 1);
-    let lock = SnapshotLock {
-        key: key("a"),
-        token: term + 1,
-        remaining_ms: 999,
-    };
+    let lock = SnapshotLock::plain(key("a"), term + 1, 999);
     assert_eq!(
         node.poll_transmits(),
         vec![(

@@ -63,11 +63,7 @@ fn poisoned_messages(term: u64, bound: Token) -> Vec<PriorityMessage> {
         piece: 0,
         last: true,
         last_token,
-        locks: vec![SnapshotLock {
-            key: key("p"),
-            token,
-            remaining_ms: 1_000,
-        }],
+        locks: vec![SnapshotLock::plain(key("p"), token, 1_000)],
     };
     let beat = |term, last_token, role| {
         PriorityMessage::Heartbeat(Heartbeat {

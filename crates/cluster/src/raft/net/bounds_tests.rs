@@ -233,11 +233,11 @@ fn a_snapshot_never_carries_a_token_its_log_cannot_have_granted() {
     };
     let table = |last_token, lock_token| TableSnapshot {
         last_token,
-        locks: vec![SnapshotLock {
-            key: Key::new(b"k").expect("key"),
-            token: lock_token,
-            remaining_ms: 10,
-        }],
+        locks: vec![SnapshotLock::plain(
+            Key::new(b"k").expect("key"),
+            lock_token,
+            10,
+        )],
     };
     // Above the highest floor a leader can have proposed by our clock,
     // at most MAX_BATCH grants an entry.

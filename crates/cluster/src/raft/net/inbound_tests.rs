@@ -230,10 +230,12 @@ fn snapshot(term: u64, index: u64, locks: u64, last_token: u64) -> (SnapshotHead
     let table = TableSnapshot {
         last_token,
         locks: (1..=locks)
-            .map(|token| SnapshotLock {
-                key: Key::new(format!("{token:0>240}").as_bytes()).expect("key"),
-                token,
-                remaining_ms: 60_000,
+            .map(|token| {
+                SnapshotLock::plain(
+                    Key::new(format!("{token:0>240}").as_bytes()).expect("key"),
+                    token,
+                    60_000,
+                )
             })
             .collect(),
     };

@@ -168,6 +168,12 @@ impl RaftLockNode {
     }
 }
 
+/// Why a Raft node refuses protocol 1.2's semaphores, shared locks,
+/// values and watches (`E <op> <key> ...`): its log has no commands for
+/// them yet.
+const RAFT_SERVES_1_1: &str =
+    "raft mode does not serve permits, shared locks, values or watches yet";
+
 impl LockNode for RaftLockNode {
     fn handle(
         &mut self,
@@ -180,10 +186,17 @@ impl LockNode for RaftLockNode {
         // request is in the engine's outbox, so that it rides along.
         let back = self.returns.request_in();
         let served = match request {
+            LockRequest::Acquire { options, .. } if !options.is_plain() => {
+                Served::Done(Answer::Refused(RAFT_SERVES_1_1.to_owned()))
+            }
+            LockRequest::SetValue { .. } | LockRequest::Watch { .. } => {
+                Served::Done(Answer::Refused(RAFT_SERVES_1_1.to_owned()))
+            }
             LockRequest::Acquire {
                 key,
                 wait_ms,
                 lease_ms,
+                ..
             } => {
                 let result = self.drive(events, |engine, ev| {
                     engine.handle_acquire(key.clone(), wait_ms, lease_ms, now, reply_to.clone(), ev)

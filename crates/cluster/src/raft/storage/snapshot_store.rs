@@ -15,7 +15,7 @@ use std::path::Path;
 use baton_server::durable::{self, at, DurableFile};
 use baton_server::sync_metrics::FSYNC_RAFT_LOG;
 
-use baton_core::TableSnapshot;
+use baton_core::{LegacyTableSnapshot, TableSnapshot, TABLE_FORMAT_2};
 use serde::{Deserialize, Serialize};
 
 use crate::raft::types::{SnapshotData, SnapshotMeta};
@@ -33,14 +33,22 @@ pub struct StoredSnapshot {
     pub data: SnapshotData,
 }
 
-/// Encodes a lock table snapshot as snapshot data.
+/// Encodes a lock table snapshot as snapshot data: [`TABLE_FORMAT_2`],
+/// then postcard's encoding.
 pub fn encode_table(table: &TableSnapshot) -> io::Result<SnapshotData> {
-    postcard::to_allocvec(table).map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))
+    let data = TABLE_FORMAT_2.to_vec();
+    postcard::to_extend(table, data).map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))
 }
 
-/// Decodes snapshot data, which may come from a peer.
+/// Decodes snapshot data, which may come from a peer, or from a node
+/// before protocol 1.2 (a [`LegacyTableSnapshot`] without the format's
+/// first bytes).
 pub fn decode_table(data: &[u8]) -> io::Result<TableSnapshot> {
-    postcard::from_bytes(data).map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))
+    match data.strip_prefix(&TABLE_FORMAT_2[..]) {
+        Some(data) => postcard::from_bytes(data),
+        None => postcard::from_bytes::<LegacyTableSnapshot>(data).map(Into::into),
+    }
+    .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))
 }
 
 /// Appends `n` as postcard writes a length: LEB128, 7 bits a byte.

@@ -97,9 +97,9 @@ impl World {
                 let Some(engine) = self.driver.engine(node) else {
                     continue;
                 };
-                let token = engine.table().holder(&client.key).map(|h| h.token);
-                if token != Some(held.token) {
-                    dropped.push((c, node, client.key.clone(), held.token, token, held.end));
+                if engine.table().grant_of(&client.key, held.token).is_none() {
+                    let found = engine.table().holder(&client.key).map(|h| h.token);
+                    dropped.push((c, node, client.key.clone(), held.token, found, held.end));
                 }
             }
         }
@@ -111,10 +111,13 @@ impl World {
         }
     }
 
-    /// No two clients hold one key while both grants are still answered for.
+    /// Never more clients hold a key than its kind allows (one for a plain
+    /// key, its permits for a semaphore, any number of shared grants or a
+    /// single exclusive one for a readers-writer key) while the grants are
+    /// still answered for.
     fn check_exclusion(&mut self) {
-        for key in KEYS {
-            let holders: Vec<(usize, Token)> = self
+        for (key, kind) in KEYS {
+            let holders: Vec<(usize, Token, bool)> = self
                 .clients
                 .iter()
                 .enumerate()
@@ -127,10 +130,13 @@ impl World {
                             .iter()
                             .any(|&c| custodian_valid(&self.driver, &self.nodes, c))
                 })
-                .map(|(c, held)| (c, held.token))
+                .map(|(c, held)| (c, held.token, held.shared))
                 .collect();
-            if holders.len() > 1 {
-                self.fail(format!("{key} is held twice: (client, token) {holders:?}"));
+            let shared = holders.iter().filter(|h| h.2).count();
+            if !kind.allows(holders.len(), shared) {
+                self.fail(format!(
+                    "{key} ({kind:?}) is held beyond its kind: (client, token, shared) {holders:?}"
+                ));
             }
         }
     }

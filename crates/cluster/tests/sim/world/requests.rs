@@ -4,6 +4,7 @@
 use baton_cluster::priority::NodeIndex;
 use baton_core::{AcquireOutcome, Outcome};
 
+use super::super::client::{options, value};
 use super::{handle, Answer, Request, World};
 
 impl World {
@@ -36,11 +37,18 @@ impl World {
     pub(super) fn serve(&mut self, i: NodeIndex, c: usize, request: Request) {
         let key = self.clients[c].key.clone();
         let answer = match request {
-            Request::Acquire { wait_ms, lease_ms } => {
-                let h = handle(c, self.clients[c].serial);
+            Request::Acquire {
+                wait_ms,
+                lease_ms,
+                shared,
+                valued,
+            } => {
+                let serial = self.clients[c].serial;
+                let h = handle(c, serial);
                 let k = key.clone();
+                let options = options(self.clients[c].kind, shared, valued, serial);
                 let result = self.call(i, None, |engine, now| {
-                    engine.handle_acquire(k, wait_ms, lease_ms, now, h)
+                    engine.handle_acquire_with(k, wait_ms, lease_ms, &options, now, h)
                 });
                 match result {
                     None => Answer::Gone,
@@ -68,6 +76,18 @@ impl World {
                     None => Answer::Gone,
                     Some(Err(to)) => Answer::Redirect(to.serving),
                     Some(Ok(Outcome::Released)) => Answer::Released,
+                    Some(Ok(_)) => Answer::NotFound,
+                }
+            }
+            Request::SetValue { token } => {
+                let v = value(self.clients[c].serial);
+                let result = self.call(i, None, |engine, now| {
+                    engine.handle_set_value(&key, token, Some(v), now)
+                });
+                match result {
+                    None => Answer::Gone,
+                    Some(Err(to)) => Answer::Redirect(to.serving),
+                    Some(Ok(Outcome::ValueSet)) => Answer::ValueSet,
                     Some(Ok(_)) => Answer::NotFound,
                 }
             }

@@ -86,14 +86,14 @@ impl World {
             let Some(held) = client.held_mut() else {
                 continue;
             };
-            match engine.table().holder(&key) {
-                Some(h) if h.token == held.token => {
+            match engine.table().grant_of(&key, held.token) {
+                Some(h) => {
                     held.custodians.push((i, activation));
                     held.cap = held.cap.min(h.expires_at.saturating_sub(offset));
                 }
                 // Both actives of a split granted the key; the merge keeps
-                // the receiver's own grant.
-                Some(_) if merged => {}
+                // the receiver's own grants.
+                None if merged && engine.table().holder(&key).is_some() => {}
                 _ => {
                     let from_custodian = handoff_from.is_some_and(|from| {
                         held.custodians

@@ -316,6 +316,7 @@ fn an_acquire_past_the_quota_is_refused_and_proposes_nothing() {
     p.leader.set_quota(Quota {
         max_locks: 1,
         max_waiters: 1,
+        max_watches: Quota::DEFAULT_MAX_WATCHES,
     });
     let first = p
         .leader
