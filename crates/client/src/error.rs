@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use baton_core::{Key, KeyError, Token};
+use baton_core::{Key, KeyError, Token, ValueError};
 
 /// Everything that can go wrong in a client call.
 ///
@@ -10,6 +10,7 @@ use baton_core::{Key, KeyError, Token};
 /// ([`Error::TimedOut`], [`Error::NoServer`], [`Error::NotServing`],
 /// [`Error::Unanswered`]), fix the request
 /// ([`Error::Rejected`], [`Error::InvalidKey`], [`Error::InvalidDuration`],
+/// [`Error::InvalidOption`], [`Error::InvalidValue`],
 /// [`Error::InvalidAddress`]),
 /// or stop touching the protected resource ([`Error::LeaseLost`],
 /// [`Error::NotHeld`]).
@@ -91,6 +92,17 @@ pub enum Error {
         /// What is wrong with it.
         why: &'static str,
     },
+    /// An acquire option the protocol cannot carry (permits out of range,
+    /// shared with permits); nothing was sent.
+    #[error("invalid acquire option: {why}")]
+    InvalidOption {
+        /// What is wrong with it.
+        why: String,
+    },
+    /// A holder value breaks the protocol's value rules (1 to 128 bytes,
+    /// no space or control byte, not `-`); nothing was sent.
+    #[error("invalid value: {0}")]
+    InvalidValue(#[from] ValueError),
     /// The builder was given no server address.
     #[error("no server address given")]
     NoAddress,

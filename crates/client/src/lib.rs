@@ -86,26 +86,37 @@
 
 #![warn(missing_docs)]
 
+mod acquire;
 mod acquire_attempt;
 mod auth;
 mod builder;
 mod client;
 mod connection;
 mod duration;
+mod election;
 mod error;
 mod fence;
 mod guard;
+mod key_state;
 mod lifecycle;
 mod liveness;
 mod pool;
 mod slot;
 mod tls;
+mod watch;
 
-pub use baton_core::{Key, KeyState, LiveGrant, Token};
+pub use acquire::Acquire;
+pub use baton_core::{
+    HolderState, HolderValue, Key, KeyDetail, KeyState, LiveGrant, LockMode, StateTag, Token,
+    ValueError,
+};
 pub use baton_proto::{Mode, Role, StatusReport};
 pub use builder::ClientBuilder;
 pub use client::{Client, NodeStatus};
+pub use election::{Election, Leader, Leadership, Observe};
 pub use error::{Error, Result};
 pub use fence::{Fence, FenceError};
 pub use guard::Guard;
+pub use key_state::KeyStateExt;
 pub use tls::TlsConfig;
+pub use watch::Watch;
