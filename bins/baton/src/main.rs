@@ -5,6 +5,7 @@
 mod admin_http;
 mod cli;
 mod credentials;
+mod elect;
 mod exit;
 mod inspect;
 mod keygen;
@@ -17,6 +18,7 @@ mod status_json;
 mod status_table;
 mod tls;
 mod unreachable;
+mod watch;
 
 use std::process::ExitCode;
 use std::time::Duration;
@@ -156,10 +158,25 @@ async fn command(client: &Client, command: Command) -> ExitCode {
             wait,
             try_once,
             lease,
-        } => client
-            .acquire(key.as_encoded_bytes(), wait_or_try(wait, try_once), lease)
-            .await
-            .map(|guard| println!("{}", guard.into_token())),
+            permits,
+            shared,
+            value,
+        } => {
+            let mut acquire =
+                client.acquire(key.as_encoded_bytes(), wait_or_try(wait, try_once), lease);
+            if let Some(permits) = permits {
+                acquire = acquire.permits(permits);
+            }
+            if shared {
+                acquire = acquire.shared();
+            }
+            if let Some(value) = value {
+                acquire = acquire.value(value);
+            }
+            acquire
+                .await
+                .map(|guard| println!("{}", guard.into_token()))
+        }
         Command::Release { key, token } => client.release(key.as_encoded_bytes(), token).await,
         Command::Renew { key, token, lease } => client
             .renew(key.as_encoded_bytes(), token, lease)
@@ -192,6 +209,28 @@ async fn command(client: &Client, command: Command) -> ExitCode {
         }
         Command::ForceRelease { key, yes } => {
             return inspect::force_release(client, key.as_encoded_bytes(), yes).await
+        }
+        Command::Watch { key, json } => {
+            return watch::watch(client, key.as_encoded_bytes(), json).await
+        }
+        Command::Elect {
+            name,
+            value,
+            lease,
+            child_exit_code,
+            command,
+        } => {
+            let options = elect::ElectOptions {
+                name: &name,
+                value: &value,
+                lease,
+                child_exit_code,
+                command: &command,
+            };
+            return elect::elect(client, options).await;
+        }
+        Command::Leader { name, json } => {
+            return elect::leader(client, name.as_encoded_bytes(), json).await
         }
         Command::Status { .. }
         | Command::Locks { .. }

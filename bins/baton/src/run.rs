@@ -39,15 +39,33 @@ pub async fn run(client: &Client, options: RunOptions<'_>) -> ExitCode {
         child_exit_code,
         command,
     } = options;
-    let Some((program, args)) = command.split_first() else {
+    if command.is_empty() {
         eprintln!("baton: run needs a command after --");
         return Exit::Usage.code();
-    };
+    }
     let mut guard = match client.acquire(key.as_encoded_bytes(), wait, lease).await {
         Ok(guard) => guard,
         Err(err) => return crate::fail(&err),
     };
     guard.keep_alive();
+    run_held(guard, key, command, child_exit_code).await
+}
+
+/// What `run` and `elect` share once the key is held (its keep-alive
+/// running): runs the command while the grant lasts, stops it if the
+/// grant is lost (SIGTERM, SIGKILL [`TERM_GRACE`] later; exit 7), and
+/// releases when it ends.
+pub async fn run_held(
+    guard: Guard,
+    key: &OsString,
+    command: &[OsString],
+    child_exit_code: bool,
+) -> ExitCode {
+    let Some((program, args)) = command.split_first() else {
+        eprintln!("baton: a command is needed after --");
+        let _ = guard.release().await;
+        return Exit::Usage.code();
+    };
     let mut child = match spawn_command(program, args, key, &guard) {
         Ok(child) => child,
         Err(code) => {
