@@ -72,7 +72,7 @@ impl Exit {
         match err {
             Error::TimedOut { .. } => Exit::TimedOut,
             Error::NoServer | Error::NotServing | Error::Unanswered { .. } => Exit::NoServer,
-            Error::Rejected { .. } => Exit::Rejected,
+            Error::Rejected { .. } | Error::Unsupported { .. } => Exit::Rejected,
             Error::NotHeld { .. } => Exit::NotHeld,
             Error::LeaseLost { .. } => Exit::LeaseLost,
             Error::AuthenticationFailed

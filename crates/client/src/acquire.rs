@@ -199,6 +199,8 @@ impl Client {
             let Some(slot) = self.next_acquire_slot(&mut attempt).await? else {
                 continue;
             };
+            let needs = (!attempt.options.is_plain()).then_some("an acquire with options");
+            let slot = self.slot_for_request(slot, needs, following_redirect)?;
             // Computed only now: finding a connection may have taken a while.
             let wait_ms = attempt
                 .wait_left_ms(following_redirect)

@@ -405,7 +405,10 @@ impl Client {
         let mut redirect: Option<Arc<Slot>> = None;
         let mut no_verdict = NoVerdict::default();
         loop {
+            let redirected = redirect.is_some();
             if let Some(slot) = redirect.take().or_else(|| self.pool.pick_now()) {
+                let needs = crate::protocol::needs_12(&req);
+                let slot = self.slot_for_request(slot, needs, redirected)?;
                 let limit = end.saturating_duration_since(Instant::now()).min(per_node);
                 match slot.call(req.clone(), Some(limit)).await {
                     Ok(Response::Moved { addr, .. }) => {

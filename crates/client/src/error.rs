@@ -103,6 +103,16 @@ pub enum Error {
     /// no space or control byte, not `-`); nothing was sent.
     #[error("invalid value: {0}")]
     InvalidValue(#[from] ValueError),
+    /// The node speaks protocol 1.1 (its `S` answer says so), and the
+    /// request needs 1.2: a watch, a value, an acquire with permits,
+    /// shared or a value. Nothing was sent; no other usable node speaks 1.2.
+    #[error("{addr} speaks protocol 1.1: {what} needs protocol 1.2")]
+    Unsupported {
+        /// The node's address.
+        addr: String,
+        /// What needed 1.2.
+        what: &'static str,
+    },
     /// The builder was given no server address.
     #[error("no server address given")]
     NoAddress,

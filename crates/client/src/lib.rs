@@ -101,6 +101,7 @@ mod key_state;
 mod lifecycle;
 mod liveness;
 mod pool;
+mod protocol;
 mod slot;
 mod tls;
 mod watch;

@@ -41,6 +41,7 @@ const BROKEN_PAUSE: Duration = Duration::from_millis(200);
 /// connection comes back within a reconnect round, [`Error::NotServing`]
 /// when no node serves for the request timeout, [`Error::Rejected`] for
 /// a node's refusal (a 1.1 node's, or `too many watches`),
+/// [`Error::Unsupported`] when the nodes speak protocol 1.1 only,
 /// [`Error::Closed`]. Resume with [`Client::watch_since`] and the last
 /// state's [`tag`](KeyState::tag).
 ///
@@ -162,6 +163,7 @@ impl Client {
         let mut broken = 0;
         loop {
             self.check_open()?;
+            let redirected = redirect.is_some();
             let slot = match redirect.take() {
                 Some(slot) => slot,
                 None => tokio::select! {
@@ -169,6 +171,7 @@ impl Client {
                     () = self.life.closing() => return Err(Error::Closed),
                 },
             };
+            let slot = self.slot_for_request(slot, Some("a watch"), redirected)?;
             let req = Request::Watch {
                 key: key.clone(),
                 wait_ms: ceil_ms(WATCH_WAIT),

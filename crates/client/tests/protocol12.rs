@@ -349,3 +349,34 @@ async fn an_elections_leader_change_is_observed() {
         (next_leader.token(), &b"node-b"[..])
     );
 }
+
+#[tokio::test]
+async fn a_node_that_speaks_11_is_not_sent_12_requests() {
+    // Its `S` answer has no protocol=1.2.
+    let old = common::fake::FakeNode::start(common::fake::Script::Serve).await;
+    let client = client(&[old.addr]).await;
+    let guard = client.acquire("old", secs(1), secs(30)).await.unwrap();
+
+    let options = client.acquire("o", secs(1), secs(30)).permits(2).await;
+    assert!(
+        matches!(options, Err(Error::Unsupported { .. })),
+        "{options:?}"
+    );
+    let value = guard.set_value("v").await;
+    assert!(matches!(value, Err(Error::Unsupported { .. })), "{value:?}");
+    let mut watch = client.watch_since("old", StateTag::Free).unwrap();
+    let watched = next(&mut watch).await;
+    assert!(
+        matches!(watched, Err(Error::Unsupported { .. })),
+        "{watched:?}"
+    );
+    assert!(
+        tokio::time::timeout(secs(1), watch.next())
+            .await
+            .unwrap()
+            .is_none(),
+        "ended"
+    );
+    let sent: Vec<String> = old.lines().into_iter().filter(|l| l != "S").collect();
+    assert_eq!(sent, ["A old 1 30"], "nothing 1.2 went out");
+}
