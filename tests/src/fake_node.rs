@@ -226,6 +226,8 @@ struct NodeState {
     lines: Mutex<Vec<String>>,
     connections: Mutex<Vec<AbortHandle>>,
     next_conn: AtomicU64,
+    /// `--max-wait`: a longer wait is refused with `E`.
+    max_wait_ms: AtomicU64,
 }
 
 fn locked<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -273,6 +275,7 @@ impl FakeNode {
             lines: Mutex::new(Vec::new()),
             connections: Mutex::new(Vec::new()),
             next_conn: AtomicU64::new(1),
+            max_wait_ms: AtomicU64::new(Limits::default().max_wait_ms),
         });
         let accepting = Arc::clone(&state);
         tokio::spawn(async move {
@@ -283,6 +286,12 @@ impl FakeNode {
             }
         });
         FakeNode { addr, state }
+    }
+
+    /// Refuses waits longer than `max` from now on, as `--max-wait` does.
+    pub fn set_max_wait(&self, max: Duration) {
+        let ms = u64::try_from(max.as_millis()).unwrap_or(u64::MAX);
+        self.state.max_wait_ms.store(ms, Ordering::Relaxed);
     }
 
     /// Serves from now on.
@@ -360,10 +369,14 @@ async fn serve(socket: TcpStream, node: Arc<NodeState>, conn: u64) {
 
 fn answer(line: &str, node: &NodeState, conn: u64, out: &mpsc::UnboundedSender<String>) {
     let role = *locked(&node.role);
-    let request = match parse_request(line.as_bytes(), &Limits::default()) {
+    let limits = Limits {
+        max_wait_ms: node.max_wait_ms.load(Ordering::Relaxed),
+        ..Limits::default()
+    };
+    let request = match parse_request(line.as_bytes(), &limits) {
         Ok(request) => request,
         Err(err) => {
-            let _ = out.send(format!("E ? ? {err}\n"));
+            let _ = out.send(encode(&Response::Error(err.to_reply())));
             return;
         }
     };
@@ -448,6 +461,10 @@ fn serve_request(
             if state.tag() != seen {
                 Response::Watched { key, state }
             } else {
+                let wait_ms = match wait_ms {
+                    0 => node.max_wait_ms.load(Ordering::Relaxed),
+                    ms => ms,
+                };
                 watch_later(&mut table, node, conn, out, key, wait_ms, seen);
                 return;
             }

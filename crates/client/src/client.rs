@@ -333,7 +333,11 @@ impl Client {
 
     /// `Q <key>`: the key's live grant (token, lease left) and waiters, as
     /// the serving node sees them; in a Raft cluster a linearizable read.
-    /// Redirects are followed within the request timeout.
+    /// Redirects are followed within the request timeout. For a key with
+    /// several holders, shared holders, permits or values (protocol 1.2),
+    /// `grant` is the newest holder and `detail` has the permits, the mode,
+    /// every holder (the oldest 16) with its value, and the state tag;
+    /// [`KeyStateExt`](crate::KeyStateExt) reads them for any key.
     ///
     /// ```no_run
     /// # async fn demo(client: baton_client::Client) -> baton_client::Result<()> {

@@ -23,6 +23,9 @@ use crate::slot::CallError;
 /// counts against the node's watch limits until then: a short wait bounds
 /// that, and sending `W` again after it costs one line each way.
 pub(crate) const WATCH_WAIT: Duration = Duration::from_secs(30);
+/// How a node refuses a wait above its `--max-wait`: the watch then asks
+/// for the node's maximum (`0`), which is shorter than [`WATCH_WAIT`].
+const WAIT_TOO_LONG: &str = "wait exceeds the maximum";
 /// Pause before sending again once every connection broke in turn under
 /// the same `W`, so connections that break as soon as they are used
 /// cannot spin the watch.
@@ -95,6 +98,9 @@ struct Watching {
     /// `None` until the first state: it is read with `Q`, and is the
     /// stream's first item.
     seen: Option<StateTag>,
+    /// The wait each `W` asks for, in ms: [`WATCH_WAIT`], or 0 (the node's
+    /// maximum) once a node said that is shorter.
+    wait_ms: u64,
 }
 
 impl Watching {
@@ -103,7 +109,11 @@ impl Watching {
         loop {
             let state = match self.seen {
                 None => self.client.inspect(&self.key).await?,
-                Some(seen) => self.client.watch_once(&self.key, seen).await?,
+                Some(seen) => {
+                    self.client
+                        .watch_once(&self.key, seen, &mut self.wait_ms)
+                        .await?
+                }
             };
             let tag = state.tag();
             // A wait that ran out answers the state unchanged.
@@ -139,6 +149,7 @@ impl Client {
             client: self.for_guard(),
             key: key.clone(),
             seen,
+            wait_ms: ceil_ms(WATCH_WAIT),
         };
         let states = futures_util::stream::unfold(Some(watching), |watching| async move {
             let mut watching = watching?;
@@ -155,8 +166,9 @@ impl Client {
     }
 
     /// One `W <key> <wait> <seen>` until a node answers it: redirects
-    /// followed, sent again on another connection when its own breaks.
-    async fn watch_once(&self, key: &Key, seen: StateTag) -> Result<KeyState> {
+    /// followed, sent again on another connection when its own breaks, and
+    /// with the node's maximum wait when it refuses `wait_ms` as too long.
+    async fn watch_once(&self, key: &Key, seen: StateTag, wait_ms: &mut u64) -> Result<KeyState> {
         let mut hops = 0;
         let mut redirect = None;
         let mut not_serving_since: Option<Instant> = None;
@@ -174,7 +186,7 @@ impl Client {
             let slot = self.slot_for_request(slot, Some("a watch"), redirected)?;
             let req = Request::Watch {
                 key: key.clone(),
-                wait_ms: ceil_ms(WATCH_WAIT),
+                wait_ms: *wait_ms,
                 seen,
             };
             // The node answers when the wait runs out; the extra time only
@@ -197,6 +209,11 @@ impl Client {
                         not_serving_since = None;
                     }
                     redirect = self.follow(addr.as_deref(), &mut hops, None).await;
+                }
+                Ok(Response::Error(reply))
+                    if *wait_ms != 0 && reply.reason.starts_with(WAIT_TOO_LONG) =>
+                {
+                    *wait_ms = 0;
                 }
                 Ok(Response::Error(reply)) => return Err(crate::auth::rejected(reply)),
                 Ok(other) => return Err(Error::Unexpected(line(&other))),

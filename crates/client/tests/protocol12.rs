@@ -380,3 +380,28 @@ async fn a_node_that_speaks_11_is_not_sent_12_requests() {
     let sent: Vec<String> = old.lines().into_iter().filter(|l| l != "S").collect();
     assert_eq!(sent, ["A old 1 30"], "nothing 1.2 went out");
 }
+
+#[tokio::test]
+async fn a_watch_asks_for_the_nodes_maximum_wait_when_30_s_is_too_long() {
+    let fake = FakeNode::start().await;
+    fake.set_max_wait(Duration::from_millis(300));
+    let client = client(&[fake.addr]).await;
+    let mut watch = client.watch_since("short", StateTag::Free).unwrap();
+    // The node's 0.3 s waits run out unchanged: the watch asks again.
+    let quiet = tokio::time::timeout(secs(1), watch.next()).await;
+    assert!(quiet.is_err(), "no change, no item: {quiet:?}");
+    let sent = lines_of(&fake, "W ");
+    assert_eq!(sent[0], "W short 30 -");
+    assert!(
+        sent.len() >= 3 && sent[1..].iter().all(|l| l == "W short 0 -"),
+        "{sent:?}"
+    );
+    let guard = client
+        .acquire("short", Duration::from_millis(200), secs(30))
+        .await
+        .unwrap();
+    assert_eq!(
+        next(&mut watch).await.unwrap().tag(),
+        StateTag::Plain(guard.token())
+    );
+}
