@@ -108,7 +108,13 @@ impl Watching {
     async fn next_change(&mut self) -> Result<KeyState> {
         loop {
             let state = match self.seen {
-                None => self.client.inspect(&self.key).await?,
+                None => {
+                    // Known at once: the first state would be the only one.
+                    if let Some(slot) = self.client.pool.pick_now() {
+                        self.client.slot_for_request(slot, Some("a watch"), false)?;
+                    }
+                    self.client.inspect(&self.key).await?
+                }
                 Some(seen) => {
                     self.client
                         .watch_once(&self.key, seen, &mut self.wait_ms)

@@ -377,6 +377,9 @@ async fn a_node_that_speaks_11_is_not_sent_12_requests() {
             .is_none(),
         "ended"
     );
+    let mut watch = client.watch("old").unwrap();
+    let first = next(&mut watch).await;
+    assert!(matches!(first, Err(Error::Unsupported { .. })), "{first:?}");
     let sent: Vec<String> = old.lines().into_iter().filter(|l| l != "S").collect();
     assert_eq!(sent, ["A old 1 30"], "nothing 1.2 went out");
 }
