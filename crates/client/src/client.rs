@@ -32,7 +32,7 @@ const FREE_HOPS: u32 = 4;
 ///
 /// End it with [`Client::close`] before the program exits: it releases
 /// every lock the client's guards still hold and waits for the answers.
-/// Dropping the last handle (and every [`Guard`]) closes the connections
+/// Dropping the last handle (and every [`Guard`](crate::Guard)) closes the connections
 /// but releases nothing: locks of guards still alive stay held until their
 /// leases run out.
 ///
@@ -153,8 +153,8 @@ impl Client {
     /// handle or any clone, fails with [`Error::Closed`], and an acquire
     /// still waiting is given up (the node drops it from its queue when the
     /// connection closes). Guards still alive are marked lost
-    /// ([`Guard::lost`] resolves); locks given up with
-    /// [`Guard::into_token`] are left alone. Calling it again does nothing.
+    /// ([`Guard::lost`](crate::Guard::lost) resolves); locks given up with
+    /// [`Guard::into_token`](crate::Guard::into_token) are left alone. Calling it again does nothing.
     ///
     /// The error is the first release that got no verdict (no node reached,
     /// no answer): that lock may stay held until its lease runs out. A lock
@@ -283,7 +283,7 @@ impl Client {
 
     /// Sets the value of the grant of `key` with `token` (`V`, protocol
     /// 1.2); [`Error::NotHeld`] if no live grant of the key has that token.
-    /// [`Guard::set_value`] does this for a guard.
+    /// [`Guard::set_value`](crate::Guard::set_value) does this for a guard.
     ///
     /// ```no_run
     /// # async fn demo(client: baton_client::Client) -> baton_client::Result<()> {
