@@ -7,6 +7,7 @@ use std::time::Duration;
 use clap::{Parser, Subcommand};
 
 use crate::exit;
+use crate::grant_flags::GrantFlags;
 use crate::seconds::parse_seconds;
 
 /// Command-line client for Baton lock servers.
@@ -63,18 +64,8 @@ pub enum Command {
         /// How long the grant lasts unless renewed.
         #[arg(long, default_value = "30", value_parser = parse_seconds)]
         lease: Duration,
-        /// A semaphore: KEY is held by up to N grants at once, each with
-        /// its own token (1 to 10000; every acquirer of KEY gives the same N).
-        #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=10_000))]
-        permits: Option<u32>,
-        /// A shared (reader's) grant: coexists with other shared grants,
-        /// never with an exclusive one.
-        #[arg(long, conflicts_with = "permits")]
-        shared: bool,
-        /// Attach this value to the grant (1-128 bytes, no space), shown by
-        /// inspect, watch and leader.
-        #[arg(long, value_name = "V")]
-        value: Option<String>,
+        #[command(flatten)]
+        grant: GrantFlags,
     },
     /// Release the grant of KEY with TOKEN.
     Release { key: OsString, token: u64 },
@@ -155,6 +146,8 @@ pub enum Command {
         /// Lease, renewed every third of it while the command runs.
         #[arg(long, default_value = "30", value_parser = parse_seconds)]
         lease: Duration,
+        #[command(flatten)]
+        grant: GrantFlags,
         /// The command and its arguments, after `--`.
         #[arg(last = true, required = true, value_name = "CMD")]
         command: Vec<OsString>,

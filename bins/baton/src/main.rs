@@ -7,6 +7,7 @@ mod cli;
 mod credentials;
 mod elect;
 mod exit;
+mod grant_flags;
 mod inspect;
 mod keygen;
 mod locks;
@@ -158,25 +159,11 @@ async fn command(client: &Client, command: Command) -> ExitCode {
             wait,
             try_once,
             lease,
-            permits,
-            shared,
-            value,
-        } => {
-            let mut acquire =
-                client.acquire(key.as_encoded_bytes(), wait_or_try(wait, try_once), lease);
-            if let Some(permits) = permits {
-                acquire = acquire.permits(permits);
-            }
-            if shared {
-                acquire = acquire.shared();
-            }
-            if let Some(value) = value {
-                acquire = acquire.value(value);
-            }
-            acquire
-                .await
-                .map(|guard| println!("{}", guard.into_token()))
-        }
+            grant,
+        } => grant
+            .apply(client.acquire(key.as_encoded_bytes(), wait_or_try(wait, try_once), lease))
+            .await
+            .map(|guard| println!("{}", guard.into_token())),
         Command::Release { key, token } => client.release(key.as_encoded_bytes(), token).await,
         Command::Renew { key, token, lease } => client
             .renew(key.as_encoded_bytes(), token, lease)
@@ -192,6 +179,7 @@ async fn command(client: &Client, command: Command) -> ExitCode {
             wait,
             try_once,
             lease,
+            grant,
             child_exit_code,
             command,
         } => {
@@ -199,6 +187,7 @@ async fn command(client: &Client, command: Command) -> ExitCode {
                 key: &key,
                 wait: wait_or_try(wait, try_once),
                 lease,
+                grant,
                 child_exit_code,
                 command: &command,
             };

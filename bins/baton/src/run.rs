@@ -13,6 +13,7 @@ use tokio::process::{Child, Command};
 use tokio::signal::unix::{signal, Signal as SignalStream, SignalKind};
 
 use crate::exit::Exit;
+use crate::grant_flags::GrantFlags;
 
 /// How long a command gets to exit after SIGTERM before it is killed: the
 /// lock no longer protects it, so not long.
@@ -24,6 +25,8 @@ pub struct RunOptions<'a> {
     pub key: &'a OsString,
     pub wait: Duration,
     pub lease: Duration,
+    /// `--permits`, `--shared`, `--value`.
+    pub grant: GrantFlags,
     /// `--child-exit-code`: 0 or 10 for the command, never its own status.
     pub child_exit_code: bool,
     pub command: &'a [OsString],
@@ -36,6 +39,7 @@ pub async fn run(client: &Client, options: RunOptions<'_>) -> ExitCode {
         key,
         wait,
         lease,
+        grant,
         child_exit_code,
         command,
     } = options;
@@ -43,7 +47,8 @@ pub async fn run(client: &Client, options: RunOptions<'_>) -> ExitCode {
         eprintln!("baton: run needs a command after --");
         return Exit::Usage.code();
     }
-    let mut guard = match client.acquire(key.as_encoded_bytes(), wait, lease).await {
+    let acquire = grant.apply(client.acquire(key.as_encoded_bytes(), wait, lease));
+    let mut guard = match acquire.await {
         Ok(guard) => guard,
         Err(err) => return crate::fail(&err),
     };

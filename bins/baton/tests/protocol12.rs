@@ -193,3 +193,57 @@ async fn elect_stops_the_command_when_leadership_is_lost() {
     std::io::Read::read_to_string(&mut elect.stderr.take().unwrap(), &mut err).unwrap();
     assert!(err.contains("lost"), "{err}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn run_holds_one_of_a_semaphores_permits_while_its_command_runs() {
+    let fake = FakeNode::start().await;
+    let servers = fake.addr.to_string();
+    let dir = tempfile::tempdir().unwrap();
+    let gate = dir.path().join("gate");
+    let mut runs = Vec::new();
+    for i in 0..2 {
+        let started = dir.path().join(format!("started{i}"));
+        let script = format!(
+            "touch {}; while [ ! -e {} ]; do sleep 0.05; done",
+            started.display(),
+            gate.display()
+        );
+        let args = [
+            "run",
+            "sem",
+            "--permits",
+            "2",
+            "--value",
+            "w",
+            "--",
+            "sh",
+            "-c",
+            &script,
+        ];
+        runs.push((spawn(&servers, &args), started));
+    }
+    poll(Duration::from_secs(10), "both commands run", || {
+        runs.iter().all(|(_, started)| started.exists())
+    });
+    // Both permits are taken: a third run finds none.
+    let out = baton(
+        &servers,
+        &["run", "sem", "--permits", "2", "--try", "--", "true"],
+    );
+    expect_code(&out, 3);
+    let out = baton(&servers, &["inspect", "sem"]);
+    assert!(
+        stdout(&out).contains(" permits=2 mode=exclusive holders=2 "),
+        "{}",
+        stdout(&out)
+    );
+    std::fs::write(&gate, "").unwrap();
+    for (mut run, _) in runs {
+        assert_eq!(exit_code(&mut run), Some(0));
+    }
+    let out = baton(
+        &servers,
+        &["run", "sem", "--permits", "2", "--try", "--", "true"],
+    );
+    expect_code(&out, 0);
+}
