@@ -155,7 +155,9 @@ pub enum Command {
     /// Print KEY's state, then a line each time its holders or their
     /// values change, until interrupted (SIGINT or SIGTERM: exit 0):
     /// `KEY state=<tag> holders=<n> holder=<token>,<value or -> ...`,
-    /// oldest holder first. Follows failovers; a lost connection is retried.
+    /// oldest holder first. Follows redirects and failovers, and sends
+    /// the watch again when a connection breaks; exits as the other
+    /// commands do on an error (4: no node reachable or serving in time).
     Watch {
         key: OsString,
         /// One JSON object per line instead.
