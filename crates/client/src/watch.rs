@@ -109,7 +109,8 @@ impl Watching {
         loop {
             let state = match self.seen {
                 None => {
-                    // Known at once: the first state would be the only one.
+                    // A node that speaks 1.1 only answers this Q, then
+                    // refuses every W: said before the first item.
                     if let Some(slot) = self.client.pool.pick_now() {
                         self.client.slot_for_request(slot, Some("a watch"), false)?;
                     }
