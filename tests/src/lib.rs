@@ -12,6 +12,7 @@ pub mod cluster;
 pub mod daemon;
 pub mod databases;
 pub mod expect;
+pub mod fake_node;
 pub mod frozen;
 pub mod http;
 pub mod key;

@@ -7,6 +7,7 @@ use std::time::Duration;
 use clap::{Parser, Subcommand};
 
 use crate::exit;
+use crate::grant_flags::GrantFlags;
 use crate::seconds::parse_seconds;
 
 /// Command-line client for Baton lock servers.
@@ -63,6 +64,8 @@ pub enum Command {
         /// How long the grant lasts unless renewed.
         #[arg(long, default_value = "30", value_parser = parse_seconds)]
         lease: Duration,
+        #[command(flatten)]
+        grant: GrantFlags,
     },
     /// Release the grant of KEY with TOKEN.
     Release { key: OsString, token: u64 },
@@ -88,8 +91,9 @@ pub enum Command {
         #[command(subcommand)]
         action: MemberAction,
     },
-    /// List the held locks, by key: KEY TOKEN LEASE WAITERS (from the
-    /// HTTP endpoint's /v1/locks; see --http).
+    /// List the held locks, by key: KEY TOKEN LEASE WAITERS PERMITS MODE
+    /// HOLDERS (from the HTTP endpoint's /v1/locks; see --http). TOKEN and
+    /// LEASE are the newest holder's.
     Locks {
         /// Only keys that start with this.
         prefix: Option<String>,
@@ -101,7 +105,10 @@ pub enum Command {
         limit: u64,
     },
     /// Show who holds KEY: `KEY token=<t> lease=<seconds left> waiters=<n>`,
-    /// or `token=- lease=-` while it is free (the protocol's `Q`).
+    /// or `token=- lease=-` while it is free (the protocol's `Q`). A key
+    /// with several holders, shared holders, permits or values adds
+    /// `permits=<n> mode=<m> holders=<n> holder=<token>,<lease>,<value or -> ...
+    /// state=<tag>` (token and lease are then the newest holder's).
     Inspect {
         key: OsString,
         /// One JSON object instead.
@@ -139,9 +146,54 @@ pub enum Command {
         /// Lease, renewed every third of it while the command runs.
         #[arg(long, default_value = "30", value_parser = parse_seconds)]
         lease: Duration,
+        #[command(flatten)]
+        grant: GrantFlags,
         /// The command and its arguments, after `--`.
         #[arg(last = true, required = true, value_name = "CMD")]
         command: Vec<OsString>,
+    },
+    /// Print KEY's state, then a line each time its holders or their
+    /// values change, until interrupted (SIGINT or SIGTERM: exit 0):
+    /// `KEY state=<tag> holders=<n> holder=<token>,<value or -> ...`,
+    /// oldest holder first. Follows redirects and failovers, and sends
+    /// the watch again when a connection breaks; exits as the other
+    /// commands do on an error (4: no node reachable or serving in time).
+    Watch {
+        key: OsString,
+        /// One JSON object per line instead.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Campaign for leadership of the election NAME, run a command while
+    /// leading, and resign when it ends (like `consul lock`): waits for its
+    /// turn, sets BATON_KEY and BATON_TOKEN in the command's environment,
+    /// renews the lease while it runs and exits with its status. If
+    /// leadership is lost (a renewal answered "not held", or none got
+    /// through before the lease's end), the command gets SIGTERM (SIGKILL
+    /// 2 s later) and baton exits 7.
+    Elect {
+        name: OsString,
+        /// The leader's value, which `baton leader NAME` prints.
+        #[arg(long, value_name = "V")]
+        value: String,
+        /// Lease, renewed every third of it while leading: how long a
+        /// crashed leader keeps the others waiting.
+        #[arg(long, default_value = "15", value_parser = parse_seconds)]
+        lease: Duration,
+        /// As for run: 0 if the command succeeded, 10 if it failed.
+        #[arg(long)]
+        child_exit_code: bool,
+        /// The command and its arguments, after `--`.
+        #[arg(last = true, required = true, value_name = "CMD")]
+        command: Vec<OsString>,
+    },
+    /// Print the value of the leader of the election NAME; exit 6 if there
+    /// is no leader.
+    Leader {
+        name: OsString,
+        /// One JSON object instead: name, token (a string) and value.
+        #[arg(long)]
+        json: bool,
     },
     /// Print a fresh random cluster key (64 hex digits) for batond.
     ///

@@ -20,9 +20,11 @@ pub enum Exit {
     NoServer = 4,
     /// A node refused the request (`E`), for instance a lease over its maximum.
     Rejected = 5,
-    /// Release or renew of a grant that no longer exists (`N R` / `N K`).
+    /// Release or renew of a grant that no longer exists (`N R` / `N K`);
+    /// `leader`: no leader.
     NotHeld = 6,
-    /// `run`: the lease was lost while the command ran; it was terminated.
+    /// `run`, `elect`: the lease (leadership) was lost while the command
+    /// ran; it was terminated.
     LeaseLost = 7,
     /// The node refused the credentials, has no users while credentials
     /// were given, or requires credentials and none were given.
@@ -48,9 +50,10 @@ Exit codes:
      (no Raft majority, no active node); the error names each address
      that cannot be reached and the cause
   5  rejected by the node (E: malformed or beyond a limit)
-  6  not held: no live grant with that token (release, renew), or
-     nothing to force-release
-  7  run: lease lost while the command ran (it was terminated)
+  6  not held: no live grant with that token (release, renew), nothing
+     to force-release, or no leader (leader)
+  7  run, elect: lease (leadership) lost while the command ran (it was
+     terminated)
   8  authentication failed (wrong user or secret, none given to a node
      that requires one, or given to a node without users)
   9  permission denied: the user may not use that key
@@ -69,7 +72,7 @@ impl Exit {
         match err {
             Error::TimedOut { .. } => Exit::TimedOut,
             Error::NoServer | Error::NotServing | Error::Unanswered { .. } => Exit::NoServer,
-            Error::Rejected { .. } => Exit::Rejected,
+            Error::Rejected { .. } | Error::Unsupported { .. } => Exit::Rejected,
             Error::NotHeld { .. } => Exit::NotHeld,
             Error::LeaseLost { .. } => Exit::LeaseLost,
             Error::AuthenticationFailed
@@ -79,6 +82,8 @@ impl Exit {
             Error::InvalidCredentials { .. } => Exit::Usage,
             Error::InvalidKey(_)
             | Error::InvalidDuration { .. }
+            | Error::InvalidOption { .. }
+            | Error::InvalidValue(_)
             | Error::NoAddress
             | Error::InvalidAddress { .. } => Exit::Usage,
             _ => Exit::Failure,

@@ -5,39 +5,64 @@
 use std::io::{BufRead, IsTerminal, Write};
 use std::process::ExitCode;
 
-use baton_client::{Client, KeyState};
+use baton_client::{Client, KeyState, KeyStateExt};
+use baton_proto::Response;
+use serde_json::{json, Value};
 
 use crate::exit::Exit;
 use crate::fail;
 
-/// `token=<t> lease=<s> waiters=<n>`, as the protocol writes it (`-` while free).
-fn describe(state: &KeyState) -> String {
-    match &state.grant {
-        Some(grant) => format!(
-            "token={} lease={}.{:03} waiters={}",
-            grant.token,
-            grant.lease_left_ms / 1000,
-            grant.lease_left_ms % 1000,
-            state.waiters
-        ),
-        None => format!("token=- lease=- waiters={}", state.waiters),
+/// What follows the key in the protocol's `Q` answer: `token=<t>
+/// lease=<s> waiters=<n>` (`-` while free), then, for a key that is not
+/// plain, its permits, mode, holders and state tag. Written by the
+/// protocol's own encoder.
+pub fn describe(state: &KeyState) -> String {
+    let mut line = bytes::BytesMut::new();
+    // Any valid key: the fields after it are what is shown.
+    let key = baton_client::Key::new(b"k").expect("a valid key");
+    Response::Queried {
+        key,
+        state: state.clone(),
     }
+    .encode(&mut line);
+    let line = String::from_utf8_lossy(&line);
+    line.trim_end()
+        .strip_prefix("Q k ")
+        .unwrap_or(&line)
+        .to_owned()
+}
+
+/// The holders, oldest first: token (a string), lease left and value.
+pub fn holders_json(state: &KeyState) -> Value {
+    let holders = state.holders().into_iter().map(|holder| {
+        json!({
+            "token": holder.token.to_string(),
+            "lease_left_ms": holder.lease_left_ms,
+            "value": holder.value.map(|v| v.to_string()),
+        })
+    });
+    Value::Array(holders.collect())
 }
 
 /// The token is a string, as in every JSON the project prints: it passes
 /// 2^53, where a JSON number read as a float (`jq`, JavaScript) loses
-/// digits and a release with it would fail.
+/// digits and a release with it would fail. `token` and `lease_left_ms`
+/// are the newest holder's, as in /v1/locks.
 fn json(key: &str, state: &KeyState) -> String {
-    let object = match &state.grant {
-        Some(grant) => serde_json::json!({
-            "key": key,
-            "held": true,
-            "token": grant.token.to_string(),
-            "lease_left_ms": grant.lease_left_ms,
-            "waiters": state.waiters,
-        }),
-        None => serde_json::json!({ "key": key, "held": false, "waiters": state.waiters }),
-    };
+    let mut object = json!({
+        "key": key,
+        "held": state.grant.is_some(),
+        "waiters": state.waiters,
+        "permits": state.permits(),
+        "mode": state.mode().as_str(),
+        "holder_count": state.holder_count(),
+        "holders": holders_json(state),
+        "state": state.tag().to_string(),
+    });
+    if let Some(grant) = &state.grant {
+        object["token"] = json!(grant.token.to_string());
+        object["lease_left_ms"] = json!(grant.lease_left_ms);
+    }
     object.to_string()
 }
 

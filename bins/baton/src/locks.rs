@@ -1,6 +1,8 @@
 //! `baton locks [PREFIX]`: the held locks, from the HTTP endpoint's
 //! `GET /v1/locks`, paged with `after` up to `--limit`, as a table (KEY
-//! TOKEN LEASE WAITERS) or one JSON array.
+//! TOKEN LEASE WAITERS PERMITS MODE HOLDERS) or one JSON array (as the
+//! endpoint gives it: with protocol 1.2, each holder's token, lease left
+//! and value).
 //!
 //! The endpoint is `--http` when given; otherwise the `http=` field a node
 //! shows in its `S` status (the serving node's first), with an unspecified
@@ -121,14 +123,18 @@ fn page_of(http: &AdminHttp, reply: Reply) -> Result<(Vec<Value>, Option<String>
     Ok((locks.clone(), next))
 }
 
-/// KEY TOKEN LEASE WAITERS, columns padded to their widest cell.
+/// KEY TOKEN LEASE WAITERS PERMITS MODE HOLDERS, columns padded to their
+/// widest cell; `-` where a node older than protocol 1.2 gives no field.
 fn table(locks: &[Value]) -> String {
     let text = |lock: &Value, name: &str| match lock.get(name) {
         Some(Value::String(s)) => s.clone(),
         Some(other) => other.to_string(),
         None => "-".to_owned(),
     };
-    let mut rows = vec![["KEY", "TOKEN", "LEASE", "WAITERS"].map(str::to_owned)];
+    let mut rows = vec![[
+        "KEY", "TOKEN", "LEASE", "WAITERS", "PERMITS", "MODE", "HOLDERS",
+    ]
+    .map(str::to_owned)];
     for lock in locks {
         let lease = match lock.get("lease_left_ms").and_then(Value::as_u64) {
             Some(ms) => format!("{}.{:03}", ms / 1000, ms % 1000),
@@ -139,6 +145,11 @@ fn table(locks: &[Value]) -> String {
             text(lock, "token"),
             lease,
             text(lock, "waiters"),
+            text(lock, "permits"),
+            text(lock, "mode"),
+            lock.get("holders")
+                .and_then(Value::as_array)
+                .map_or("-".to_owned(), |holders| holders.len().to_string()),
         ]);
     }
     crate::status_table::pad(&rows)
@@ -245,15 +256,32 @@ mod tests {
 
     #[test]
     fn the_table_shows_lease_in_seconds() {
-        let locks = vec![serde_json::json!({
-            "key": "jobs/a", "token": "17", "lease_left_ms": 29_500, "waiters": 2
-        })];
+        let locks = vec![
+            serde_json::json!({
+                "key": "jobs/a", "token": "17", "lease_left_ms": 29_500, "waiters": 2
+            }),
+            serde_json::json!({
+                "key": "pool", "token": "19", "lease_left_ms": 1_000, "waiters": 0,
+                "permits": 4, "mode": "exclusive", "holders": [
+                    {"token": "18", "lease_left_ms": 900, "value": "w1"},
+                    {"token": "19", "lease_left_ms": 1000, "value": null}
+                ]
+            }),
+        ];
         let table = table(&locks);
         let lines: Vec<Vec<&str>> = table
             .lines()
             .map(|l| l.split_whitespace().collect())
             .collect();
-        assert_eq!(lines[0], ["KEY", "TOKEN", "LEASE", "WAITERS"]);
-        assert_eq!(lines[1], ["jobs/a", "17", "29.500", "2"]);
+        assert_eq!(
+            lines[0],
+            ["KEY", "TOKEN", "LEASE", "WAITERS", "PERMITS", "MODE", "HOLDERS"]
+        );
+        // A node older than protocol 1.2: no permits, mode or holders.
+        assert_eq!(lines[1], ["jobs/a", "17", "29.500", "2", "-", "-", "-"]);
+        assert_eq!(
+            lines[2],
+            ["pool", "19", "1.000", "0", "4", "exclusive", "2"]
+        );
     }
 }

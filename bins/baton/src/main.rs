@@ -5,7 +5,9 @@
 mod admin_http;
 mod cli;
 mod credentials;
+mod elect;
 mod exit;
+mod grant_flags;
 mod inspect;
 mod keygen;
 mod locks;
@@ -17,6 +19,7 @@ mod status_json;
 mod status_table;
 mod tls;
 mod unreachable;
+mod watch;
 
 use std::process::ExitCode;
 use std::time::Duration;
@@ -156,8 +159,9 @@ async fn command(client: &Client, command: Command) -> ExitCode {
             wait,
             try_once,
             lease,
-        } => client
-            .acquire(key.as_encoded_bytes(), wait_or_try(wait, try_once), lease)
+            grant,
+        } => grant
+            .apply(client.acquire(key.as_encoded_bytes(), wait_or_try(wait, try_once), lease))
             .await
             .map(|guard| println!("{}", guard.into_token())),
         Command::Release { key, token } => client.release(key.as_encoded_bytes(), token).await,
@@ -175,6 +179,7 @@ async fn command(client: &Client, command: Command) -> ExitCode {
             wait,
             try_once,
             lease,
+            grant,
             child_exit_code,
             command,
         } => {
@@ -182,6 +187,7 @@ async fn command(client: &Client, command: Command) -> ExitCode {
                 key: &key,
                 wait: wait_or_try(wait, try_once),
                 lease,
+                grant,
                 child_exit_code,
                 command: &command,
             };
@@ -192,6 +198,28 @@ async fn command(client: &Client, command: Command) -> ExitCode {
         }
         Command::ForceRelease { key, yes } => {
             return inspect::force_release(client, key.as_encoded_bytes(), yes).await
+        }
+        Command::Watch { key, json } => {
+            return watch::watch(client, key.as_encoded_bytes(), json).await
+        }
+        Command::Elect {
+            name,
+            value,
+            lease,
+            child_exit_code,
+            command,
+        } => {
+            let options = elect::ElectOptions {
+                name: &name,
+                value: &value,
+                lease,
+                child_exit_code,
+                command: &command,
+            };
+            return elect::elect(client, options).await;
+        }
+        Command::Leader { name, json } => {
+            return elect::leader(client, name.as_encoded_bytes(), json).await
         }
         Command::Status { .. }
         | Command::Locks { .. }

@@ -13,6 +13,7 @@ use tokio::process::{Child, Command};
 use tokio::signal::unix::{signal, Signal as SignalStream, SignalKind};
 
 use crate::exit::Exit;
+use crate::grant_flags::GrantFlags;
 
 /// How long a command gets to exit after SIGTERM before it is killed: the
 /// lock no longer protects it, so not long.
@@ -24,6 +25,8 @@ pub struct RunOptions<'a> {
     pub key: &'a OsString,
     pub wait: Duration,
     pub lease: Duration,
+    /// `--permits`, `--shared`, `--value`.
+    pub grant: GrantFlags,
     /// `--child-exit-code`: 0 or 10 for the command, never its own status.
     pub child_exit_code: bool,
     pub command: &'a [OsString],
@@ -36,18 +39,38 @@ pub async fn run(client: &Client, options: RunOptions<'_>) -> ExitCode {
         key,
         wait,
         lease,
+        grant,
         child_exit_code,
         command,
     } = options;
-    let Some((program, args)) = command.split_first() else {
+    if command.is_empty() {
         eprintln!("baton: run needs a command after --");
         return Exit::Usage.code();
-    };
-    let mut guard = match client.acquire(key.as_encoded_bytes(), wait, lease).await {
+    }
+    let acquire = grant.apply(client.acquire(key.as_encoded_bytes(), wait, lease));
+    let mut guard = match acquire.await {
         Ok(guard) => guard,
         Err(err) => return crate::fail(&err),
     };
     guard.keep_alive();
+    run_held(guard, key, command, child_exit_code).await
+}
+
+/// What `run` and `elect` share once the key is held (its keep-alive
+/// running): runs the command while the grant lasts, stops it if the
+/// grant is lost (SIGTERM, SIGKILL [`TERM_GRACE`] later; exit 7), and
+/// releases when it ends.
+pub async fn run_held(
+    guard: Guard,
+    key: &OsString,
+    command: &[OsString],
+    child_exit_code: bool,
+) -> ExitCode {
+    let Some((program, args)) = command.split_first() else {
+        eprintln!("baton: a command is needed after --");
+        let _ = guard.release().await;
+        return Exit::Usage.code();
+    };
     let mut child = match spawn_command(program, args, key, &guard) {
         Ok(child) => child,
         Err(code) => {

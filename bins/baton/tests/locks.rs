@@ -54,7 +54,10 @@ fn locks_lists_a_table_or_json_by_prefix_and_limit() {
         .lines()
         .map(|l| l.split_whitespace().map(str::to_owned).collect())
         .collect();
-    assert_eq!(rows[0], ["KEY", "TOKEN", "LEASE", "WAITERS"]);
+    assert_eq!(
+        rows[0],
+        ["KEY", "TOKEN", "LEASE", "WAITERS", "PERMITS", "MODE", "HOLDERS"]
+    );
     let keys: Vec<&str> = rows[1..].iter().map(|r| r[0].as_str()).collect();
     assert_eq!(keys, ["jobs/a", "jobs/b", "other/c"], "{}", stdout(&out));
     assert_eq!(rows[1][1], a);
@@ -79,7 +82,10 @@ fn locks_lists_a_table_or_json_by_prefix_and_limit() {
     assert_eq!(locks[0]["key"], "sp&ce=x?y#z%");
     let out = baton(&servers, &["locks", "nothing/"]);
     expect_code(&out, 0);
-    assert_eq!(stdout(&out), "KEY  TOKEN  LEASE  WAITERS\n");
+    assert_eq!(
+        stdout(&out),
+        "KEY  TOKEN  LEASE  WAITERS  PERMITS  MODE  HOLDERS\n"
+    );
     for bad in ["0", "-1", "x", "1000001"] {
         let flag = format!("--limit={bad}");
         let out = baton(&servers, &["locks", &flag]);

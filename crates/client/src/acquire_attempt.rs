@@ -5,6 +5,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use baton_core::Key;
+use baton_proto::AcquireOptions;
 use tokio::time::Instant;
 
 use crate::duration::ceil_ms;
@@ -48,6 +49,8 @@ impl NoVerdict {
 pub(crate) struct AcquireAttempt {
     pub key: Key,
     pub lease_ms: u64,
+    /// Permits, mode and value, the same in every attempt.
+    pub options: AcquireOptions,
     /// When the wait runs out; `None` for a wait of zero (the node's maximum).
     pub deadline: Option<Instant>,
     /// Attempts that found no usable connection or whose connection broke.
@@ -69,6 +72,7 @@ impl AcquireAttempt {
         AcquireAttempt {
             key,
             lease_ms,
+            options: AcquireOptions::default(),
             deadline: (ceil_ms(wait) > 0).then(|| Instant::now() + wait),
             failures: 0,
             hops: 0,

@@ -3,16 +3,16 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use baton_core::{Key, KeyState, Token};
+use baton_core::{HolderValue, Key, KeyState, Token};
 use baton_proto::{Request, Response, StatusReport};
 use bytes::BytesMut;
 use tokio::time::Instant;
 
-use crate::acquire_attempt::{AcquireAttempt, NoVerdict};
+use crate::acquire_attempt::NoVerdict;
 use crate::builder::ClientBuilder;
 use crate::duration::lease_ms;
 use crate::error::{Error, Result};
-use crate::guard::{Guard, Held};
+use crate::guard::Held;
 use crate::lifecycle::{Background, Handles, Lifecycle};
 use crate::pool::Pool;
 use crate::slot::{CallError, Slot};
@@ -32,7 +32,7 @@ const FREE_HOPS: u32 = 4;
 ///
 /// End it with [`Client::close`] before the program exits: it releases
 /// every lock the client's guards still hold and waits for the answers.
-/// Dropping the last handle (and every [`Guard`]) closes the connections
+/// Dropping the last handle (and every [`Guard`](crate::Guard)) closes the connections
 /// but releases nothing: locks of guards still alive stay held until their
 /// leases run out.
 ///
@@ -47,8 +47,8 @@ const FREE_HOPS: u32 = 4;
 /// ```
 #[derive(Debug, Clone)]
 pub struct Client {
-    pool: Arc<Pool>,
-    life: Arc<Lifecycle<Held>>,
+    pub(crate) pool: Arc<Pool>,
+    pub(crate) life: Arc<Lifecycle<Held>>,
     /// Shared by the handles the program holds (kept for its drop); `None`
     /// in a guard's copy, so that the program dropping its last handle is
     /// seen.
@@ -78,14 +78,14 @@ pub struct NodeStatus {
 }
 
 /// The response line as the node sent it, for error messages.
-fn line(response: &Response) -> String {
+pub(crate) fn line(response: &Response) -> String {
     let mut buf = BytesMut::new();
     response.encode(&mut buf);
     String::from_utf8_lossy(&buf).trim_end().to_owned()
 }
 
 /// What one call on a connection came back with.
-type Answer = std::result::Result<Response, CallError>;
+pub(crate) type Answer = std::result::Result<Response, CallError>;
 
 impl Client {
     /// A builder: give it the servers, then [`build`](ClientBuilder::build).
@@ -115,7 +115,7 @@ impl Client {
     }
 
     /// The copy a guard keeps: it does not count as the program's handle.
-    fn for_guard(&self) -> Client {
+    pub(crate) fn for_guard(&self) -> Client {
         Client {
             pool: Arc::clone(&self.pool),
             life: Arc::clone(&self.life),
@@ -153,8 +153,8 @@ impl Client {
     /// handle or any clone, fails with [`Error::Closed`], and an acquire
     /// still waiting is given up (the node drops it from its queue when the
     /// connection closes). Guards still alive are marked lost
-    /// ([`Guard::lost`] resolves); locks given up with
-    /// [`Guard::into_token`] are left alone. Calling it again does nothing.
+    /// ([`Guard::lost`](crate::Guard::lost) resolves); locks given up with
+    /// [`Guard::into_token`](crate::Guard::into_token) are left alone. Calling it again does nothing.
     ///
     /// The error is the first release that got no verdict (no node reached,
     /// no answer): that lock may stay held until its lease runs out. A lock
@@ -197,7 +197,7 @@ impl Client {
     }
 
     /// Fails with [`Error::Closed`] once `close` was called.
-    fn check_open(&self) -> Result<()> {
+    pub(crate) fn check_open(&self) -> Result<()> {
         if self.life.is_closing() {
             Err(Error::Closed)
         } else {
@@ -207,199 +207,6 @@ impl Client {
 
     pub(crate) fn request_timeout(&self) -> Duration {
         self.pool.request_timeout
-    }
-
-    /// Waits up to `wait` for the lock on `key` and holds it for `lease`.
-    ///
-    /// `wait` follows the protocol: [`Duration::ZERO`] waits as long as the node allows (its
-    /// maximum wait), then times out.
-    /// Both are rounded up to the millisecond. If a connection breaks while
-    /// the acquire is pending, it is sent again on the next usable
-    /// connection with what is left of the wait; [`Error::NoServer`] comes
-    /// only when no usable connection remains after as many attempts as
-    /// there are registered connections.
-    ///
-    /// ```no_run
-    /// # async fn demo(client: baton_client::Client) -> baton_client::Result<()> {
-    /// # use std::time::Duration;
-    /// match client.acquire("orders/42", Duration::from_secs(5), Duration::from_secs(30)).await {
-    ///     Ok(guard) => guard.release().await?,
-    ///     Err(baton_client::Error::TimedOut { .. }) => println!("busy, try later"),
-    ///     Err(err) => return Err(err),
-    /// }
-    /// # Ok(())
-    /// # }
-    /// ```
-    pub async fn acquire(
-        &self,
-        key: impl AsRef<[u8]>,
-        wait: Duration,
-        lease: Duration,
-    ) -> Result<Guard> {
-        self.check_open()?;
-        let key = Key::new(key.as_ref())?;
-        let mut attempt = AcquireAttempt::new(key, wait, lease_ms(lease)?);
-        loop {
-            // Each attempt checks: `close` may have started during the last.
-            self.check_open()?;
-            let following_redirect = attempt.redirect.is_some();
-            let Some(slot) = self.next_acquire_slot(&mut attempt).await? else {
-                continue;
-            };
-            // Computed only now: finding a connection may have taken a while.
-            let wait_ms = attempt
-                .wait_left_ms(following_redirect)
-                .ok_or_else(|| attempt.no_verdict.error(&self.pool))?;
-            attempt.sent = true;
-            let (answer, sent) = self.send_acquire(&slot, &attempt, wait_ms).await?;
-            if let Some(guard) = self
-                .settle_acquire(&mut attempt, &slot, answer, sent)
-                .await?
-            {
-                return Ok(guard);
-            }
-        }
-    }
-
-    /// The connection for the next attempt: the redirect target if the last
-    /// answer was `M addr`, else the next usable one. `None` when nothing
-    /// was usable this time but the acquire may still try again.
-    async fn next_acquire_slot(&self, attempt: &mut AcquireAttempt) -> Result<Option<Arc<Slot>>> {
-        if let Some(slot) = attempt.redirect.take() {
-            return Ok(Some(slot));
-        }
-        let picked = tokio::select! {
-            slot = self.pool.pick(attempt.deadline) => slot,
-            () = self.life.closing() => return Err(Error::Closed),
-        };
-        if let Some(slot) = picked {
-            return Ok(Some(slot));
-        }
-        attempt.no_verdict = NoVerdict::NoConnection;
-        // Nothing usable for the rest of the wait: that is the more useful
-        // thing to report than the wait running out.
-        if attempt.wait_is_over() {
-            return Err(self.pool.no_server());
-        }
-        attempt.failures += 1;
-        if attempt.failures >= self.pool.len() {
-            return Err(self.pool.no_server());
-        }
-        Ok(None)
-    }
-
-    /// Sends one `A` on `slot` asking to wait `wait_ms`; the answer, and
-    /// when it was sent (where the lease starts, for the guard).
-    async fn send_acquire(
-        &self,
-        slot: &Slot,
-        attempt: &AcquireAttempt,
-        wait_ms: u64,
-    ) -> Result<(Answer, Instant)> {
-        let req = Request::Acquire {
-            key: attempt.key.clone(),
-            wait_ms,
-            lease_ms: attempt.lease_ms,
-            options: baton_proto::AcquireOptions::default(),
-        };
-        // The node answers T when the wait runs out; the extra time only
-        // covers the trip, so a silent node cannot hold the caller forever.
-        let limit = attempt
-            .deadline
-            .map(|_| Duration::from_millis(wait_ms) + self.pool.request_timeout);
-        let sent = Instant::now();
-        // Closing gives the acquire up: dropping its call makes the
-        // connection release a grant that comes later. An answer already
-        // here goes first (biased): dropping a grant delivered but unread
-        // would leave the key held for its whole lease.
-        tokio::select! {
-            biased;
-            answer = slot.call(req, limit) => Ok((answer, sent)),
-            () = self.life.closing() => Err(Error::Closed),
-        }
-    }
-
-    /// What one attempt's answer means: the guard, an error that ends the
-    /// acquire, or `None` to try again (after a redirect, or on another
-    /// connection when this one broke).
-    async fn settle_acquire(
-        &self,
-        attempt: &mut AcquireAttempt,
-        slot: &Slot,
-        answer: Answer,
-        sent: Instant,
-    ) -> Result<Option<Guard>> {
-        let key = &attempt.key;
-        match answer {
-            Ok(Response::Granted { token, .. }) => self
-                .guard_granted(key.clone(), token, attempt.lease_ms, sent)
-                .map(Some),
-            // Only the node's word means the wait ran out.
-            Ok(Response::TimedOut { .. }) => Err(Error::TimedOut { key: key.clone() }),
-            Err(CallError::Unanswered(after)) => Err(Error::Unanswered { after }),
-            Ok(Response::Moved { addr, .. }) => {
-                if addr.is_none() {
-                    attempt.no_verdict = NoVerdict::NotServing;
-                }
-                attempt.redirect = self
-                    .follow(addr.as_deref(), &mut attempt.hops, attempt.deadline)
-                    .await;
-                Ok(None)
-            }
-            Ok(Response::Error(reply)) => Err(crate::auth::rejected(reply)),
-            Ok(other) => Err(Error::Unexpected(line(&other))),
-            // `close` shuts the connections down: that break is the close,
-            // not a node to fail over from.
-            Err(CallError::Broken) if self.life.is_closing() => Err(Error::Closed),
-            Err(CallError::Broken) => {
-                tracing::debug!(%key, addr = %slot.addr, "connection broke during acquire; failing over");
-                attempt.no_verdict = NoVerdict::NoConnection;
-                attempt.failures += 1;
-                if attempt.failures >= self.pool.len()
-                    && self.pool.pick(attempt.deadline).await.is_none()
-                {
-                    return Err(self.pool.no_server());
-                }
-                Ok(None)
-            }
-        }
-    }
-
-    /// Wraps a grant in its guard, unless `close` started meanwhile.
-    fn guard_granted(&self, key: Key, token: Token, lease_ms: u64, sent: Instant) -> Result<Guard> {
-        let guard = Guard::new(
-            self.for_guard(),
-            key,
-            token,
-            Duration::from_millis(lease_ms),
-            sent,
-        );
-        // Registered first, checked second: `close` either found this guard
-        // or is seen here. Dropping it then releases the grant in the
-        // background, which `close` waits for.
-        if self.life.is_closing() {
-            drop(guard);
-            return Err(Error::Closed);
-        }
-        Ok(guard)
-    }
-
-    /// Takes the lock only if it is free now (the shortest wait the
-    /// protocol can express, 1 ms).
-    ///
-    /// ```no_run
-    /// # async fn demo(client: baton_client::Client) -> baton_client::Result<()> {
-    /// # use std::time::Duration;
-    /// match client.try_acquire("orders/42", Duration::from_secs(30)).await {
-    ///     Ok(guard) => guard.release().await?,
-    ///     Err(baton_client::Error::TimedOut { .. }) => println!("held by someone else"),
-    ///     Err(err) => return Err(err),
-    /// }
-    /// # Ok(())
-    /// # }
-    /// ```
-    pub async fn try_acquire(&self, key: impl AsRef<[u8]>, lease: Duration) -> Result<Guard> {
-        self.acquire(key, Duration::from_millis(1), lease).await
     }
 
     /// Releases the grant of `key` with `token`.
@@ -474,9 +281,63 @@ impl Client {
         }
     }
 
+    /// Sets the value of the grant of `key` with `token` (`V`, protocol
+    /// 1.2); [`Error::NotHeld`] if no live grant of the key has that token.
+    /// [`Guard::set_value`](crate::Guard::set_value) does this for a guard.
+    ///
+    /// ```no_run
+    /// # async fn demo(client: baton_client::Client) -> baton_client::Result<()> {
+    /// # use std::time::Duration;
+    /// let token = client.acquire("service/primary", Duration::ZERO, Duration::from_secs(30)).await?.into_token();
+    /// client.set_value("service/primary", token, "10.0.0.7:8080").await?;
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub async fn set_value(
+        &self,
+        key: impl AsRef<[u8]>,
+        token: Token,
+        value: impl AsRef<[u8]>,
+    ) -> Result<()> {
+        let value = HolderValue::new(value.as_ref())?;
+        self.put_value(key, token, Some(value)).await
+    }
+
+    /// Clears the value of the grant of `key` with `token` (`V <key> <token> -`).
+    pub async fn clear_value(&self, key: impl AsRef<[u8]>, token: Token) -> Result<()> {
+        self.put_value(key, token, None).await
+    }
+
+    /// `V`: setting a value twice is harmless, so it is retried across
+    /// connections within the request timeout, like a renewal.
+    pub(crate) async fn put_value(
+        &self,
+        key: impl AsRef<[u8]>,
+        token: Token,
+        value: Option<HolderValue>,
+    ) -> Result<()> {
+        self.check_open()?;
+        let key = Key::new(key.as_ref())?;
+        let req = Request::SetValue {
+            key: key.clone(),
+            token,
+            value,
+        };
+        let window = self.pool.request_timeout;
+        match self.call_retrying(req, window, window).await? {
+            Response::ValueSet { .. } => Ok(()),
+            Response::NotHeld { .. } => Err(Error::NotHeld { key, token }),
+            other => Err(Error::Unexpected(line(&other))),
+        }
+    }
+
     /// `Q <key>`: the key's live grant (token, lease left) and waiters, as
     /// the serving node sees them; in a Raft cluster a linearizable read.
-    /// Redirects are followed within the request timeout.
+    /// Redirects are followed within the request timeout. For a key with
+    /// several holders, shared holders, permits or values (protocol 1.2),
+    /// `grant` is the newest holder and `detail` has the permits, the mode,
+    /// every holder (the oldest 16) with its value, and the state tag;
+    /// [`KeyStateExt`](crate::KeyStateExt) reads them for any key.
     ///
     /// ```no_run
     /// # async fn demo(client: baton_client::Client) -> baton_client::Result<()> {
@@ -537,7 +398,7 @@ impl Client {
     /// Sends `req` until a node gives an answer other than a redirect,
     /// trying the connections in turn every [`RETRY_INTERVAL`] for `window`,
     /// waiting at most `per_node` for each answer.
-    async fn call_retrying(
+    pub(crate) async fn call_retrying(
         &self,
         req: Request,
         window: Duration,
@@ -548,7 +409,10 @@ impl Client {
         let mut redirect: Option<Arc<Slot>> = None;
         let mut no_verdict = NoVerdict::default();
         loop {
+            let redirected = redirect.is_some();
             if let Some(slot) = redirect.take().or_else(|| self.pool.pick_now()) {
+                let needs = crate::protocol::needs_12(&req);
+                let slot = self.slot_for_request(slot, needs, redirected)?;
                 let limit = end.saturating_duration_since(Instant::now()).min(per_node);
                 match slot.call(req.clone(), Some(limit)).await {
                     Ok(Response::Moved { addr, .. }) => {
@@ -578,7 +442,7 @@ impl Client {
 
     /// Handles `M`: the connection to resend to, or `None` after a short
     /// pause when no active node is known yet.
-    async fn follow(
+    pub(crate) async fn follow(
         &self,
         addr: Option<&str>,
         hops: &mut u32,

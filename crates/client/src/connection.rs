@@ -6,6 +6,7 @@
 //! probe goes unanswered.
 
 use std::collections::{HashMap, VecDeque};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 
 use baton_core::{Key, Token};
@@ -76,11 +77,14 @@ pub(crate) struct Serving<'a> {
     pub(crate) shutdown: &'a mut watch::Receiver<bool>,
     pub(crate) background: &'a Arc<Background>,
     pub(crate) liveness: Liveness,
+    /// Set from each `S` answer: whether the node speaks protocol 1.2.
+    pub(crate) speaks_12: &'a AtomicBool,
 }
 
 /// What the writer, the reader and the watchdog of one connection share.
 struct Ends<'a> {
     silence: &'a Mutex<Silence>,
+    speaks_12: &'a AtomicBool,
     /// Called once, when the first line comes from the node.
     on_alive: Mutex<Option<Box<dyn FnOnce() + Send + 'a>>>,
 }
@@ -126,6 +130,7 @@ where
         shutdown,
         background,
         liveness,
+        speaks_12,
     } = serving;
     let reader = FramedRead::new(read_half, ClientCodec::default());
     let writer = FramedWrite::new(write_half, ClientCodec::default());
@@ -140,6 +145,7 @@ where
     let silence = Mutex::new(Silence::new(Instant::now()));
     let ends = Ends {
         silence: &silence,
+        speaks_12,
         on_alive: Mutex::new(Some(Box::new(on_alive))),
     };
     // The node is usable once it answered this.
@@ -284,6 +290,12 @@ async fn read_answers<R: AsyncRead + Unpin>(
             if reply.op == Some(Op::Status) && crate::auth::is_auth_required(reply) {
                 return End::AuthRequired;
             }
+        }
+        if let Response::Status(report) = &response {
+            // Before the node counts as alive: a caller that finds the
+            // connection usable finds its protocol known.
+            ends.speaks_12
+                .store(crate::protocol::speaks_12(report), Ordering::Release);
         }
         pending.take_registrations(&mut registrations);
         let reply = pending.reply_for(&response);

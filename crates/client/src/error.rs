@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use baton_core::{Key, KeyError, Token};
+use baton_core::{Key, KeyError, Token, ValueError};
 
 /// Everything that can go wrong in a client call.
 ///
@@ -10,6 +10,7 @@ use baton_core::{Key, KeyError, Token};
 /// ([`Error::TimedOut`], [`Error::NoServer`], [`Error::NotServing`],
 /// [`Error::Unanswered`]), fix the request
 /// ([`Error::Rejected`], [`Error::InvalidKey`], [`Error::InvalidDuration`],
+/// [`Error::InvalidOption`], [`Error::InvalidValue`],
 /// [`Error::InvalidAddress`]),
 /// or stop touching the protected resource ([`Error::LeaseLost`],
 /// [`Error::NotHeld`]).
@@ -90,6 +91,27 @@ pub enum Error {
         what: &'static str,
         /// What is wrong with it.
         why: &'static str,
+    },
+    /// An acquire option the protocol cannot carry (permits out of range,
+    /// shared with permits); nothing was sent.
+    #[error("invalid acquire option: {why}")]
+    InvalidOption {
+        /// What is wrong with it.
+        why: String,
+    },
+    /// A holder value breaks the protocol's value rules (1 to 128 bytes,
+    /// no space or control byte, not `-`); nothing was sent.
+    #[error("invalid value: {0}")]
+    InvalidValue(#[from] ValueError),
+    /// The node speaks protocol 1.1 (its `S` answer says so), and the
+    /// request needs 1.2: a watch, a value, an acquire with permits,
+    /// shared or a value. Nothing was sent; no other usable node speaks 1.2.
+    #[error("{addr} speaks protocol 1.1: {what} needs protocol 1.2")]
+    Unsupported {
+        /// The node's address.
+        addr: String,
+        /// What needed 1.2.
+        what: &'static str,
     },
     /// The builder was given no server address.
     #[error("no server address given")]

@@ -5,7 +5,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
-use baton_core::{Key, Token};
+use baton_core::{HolderValue, Key, Token};
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
@@ -36,6 +36,8 @@ pub(crate) struct Held {
     /// later, so this errs on the safe side).
     lease: Mutex<(Duration, Instant)>,
     lost: watch::Sender<bool>,
+    /// The value the grant carries, as last set by this guard.
+    value: Mutex<Option<HolderValue>>,
     /// Set by whoever ends the guard's claim: its release, its drop, its
     /// `into_token`, or the client's close. Only that one acts on the grant.
     settled: AtomicBool,
@@ -139,12 +141,74 @@ impl Guard {
                 token,
                 lease: Mutex::new((lease, sent + lease)),
                 lost,
+                value: Mutex::new(None),
                 settled: AtomicBool::new(false),
             })
         });
         Guard {
             held,
             keep_alive: None,
+        }
+    }
+
+    /// Records the value the grant was acquired with.
+    pub(crate) fn with_value(self, value: Option<HolderValue>) -> Guard {
+        *self
+            .held
+            .value
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner) = value;
+        self
+    }
+
+    /// The value the grant carries: given to [`Acquire::value`](crate::Acquire::value),
+    /// or set since with [`Guard::set_value`].
+    pub fn value(&self) -> Option<HolderValue> {
+        self.held
+            .value
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+
+    /// Sets the value the grant carries (`V`, protocol 1.2): what
+    /// [`Client::inspect`] and watches report for this holder. Watchers of
+    /// the key see the change. [`Error::LeaseLost`] means the grant is gone.
+    ///
+    /// ```no_run
+    /// # async fn demo(client: baton_client::Client) -> baton_client::Result<()> {
+    /// # use std::time::Duration;
+    /// let guard = client.acquire("service/primary", Duration::ZERO, Duration::from_secs(30)).await?;
+    /// guard.set_value("10.0.0.7:8080").await?;
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub async fn set_value(&self, value: impl AsRef<[u8]>) -> Result<()> {
+        let value = HolderValue::new(value.as_ref())?;
+        self.put_value(Some(value)).await
+    }
+
+    /// Clears the value the grant carries (`V <key> <token> -`).
+    pub async fn clear_value(&self) -> Result<()> {
+        self.put_value(None).await
+    }
+
+    async fn put_value(&self, value: Option<HolderValue>) -> Result<()> {
+        let held = &self.held;
+        match held
+            .client
+            .put_value(&held.key, held.token, value.clone())
+            .await
+        {
+            Ok(()) => {
+                *held.value.lock().unwrap_or_else(PoisonError::into_inner) = value;
+                Ok(())
+            }
+            Err(Error::NotHeld { key, token }) => {
+                held.mark_lost();
+                Err(Error::LeaseLost { key, token })
+            }
+            Err(err) => Err(err),
         }
     }
 

@@ -83,29 +83,59 @@
 //!
 //! Tokens fence the resource: see [`Fence`] for the check the resource
 //! makes so that a holder whose lease lapsed cannot do harm.
+//!
+//! # Beyond the mutex (protocol 1.2)
+//!
+//! - Semaphores and shared locks: [`Acquire::permits`] and
+//!   [`Acquire::shared`] on the same [`Client::acquire`]; each grant is a
+//!   [`Guard`] with its own token.
+//! - Holder values: [`Acquire::value`], then [`Guard::set_value`];
+//!   [`Client::inspect`] reports every holder with its value
+//!   ([`KeyStateExt`] reads holders, permits and mode whether the node sent
+//!   the 1.2 detail or the key is plain).
+//! - Watches: [`Client::watch`], a [`Stream`](futures_util::Stream) of the
+//!   key's states, one per change of its holders or their values.
+//! - Leader election: [`Client::election`] ([`Election::campaign`],
+//!   [`Leadership::proclaim`], [`Election::leader`], [`Election::observe`],
+//!   [`Leadership::resign`]).
+//!
+//! A node whose `S` answer does not say `protocol=1.2` is not sent these
+//! requests ([`Error::Unsupported`]).
 
 #![warn(missing_docs)]
 
+mod acquire;
 mod acquire_attempt;
 mod auth;
 mod builder;
 mod client;
 mod connection;
 mod duration;
+mod election;
 mod error;
 mod fence;
 mod guard;
+mod key_state;
 mod lifecycle;
 mod liveness;
 mod pool;
+mod protocol;
 mod slot;
 mod tls;
+mod watch;
 
-pub use baton_core::{Key, KeyState, LiveGrant, Token};
+pub use acquire::Acquire;
+pub use baton_core::{
+    HolderState, HolderValue, Key, KeyDetail, KeyState, LiveGrant, LockMode, StateTag, Token,
+    ValueError,
+};
 pub use baton_proto::{Mode, Role, StatusReport};
 pub use builder::ClientBuilder;
 pub use client::{Client, NodeStatus};
+pub use election::{Election, Leader, Leadership, Observe};
 pub use error::{Error, Result};
 pub use fence::{Fence, FenceError};
 pub use guard::Guard;
+pub use key_state::KeyStateExt;
 pub use tls::TlsConfig;
+pub use watch::Watch;

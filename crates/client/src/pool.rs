@@ -116,6 +116,16 @@ impl Pool {
             .cloned()
     }
 
+    /// The next usable connection whose node speaks protocol 1.2, if any.
+    pub(crate) fn pick_now_speaking_12(&self) -> Option<Arc<Slot>> {
+        let slots = self.slots.read().unwrap_or_else(PoisonError::into_inner);
+        let start = self.next.fetch_add(1, Ordering::Relaxed);
+        (0..slots.len())
+            .map(|i| &slots[start.wrapping_add(i) % slots.len()])
+            .find(|slot| slot.is_usable() && slot.speaks_12())
+            .cloned()
+    }
+
     /// A usable connection to `addr`, if one is up.
     pub(crate) fn usable_to(&self, addr: &str) -> Option<Arc<Slot>> {
         self.slots()

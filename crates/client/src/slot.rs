@@ -50,6 +50,8 @@ pub(crate) struct SlotState {
     tls_failure: Mutex<Option<String>>,
     /// Asks a supervisor waiting to redial to dial at once.
     dial_now: Notify,
+    /// The node's last `S` answer said it speaks protocol 1.2.
+    speaks_12: AtomicBool,
 }
 
 impl SlotState {
@@ -99,6 +101,11 @@ impl Slot {
     /// Up, and its node answered since it was dialled.
     pub(crate) fn is_usable(&self) -> bool {
         self.state.usable.load(Ordering::Acquire)
+    }
+
+    /// Whether the node speaks protocol 1.2, as its last `S` answer said.
+    pub(crate) fn speaks_12(&self) -> bool {
+        self.state.speaks_12.load(Ordering::Acquire)
     }
 
     /// Dials now if the connection is down and waiting to redial, and its
@@ -305,6 +312,7 @@ async fn supervise(
                     shutdown: &mut shutdown,
                     background: &background,
                     liveness,
+                    speaks_12: &state.speaks_12,
                 };
                 let end = serve_connected(stream, &addr, &state, &changed, serving).await;
                 if end == End::ClientGone {
