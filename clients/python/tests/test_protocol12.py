@@ -341,6 +341,8 @@ def test_the_new_error_lines(fake_cluster):
         assert isinstance(baton.Unsupported("x"), baton.Rejected)
         lock = client.acquire("k", 1, 30)  # a plain acquire still works
         lock.release()
+        [reply] = client.status()
+        assert reply.status is not None and reply.status.protocol == "1.2"
 
 
 def test_unknown_op_goes_to_the_oldest_pending_newer_request(fake_cluster):

@@ -162,9 +162,9 @@ def parse_seconds(text: bytes) -> Optional[float]:
     return float(text.decode())
 
 
-#: The reason the client gives a 1.1 node's `E ? ? unknown op` once it
-#: has matched it to the 1.2 request (`V`, `W`) it answers.
-UNKNOWN_OP = "unknown op (the node speaks protocol 1.1)"
+#: A 1.1 node's answer to a 1.2 request (`V`, `W`): `E ? ? unknown op`,
+#: which the client matches to that request.
+UNKNOWN_OP = "unknown op"
 
 # Requests.
 

@@ -80,6 +80,9 @@ class Status:
     locks: int
     waiters: int
     fields: Dict[str, str] = field(default_factory=dict)
+    #: The protocol the node speaks: `"1.2"`, or `"1.1"` for a node that
+    #: does not say (it knows neither watches nor the acquire options).
+    protocol: str = "1.1"
 
     @staticmethod
     def from_fields(fields: Dict[str, str]) -> "Status":
@@ -100,6 +103,7 @@ class Status:
             locks=number("locks"),
             waiters=number("waiters"),
             fields=dict(fields),
+            protocol=fields.get("protocol", "1.1"),
         )
 
 

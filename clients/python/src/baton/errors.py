@@ -79,7 +79,7 @@ class Unsupported(Rejected):
 
     def __init__(self, reason: str, key: Optional[str] = None) -> None:
         Rejected.__init__(self, reason, key)
-        Error.__init__(self, f"the node does not support protocol 1.2 ({reason})")
+        Error.__init__(self, f"the node does not speak protocol 1.2: {reason}")
 
 
 class NotLeader(Error):

@@ -220,7 +220,7 @@ class Slot:
 
     def _deliver(self, response: proto.Response) -> None:
         self._quiet_since = time.monotonic()
-        if response.kind == "E" and response.op == "?" and response.reason == "unknown op":
+        if response.kind == "E" and response.op == "?" and response.reason == proto.UNKNOWN_OP:
             response = self._unknown_op(response)
         queue = self._pending.get(response.match_key)
         if not queue:
@@ -239,7 +239,7 @@ class Slot:
         """`E ? ? unknown op` names no request: a 1.1 node's answer to a 1.2
         op. A node answers it at once, in the order it reads requests, so it
         is for the oldest pending request of such an op (a 1.2 node never
-        answers them so). Rewritten as that request's `E`."""
+        answers them so): it is given that request's op and key."""
         heads = [
             (queue[0].sent, key)
             for key, queue in self._pending.items()
@@ -248,7 +248,7 @@ class Slot:
         if not heads:
             return response
         op, key = min(heads)[1]
-        return response._replace(op=op, key=key, reason=proto.UNKNOWN_OP)
+        return response._replace(op=op, key=key)
 
     def _fail_pending(self) -> None:
         pending: List[_Entry] = [e for q in self._pending.values() for e in q]
