@@ -11,7 +11,7 @@ import threading
 import pytest
 
 import baton
-from conftest import serving, status, wait_for
+from conftest import priority_pair, serving, status, wait_for
 
 
 def _in_thread(call):
@@ -153,11 +153,8 @@ def test_an_election(node):
 
 
 def test_priority_a_watch_and_a_leader_ride_a_fail_over(nodes):
-    cluster = nodes.cluster(2, "priority")
+    cluster, active, standby = priority_pair(nodes)
     addrs = [n.addr for n in cluster]
-    active = wait_for(lambda: serving(addrs), 20, "an active node")
-    standby = next(a for a in addrs if a != active)
-    wait_for(lambda: (status(standby) or {}).get("role") == "standby", 10, "a standby")
 
     async def main():
         # Given the standby only: every request is redirected to the active.
@@ -186,11 +183,8 @@ def test_priority_a_watch_and_a_leader_ride_a_fail_over(nodes):
 
 
 def test_priority_a_semaphore_and_shared_grants_through_a_standby(nodes):
-    cluster = nodes.cluster(2, "priority")
+    cluster, active, standby = priority_pair(nodes)
     addrs = [n.addr for n in cluster]
-    active = wait_for(lambda: serving(addrs), 20, "an active node")
-    standby = next(a for a in addrs if a != active)
-    wait_for(lambda: (status(standby) or {}).get("role") == "standby", 10, "a standby")
     with baton.Client([standby]) as client:
         permits = [client.acquire("p/sem", 1, 30, permits=3, value=f"w{i}") for i in range(3)]
         assert client.try_acquire("p/sem", 30, permits=3) is None

@@ -41,18 +41,22 @@ def _forbidden(byte: int) -> bool:
     return byte <= 0x20 or byte == 0x7F
 
 
+def _utf8(text: Union[str, bytes], what: str, errors: str) -> bytes:
+    """A str as UTF-8 (`errors` as for `str.encode`), bytes as they are."""
+    if isinstance(text, str):
+        try:
+            return text.encode("utf-8", errors)
+        except UnicodeEncodeError as err:
+            raise InvalidArgument(f"{what} is not valid UTF-8: {err}") from None
+    if isinstance(text, (bytes, bytearray, memoryview)):
+        return bytes(text)
+    raise InvalidArgument(f"{what} must be str or bytes, not {type(text).__name__}")
+
+
 def key_bytes(key: Key, what: str = "key") -> bytes:
     """The key as bytes, checked against the protocol's key rules: 1 to 250
     bytes, none a space, a control character or DEL."""
-    if isinstance(key, str):
-        try:
-            raw = key.encode("utf-8")
-        except UnicodeEncodeError as err:
-            raise InvalidArgument(f"{what} is not valid UTF-8: {err}") from None
-    elif isinstance(key, (bytes, bytearray, memoryview)):
-        raw = bytes(key)
-    else:
-        raise InvalidArgument(f"{what} must be str or bytes, not {type(key).__name__}")
+    raw = _utf8(key, what, "strict")
     if not raw:
         raise InvalidArgument(f"{what} is empty")
     if len(raw) > MAX_KEY_LEN:
@@ -107,15 +111,7 @@ def to_ms(value: Seconds, what: str, *, zero_ok: bool) -> int:
 def value_bytes(value: Value) -> bytes:
     """A holder's value as bytes, checked: 1 to 128 bytes, none a space, a
     control character or DEL, and not exactly `-` (which means "no value")."""
-    if isinstance(value, str):
-        try:
-            raw = value.encode("utf-8", "surrogateescape")
-        except UnicodeEncodeError as err:
-            raise InvalidArgument(f"value is not valid UTF-8: {err}") from None
-    elif isinstance(value, (bytes, bytearray, memoryview)):
-        raw = bytes(value)
-    else:
-        raise InvalidArgument(f"value must be str or bytes, not {type(value).__name__}")
+    raw = _utf8(value, "value", "surrogateescape")
     if not raw or len(raw) > MAX_VALUE_LEN:
         raise InvalidArgument(f"value must be 1 to {MAX_VALUE_LEN} bytes, not {len(raw)}")
     if any(_forbidden(b) for b in raw):
