@@ -2,7 +2,7 @@
 docs/protocol.md): semaphores, shared locks, holder values, `V`, the
 extended `Q`, `W` watches answered oldest first, `M` redirects from the
 nodes that do not serve, fail-over (the old active answers its pending
-watches `M W <key> <addr|->`), cuts, and a 1.1 mode. Every node runs on one
+watches `M W <key> <addr|->`), cuts, frozen nodes, and a 1.1 mode. Every node runs on one
 asyncio loop in a thread of its own (blocking clients can use it too) and
 shares one store of keys. Leases are reported, not expired. Every line a
 node receives is kept."""
@@ -60,7 +60,7 @@ class Conn:
     writer: asyncio.StreamWriter
 
     def send(self, line: str) -> None:
-        if not self.writer.is_closing():
+        if not self.writer.is_closing() and not self.node.frozen:
             self.writer.write(line.encode("utf-8", "surrogateescape") + b"\n")
 
 
@@ -84,6 +84,8 @@ class FakeNode:
         self.denied = "secret/"
         #: Watches past this many, on this node, are refused.
         self.max_watches = 1000
+        #: Reads requests and answers none, like a stopped process.
+        self.frozen = False
 
     def received(self, op: str) -> List[str]:
         return [line for line in list(self.lines) if line.split(" ")[0] == op]
@@ -114,6 +116,11 @@ class FakeCluster:
             self.nodes.append(holder[0])
         ready.set()
         self.loop.run_forever()
+        pending = asyncio.all_tasks(self.loop)
+        for task in pending:
+            task.cancel()
+        self.loop.run_until_complete(asyncio.gather(*pending, return_exceptions=True))
+        self.loop.close()
 
     def addrs(self) -> List[str]:
         return [node.addr for node in self.nodes]
@@ -221,7 +228,7 @@ class FakeCluster:
         permits = int(options.get("permits", "1"))
         shared = options.get("mode") == "shared"
         key = self._key(name)
-        if (key.grants or key.queue) and permits != key.permits:
+        if (key.grants or key.queue) and (permits != key.permits or (shared and key.permits > 1)):
             return f"E A {name} the key has {key.permits} permits"
         key.permits = permits
         waiter = Waiter(conn, shared, options.get("value"), lease)

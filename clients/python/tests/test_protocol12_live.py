@@ -44,6 +44,9 @@ def test_a_semaphore(node):
         with pytest.raises(baton.Rejected) as refused:
             client.acquire("sem", 1, 30, permits=3)
         assert refused.value.reason == "the key has 2 permits"
+        with pytest.raises(baton.Rejected) as refused:
+            client.acquire("sem", 1, 30, shared=True)
+        assert refused.value.reason == "the key has 2 permits"
         state = client.inspect("sem")
         assert (state.permits, state.mode, state.holder_count) == (2, "exclusive", 2)
         assert [(h.token, h.value) for h in state.holders] == [(first.token, None), (second.token, "b")]
