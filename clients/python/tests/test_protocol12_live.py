@@ -61,6 +61,17 @@ def test_a_semaphore(node):
         assert not client.inspect("sem").held
 
 
+def test_a_query_answer_lists_16_holders_with_long_values(node):
+    with baton.Client(node.addr) as client:
+        locks = [client.acquire("wide", 1, 30, permits=20, value=f"{i:03d}" + "v" * 125) for i in range(20)]
+        state = client.inspect("wide")
+        assert state.holder_count == 20 and len(state.holders) == 16 and state.token == locks[-1].token
+        assert [h.token for h in state.holders] == [lock.token for lock in locks[:16]]
+        assert state.holders[3].value == "003" + "v" * 125
+        for lock in locks:
+            lock.release()
+
+
 def test_shared_locks_and_no_barging(node):
     with baton.Client(node.addr) as client:
         readers = [client.acquire("rw", 1, 30, shared=True) for _ in range(2)]

@@ -331,10 +331,11 @@ class Client:
         grants but not with an exclusive one; `value` attaches a holder
         value (1 to 128 bytes, no space or control character) that
         `inspect` and `watch` report. A protocol 1.1 node refuses these
-        with `Unsupported`. If the
-        connection breaks meanwhile, the acquire is sent again on the next
-        usable connection with what is left of the wait; so is one whose
-        node stops answering (see `unresponsive_timeout`). `TimedOut` means
+        with `Unsupported`.
+
+        If the connection breaks meanwhile, the acquire is sent again on
+        the next usable connection with what is left of the wait; so is one
+        whose node stops answering (see `unresponsive_timeout`). `TimedOut` means
         the node answered that the wait ran out; `NoServer` (or its
         `Unanswered`) that no node served the request: none usable remains
         after as many attempts as there are connections, or the wait ran
