@@ -14,7 +14,7 @@ import pytest
 import baton
 from baton import _proto
 from fake12 import fake_cluster  # noqa: F401 (a fixture)
-from scripted import poll
+from scripted import fakes, poll  # noqa: F401 (fakes is a fixture)
 
 
 def test_acquire_options_on_the_wire(fake_cluster):
@@ -279,6 +279,19 @@ def test_a_watch_on_a_node_that_freezes_goes_elsewhere(fake_cluster):
             assert alive.received("W") == [f"W fr 30 {lock.token}"]
             fake.run(lambda: fake.keys["fr"].grants.clear() or fake._changed("fr", fake.keys["fr"]))
             assert not (await asyncio.wait_for(step, 5)).held
+
+    asyncio.run(main())
+
+
+def test_a_node_answering_unchanged_at_once_cannot_make_a_busy_loop(fakes):
+    node = fakes(script=lambda f: f"W {f[1]} token=- lease=- waiters=0 state=-" if f[0] == "W" else None)
+
+    async def main():
+        async with baton.aio.Client([node.addr]) as client:
+            step = asyncio.ensure_future(client.watch("busy", seen="-", wait=10).__anext__())
+            await asyncio.sleep(1)
+            step.cancel()
+            assert 2 <= len(node.received("W")) <= 10, len(node.received("W"))
 
     asyncio.run(main())
 

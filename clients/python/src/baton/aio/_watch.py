@@ -28,6 +28,9 @@ log = logging.getLogger("baton")
 #: long a step the program gave up stays on the node (the protocol cannot
 #: take a watch back) and how long a broken path may go unnoticed.
 DEFAULT_WATCH_WAIT = 30.0
+#: With `wait=0` (the node's maximum), an unchanged answer sooner than half
+#: this is early.
+EARLY_ANSWER = 2.0
 #: A step raises `NoServer` once no node has served it for this long
 #: (failovers and reconnects take less).
 WATCH_OUTAGE = 30.0
@@ -84,11 +87,17 @@ class Watch:
         self.close()
 
     async def _changed(self, seen: bytes) -> KeyState:
+        # An unchanged answer long before the wait ran out is not what a
+        # node does (except to answer older watches first): the next one
+        # waits a little, so a node that does it cannot make a busy loop.
+        early = (self._wait_ms / 1000 if self._wait_ms else EARLY_ANSWER) / 2
         while True:
+            sent = time.monotonic()
             state = await self._ask(seen)
             if state.tag.encode("ascii") != seen:
                 return state
-            # The wait ran out with no change: ask again.
+            if time.monotonic() - sent < early:
+                await asyncio.sleep(RETRY_INTERVAL)
 
     async def _ask(self, seen: bytes) -> KeyState:
         """One `W` answered by a node, across redirects and broken
