@@ -43,8 +43,10 @@ class Watch:
     change of the waiters alone does not count. States that come and go
     between two steps are not seen: each step reports the state at its
     answer. Endless: stop with `break`, `aclose()` or by cancelling the
-    task. Raises `NoServer` when no node served it for 30 s, `Rejected`
-    on the node's `E` (too many watches), `Unsupported` from a 1.1 node."""
+    task. A `W` step raises `NoServer` when no node served it for 30 s
+    (the first step, a `Q` when `seen` is not given, gives up as `inspect`
+    does), `Rejected` on the node's `E` (too many watches), `Unsupported`
+    from a 1.1 node."""
 
     def __init__(
         self, client: "Client", key: proto.Key, wait: proto.Seconds, seen: Optional[str]
