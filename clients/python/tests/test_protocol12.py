@@ -388,6 +388,26 @@ def test_the_new_error_lines(fake_cluster):
         assert reply.status is not None and reply.status.protocol == "1.2"
 
 
+@pytest.mark.parametrize(
+    "answer, call, error",
+    [
+        ("E A k too many locks", lambda c: c.acquire("k", 1, 30, permits=2), baton.Rejected),
+        ("E A k unknown option x", lambda c: c.acquire("k", 1, 30, value="v"), baton.Rejected),
+        ("E A k too many fields", lambda c: c.acquire("k", 1, 30), baton.Rejected),
+        ("E A k too many fields", lambda c: c.acquire("k", 1, 30, shared=True), baton.Unsupported),
+        ("E V k value has a forbidden byte 0x01", lambda c: c.set_value("k", 5, "v"), baton.Rejected),
+        ("E W k seen must be - or a state tag from a Q or W answer",
+         lambda c: next(c.watch("k", seen="-")), baton.Rejected),
+    ],
+)
+def test_the_nodes_other_refusals_are_rejected(fakes, answer, call, error):
+    node = fakes(script=lambda f: answer if f[0] in ("A", "V", "W") else None)
+    with baton.Client(node.addr) as client:
+        with pytest.raises(error) as refused:
+            call(client)
+        assert type(refused.value) is error and refused.value.reason == answer.split(" ", 3)[3]
+
+
 def test_unknown_op_goes_to_the_oldest_pending_newer_request(fake_cluster):
     node = fake_cluster(1).nodes[0]
     node.old = True
