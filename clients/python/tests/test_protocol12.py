@@ -45,6 +45,20 @@ def test_acquire_options_on_the_wire(fake_cluster):
             assert second.shared and client.inspect("doc").holder_count == 2
 
 
+def test_each_permit_and_shared_grant_is_renewed_and_released_on_its_own(fake_cluster):
+    node = fake_cluster(1).nodes[0]
+    with baton.Client(node.addr) as client:
+        with client.lock("ka", 1, 0.3, permits=2) as a, client.lock("ka", 1, 0.3, permits=2) as b:
+            with client.lock("kr", 1, 0.3, shared=True) as r:
+                poll(
+                    lambda: all(any(line.split(" ")[2] == str(lock.token) for line in node.received("K"))
+                                for lock in (a, b, r)),
+                    5, "a renewal of each grant",
+                )
+        released = node.received("R")
+        assert sorted(released) == sorted(f"R {lock.key} {lock.token}" for lock in (a, b, r))
+
+
 def test_bad_options_and_values_raise_and_send_nothing(fake_cluster):
     node = fake_cluster(1).nodes[0]
     with baton.Client(node.addr) as client:
