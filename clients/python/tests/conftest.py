@@ -13,7 +13,7 @@ import tempfile
 import threading
 import time
 from pathlib import Path
-from typing import Callable, List, Optional
+from typing import Callable, List, Optional, Tuple
 
 import pytest
 
@@ -171,6 +171,17 @@ def serving(addrs: List[str]) -> Optional[str]:
         if st and st.get("role") in ("active", "leader", "single"):
             return addr
     return None
+
+
+def priority_pair(nodes: Nodes) -> Tuple[List[Batond], str, str]:
+    """A priority cluster of two, once it has an active node and a standby:
+    the nodes, the active's address and the standby's."""
+    cluster = nodes.cluster(2, "priority")
+    addrs = [n.addr for n in cluster]
+    active = str(wait_for(lambda: serving(addrs), 20, "an active node"))
+    standby = next(a for a in addrs if a != active)
+    wait_for(lambda: (status(standby) or {}).get("role") == "standby", 10, "a standby")
+    return cluster, active, standby
 
 
 class FaultProxy:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 import baton
-from conftest import serving, status, wait_for
+from conftest import priority_pair, serving, status, wait_for
 
 
 @pytest.mark.parametrize("mode", ["priority", "raft"])
@@ -35,11 +35,7 @@ def test_node_killed_under_a_held_lock(nodes, mode):
 
 
 def test_redirect_from_a_standby_is_followed(nodes):
-    cluster = nodes.cluster(2, "priority")
-    addrs = [n.addr for n in cluster]
-    active = wait_for(lambda: serving(addrs), 20, "an active node")
-    standby = next(a for a in addrs if a != active)
-    wait_for(lambda: (status(standby) or {}).get("role") == "standby", 10, "a standby")
+    _, active, standby = priority_pair(nodes)
     with baton.Client([standby]) as client:
         lock = client.acquire("r/1", 5, 30)
         assert client.inspect("r/1").token == lock.token

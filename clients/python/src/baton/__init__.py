@@ -9,6 +9,10 @@ with client.lock("orders/42", wait=5, lease=30) as lock:   # keep-alive on
 client.close()
 ```
 
+Protocol 1.2 adds semaphores (`permits=`), shared locks (`shared=True`),
+holder values (`value=`, `Lock.set_value`), watches (`client.watch(key)`,
+an iterator of `KeyState`) and elections (`client.election(name)`).
+
 `baton.aio.Client` is the same for asyncio. Both keep one persistent
 connection per address (two for a single address), pipeline requests
 round-robin over the usable ones, redial broken connections every 3 s in
@@ -23,7 +27,8 @@ import logging
 
 from . import aio, fence
 from ._sync import Client, Lock, LockContext
-from ._types import KeyState, NodeStatus, Status
+from ._sync_watch import Election, Steps, Watch
+from ._types import Holder, KeyState, Leader, Mode, NodeStatus, Status
 from .errors import (
     AuthenticationFailed,
     AuthenticationNotEnabled,
@@ -35,12 +40,14 @@ from .errors import (
     LeaseLost,
     NoServer,
     NotHeld,
+    NotLeader,
     PermissionDenied,
     Rejected,
     TimedOut,
     TlsError,
     Unanswered,
     UnexpectedAnswer,
+    Unsupported,
     WrongEventLoop,
 )
 
@@ -55,23 +62,31 @@ __all__ = [
     "AuthenticationRequired",
     "Client",
     "Closed",
+    "Election",
     "Error",
     "ForkedClient",
+    "Holder",
     "InvalidArgument",
     "KeyState",
+    "Leader",
     "LeaseLost",
     "Lock",
     "LockContext",
+    "Mode",
     "NoServer",
     "NodeStatus",
     "NotHeld",
+    "NotLeader",
     "PermissionDenied",
     "Rejected",
     "Status",
+    "Steps",
     "TimedOut",
     "TlsError",
     "Unanswered",
     "UnexpectedAnswer",
+    "Unsupported",
+    "Watch",
     "WrongEventLoop",
     "aio",
     "fence",

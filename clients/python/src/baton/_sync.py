@@ -14,9 +14,12 @@ from typing import Any, Callable, Coroutine, List, Optional, TypeVar
 from . import _fork
 from . import _proto as proto
 from . import errors
+from ._sync_watch import Election, Watch
 from ._types import KeyState, NodeStatus
 from .aio import _client as aio_client
+from .aio import _election as aio_election
 from .aio import _lock as aio_lock
+from .aio import _watch as aio_watch
 
 log = logging.getLogger("baton")
 
@@ -109,6 +112,10 @@ class Client:
             raise
 
     def _run(self, coro: Coroutine[Any, Any, T]) -> T:
+        return self._wait(self._submit(coro))
+
+    def _submit(self, coro: Coroutine[Any, Any, T]) -> "concurrent.futures.Future[T]":
+        """Starts `coro` on the client's loop."""
         if self._generation != _fork.generation():
             coro.close()
             raise errors.ForkedClient()
@@ -118,7 +125,11 @@ class Client:
         if self._loop.is_closed() or not self._thread.is_alive():
             coro.close()
             raise errors.Closed()
-        future = asyncio.run_coroutine_threadsafe(coro, self._loop)
+        return asyncio.run_coroutine_threadsafe(coro, self._loop)
+
+    @staticmethod
+    def _wait(future: "concurrent.futures.Future[T]") -> T:
+        """The outcome of a call started by `_submit`."""
         try:
             return future.result()
         except concurrent.futures.CancelledError:
@@ -141,14 +152,21 @@ class Client:
         wait: proto.Seconds,
         lease: proto.Seconds,
         *,
+        permits: int = 1,
+        shared: bool = False,
+        value: Optional[proto.Value] = None,
         keep_alive: bool = False,
         on_lost: Optional[SyncOnLost] = None,
     ) -> "Lock":
         """Waits up to `wait` seconds for the lock on `key` and holds it for
-        `lease` seconds (`wait=0`: as long as the node allows). Raises
-        `TimedOut` when the node answers that the wait ran out, `NoServer`
-        when no node served it. See `baton.aio.Client.acquire`."""
-        inner = self._run(self._aio.acquire(key, wait, lease))
+        `lease` seconds (`wait=0`: as long as the node allows). `permits=n`:
+        one of n permits of a semaphore; `shared=True`: a shared (reader's)
+        grant; `value`: the holder's value. Raises `TimedOut` when the node
+        answers that the wait ran out, `NoServer` when no node served it.
+        See `baton.aio.Client.acquire`."""
+        inner = self._run(
+            self._aio.acquire(key, wait, lease, permits=permits, shared=shared, value=value)
+        )
         return self._wrap(inner, keep_alive, on_lost)
 
     def _wrap(self, inner: aio_lock.Lock, keep_alive: bool, on_lost: Optional[SyncOnLost]) -> "Lock":
@@ -163,11 +181,17 @@ class Client:
         key: proto.Key,
         lease: proto.Seconds,
         *,
+        permits: int = 1,
+        shared: bool = False,
+        value: Optional[proto.Value] = None,
         keep_alive: bool = False,
         on_lost: Optional[SyncOnLost] = None,
     ) -> Optional["Lock"]:
-        """Takes the lock only if it is free now; None if it is held."""
-        inner = self._run(self._aio.try_acquire(key, lease))
+        """Takes the lock (a permit, a shared grant) only if it is free now;
+        None if it is held."""
+        inner = self._run(
+            self._aio.try_acquire(key, lease, permits=permits, shared=shared, value=value)
+        )
         return None if inner is None else self._wrap(inner, keep_alive, on_lost)
 
     def lock(
@@ -176,15 +200,20 @@ class Client:
         wait: proto.Seconds,
         lease: proto.Seconds,
         *,
+        permits: int = 1,
+        shared: bool = False,
+        value: Optional[proto.Value] = None,
         on_lost: Optional[SyncOnLost] = None,
     ) -> "LockContext":
         """`with client.lock(key, wait=5, lease=30) as lock:` acquires with
         keep-alive on and releases on exit (raising `LeaseLost` on exit if
-        the lease was lost meanwhile and the body raised nothing)."""
+        the lease was lost meanwhile and the body raised nothing).
+        `permits`, `shared` and `value` are as for `acquire`."""
         proto.key_bytes(key)
         proto.to_ms(wait, "wait", zero_ok=True)
         proto.to_ms(lease, "lease", zero_ok=False)
-        return LockContext(self, key, wait, lease, on_lost)
+        options = proto.acquire_options(permits, shared, value)
+        return LockContext(self, key, wait, lease, options, on_lost)
 
     def release(self, key: proto.Key, token: int) -> None:
         """Releases the grant of `key` with `token` (retried for 5 s)."""
@@ -194,9 +223,32 @@ class Client:
         """Extends the grant of `key` with `token` to end `lease` from now."""
         self._run(self._aio.renew(key, token, lease))
 
+    def set_value(self, key: proto.Key, token: int, value: Optional[proto.Value]) -> None:
+        """Sets the value of the grant of `key` with `token` (None clears
+        it); `LeaseLost` when no live grant has that token."""
+        self._run(self._aio.set_value(key, token, value))
+
     def inspect(self, key: proto.Key) -> KeyState:
-        """The key's live grant and waiters (`Q`)."""
+        """The key's holders (tokens, leases, values), permits, mode,
+        waiters and state tag (`Q`)."""
         return self._run(self._aio.inspect(key))
+
+    def watch(
+        self,
+        key: proto.Key,
+        *,
+        wait: proto.Seconds = aio_watch.DEFAULT_WATCH_WAIT,
+        seen: Optional[str] = None,
+    ) -> "Watch":
+        """`for state in client.watch(key):` the key's state now, then each
+        time its holders or their values change; see `baton.aio.Watch`."""
+        return Watch(self, self._aio.watch(key, wait=wait, seen=seen))
+
+    def election(
+        self, name: proto.Key, lease: proto.Seconds = aio_election.DEFAULT_ELECTION_LEASE
+    ) -> "Election":
+        """An `Election` on the key `name`; see `baton.aio.Election`."""
+        return Election(self, self._aio.election(name, lease))
 
     def status(self) -> List[NodeStatus]:
         """Every registered address's `S` status (or why it could not be asked)."""
@@ -280,6 +332,26 @@ class Lock:
     def released(self) -> bool:
         return self._inner.released
 
+    @property
+    def permits(self) -> int:
+        """The semaphore's permits this grant is one of (1: a lock)."""
+        return self._inner.permits
+
+    @property
+    def shared(self) -> bool:
+        """Whether this is a shared (reader's) grant."""
+        return self._inner.shared
+
+    @property
+    def value(self) -> Optional[str]:
+        """The value this grant carries, as last set by this client."""
+        return self._inner.value
+
+    def set_value(self, value: Optional[proto.Value]) -> None:
+        """Sets the value attached to this grant (None clears it);
+        `LeaseLost` (and `lost` set) when the grant is gone."""
+        self._client._run(self._inner.set_value(value))
+
     def renew(self, lease: Optional[proto.Seconds] = None) -> None:
         """Extends the grant to end `lease` seconds from now (default: the
         current lease). `LeaseLost` means the grant is gone."""
@@ -314,16 +386,22 @@ class LockContext:
         key: proto.Key,
         wait: proto.Seconds,
         lease: proto.Seconds,
+        options: proto.AcquireOptions,
         on_lost: Optional[SyncOnLost],
     ) -> None:
         self._client = client
         self._args = (key, wait, lease)
+        self._options = options
         self._on_lost = on_lost
         self._lock: Optional[Lock] = None
 
     def __enter__(self) -> Lock:
         key, wait, lease = self._args
-        self._lock = self._client.acquire(key, wait, lease, keep_alive=True, on_lost=self._on_lost)
+        permits, shared, value = self._options
+        self._lock = self._client.acquire(
+            key, wait, lease, permits=permits, shared=shared, value=value, keep_alive=True,
+            on_lost=self._on_lost,
+        )
         return self._lock
 
     def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:

@@ -72,6 +72,25 @@ class Rejected(Error):
         self.key = key
 
 
+class Unsupported(Rejected):
+    """The node speaks protocol 1.1: it does not know this request (`V`,
+    `W`) or these acquire options (permits, shared, value). Nothing
+    changed on the node; upgrade it to use them."""
+
+    def __init__(self, reason: str, key: Optional[str] = None) -> None:
+        Rejected.__init__(self, reason, key)
+        Error.__init__(self, f"the node does not speak protocol 1.2: {reason}")
+
+
+class NotLeader(Error):
+    """`proclaim` on an election this client does not lead (it did not
+    campaign, resigned, or lost its lease)."""
+
+    def __init__(self, name: str) -> None:
+        super().__init__(f"not the leader of {name}")
+        self.name = name
+
+
 class AuthenticationFailed(Error):
     """The node refused the credentials (`E U <user> authentication failed`)."""
 
@@ -161,6 +180,8 @@ for _cls in (
     NotHeld,
     LeaseLost,
     Rejected,
+    Unsupported,
+    NotLeader,
     AuthenticationFailed,
     AuthenticationNotEnabled,
     AuthenticationRequired,

@@ -16,33 +16,20 @@ from .. import _proto as proto
 from .. import errors
 from .._types import KeyState, NodeStatus, Status
 from . import _lifetime
+from ._election import DEFAULT_ELECTION_LEASE, Election
 from ._lock import Lock, LockContext, OnLost
 from ._pool import Pool
+from ._retry import FREE_HOPS, call_retrying, follow, rejected
 from ._slot import UNRESPONSIVE_TIMEOUT, Broken, Shared, Slot, Unanswered
+from ._watch import DEFAULT_WATCH_WAIT, Watch
 
 log = logging.getLogger("baton")
 
-#: Pause before asking again when a node answers `M ... -` (no active node yet).
-NO_ACTIVE_PAUSE = 0.1
-#: Release is retried for this long ...
+#: Release is retried for this long (every `RETRY_INTERVAL`, across connections).
 RELEASE_WINDOW = 5.0
-#: ... at this interval, across connections.
-RETRY_INTERVAL = 0.2
-#: Consecutive redirects after which the client pauses between hops.
-FREE_HOPS = 4
 
 Servers = Union[str, Sequence[str]]
 Tls = Union[None, bool, ssl.SSLContext]
-
-
-def rejected(response: proto.Response) -> errors.Error:
-    """The error for an `E` answer."""
-    key = proto.key_text(response.key)
-    if response.reason == "permission denied":
-        return errors.PermissionDenied(key)
-    if response.reason == "authentication required":
-        return errors.AuthenticationRequired()
-    return errors.Rejected(response.reason, key)
 
 
 def _servers(servers: Servers) -> List[str]:
@@ -71,9 +58,12 @@ def _timeout(value: Any, what: str) -> float:
 class _Attempt:
     """One acquire's progress across its attempts."""
 
-    def __init__(self, key: bytes, wait_ms: int, lease_ms: int) -> None:
+    def __init__(
+        self, key: bytes, wait_ms: int, lease_ms: int, options: proto.AcquireOptions
+    ) -> None:
         self.key = key
         self.lease_ms = lease_ms
+        self.options = options
         self.deadline = time.monotonic() + wait_ms / 1000 if wait_ms > 0 else None
         self.failures = 0
         self.hops = 0
@@ -231,7 +221,7 @@ class Client:
         if pool is None:
             self._closed = True
             return
-        pool.give_up_acquires()
+        pool.give_up_waits()
         live = list(self._live.values())
         self._live.clear()
         for lock in live:
@@ -326,15 +316,27 @@ class Client:
         wait: proto.Seconds,
         lease: proto.Seconds,
         *,
+        permits: int = 1,
+        shared: bool = False,
+        value: Optional[proto.Value] = None,
         keep_alive: bool = False,
         on_lost: Optional[OnLost] = None,
     ) -> Lock:
         """Waits up to `wait` seconds for the lock on `key` and holds it for
         `lease` seconds. `wait=0` waits as long as the node allows (its
-        maximum wait). Both are rounded up to the millisecond. If the
-        connection breaks meanwhile, the acquire is sent again on the next
-        usable connection with what is left of the wait; so is one whose
-        node stops answering (see `unresponsive_timeout`). `TimedOut` means
+        maximum wait). Both are rounded up to the millisecond.
+
+        `permits=n` takes one of n permits of a semaphore (every acquirer
+        of the key names the same n; `Rejected` otherwise); `shared=True`
+        takes a shared (reader's) grant, which coexists with other shared
+        grants but not with an exclusive one; `value` attaches a holder
+        value (1 to 128 bytes, no space or control character) that
+        `inspect` and `watch` report. A protocol 1.1 node refuses these
+        with `Unsupported`.
+
+        If the connection breaks meanwhile, the acquire is sent again on
+        the next usable connection with what is left of the wait; so is one
+        whose node stops answering (see `unresponsive_timeout`). `TimedOut` means
         the node answered that the wait ran out; `NoServer` (or its
         `Unanswered`) that no node served the request: none usable remains
         after as many attempts as there are connections, or the wait ran
@@ -342,8 +344,9 @@ class Client:
         raw = proto.key_bytes(key)
         wait_ms = proto.to_ms(wait, "wait", zero_ok=True)
         lease_ms = proto.to_ms(lease, "lease", zero_ok=False)
+        options = proto.acquire_options(permits, shared, value)
         pool = await self._started()
-        attempt = _Attempt(raw, wait_ms, lease_ms)
+        attempt = _Attempt(raw, wait_ms, lease_ms, options)
         while True:
             slot = await self._next_slot(pool, attempt)
             if slot is None:
@@ -379,7 +382,7 @@ class Client:
     async def _attempt(
         self, pool: Pool, slot: Slot, attempt: _Attempt, wait_ms: int, sent: float, key: proto.Key
     ) -> Optional[Lock]:
-        line = proto.acquire_line(attempt.key, wait_ms, attempt.lease_ms)
+        line = proto.acquire_line(attempt.key, wait_ms, attempt.lease_ms, attempt.options)
         # The node answers T when the wait runs out; the extra time covers
         # the trip. (A frozen node is noticed sooner, by the connection's
         # probe.)
@@ -396,7 +399,7 @@ class Client:
                 raise pool.no_server() from None
             return None
         if answer.kind == "A" and answer.token is not None:
-            lock = Lock(self, attempt.key, key, answer.token, attempt.lease_ms, sent)
+            lock = Lock(self, attempt.key, key, answer.token, attempt.lease_ms, sent, attempt.options)
             if self._closing:
                 self._orphan(attempt.key, answer.token)
                 raise errors.Closed()
@@ -405,11 +408,11 @@ class Client:
         if answer.kind == "T":
             raise errors.TimedOut(proto.key_text(attempt.key))
         if answer.kind == "M":
-            attempt.redirect = await self._follow(pool, answer.addr, attempt, attempt.deadline)
+            attempt.redirect = await follow(pool, answer.addr, attempt, attempt.deadline)
             attempt.forwarded = attempt.redirect is not None and attempt.hops <= FREE_HOPS
             return None
         if answer.kind == "E":
-            raise rejected(answer)
+            raise rejected(answer, options=attempt.options != proto.AcquireOptions())
         raise errors.UnexpectedAnswer(f"unexpected answer to A: {answer.kind}")
 
     async def try_acquire(
@@ -417,14 +420,20 @@ class Client:
         key: proto.Key,
         lease: proto.Seconds,
         *,
+        permits: int = 1,
+        shared: bool = False,
+        value: Optional[proto.Value] = None,
         keep_alive: bool = False,
         on_lost: Optional[OnLost] = None,
     ) -> Optional[Lock]:
-        """Takes the lock only if it is free now (the shortest wait the
-        protocol carries, 1 ms); None if the node says it is held.
-        `NoServer` when no node could say."""
+        """Takes the lock (a permit, a shared grant) only if it is free now
+        (the shortest wait the protocol carries, 1 ms); None if the node
+        says it is held. `NoServer` when no node could say."""
         try:
-            return await self.acquire(key, 0.001, lease, keep_alive=keep_alive, on_lost=on_lost)
+            return await self.acquire(
+                key, 0.001, lease, permits=permits, shared=shared, value=value,
+                keep_alive=keep_alive, on_lost=on_lost,
+            )
         except errors.TimedOut:
             return None
 
@@ -434,14 +443,24 @@ class Client:
         wait: proto.Seconds,
         lease: proto.Seconds,
         *,
+        permits: int = 1,
+        shared: bool = False,
+        value: Optional[proto.Value] = None,
         on_lost: Optional[OnLost] = None,
     ) -> LockContext:
         """`async with client.lock(key, wait=5, lease=30) as lock:` acquires
-        with keep-alive on, and releases on exit."""
+        with keep-alive on, and releases on exit. `permits`, `shared` and
+        `value` are as for `acquire`."""
         proto.key_bytes(key)
         proto.to_ms(wait, "wait", zero_ok=True)
         proto.to_ms(lease, "lease", zero_ok=False)
-        return LockContext(self.acquire(key, wait, lease, keep_alive=True, on_lost=on_lost))
+        proto.acquire_options(permits, shared, value)
+        return LockContext(
+            self.acquire(
+                key, wait, lease, permits=permits, shared=shared, value=value, keep_alive=True,
+                on_lost=on_lost,
+            )
+        )
 
     # Release, renew, inspect, status.
 
@@ -455,7 +474,8 @@ class Client:
         self._check_context()
         if self._closed or self._pool is None:
             raise errors.Closed()
-        answer = await self._call_retrying(self._pool, proto.release_line(key, token), ("R", key), window)
+        line = proto.release_line(key, token)
+        answer = await call_retrying(self._pool, line, ("R", key), window, self.request_timeout)
         if answer.kind == "R":
             return
         if answer.kind == "N":
@@ -472,22 +492,60 @@ class Client:
 
     async def _renew_raw(self, key: bytes, token: int, lease_ms: int, window: float) -> None:
         pool = await self._started()
-        answer = await self._call_retrying(pool, proto.renew_line(key, token, lease_ms), ("K", key), window)
+        line = proto.renew_line(key, token, lease_ms)
+        answer = await call_retrying(pool, line, ("K", key), window, self.request_timeout)
         if answer.kind == "K":
             return
         if answer.kind == "N":
             raise errors.LeaseLost(proto.key_text(key), token)
         raise errors.UnexpectedAnswer(f"unexpected answer to K: {answer.kind}")
 
+    async def set_value(self, key: proto.Key, token: int, value: Optional[proto.Value]) -> None:
+        """`V`: sets the value of the grant of `key` with `token` (None
+        clears it). `LeaseLost` means no live grant has that token."""
+        raw_value = None if value is None else proto.value_bytes(value)
+        await self._set_value_raw(proto.key_bytes(key), proto.check_token(token), raw_value)
+
+    async def _set_value_raw(self, key: bytes, token: int, value: Optional[bytes]) -> None:
+        pool = await self._started()
+        line = proto.set_value_line(key, token, value)
+        answer = await self._call(pool, line, ("V", key))
+        if answer.kind == "V":
+            return
+        if answer.kind == "N":
+            raise errors.LeaseLost(proto.key_text(key), token)
+        raise errors.UnexpectedAnswer(f"unexpected answer to V: {answer.kind}")
+
     async def inspect(self, key: proto.Key) -> KeyState:
-        """`Q <key>`: the key's live grant and waiters as the serving node
-        sees them (in a Raft cluster, a linearizable read)."""
+        """`Q <key>`: the key's holders (tokens, leases, values), permits,
+        mode, waiters and state tag as the serving node sees them (in a
+        Raft cluster, a linearizable read)."""
         raw = proto.key_bytes(key)
         pool = await self._started()
-        answer = await self._call_retrying(pool, proto.query_line(raw), ("Q", raw), self.request_timeout)
-        if answer.kind != "Q":
+        answer = await self._call(pool, proto.query_line(raw), ("Q", raw))
+        if answer.kind != "Q" or answer.state is None:
             raise errors.UnexpectedAnswer(f"unexpected answer to Q: {answer.kind}")
-        return KeyState(proto.key_text(raw), answer.token, answer.lease_left, answer.waiters)
+        return answer.state
+
+    def watch(
+        self, key: proto.Key, *, wait: proto.Seconds = DEFAULT_WATCH_WAIT, seen: Optional[str] = None
+    ) -> Watch:
+        """`async for state in client.watch(key):` the key's state now, then
+        each time its holders or their values change (see `Watch`).
+        `seen`: a `KeyState.tag` already seen; the first state is then the
+        first one that differs from it. `wait`: how long each `W` request
+        waits on the node before it is sent again (`0`: the node's maximum)."""
+        return Watch(self, key, wait, seen)
+
+    def election(self, name: proto.Key, lease: proto.Seconds = DEFAULT_ELECTION_LEASE) -> Election:
+        """An `Election` on the key `name`: campaign, proclaim, leader,
+        observe, resign. `lease`: the leader's lease, renewed in the
+        background while it leads."""
+        return Election(self, name, lease)
+
+    async def _call(self, pool: Pool, line: bytes, key: proto.MatchKey) -> proto.Response:
+        """A request retried across connections for the request timeout."""
+        return await call_retrying(pool, line, key, self.request_timeout, self.request_timeout)
 
     async def status(self) -> List[NodeStatus]:
         """Asks every registered address for its `S` status, concurrently."""
@@ -510,69 +568,5 @@ class Client:
             return NodeStatus(addr, None, rejected(answer))
         return NodeStatus(addr, None, errors.UnexpectedAnswer(f"unexpected answer to S: {answer.kind}"))
 
-    # Retries and redirects.
-
-    async def _call_retrying(
-        self, pool: Pool, line: bytes, key: proto.MatchKey, window: float
-    ) -> proto.Response:
-        """Sends `line` until a node gives an answer other than a redirect,
-        trying the connections in turn every 200 ms for `window` seconds."""
-        end = time.monotonic() + window
-        hops = [0]
-        redirect: Optional[Slot] = None
-        unanswered: Optional[float] = None
-        while True:
-            slot = redirect or pool.pick_now()
-            redirect = None
-            if slot is not None:
-                limit = max(0.001, min(end - time.monotonic(), self.request_timeout))
-                try:
-                    answer = await pool.call(slot, line, key, limit)
-                except Unanswered:
-                    unanswered = limit
-                except Broken:
-                    log.debug("connection to %s broke; retrying elsewhere", slot.addr)
-                else:
-                    if answer.kind == "E":
-                        raise rejected(answer)
-                    if answer.kind != "M":
-                        return answer
-                    redirect = await self._follow(pool, answer.addr, hops, end)
-                    if redirect is not None:
-                        continue
-            if time.monotonic() + RETRY_INTERVAL > end or pool.tls_failure() is not None:
-                if unanswered is not None:
-                    raise errors.Unanswered(unanswered)
-                raise pool.no_server()
-            await asyncio.sleep(RETRY_INTERVAL)
-
-    async def _follow(
-        self, pool: Pool, addr: Optional[str], hops: Any, until: Optional[float]
-    ) -> Optional[Slot]:
-        """Handles `M`: the connection to resend to, or None after a short
-        pause when no active node is known yet. `hops` is an `_Attempt` or a
-        one-element list counting the redirects followed."""
-        count = _bump(hops)
-        pause = NO_ACTIVE_PAUSE
-        if until is not None:
-            pause = max(0.0, min(pause, until - time.monotonic()))
-        slot = pool.slot_for(addr) if addr is not None else None
-        # Bounded by the connect timeout, not `until`: the node named has
-        # not been asked yet.
-        if slot is not None and not await pool.reach(slot):
-            slot = None
-        if slot is None or count > FREE_HOPS:
-            await asyncio.sleep(pause)
-        return slot
-
-
-def _bump(hops: Any) -> int:
-    if isinstance(hops, list):
-        hops[0] += 1
-        return int(hops[0])
-    hops.hops += 1
-    return int(hops.hops)
-
-
-__all__ = ["UNRESPONSIVE_TIMEOUT", "Client", "Lock", "LockContext", "rejected"]
+__all__ = ["UNRESPONSIVE_TIMEOUT", "Client", "Lock", "LockContext"]
 

@@ -1,4 +1,5 @@
-"""A held lock: its token, renewal, optional keep-alive, the `lost` event."""
+"""A held lock (a grant: exclusive, shared, or one permit of a semaphore):
+its token, value, renewal, optional keep-alive, the `lost` event."""
 
 from __future__ import annotations
 
@@ -38,7 +39,14 @@ class Lock:
     before the lease ran out (it is set before the lease ends on the node)."""
 
     def __init__(
-        self, client: "Client", raw: bytes, key: proto.Key, token: int, lease_ms: int, sent: float
+        self,
+        client: "Client",
+        raw: bytes,
+        key: proto.Key,
+        token: int,
+        lease_ms: int,
+        sent: float,
+        options: proto.AcquireOptions = proto.AcquireOptions(),
     ) -> None:
         self._client = client
         self._key = raw
@@ -46,6 +54,11 @@ class Lock:
         self.key: proto.Key = key
         #: The fencing token of this grant.
         self.token: int = token
+        #: The semaphore's permits this grant is one of (1: a lock).
+        self.permits: int = options.permits
+        #: Whether this is a shared (reader's) grant.
+        self.shared: bool = options.shared
+        self._value = options.value
         self._lease_ms = lease_ms
         #: Latest moment (time.monotonic()) the grant is known to last until,
         #: counted from when the acquire or renew was sent (errs on the safe side).
@@ -71,6 +84,24 @@ class Lock:
         return self.lost.is_set()
 
     @property
+    def value(self) -> Optional[str]:
+        """The value this grant carries, as last set by this client."""
+        return None if self._value is None else proto.value_text(self._value)
+
+    async def set_value(self, value: Optional[proto.Value]) -> None:
+        """Sets the value attached to this grant (None clears it), as
+        `inspect` and `watch` report it. `LeaseLost` (and `lost` set) when
+        the grant is gone."""
+        raw = None if value is None else proto.value_bytes(value)
+        self._refuse_if_settled()
+        try:
+            await self._client._set_value_raw(self._key, self.token, raw)
+        except errors.LeaseLost:
+            self._mark_lost()
+            raise
+        self._value = raw
+
+    @property
     def released(self) -> bool:
         """Whether this lock was released (or given up to `close`)."""
         return self._settled
@@ -89,6 +120,12 @@ class Lock:
             except Exception:  # a callback's failure must not stop the client
                 log.exception("on_lost callback of %r failed", self.key)
 
+    def _refuse_if_settled(self) -> None:
+        if self._settled:
+            raise errors.Closed() if self._client._closing else errors.NotHeld(
+                proto.key_text(self._key), self.token
+            )
+
     def _settled_by_close(self) -> None:
         self._settled = True
         self._stop_keep_alive()
@@ -102,10 +139,7 @@ class Lock:
         await self._renew(lease_ms, self._client.request_timeout)
 
     async def _renew(self, lease_ms: int, window: float) -> None:
-        if self._settled:
-            raise errors.Closed() if self._client._closing else errors.NotHeld(
-                proto.key_text(self._key), self.token
-            )
+        self._refuse_if_settled()
         sent = time.monotonic()
         try:
             await self._client._renew_raw(self._key, self.token, lease_ms, window)
@@ -120,10 +154,7 @@ class Lock:
         `NotHeld` means it had already expired or been released; `Closed`,
         that `Client.close` released it already."""
         self._stop_keep_alive()
-        if self._settled:
-            raise errors.Closed() if self._client._closing else errors.NotHeld(
-                proto.key_text(self._key), self.token
-            )
+        self._refuse_if_settled()
         self._settled = True
         self._client._forget(self)
         await self._client.release(self._key, self.token)

@@ -173,9 +173,9 @@ class Pool:
             if left <= 0 or not await self.shared.changed.wait(left):
                 return
 
-    def give_up_acquires(self) -> None:
+    def give_up_waits(self) -> None:
         for slot in self.slots:
-            slot.give_up_acquires()
+            slot.give_up_waits()
 
     def shut_down(self) -> None:
         self.shared.closed.set()

@@ -98,12 +98,18 @@ class Shared:
             callback(key, token)
 
 
-class _Entry:
-    __slots__ = ("fut", "abandoned")
+#: Ops a protocol 1.1 node does not know: it answers them `E ? ? unknown op`.
+NEWER_OPS = ("V", "W")
 
-    def __init__(self, fut: "asyncio.Future[proto.Response]") -> None:
+
+class _Entry:
+    __slots__ = ("fut", "abandoned", "sent")
+
+    def __init__(self, fut: "asyncio.Future[proto.Response]", sent: int) -> None:
         self.fut = fut
         self.abandoned = False
+        #: Its place in the order of the requests written on the connection.
+        self.sent = sent
 
 
 class _AuthRefused(Exception):
@@ -129,6 +135,7 @@ class Slot:
         self.tls_failure: Optional[str] = None
         self._pending: Dict[proto.MatchKey, Deque[_Entry]] = {}
         self._count = 0
+        self._written = 0
         self._writer: Optional[asyncio.StreamWriter] = None
         #: When the connection was last heard from, or went from idle to busy.
         self._quiet_since = time.monotonic()
@@ -178,7 +185,8 @@ class Slot:
                 f"too many requests in flight on the connection to {self.addr} "
                 f"(max_pending={self._shared.max_pending})"
             )
-        entry = _Entry(asyncio.get_running_loop().create_future())
+        self._written += 1
+        entry = _Entry(asyncio.get_running_loop().create_future(), self._written)
         # Registered before written: the answer cannot come before this.
         self._pending.setdefault(key, deque()).append(entry)
         if self._count == 0:
@@ -199,11 +207,11 @@ class Slot:
             log.debug("grant of %r came for nobody; releasing it", response.key)
             self._shared.on_orphan(response.key, response.token)
 
-    def give_up_acquires(self) -> None:
-        """`close` gives up pending acquires: their callers get `Closed`, and
-        a grant that still comes for one is released at once."""
+    def give_up_waits(self) -> None:
+        """`close` gives up pending acquires and watches: their callers get
+        `Closed`, and a grant that still comes for one is released at once."""
         for (op, _), queue in self._pending.items():
-            if op != "A":
+            if op not in ("A", "W"):
                 continue
             for entry in queue:
                 if not entry.abandoned and not entry.fut.done():
@@ -212,6 +220,8 @@ class Slot:
 
     def _deliver(self, response: proto.Response) -> None:
         self._quiet_since = time.monotonic()
+        if response.kind == "E" and response.op == "?" and response.reason == proto.UNKNOWN_OP:
+            response = self._unknown_op(response)
         queue = self._pending.get(response.match_key)
         if not queue:
             log.warning("answer %s %r matches no pending request; ignored", response.kind, response.key)
@@ -224,6 +234,21 @@ class Slot:
             self._orphan(response)
         else:
             entry.fut.set_result(response)
+
+    def _unknown_op(self, response: proto.Response) -> proto.Response:
+        """`E ? ? unknown op` names no request: a 1.1 node's answer to a 1.2
+        op. A node answers it at once, in the order it reads requests, so it
+        is for the oldest pending request of such an op (a 1.2 node never
+        answers them so): it is given that request's op and key."""
+        heads = [
+            (queue[0].sent, key)
+            for key, queue in self._pending.items()
+            if key[0] in NEWER_OPS and queue
+        ]
+        if not heads:
+            return response
+        op, key = min(heads)[1]
+        return response._replace(op=op, key=key)
 
     def _fail_pending(self) -> None:
         pending: List[_Entry] = [e for q in self._pending.values() for e in q]
