@@ -434,6 +434,7 @@ async fn the_configured_caps_and_the_start_are_gauges() {
     let quota = baton_core::Quota {
         max_locks: 500,
         max_waiters: 600,
+        ..baton_core::Quota::default()
     };
     locks.metrics().started(100, quota, 1_700_000_000_999);
     let app = router(HttpContext::new(locks, SELF.to_string(), None));
