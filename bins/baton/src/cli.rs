@@ -224,11 +224,13 @@ pub enum MemberAction {
     },
     /// Add the node at ADDR (its client address, as it will be known):
     /// a learner first, then a voter once it has caught up with the log.
-    /// Start it first with `batond --mode raft --join`. Exits 3 if it is
-    /// still catching up when --timeout runs out (ask again later).
+    /// Start it first with `batond --mode raft --join`. If it has not
+    /// caught up when --timeout runs out, it is removed again (the
+    /// membership is as before) and baton exits 3. Warns when the change
+    /// leaves an even number of voters.
     Add {
         addr: String,
-        /// How long to wait for the new node to catch up.
+        /// How long to wait for the new node to catch up (any length).
         #[arg(long, default_value = "60", value_parser = parse_seconds)]
         timeout: Duration,
     },

@@ -256,6 +256,17 @@ mod tests {
     use crate::raft::node::tests::server_of;
     use openraft::Instant as _;
 
+    /// Index `index` of term 3's log, as replication reports it.
+    fn at(index: u64) -> Option<crate::raft::types::LogId> {
+        Some(openraft::LogId::new(
+            openraft::impls::leader_id_adv::LeaderId {
+                term: 3,
+                node_id: 0,
+            },
+            index,
+        ))
+    }
+
     fn metrics(state: ServerState, term: u64) -> Metrics {
         let mut m = Metrics::new_initial(0);
         m.state = state;
@@ -317,15 +328,6 @@ mod tests {
         let t0 = TokioInstant::now();
         let mut m = metrics(ServerState::Leader, 3);
         m.last_log_index = Some(42);
-        let at = |index: u64| {
-            Some(openraft::LogId::new(
-                openraft::impls::leader_id_adv::LeaderId {
-                    term: 3,
-                    node_id: 0,
-                },
-                index,
-            ))
-        };
         m.replication = Some(
             [(0, at(42)), (1, at(42)), (2, at(39))]
                 .into_iter()
@@ -390,15 +392,6 @@ mod tests {
         let t0 = TokioInstant::now();
         let mut m = metrics(ServerState::Leader, 3);
         m.last_log_index = Some(42);
-        let at = |index: u64| {
-            Some(openraft::LogId::new(
-                openraft::impls::leader_id_adv::LeaderId {
-                    term: 3,
-                    node_id: 0,
-                },
-                index,
-            ))
-        };
         m.replication = Some(
             [(0, at(42)), (1, at(40)), (2, at(42))]
                 .into_iter()
