@@ -84,6 +84,7 @@ mod tests {
             key: &k,
             wait_ms: 60_000,
             lease_ms: 60_000,
+            options: &Default::default(),
         };
         let mut events = Vec::new();
         let first = locks.handle(acquire, locks.clock().now(), &mailbox, &mut events);

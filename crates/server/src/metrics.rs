@@ -347,6 +347,7 @@ mod tests {
         let quota = Quota {
             max_locks: 7,
             max_waiters: 9,
+            ..Quota::default()
         };
         m.started(5, quota, 1_000);
         m.started(6, Quota::default(), 2_000);
