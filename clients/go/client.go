@@ -159,13 +159,22 @@ func (c *Client) Close(ctx context.Context) error {
 		live = append(live, l)
 	}
 	c.locksMu.Unlock()
-	errs := make([]error, len(live))
+	// The releases may still run when ctx ends first: errs is shared.
+	var errsMu sync.Mutex
+	var errs []error
+	addErr := func(err error) {
+		errsMu.Lock()
+		defer errsMu.Unlock()
+		if err != nil {
+			errs = append(errs, err)
+		}
+	}
 	var wg sync.WaitGroup
-	for i, l := range live {
+	for _, l := range live {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			errs[i] = l.end(ctx, ErrClosed)
+			addErr(l.end(ctx, ErrClosed))
 		}()
 	}
 	done := make(chan struct{})
@@ -173,9 +182,11 @@ func (c *Client) Close(ctx context.Context) error {
 	select {
 	case <-done:
 	case <-ctx.Done():
-		errs = append(errs, &Error{Op: "close", Err: ctx.Err()})
+		addErr(&Error{Op: "close", Err: ctx.Err()})
 	}
 	c.pool.shutdown()
+	errsMu.Lock()
+	defer errsMu.Unlock()
 	return errors.Join(errs...)
 }
 
