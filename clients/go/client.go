@@ -71,7 +71,8 @@ func (t *tracker) wait() <-chan struct{} {
 // connections to it. It fails with ErrInvalid before dialling when an
 // address is not host:port; with ErrNoServer when no node answered
 // within the connect timeout; ErrAuth when nodes were reached but none
-// took the credentials; ErrTLS when every node failed for a TLS reason.
+// took the credentials, or they require credentials and none were given
+// (Error.Reason has the node's words); ErrTLS when every node failed for a TLS reason.
 // Once dialled, broken connections are redialled in the background every
 // 3 s for as long as the client is open.
 func Dial(ctx context.Context, servers []string, opts ...Option) (*Client, error) {

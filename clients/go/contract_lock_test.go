@@ -58,6 +58,17 @@ func TestRefusedCredentialsAreErrAuth(t *testing.T) {
 	}
 }
 
+func TestANodeRequiringCredentialsIsErrAuthWithoutThem(t *testing.T) {
+	f := newFakeNode(t, func(fc *fakeConn, line string) {
+		fc.send("E " + strings.Fields(line)[0] + " ? authentication required")
+	})
+	_, err := Dial(bg(t, 10*time.Second), []string{f.addr})
+	var e *Error
+	if !errors.Is(err, ErrAuth) || !errors.As(err, &e) || e.Reason != "authentication required" {
+		t.Fatalf("dial without credentials: %v", err)
+	}
+}
+
 func TestALineOverTheLimitIsRefusedBeforeSending(t *testing.T) {
 	f := grantingNode(t)
 	c := dialTest(t, []string{f.addr})
