@@ -344,6 +344,7 @@ var errorKinds = []struct {
 	{baton.ErrTLS, "tls"},
 	{baton.ErrInvalid, "invalid"},
 	{baton.ErrClosed, "closed"},
+	{baton.ErrUnexpected, "unexpected"},
 }
 
 // authKinds: ErrAuth says which refusal in the node's words (Error.Reason).

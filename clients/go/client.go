@@ -294,7 +294,7 @@ func (c *Client) statusOf(ctx context.Context, addr string) (Status, error) {
 		e.Addr = addr
 		return Status{}, e
 	}
-	return Status{}, &Error{Op: "status", Addr: addr, Err: errBadLine}
+	return Status{}, &Error{Op: "status", Addr: addr, Err: ErrUnexpected}
 }
 
 // stopped is the error of a call cut short by its context or by Close.

@@ -69,6 +69,16 @@ func TestANodeRequiringCredentialsIsErrAuthWithoutThem(t *testing.T) {
 	}
 }
 
+func TestAnAnswerThatDoesNotFitIsErrUnexpected(t *testing.T) {
+	f := opNode(t, map[string]func(*fakeConn, []string){
+		"Q": func(fc *fakeConn, fields []string) { fc.send("Q " + fields[1] + " waiters=0") },
+	})
+	c := dialTest(t, []string{f.addr})
+	if _, err := c.Query(bg(t, 10*time.Second), "k"); !errors.Is(err, ErrUnexpected) {
+		t.Fatalf("query: %v", err)
+	}
+}
+
 func TestALineOverTheLimitIsRefusedBeforeSending(t *testing.T) {
 	f := grantingNode(t)
 	c := dialTest(t, []string{f.addr})
