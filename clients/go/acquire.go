@@ -217,7 +217,7 @@ func (c *Client) tryAcquire(ctx context.Context, cn *conn, a *attempt, waitMs ui
 	case 'E':
 		return nil, rejection("acquire", a.key, r.reason)
 	}
-	return nil, &Error{Op: "acquire", Key: a.key, Addr: cn.slot.addr, Err: errBadLine}
+	return nil, &Error{Op: "acquire", Key: a.key, Addr: cn.slot.addr, Err: ErrUnexpected}
 }
 
 // follow handles M: the connection to resend to, or nil after a short

@@ -71,7 +71,8 @@ func (t *tracker) wait() <-chan struct{} {
 // connections to it. It fails with ErrInvalid before dialling when an
 // address is not host:port; with ErrNoServer when no node answered
 // within the connect timeout; ErrAuth when nodes were reached but none
-// took the credentials; ErrTLS when every node failed for a TLS reason.
+// took the credentials, or they require credentials and none were given
+// (Error.Reason has the node's words); ErrTLS when every node failed for a TLS reason.
 // Once dialled, broken connections are redialled in the background every
 // 3 s for as long as the client is open.
 func Dial(ctx context.Context, servers []string, opts ...Option) (*Client, error) {
@@ -159,13 +160,22 @@ func (c *Client) Close(ctx context.Context) error {
 		live = append(live, l)
 	}
 	c.locksMu.Unlock()
-	errs := make([]error, len(live))
+	// The releases may still run when ctx ends first: errs is shared.
+	var errsMu sync.Mutex
+	var errs []error
+	addErr := func(err error) {
+		errsMu.Lock()
+		defer errsMu.Unlock()
+		if err != nil {
+			errs = append(errs, err)
+		}
+	}
 	var wg sync.WaitGroup
-	for i, l := range live {
+	for _, l := range live {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			errs[i] = l.end(ctx, ErrClosed)
+			addErr(l.end(ctx, ErrClosed))
 		}()
 	}
 	done := make(chan struct{})
@@ -173,9 +183,11 @@ func (c *Client) Close(ctx context.Context) error {
 	select {
 	case <-done:
 	case <-ctx.Done():
-		errs = append(errs, &Error{Op: "close", Err: ctx.Err()})
+		addErr(&Error{Op: "close", Err: ctx.Err()})
 	}
 	c.pool.shutdown()
+	errsMu.Lock()
+	defer errsMu.Unlock()
 	return errors.Join(errs...)
 }
 
@@ -282,7 +294,7 @@ func (c *Client) statusOf(ctx context.Context, addr string) (Status, error) {
 		e.Addr = addr
 		return Status{}, e
 	}
-	return Status{}, &Error{Op: "status", Addr: addr, Err: errBadLine}
+	return Status{}, &Error{Op: "status", Addr: addr, Err: ErrUnexpected}
 }
 
 // stopped is the error of a call cut short by its context or by Close.

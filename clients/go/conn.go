@@ -25,6 +25,7 @@ const (
 	endBroken       endKind = iota + 1 // the socket failed or closed, or a line did not parse
 	endUnresponsive                    // requests in flight and the probe went unanswered
 	endTLS                             // TLS failed, or the node wants TLS: a redial will not help
+	endAuthRequired                    // the node wants U and the client has no credentials
 	endShutdown                        // the client closed
 )
 
@@ -192,6 +193,11 @@ func (c *conn) readLoop() {
 		}
 		if r.kind == 'E' && r.op == '?' && strings.HasPrefix(r.reason, tlsRequiredPrefix) {
 			c.finish(endTLS, r.reason)
+			return
+		}
+		if r.kind == 'E' && r.op == opStatus && r.reason == reasonAuthRequired {
+			// Nothing will be served here without credentials: not usable.
+			c.finish(endAuthRequired, r.reason)
 			return
 		}
 		c.deliver(r)

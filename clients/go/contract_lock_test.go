@@ -58,6 +58,27 @@ func TestRefusedCredentialsAreErrAuth(t *testing.T) {
 	}
 }
 
+func TestANodeRequiringCredentialsIsErrAuthWithoutThem(t *testing.T) {
+	f := newFakeNode(t, func(fc *fakeConn, line string) {
+		fc.send("E " + strings.Fields(line)[0] + " ? authentication required")
+	})
+	_, err := Dial(bg(t, 10*time.Second), []string{f.addr})
+	var e *Error
+	if !errors.Is(err, ErrAuth) || !errors.As(err, &e) || e.Reason != "authentication required" {
+		t.Fatalf("dial without credentials: %v", err)
+	}
+}
+
+func TestAnAnswerThatDoesNotFitIsErrUnexpected(t *testing.T) {
+	f := opNode(t, map[string]func(*fakeConn, []string){
+		"Q": func(fc *fakeConn, fields []string) { fc.send("Q " + fields[1] + " waiters=0") },
+	})
+	c := dialTest(t, []string{f.addr})
+	if _, err := c.Query(bg(t, 10*time.Second), "k"); !errors.Is(err, ErrUnexpected) {
+		t.Fatalf("query: %v", err)
+	}
+}
+
 func TestALineOverTheLimitIsRefusedBeforeSending(t *testing.T) {
 	f := grantingNode(t)
 	c := dialTest(t, []string{f.addr})

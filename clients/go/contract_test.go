@@ -468,3 +468,22 @@ func TestARedirectToADeadNodeDoesNotEndTheAcquire(t *testing.T) {
 		t.Fatalf("took %v", took)
 	}
 }
+
+func TestCloseWithAnEndedContextWhileReleasesRun(t *testing.T) {
+	// The node grants and never answers a release: Close's context ends
+	// while its releases still run.
+	f := opNode(t, map[string]func(*fakeConn, []string){
+		"A": func(fc *fakeConn, fields []string) { fc.send("A " + fields[1] + " 7") },
+	})
+	c := dialTest(t, []string{f.addr})
+	for _, key := range []string{"a", "b", "c", "d"} {
+		if _, err := c.Acquire(bg(t, 10*time.Second), key, AcquireOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ended, cancel := context.WithCancel(context.Background())
+	cancel()
+	if err := c.Close(ended); !errors.Is(err, context.Canceled) {
+		t.Fatalf("close: %v", err)
+	}
+}

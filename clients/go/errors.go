@@ -55,6 +55,9 @@ var (
 	// ErrLineTooLong: the request line would be over the protocol's 1024
 	// bytes; nothing was sent. It is also an ErrInvalid.
 	ErrLineTooLong = fmt.Errorf("%w: request line over %d bytes", ErrInvalid, maxRequestLine)
+	// ErrUnexpected: the node's answer does not fit the request (a
+	// field missing or out of range); nothing can be concluded from it.
+	ErrUnexpected = errors.New("baton: an answer that does not fit the request")
 	// ErrLeaseExpired: the lease came to its end without a renewal the
 	// client could confirm (Lock.Err after Lost is closed).
 	ErrLeaseExpired = errors.New("baton: the lease ran out before it was renewed")

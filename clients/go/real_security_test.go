@@ -144,9 +144,11 @@ func TestRealUsers(t *testing.T) {
 	if _, err := c.Acquire(ctx, "payroll/run", AcquireOptions{}); !errors.Is(err, ErrPermission) {
 		t.Fatalf("a key outside the prefixes: %v", err)
 	}
-	// Without credentials the node answers, and refuses every request.
-	anon := dialTest(t, []string{n.addr})
-	if _, err := anon.Acquire(ctx, "billing/x", AcquireOptions{}); !errors.Is(err, ErrAuth) {
+	// Without credentials the node answers S with "authentication
+	// required": no connection is usable, so Dial fails.
+	var refusal *Error
+	_, err = Dial(ctx, []string{n.addr})
+	if !errors.Is(err, ErrAuth) || !errors.As(err, &refusal) || refusal.Reason != "authentication required" {
 		t.Fatalf("no credentials: %v", err)
 	}
 	// A restarted node: the reconnections authenticate again.

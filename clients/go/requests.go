@@ -73,7 +73,7 @@ func outcome(op, key string, r response, ok byte) error {
 	case 'N':
 		return &Error{Op: op, Key: key, Err: ErrNotHeld}
 	}
-	return &Error{Op: op, Key: key, Err: errBadLine}
+	return &Error{Op: op, Key: key, Err: ErrUnexpected}
 }
 
 // Query reports the key's live grant (token, lease left) and its
@@ -102,7 +102,7 @@ func (c *Client) keyState(ctx context.Context, opName string, op byte, key strin
 	}
 	state, err := parseKeyState(r.fields)
 	if r.kind != op || err != nil {
-		return KeyState{}, &Error{Op: opName, Key: key, Err: errBadLine}
+		return KeyState{}, &Error{Op: opName, Key: key, Err: ErrUnexpected}
 	}
 	return state, nil
 }

@@ -107,8 +107,11 @@ func (s *slot) serve(c *conn) {
 	s.cur.CompareAndSwap(c, nil)
 	s.mu.Lock()
 	s.live = nil
-	if kind == endTLS {
+	switch kind {
+	case endTLS:
 		s.tlsFail = why
+	case endAuthRequired:
+		s.refusal = &Error{Op: "auth", Addr: s.addr, Reason: why, Err: ErrAuth}
 	}
 	s.mu.Unlock()
 	s.pool.publish()
@@ -120,6 +123,8 @@ func (s *slot) serve(c *conn) {
 		log.Warn("baton: the node stopped answering; dropped the connection, redialling in the background", "addr", s.addr)
 	case endTLS:
 		log.Warn("baton: TLS failure", "addr", s.addr, "why", why)
+	case endAuthRequired:
+		log.Warn("baton: the node requires credentials and none were given", "addr", s.addr)
 	}
 }
 
