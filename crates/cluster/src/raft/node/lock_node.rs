@@ -314,7 +314,8 @@ impl LockNode for RaftLockNode {
     }
 
     fn members(&self, _now: Millis) -> Vec<baton_server::inspect::Member> {
-        let mut members = super::inspect::members(&self.engine, &self.shown.progress, &self.shown.silent);
+        let mut members =
+            super::inspect::members(&self.engine, &self.shown.progress, &self.shown.silent);
         if self.removed {
             // Its log may still list it; it is a member no more.
             for me in members.iter_mut().filter(|m| m.is_self) {
