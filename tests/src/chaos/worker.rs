@@ -151,7 +151,10 @@ impl Worker {
         let Some(Answer::Granted(token)) = self.request(key, acquire).await else {
             return;
         };
-        if let Some(fenced) = &self.shared.fenced {
+        // Only an exclusive grant may fence: a semaphore's or a shared
+        // grant's fellow holders are live at once, all of them rightly.
+        let fenced = self.shared.fenced.as_ref().filter(|_| kind == Kind::Plain);
+        if let Some(fenced) = fenced {
             fenced.write(key, self.id, token).await;
         }
         let renewals = self.rng.below(3);
@@ -168,7 +171,7 @@ impl Worker {
         // Now and then a holder of a shared key walks away and lets the
         // lease run out (and, fenced, writes again once it lapsed).
         if (!own && self.rng.chance(15)) || self.stopping() {
-            if let Some(fenced) = &self.shared.fenced {
+            if let Some(fenced) = fenced {
                 let after = lease + self.rng.millis(50, 500);
                 fenced.write_late(key, self.id, token, after);
             }

@@ -12,7 +12,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use baton_fence_sql::{tokio_postgres::update, FenceError, TokenColumn};
-use baton_tests::chaos::worker::{FencedResource, KEYS};
+use baton_tests::chaos::worker::{FencedResource, KEYS, RW_KEY};
 use baton_tests::databases::DbServer;
 use tokio::task::JoinHandle;
 
@@ -66,7 +66,7 @@ impl PgFencedTable {
         tokio::spawn(connection);
         client.batch_execute(SCHEMA).await.expect("the schema");
         let own = (0..8).map(|w| format!("chaos/w{w}"));
-        for key in KEYS.iter().map(|k| k.to_string()).chain(own) {
+        for key in KEYS.iter().chain([&RW_KEY]).map(|k| k.to_string()).chain(own) {
             let insert = "INSERT INTO chaos_fence (k) VALUES ($1)";
             client.execute(insert, &[&key]).await.expect("a row");
         }
