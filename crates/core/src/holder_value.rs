@@ -2,11 +2,11 @@
 //! reported by `Q` and watches. Protocol-safe by construction, so it can
 //! go back on the wire as one field.
 
-use std::fmt;
 use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
+use crate::byte_string::shown_byte_string;
 use crate::key::KeyError;
 
 /// The longest value, in bytes: room for an address or an id, small
@@ -44,20 +44,9 @@ impl HolderValue {
     pub fn widest() -> HolderValue {
         HolderValue(Arc::from(&[b'v'; MAX_VALUE_LEN][..]))
     }
-
-    pub fn as_bytes(&self) -> &[u8] {
-        &self.0
-    }
-
-    pub fn len(&self) -> usize {
-        self.0.len()
-    }
-
-    /// Always false: a value has at least one byte.
-    pub fn is_empty(&self) -> bool {
-        self.0.is_empty()
-    }
 }
+
+crate::byte_string_accessors!(HolderValue, "value");
 
 /// Checks `bytes` against the value rules without copying them: the
 /// bytes a key may hold, fewer of them, and not `-`.
@@ -76,38 +65,7 @@ pub fn validate(bytes: &[u8]) -> Result<(), ValueError> {
     Ok(())
 }
 
-impl TryFrom<Vec<u8>> for HolderValue {
-    type Error = ValueError;
-    fn try_from(v: Vec<u8>) -> Result<HolderValue, ValueError> {
-        validate(&v)?;
-        Ok(HolderValue(Arc::from(v)))
-    }
-}
-
-impl TryFrom<&str> for HolderValue {
-    type Error = ValueError;
-    fn try_from(s: &str) -> Result<HolderValue, ValueError> {
-        HolderValue::new(s.as_bytes())
-    }
-}
-
-impl From<HolderValue> for Vec<u8> {
-    fn from(v: HolderValue) -> Vec<u8> {
-        v.0.to_vec()
-    }
-}
-
-impl fmt::Display for HolderValue {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&String::from_utf8_lossy(&self.0))
-    }
-}
-
-impl fmt::Debug for HolderValue {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "HolderValue({:?})", String::from_utf8_lossy(&self.0))
-    }
-}
+shown_byte_string!(HolderValue, ValueError, validate);
 
 #[cfg(test)]
 mod tests {

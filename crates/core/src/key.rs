@@ -1,9 +1,10 @@
 //! Lock keys: opaque byte strings with the limits the protocol sets.
 
-use std::fmt;
 use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
+
+use crate::byte_string::{forbidden_byte, shown_byte_string};
 
 /// The longest key the protocol allows, in bytes.
 pub const MAX_KEY_LEN: usize = 250;
@@ -46,20 +47,9 @@ impl Key {
         debug_assert_eq!(validate(bytes), Ok(()), "an unchecked key");
         Key(Arc::from(bytes))
     }
-
-    pub fn as_bytes(&self) -> &[u8] {
-        &self.0
-    }
-
-    pub fn len(&self) -> usize {
-        self.0.len()
-    }
-
-    /// Always false: a key has at least one byte. Present for clippy's sake.
-    pub fn is_empty(&self) -> bool {
-        self.0.is_empty()
-    }
 }
+
+crate::byte_string_accessors!(Key, "key");
 
 /// Checks `bytes` against the key rules without copying them.
 pub fn validate(bytes: &[u8]) -> Result<(), KeyError> {
@@ -69,48 +59,17 @@ pub fn validate(bytes: &[u8]) -> Result<(), KeyError> {
     if bytes.len() > MAX_KEY_LEN {
         return Err(KeyError::TooLong { len: bytes.len() });
     }
-    match bytes.iter().find(|&&b| b <= b' ' || b == 0x7f) {
-        Some(&byte) => Err(KeyError::ForbiddenByte { byte }),
+    match forbidden_byte(bytes) {
+        Some(byte) => Err(KeyError::ForbiddenByte { byte }),
         None => Ok(()),
     }
 }
 
-impl TryFrom<&str> for Key {
-    type Error = KeyError;
-    fn try_from(s: &str) -> Result<Key, KeyError> {
-        Key::new(s.as_bytes())
-    }
-}
-
-impl TryFrom<Vec<u8>> for Key {
-    type Error = KeyError;
-    fn try_from(v: Vec<u8>) -> Result<Key, KeyError> {
-        validate(&v)?;
-        Ok(Key(Arc::from(v)))
-    }
-}
-
-impl From<Key> for Vec<u8> {
-    fn from(k: Key) -> Vec<u8> {
-        k.0.to_vec()
-    }
-}
+shown_byte_string!(Key, KeyError, validate);
 
 impl AsRef<[u8]> for Key {
     fn as_ref(&self) -> &[u8] {
         &self.0
-    }
-}
-
-impl fmt::Display for Key {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&String::from_utf8_lossy(&self.0))
-    }
-}
-
-impl fmt::Debug for Key {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "Key({:?})", String::from_utf8_lossy(&self.0))
     }
 }
 

@@ -20,6 +20,7 @@
 //! - [`invariant`]: every state machine's `validate()`, run after each
 //!   change in debug builds.
 
+mod byte_string;
 mod encoded;
 mod event;
 mod grants;
@@ -37,6 +38,7 @@ mod table;
 mod waiters;
 mod watches;
 
+pub use byte_string::forbidden_byte;
 pub use encoded::{DecodeError, EncodedCommands};
 pub use event::{Change, Event, NodeIndex, NotServing};
 pub use holder_value::{validate as validate_value, HolderValue, ValueError, MAX_VALUE_LEN};

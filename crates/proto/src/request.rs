@@ -83,17 +83,9 @@ impl Request {
     }
 
     /// [`Self::key`], taken out of the request.
+    /// Cloning a key is a reference count, so this costs no copy.
     pub fn into_key(self) -> Option<Key> {
-        match self {
-            Request::Acquire { key, .. }
-            | Request::Release { key, .. }
-            | Request::Renew { key, .. }
-            | Request::Query { key }
-            | Request::SetValue { key, .. }
-            | Request::Watch { key, .. } => Some(key),
-            Request::Auth { user, .. } => Some(user),
-            Request::Status => None,
-        }
+        self.key().cloned()
     }
 
     /// Writes the request as one line, LF included, durations in seconds.

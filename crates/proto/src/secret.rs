@@ -29,20 +29,9 @@ impl Secret {
         validate_secret(bytes)?;
         Ok(Secret(bytes.into()))
     }
-
-    pub fn as_bytes(&self) -> &[u8] {
-        &self.0
-    }
-
-    pub fn len(&self) -> usize {
-        self.0.len()
-    }
-
-    /// Always false: a secret has at least one byte.
-    pub fn is_empty(&self) -> bool {
-        self.0.is_empty()
-    }
 }
+
+baton_core::byte_string_accessors!(Secret, "secret");
 
 /// Checks `bytes` against the secret rules without copying them.
 pub fn validate_secret(bytes: &[u8]) -> Result<(), SecretError> {
@@ -52,7 +41,7 @@ pub fn validate_secret(bytes: &[u8]) -> Result<(), SecretError> {
     if bytes.len() > MAX_SECRET_LEN {
         return Err(SecretError::TooLong { len: bytes.len() });
     }
-    if bytes.iter().any(|&b| b <= b' ' || b == 0x7f) {
+    if baton_core::forbidden_byte(bytes).is_some() {
         return Err(SecretError::ForbiddenByte);
     }
     Ok(())

@@ -69,10 +69,7 @@ mod tests {
     use super::*;
     use crate::clock::Clock;
     use crate::single::SingleNode;
-
-    fn key(s: &str) -> Key {
-        Key::new(s.as_bytes()).unwrap_or_else(|e| panic!("{e}"))
-    }
+    use crate::test_support::key;
 
     #[tokio::test]
     async fn only_the_named_token_is_released_and_the_next_waiter_gets_the_key() {

@@ -77,10 +77,7 @@ impl LeaseEnds {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn key(s: &str) -> Key {
-        Key::new(s.as_bytes()).unwrap_or_else(|e| panic!("{e}"))
-    }
+    use crate::test_support::key;
 
     #[test]
     fn only_current_ends_come_out_once_passed() {

@@ -35,6 +35,8 @@ mod sniff;
 mod state_file;
 pub mod sync_metrics;
 mod tasks;
+#[cfg(test)]
+mod test_support;
 mod timer;
 mod timing;
 pub mod tls;

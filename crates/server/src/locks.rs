@@ -400,17 +400,8 @@ mod tests {
     use super::*;
     use crate::delivery::Delivery;
     use crate::single::SingleNode;
+    use crate::test_support::{key, mailbox};
     use baton_core::{AcquireOutcome, Outcome};
-    use tokio::sync::mpsc;
-
-    fn key(s: &str) -> Key {
-        Key::new(s.as_bytes()).unwrap_or_else(|e| panic!("{e}"))
-    }
-
-    fn mailbox() -> (Mailbox, mpsc::UnboundedReceiver<Delivery>) {
-        let (tx, rx) = mpsc::unbounded_channel();
-        (Mailbox(tx), rx)
-    }
 
     fn granted(outcome: Served<AcquireOutcome>) -> Token {
         match outcome {

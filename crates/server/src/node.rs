@@ -4,39 +4,13 @@
 //! is the active node or the leader, and otherwise redirects; the cluster
 //! crate implements [`LockNode`] over its engines.
 //!
-//! # Call protocol
-//!
-//! Every input to a node goes through [`SharedLocks`](crate::SharedLocks),
-//! which holds it behind one mutex, and is one of these:
-//!
-//! - a client request, from the connection that read it: one
-//!   [`LockRequest`] value to [`LockNode::handle`], or
-//!   [`LockNode::status`] for `S`;
-//! - [`LockNode::cancel`] and [`LockNode::cancel_watch`], from a
-//!   connection that closed with acquires queued or watches pending;
-//! - [`LockNode::release_unreceived`], for a grant whose connection was
-//!   gone before it could be written (a ghost grant);
-//! - [`LockNode::set_quota`], once, from the server as it starts, with
-//!   the configured caps on grants and waiters;
-//! - [`LockNode::tick`], from the node's one timer, at (or after) the
-//!   instant [`LockNode::next_deadline`] named;
-//! - reads for the HTTP endpoint, which change nothing:
-//!   [`LockNode::status`], [`LockNode::counters`], [`LockNode::members`]
-//!   and [`LockNode::health_issue`] together
-//!   ([`SharedLocks::observe`](crate::SharedLocks::observe)), and
-//!   [`LockNode::list_locks`], one page per call;
-//! - a cluster shell's input (a peer's message, a change of role, a
-//!   committed log entry), as a named method of the cluster's node type
-//!   called through [`SharedLocks::with`](crate::SharedLocks::with), one
-//!   method per closure, never engine code written in the closure.
-//!
-//! Each call gets `now` from the node's one [`Clock`](crate::Clock), never
-//! decreasing from one call to the next. Calls never overlap, never await,
-//! and do no I/O: what a call has for other connections it pushes to
-//! `events`, which the server delivers once the mutex is released. After
-//! each call the server reads `next_deadline` (to re-arm the timer) and
-//! `has_output` (to wake the cluster shell's sender); a node must keep
-//! both true of its state after every call.
+//! Every input reaches a node through [`SharedLocks`](crate::SharedLocks),
+//! one call at a time, with `now` from the node's one
+//! [`Clock`](crate::Clock); a call never awaits and does no I/O, pushes
+//! what it has for other connections to `events`, and leaves
+//! [`LockNode::next_deadline`] and [`LockNode::has_output`] true of its
+//! state. The full call protocol (who calls what, and when) is in
+//! docs/architecture.md, "The call protocol".
 
 use baton_core::{
     Change, Event, Key, LockTable, Millis, NodeIndex, NotServing, Outcome, Quota, Token, WaiterId,

@@ -151,10 +151,7 @@ pub(crate) fn change_response(op: Op, key: Key, outcome: Outcome) -> Response {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn key(s: &str) -> Key {
-        Key::new(s.as_bytes()).unwrap_or_else(|e| panic!("{e}"))
-    }
+    use crate::test_support::key;
 
     #[test]
     fn a_lock_request_keeps_the_lines_op_key_and_numbers() {

@@ -329,11 +329,8 @@ pub async fn start_single(
 mod tests {
     use super::*;
     use crate::delivery::Delivery;
+    use crate::test_support::key;
     use tokio::sync::mpsc;
-
-    fn key(s: &str) -> Key {
-        Key::new(s.as_bytes()).unwrap_or_else(|e| panic!("{e}"))
-    }
 
     fn grant(node: &mut SingleNode, k: &str, now: Millis) -> Token {
         grant_with(node, k, now, &mut Vec::new())

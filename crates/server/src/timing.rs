@@ -286,23 +286,13 @@ impl Timing {
 
 #[cfg(test)]
 mod tests {
-    use crate::delivery::{Delivery, Mailbox};
     use crate::metrics::{Count, ErrorReason};
+    use crate::test_support::{key, mailbox};
     use crate::{Clock, SharedLocks, SingleNode};
-    use baton_core::{AcquireOutcome, Key};
+    use baton_core::AcquireOutcome;
     use baton_proto::Op;
-    use tokio::sync::mpsc;
 
     use super::{Answer, Served};
-
-    fn key(s: &str) -> Key {
-        Key::new(s.as_bytes()).unwrap_or_else(|e| panic!("{e}"))
-    }
-
-    fn mailbox() -> (Mailbox, mpsc::UnboundedReceiver<Delivery>) {
-        let (tx, rx) = mpsc::unbounded_channel();
-        (Mailbox(tx), rx)
-    }
 
     #[test]
     fn requests_outcomes_and_latencies_are_counted_where_they_pass() {
