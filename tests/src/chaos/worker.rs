@@ -153,8 +153,8 @@ impl Worker {
         };
         // Only an exclusive grant may fence: a semaphore's or a shared
         // grant's fellow holders are live at once, all of them rightly.
-        let fenced = self.shared.fenced.as_ref().filter(|_| kind == Kind::Plain);
-        if let Some(fenced) = fenced {
+        let fenced = self.shared.fenced.clone().filter(|_| kind == Kind::Plain);
+        if let Some(fenced) = &fenced {
             fenced.write(key, self.id, token).await;
         }
         let renewals = self.rng.below(3);
