@@ -55,8 +55,8 @@ impl<H> RaftEngine<H> {
         if !self.leading()?.expiring.is_empty() {
             return None;
         }
-        let (key, _) = self.expiries_to_propose(None, 1).pop()?;
-        let holder = self.table.holder(&key)?;
+        let (key, token) = self.expiries_to_propose(None, 1).pop()?;
+        let holder = self.table.grant_of(&key, token)?;
         let resume = self.leading().map_or(0, |l| l.expiries_resume_at);
         Some(holder.expires_at.max(resume))
     }

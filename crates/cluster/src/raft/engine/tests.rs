@@ -7,6 +7,7 @@ use super::{Committed, RaftEngine, RaftRole};
 
 mod exact;
 mod flood;
+mod kinds;
 mod step_down;
 mod token_floor;
 mod unclaimed;

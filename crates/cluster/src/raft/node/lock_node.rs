@@ -168,11 +168,8 @@ impl RaftLockNode {
     }
 }
 
-/// Why a Raft node refuses protocol 1.2's semaphores, shared locks,
-/// values and watches (`E <op> <key> ...`): its log has no commands for
-/// them yet.
-const RAFT_SERVES_1_1: &str =
-    "raft mode does not serve permits, shared locks, values or watches yet";
+/// Why a Raft node refuses protocol 1.2's watches (`E W <key> ...`).
+const RAFT_SERVES_NO_WATCHES: &str = "raft mode does not serve watches yet";
 
 impl LockNode for RaftLockNode {
     fn handle(
@@ -186,20 +183,18 @@ impl LockNode for RaftLockNode {
         // request is in the engine's outbox, so that it rides along.
         let back = self.returns.request_in();
         let served = match request {
-            LockRequest::Acquire { options, .. } if !options.is_plain() => {
-                Served::Done(Answer::Refused(RAFT_SERVES_1_1.to_owned()))
-            }
-            LockRequest::SetValue { .. } | LockRequest::Watch { .. } => {
-                Served::Done(Answer::Refused(RAFT_SERVES_1_1.to_owned()))
+            LockRequest::Watch { .. } => {
+                Served::Done(Answer::Refused(RAFT_SERVES_NO_WATCHES.to_owned()))
             }
             LockRequest::Acquire {
                 key,
                 wait_ms,
                 lease_ms,
-                ..
+                options,
             } => {
                 let result = self.drive(events, |engine, ev| {
-                    engine.handle_acquire(key.clone(), wait_ms, lease_ms, now, reply_to.clone(), ev)
+                    let (key, options, to) = (key.clone(), options.clone(), reply_to.clone());
+                    engine.handle_acquire_with(key, wait_ms, lease_ms, options, now, to, ev)
                 });
                 match result {
                     Ok(outcome) => Served::Done(Answer::Acquired(outcome)),
@@ -220,6 +215,12 @@ impl LockNode for RaftLockNode {
                 self.late(proposed)
             }
             LockRequest::Query { key } => self.query(key, reply_to),
+            LockRequest::SetValue { key, token, value } => {
+                let proposed =
+                    self.engine
+                        .handle_set_value(key, token, value.cloned(), reply_to.clone(), now);
+                self.late(proposed)
+            }
         };
         if back {
             self.propose();
@@ -314,7 +315,8 @@ impl LockNode for RaftLockNode {
     }
 
     fn members(&self, _now: Millis) -> Vec<baton_server::inspect::Member> {
-        let mut members = super::inspect::members(&self.engine, &self.shown.progress, &self.shown.silent);
+        let mut members =
+            super::inspect::members(&self.engine, &self.shown.progress, &self.shown.silent);
         if self.removed {
             // Its log may still list it; it is a member no more.
             for me in members.iter_mut().filter(|m| m.is_self) {

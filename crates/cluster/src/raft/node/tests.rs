@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use baton_core::{Key, KeyState};
+use baton_core::{AcquireOptions, Key, KeyState};
 use baton_proto::{Op, Response};
 use baton_server::{Answer, LockNode, LockRequest, Mailbox, NodeEvent, Served};
 use openraft::impls::leader_id_adv::LeaderId;
@@ -147,6 +147,7 @@ impl Fixture {
             key: &key(name),
             wait_ms: 0,
             lease_ms: 10_000,
+            options: &AcquireOptions::default(),
         });
     }
 
@@ -190,10 +191,7 @@ fn a_read_waits_for_one_confirmation_per_round() {
         f.replies(),
         vec![Response::Queried {
             key: a,
-            state: KeyState {
-                grant: None,
-                waiters: 0
-            }
+            state: KeyState::plain(None, 0)
         }]
     );
     assert_eq!(f.node.take_commands(), vec![RaftCommand::ConfirmLead]);
@@ -373,6 +371,7 @@ fn a_node_told_it_was_removed_says_so_and_serves_no_more() {
         key: &k,
         wait_ms: 0,
         lease_ms: 1_000,
+        options: &AcquireOptions::default(),
     };
     assert!(matches!(f.request(acquire), Served::Redirect(_)));
     let me = f.node.members(10).into_iter().find(|m| m.is_self);
