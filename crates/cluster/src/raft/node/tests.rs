@@ -385,3 +385,5 @@ fn a_node_told_it_was_removed_says_so_and_serves_no_more() {
     assert_ne!(f.node.status().role, Role::Removed);
     assert_eq!(f.node.health_issue(20), None);
 }
+
+mod watches;
