@@ -502,20 +502,16 @@ impl<H> RaftEngine<H> {
         reply: H,
         now: Millis,
     ) -> Result<Option<Outcome>, NotServing> {
-        self.saw(now);
-        self.check_serving()?;
-        if self.table.grant_of(key, token).is_none() {
-            return Ok(Some(Outcome::NotFound));
-        }
         let command = Command::Renew {
             key: key.clone(),
             token,
             lease_ms,
         };
-        let key = key.clone();
-        self.propose(command, Pending::Renew { key, reply });
-        self.debug_validate();
-        Ok(None)
+        let pending = Pending::Renew {
+            key: key.clone(),
+            reply,
+        };
+        self.propose_for_grant(key, token, command, pending, now)
     }
 
     /// Proposes setting (`None`: clearing) the value of `key`'s grant with
@@ -528,18 +524,36 @@ impl<H> RaftEngine<H> {
         reply: H,
         now: Millis,
     ) -> Result<Option<Outcome>, NotServing> {
-        self.saw(now);
-        self.check_serving()?;
-        if self.table.grant_of(key, token).is_none() {
-            return Ok(Some(Outcome::NotFound));
-        }
         let command = Command::SetValue {
             key: key.clone(),
             token,
             value,
         };
-        let key = key.clone();
-        self.propose(command, Pending::SetValue { key, reply });
+        let pending = Pending::SetValue {
+            key: key.clone(),
+            reply,
+        };
+        self.propose_for_grant(key, token, command, pending, now)
+    }
+
+    /// Proposes `command`, a change of `key`'s grant with `token`, for
+    /// `pending`; answered at once `NotFound` if no applied grant has that
+    /// token (one a client holds was applied before this node could
+    /// serve, so a mismatch is final).
+    fn propose_for_grant(
+        &mut self,
+        key: &Key,
+        token: Token,
+        command: Command,
+        pending: Pending<H>,
+        now: Millis,
+    ) -> Result<Option<Outcome>, NotServing> {
+        self.saw(now);
+        self.check_serving()?;
+        if self.table.grant_of(key, token).is_none() {
+            return Ok(Some(Outcome::NotFound));
+        }
+        self.propose(command, pending);
         self.debug_validate();
         Ok(None)
     }

@@ -3,7 +3,7 @@
 //! committed `SetValue`, each applied the same on leader and follower.
 
 use baton_core::{
-    AcquireOptions, AcquireOutcome, Change, Command, Event, HolderValue, LockMode, Outcome, Refusal,
+    AcquireOptions, AcquireOutcome, Change, Command, HolderValue, LockMode, Outcome, Refusal,
 };
 
 use super::{key, Pair};
@@ -160,21 +160,8 @@ fn a_value_rides_in_the_grant_and_a_set_value_answers_once_committed() {
     assert!(p.leader.table().value(1) == Some(&value("10.0.0.1:80")));
     p.commit_next();
     assert_eq!(p.follower.table().value(1), Some(&value("b")));
-    let answers: Vec<_> = p
-        .events
-        .drain(..)
-        .filter_map(|e| match e {
-            Event::Answered {
-                handle,
-                change,
-                answer,
-                ..
-            } => Some((handle, change, answer)),
-            _ => None,
-        })
-        .collect();
     assert_eq!(
-        answers,
+        p.answers(),
         vec![("c1", Change::SetValue, Ok(Outcome::ValueSet))]
     );
     // A token that holds nothing is answered at once and proposes nothing.
