@@ -2,7 +2,8 @@
 //! active replicates semaphores, shared grants and values to the standbys,
 //! whose answer to `W` and `V` is `M`, and a graceful stop answers the
 //! active's pending watches `M W` and hands every holder and value on; a
-//! Raft cluster of this release refuses 1.2 requests with a clear `E`.
+//! Raft cluster commits every 1.2 change through its log and answers
+//! watches on its leader (followers redirect them), through a kill -9.
 
 mod priority_support;
 
@@ -134,24 +135,129 @@ async fn replicated_commands_carry_permits_modes_and_values_through_a_kill_9() {
     assert!(t3 > r1);
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_raft_cluster_refuses_1_2_requests_with_a_clear_e() {
-    let _serial = RAFT_SERIAL.lock().await;
-    let mut cluster = RaftCluster::start(3);
+/// A Raft cluster of three with an agreed leader, and a client on it.
+async fn raft_leader(extra: &[&str]) -> (RaftCluster, usize, LineClient) {
+    let mut cluster = RaftCluster::start_with(3, extra);
     let (leader, _) = cluster.wait_leader(RAFT_SETTLE).await;
+    let client = LineClient::connect(cluster.peers[leader]).await;
+    (cluster, leader, client)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_raft_leader_hands_semaphores_and_shared_keys_on_through_the_log() {
+    let _serial = RAFT_SERIAL.lock().await;
+    let (mut cluster, leader, mut c) = raft_leader(&[]).await;
+    let t1 = grant_token(&c.request("A pool 0 60 permits=2").await, "pool");
+    let t2 = grant_token(&c.request("A pool 0 60 permits=2").await, "pool");
+    let mut waiter = LineClient::connect(cluster.peers[leader]).await;
+    waiter.send("A pool 20 60 permits=2").await;
+    waiter.expect_silence(Duration::from_millis(200)).await;
+    assert_eq!(
+        c.request("A pool 0 60 permits=3").await,
+        "E A pool the key has 2 permits"
+    );
+    assert_eq!(c.request(&format!("R pool {t1}")).await, "R pool");
+    let t3 = grant_token(&waiter.recv().await, "pool");
+    assert!(t3 > t2, "{t3} after {t2}");
+    // A writer holds; two readers wait, and pass together when it leaves.
+    let w = grant_token(&c.request("A rw 0 60").await, "rw");
+    let mut readers = Vec::new();
+    for _ in 0..2 {
+        let mut r = LineClient::connect(cluster.peers[leader]).await;
+        r.send("A rw 20 60 mode=shared").await;
+        readers.push(r);
+    }
+    readers[1].expect_silence(Duration::from_millis(200)).await;
+    assert_eq!(c.request(&format!("R rw {w}")).await, "R rw");
+    for r in &mut readers {
+        assert!(grant_token(&r.recv().await, "rw") > w);
+    }
+    let q = c.request("Q rw").await;
+    assert_eq!((field(&q, "mode"), field(&q, "holders")), ("shared", "2"));
+    // Every node applied the same: the followers' tables hold the grants.
+    cluster.wait_replicated(t3, RAFT_SETTLE).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn raft_values_commit_and_a_watch_is_answered_on_a_change_and_redirected_by_followers() {
+    let _serial = RAFT_SERIAL.lock().await;
+    let (cluster, leader, mut c) = raft_leader(&[]).await;
+    let t = grant_token(&c.request("A chief 0 60 value=a").await, "chief");
+    let q = c.request("Q chief").await;
+    assert_eq!(holders_without_lease(&q), vec![format!("{t},a")]);
+    // A client that saw nothing is answered at once (after a read round).
+    let now = c.request("W chief 10 -").await;
+    assert_eq!(field(&now, "state"), field(&q, "state"), "{now}");
+    // One that saw the state waits for the next committed change: a V.
+    let mut watcher = LineClient::connect(cluster.peers[leader]).await;
+    watcher
+        .send(&format!("W chief 30 {}", field(&q, "state")))
+        .await;
+    watcher.expect_silence(Duration::from_millis(300)).await;
+    assert_eq!(c.request(&format!("V chief {t} b")).await, "V chief");
+    let changed = watcher.recv().await;
+    assert_eq!(holders_without_lease(&changed), vec![format!("{t},b")]);
+    assert_eq!(
+        c.request(&format!("V chief {} c", t + 1000)).await,
+        "N V chief"
+    );
+    // A follower sends W to the leader.
+    let follower = (leader + 1) % 3;
+    let mut f = LineClient::connect(cluster.peers[follower]).await;
+    assert_eq!(
+        f.request("W chief 1 -").await,
+        format!("M W chief {}", cluster.peers[leader])
+    );
+    // A wait that runs out answers the unchanged state.
+    let tag = field(&changed, "state").to_string();
+    let ran_out = c.request(&format!("W chief 0.3 {tag}")).await;
+    assert_eq!(field(&ran_out, "state"), tag, "{ran_out}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_watch_pending_on_a_killed_raft_leader_is_sent_again_and_its_tag_still_works() {
+    let _serial = RAFT_SERIAL.lock().await;
+    let (mut cluster, leader, mut c) = raft_leader(&[]).await;
+    let t1 = grant_token(&c.request("A pool 0 60 permits=3 value=x").await, "pool");
+    let t2 = grant_token(&c.request("A pool 0 60 permits=3").await, "pool");
+    let tag = field(&c.request("Q pool").await, "state").to_string();
+    let mut watcher = LineClient::connect(cluster.peers[leader]).await;
+    watcher.send(&format!("W pool 30 {tag}")).await;
+    watcher.expect_silence(Duration::from_millis(200)).await;
+    cluster.nodes[leader].kill();
+    watcher.expect_eof().await;
+    let (next, _) = cluster.wait_leader(RAFT_SETTLE).await;
+    assert_ne!(next, leader);
+    // The client sends its W again, with the tag it had: the state is the
+    // same on the new leader, so the watch waits for the next change.
+    let mut watcher = LineClient::connect(cluster.peers[next]).await;
+    watcher.send(&format!("W pool 30 {tag}")).await;
+    watcher.expect_silence(Duration::from_millis(300)).await;
+    let mut c = LineClient::connect(cluster.peers[next]).await;
+    assert_eq!(c.request(&format!("R pool {t2}")).await, "R pool");
+    let changed = watcher.recv().await;
+    assert_eq!(holders_without_lease(&changed), vec![format!("{t1},x")]);
+    let t3 = grant_token(&c.request("A pool 0 60 permits=3").await, "pool");
+    assert!(t3 > t2);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn raft_watches_have_their_limits() {
+    let _serial = RAFT_SERIAL.lock().await;
+    let limits = ["--max-watches", "2", "--max-watches-per-connection", "1"];
+    let (cluster, leader, _) = raft_leader(&limits).await;
+    let mut a = LineClient::connect(cluster.peers[leader]).await;
+    a.send("W k 30 -").await;
+    a.expect_silence(Duration::from_millis(200)).await;
+    assert_eq!(a.request("W j 30 -").await, "E W j too many watches");
+    let mut b = LineClient::connect(cluster.peers[leader]).await;
+    b.send("W k 30 -").await;
+    b.expect_silence(Duration::from_millis(200)).await;
     let mut c = LineClient::connect(cluster.peers[leader]).await;
-    let reason = "raft mode does not serve permits, shared locks, values or watches yet";
-    assert_eq!(
-        c.request("A k 1 10 permits=2").await,
-        format!("E A k {reason}")
-    );
-    assert_eq!(
-        c.request("A k 1 10 mode=shared").await,
-        format!("E A k {reason}")
-    );
-    assert_eq!(c.request("V k 1 x").await, format!("E V k {reason}"));
-    assert_eq!(c.request("W k 1 -").await, format!("E W k {reason}"));
-    // Plain 1.1 requests are served as before.
+    assert_eq!(c.request("W k 30 -").await, "E W k too many watches");
+    // Plain 1.1 requests are served as before, and answer the watches.
     let t = grant_token(&c.request("A k 5 10").await, "k");
+    assert!(a.recv().await.starts_with("W k token="));
+    assert!(b.recv().await.starts_with("W k token="));
     assert_eq!(c.request(&format!("R k {t}")).await, "R k");
 }

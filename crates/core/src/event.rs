@@ -30,6 +30,8 @@ impl NotServing {
 pub enum Change {
     Release,
     Renew,
+    /// A holder's value set or cleared (`V`).
+    SetValue,
 }
 
 /// How a queued acquire or a request answered later ended. `handle` is the
@@ -53,7 +55,7 @@ pub enum Event<H> {
         key: Key,
         to: NotServing,
     },
-    /// The late answer to a release or renewal (a Raft leader answers once
+    /// The late answer to a release, renewal or value (a Raft leader answers once
     /// its change is committed): the table's outcome, or where to go.
     Answered {
         handle: H,

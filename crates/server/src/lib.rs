@@ -65,4 +65,4 @@ pub use single::{
 pub use state_file::{StateFile, StateFileError, StateFormat};
 pub use tasks::Tasks;
 pub use tls::{Prefixed, ServerTls, TlsError, TlsPaths};
-pub use watching::{earliest, NodeWatches, TOO_MANY_WATCHES};
+pub use watching::{earliest, watch_answer, NodeWatches, TOO_MANY_WATCHES};

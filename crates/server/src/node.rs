@@ -133,6 +133,7 @@ fn late_response(key: Key, change: Change, answer: Result<Outcome, Option<String
     let op = match change {
         Change::Release => Op::Release,
         Change::Renew => Op::Renew,
+        Change::SetValue => Op::SetValue,
     };
     match answer {
         Ok(outcome) => change_response(op, key, outcome),

@@ -4,7 +4,7 @@
 //! [`NodeWatches::after_changes`] with the keys whose holders or values
 //! changed, [`NodeWatches::tick`] when a wait runs out.
 
-use baton_core::{Key, KeyState, Millis, StateTag, WatchId, Watches};
+use baton_core::{Key, KeyState, Millis, StateTag, Watch, WatchId, Watches};
 use baton_proto::{Op, Response};
 
 use crate::delivery::Mailbox;
@@ -86,22 +86,21 @@ impl NodeWatches {
     ) {
         for watch in self.watches.due(now) {
             let current = state(&watch.key);
-            events.push(answered(watch.id, watch.handle, watch.key, current));
+            events.push(watch_answer(watch, Ok(current)));
         }
+    }
+
+    /// Takes out the watches whose wait ran out by `now`, for a node that
+    /// confirms its state before it answers them (a Raft leader answers
+    /// each with [`watch_answer`] after a read round).
+    pub fn take_due(&mut self, now: Millis) -> Vec<Watch<Mailbox>> {
+        self.watches.due(now)
     }
 
     /// The node stops serving: every watch is answered `M W <key> <to|->`.
     pub fn redirect_all(&mut self, to: Option<String>, events: &mut Vec<NodeEvent>) {
         for watch in self.watches.drain() {
-            events.push(NodeEvent::WatchAnswered {
-                id: watch.id,
-                mailbox: watch.handle,
-                response: Response::Moved {
-                    op: Op::Watch,
-                    key: watch.key,
-                    addr: to.clone(),
-                },
-            });
+            events.push(watch_answer(watch, Err(to.clone())));
         }
     }
 
@@ -129,6 +128,23 @@ fn answered(id: WatchId, mailbox: Mailbox, key: Key, state: KeyState) -> NodeEve
         id,
         mailbox,
         response: Response::Watched { key, state },
+    }
+}
+
+/// The answer to a pending watch taken out of the registry: its key's
+/// state, or `M W <key> <addr|->` (`Err`) from a node that does not serve.
+pub fn watch_answer(watch: Watch<Mailbox>, state: Result<KeyState, Option<String>>) -> NodeEvent {
+    match state {
+        Ok(state) => answered(watch.id, watch.handle, watch.key, state),
+        Err(addr) => NodeEvent::WatchAnswered {
+            id: watch.id,
+            mailbox: watch.handle,
+            response: Response::Moved {
+                op: Op::Watch,
+                key: watch.key,
+                addr,
+            },
+        },
     }
 }
 

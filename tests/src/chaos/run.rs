@@ -201,19 +201,13 @@ pub async fn run(config: Config) -> Report {
     };
     fleet.wait_ready(READY_BOUND).await;
     let query = answers_query(&fleet).await;
-    let kinds = serves_kinds(&fleet).await;
     let checks = if query {
         ""
     } else {
         "; the nodes do not answer Q: releases are checked by acquires only"
     };
-    let kinds_note = if kinds {
-        "; a semaphore and a readers-writer key too"
-    } else {
-        "; plain keys only (the nodes refuse permits and shared locks)"
-    };
     println!(
-        "chaos {}: seed {} (replay: {}){checks}{kinds_note}",
+        "chaos {}: seed {} (replay: {}){checks}; plain keys, a semaphore and a readers-writer key",
         mode.name(),
         config.seed,
         config.replay()
@@ -228,7 +222,6 @@ pub async fn run(config: Config) -> Report {
         answer_slack: mode.rules().answer_slack,
         query,
         fenced: config.fenced.clone(),
-        kinds,
     };
     let workers: Vec<_> = (0..WORKERS)
         .map(|i| {
@@ -290,22 +283,6 @@ async fn answers_query(fleet: &Fleet) -> bool {
         probe.send("Q chaos/probe").await;
         if let Some(line) = probe.recv_timeout(Duration::from_secs(3)).await {
             return line.starts_with("Q ") || line.starts_with("M Q ");
-        }
-    }
-    false
-}
-
-/// Whether the nodes serve semaphores and shared locks (docs/protocol.md
-/// 1.2): a probe acquire with `permits=` is answered, or sent on, rather
-/// than refused with `E`.
-async fn serves_kinds(fleet: &Fleet) -> bool {
-    for addr in &fleet.peers {
-        let Ok(mut probe) = LineClient::try_connect(*addr).await else {
-            continue;
-        };
-        probe.send("A chaos/probe-kinds 0.05 0.05 permits=2").await;
-        if let Some(line) = probe.recv_timeout(Duration::from_secs(3)).await {
-            return !line.starts_with("E ");
         }
     }
     false

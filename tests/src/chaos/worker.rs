@@ -83,9 +83,6 @@ pub struct Shared {
     pub query: bool,
     /// Where each grant's holder writes with its token, if anywhere.
     pub fenced: Option<Arc<dyn FencedResource>>,
-    /// Whether the nodes serve semaphores and shared locks
-    /// (docs/protocol.md 1.2): then some rounds use them.
-    pub kinds: bool,
 }
 
 #[derive(Debug)]
@@ -199,7 +196,8 @@ impl Worker {
 
     /// A key the workers share, with the kind of grant to ask of it.
     fn shared_key(&mut self) -> (String, Kind) {
-        let choices = KEYS.len() as u64 + if self.shared.kinds { 2 } else { 0 };
+        // Every mode serves semaphores and shared locks (protocol 1.2).
+        let choices = KEYS.len() as u64 + 2;
         match self.rng.below(choices) as usize {
             i if i < KEYS.len() => (KEYS[i].to_owned(), Kind::Plain),
             i if i == KEYS.len() => (POOL_KEY.to_owned(), Kind::Permit(POOL_PERMITS)),

@@ -12,8 +12,9 @@
 use std::collections::{HashMap, HashSet, VecDeque};
 
 use baton_core::{
-    AcquireOptions, AcquireOutcome, Command, Event, Key, KeyState, LockRules, LockTable, Millis,
-    NodeIndex, NotServing, Outcome, Quota, TableSnapshot, Token, Waiter, WaiterId,
+    AcquireOptions, AcquireOutcome, Command, Event, HolderValue, Key, KeyState, LockRules,
+    LockTable, Millis, NodeIndex, NotServing, Outcome, Quota, TableSnapshot, Token, Waiter,
+    WaiterId,
 };
 
 use super::members::Members;
@@ -61,6 +62,7 @@ enum Pending<H> {
     Grant(Waiter<H>),
     Release { key: Key, reply: Option<H> },
     Renew { key: Key, reply: H },
+    SetValue { key: Key, reply: H },
     Expire { key: Key, token: Token },
 }
 
@@ -349,8 +351,12 @@ impl<H> RaftEngine<H> {
         Some(pending)
     }
 
-    /// Proposes the grant of `key` to its oldest live waiter, if the rules
-    /// say the key is free (behind the release of `token` if given).
+    /// Proposes the grant of `key` to its oldest live waiters while the
+    /// rules say the key has room for the next (behind the release of
+    /// `token` if given): one waiter for a lock, as many as permits are
+    /// free for a semaphore, every shared waiter at the head of the line
+    /// for a shared key. They go in the outbox together, so one entry
+    /// carries them. Bounded by the key's waiters.
     fn hand_on(
         &mut self,
         key: &Key,
@@ -358,21 +364,31 @@ impl<H> RaftEngine<H> {
         now: Millis,
         events: &mut Vec<Event<H>>,
     ) {
-        let serving = self.serving();
-        let (Standing::Leader(leading), true) = (&mut self.standing, serving) else {
-            return;
-        };
-        let rules = &mut leading.rules;
-        let handover = match behind {
-            None => rules.hand_on(&self.table, key, now, events),
-            Some(token) => rules.hand_on_behind_release(&self.table, key, token, now, events),
-        };
-        if let Some(handover) = handover {
+        while let Some(handover) = self.next_handover(key, behind, now, events) {
             self.propose(handover.command, Pending::Grant(handover.waiter));
         }
     }
 
-    /// Queues an acquire; the grant, if any, comes once the log applies it.
+    /// The serving leader's next hand-over of `key` (see `hand_on`).
+    fn next_handover(
+        &mut self,
+        key: &Key,
+        behind: Option<Token>,
+        now: Millis,
+        events: &mut Vec<Event<H>>,
+    ) -> Option<baton_core::Handover<H>> {
+        let serving = self.serving();
+        let (Standing::Leader(leading), true) = (&mut self.standing, serving) else {
+            return None;
+        };
+        let rules = &mut leading.rules;
+        match behind {
+            None => rules.hand_on(&self.table, key, now, events),
+            Some(token) => rules.hand_on_behind_release(&self.table, key, token, now, events),
+        }
+    }
+
+    /// A plain acquire (see [`RaftEngine::handle_acquire_with`]).
     pub fn handle_acquire(
         &mut self,
         key: Key,
@@ -382,14 +398,29 @@ impl<H> RaftEngine<H> {
         handle: H,
         events: &mut Vec<Event<H>>,
     ) -> Result<AcquireOutcome, NotServing> {
+        let plain = AcquireOptions::default();
+        self.handle_acquire_with(key, wait_ms, lease_ms, plain, now, handle, events)
+    }
+
+    /// Queues an acquire with `options` (permits, shared, a value); the
+    /// grant, if any, comes once the log applies it (a `GrantWith` for
+    /// options other than a plain lock's, as the rules decide).
+    #[allow(clippy::too_many_arguments)]
+    pub fn handle_acquire_with(
+        &mut self,
+        key: Key,
+        wait_ms: u64,
+        lease_ms: u64,
+        options: AcquireOptions,
+        now: Millis,
+        handle: H,
+        events: &mut Vec<Event<H>>,
+    ) -> Result<AcquireOutcome, NotServing> {
         self.saw(now);
         self.check_serving()?;
-        // Raft mode serves plain acquires only (protocol 1.2's options are
-        // refused before they reach the engine).
-        let plain = AcquireOptions::default();
         let admitted = self
             .leading()
-            .map(|l| l.rules.admit(&self.table, &key, &plain));
+            .map(|l| l.rules.admit(&self.table, &key, &options));
         if let Some(Err(refusal)) = admitted {
             return Ok(AcquireOutcome::Refused(refusal));
         }
@@ -398,7 +429,7 @@ impl<H> RaftEngine<H> {
         };
         let id = leading
             .rules
-            .queue(key.clone(), wait_ms, lease_ms, now, plain, handle);
+            .queue(key.clone(), wait_ms, lease_ms, now, options, handle);
         self.hand_on(&key, None, now, events);
         self.debug_validate();
         Ok(AcquireOutcome::Queued { id })
@@ -450,7 +481,7 @@ impl<H> RaftEngine<H> {
         self.check_serving()?;
         // A token a client holds was applied here before this node could
         // serve, so a mismatch now is final.
-        if self.table.holder(key).is_none_or(|h| h.token != token) {
+        if self.table.grant_of(key, token).is_none() {
             return Ok(Some(Outcome::NotFound));
         }
         let command = Command::Release {
@@ -471,18 +502,58 @@ impl<H> RaftEngine<H> {
         reply: H,
         now: Millis,
     ) -> Result<Option<Outcome>, NotServing> {
-        self.saw(now);
-        self.check_serving()?;
-        if self.table.holder(key).is_none_or(|h| h.token != token) {
-            return Ok(Some(Outcome::NotFound));
-        }
         let command = Command::Renew {
             key: key.clone(),
             token,
             lease_ms,
         };
-        let key = key.clone();
-        self.propose(command, Pending::Renew { key, reply });
+        let pending = Pending::Renew {
+            key: key.clone(),
+            reply,
+        };
+        self.propose_for_grant(key, token, command, pending, now)
+    }
+
+    /// Proposes setting (`None`: clearing) the value of `key`'s grant with
+    /// `token`; answers as [`RaftEngine::handle_release`].
+    pub fn handle_set_value(
+        &mut self,
+        key: &Key,
+        token: Token,
+        value: Option<HolderValue>,
+        reply: H,
+        now: Millis,
+    ) -> Result<Option<Outcome>, NotServing> {
+        let command = Command::SetValue {
+            key: key.clone(),
+            token,
+            value,
+        };
+        let pending = Pending::SetValue {
+            key: key.clone(),
+            reply,
+        };
+        self.propose_for_grant(key, token, command, pending, now)
+    }
+
+    /// Proposes `command`, a change of `key`'s grant with `token`, for
+    /// `pending`; answered at once `NotFound` if no applied grant has that
+    /// token (one a client holds was applied before this node could
+    /// serve, so a mismatch is final).
+    fn propose_for_grant(
+        &mut self,
+        key: &Key,
+        token: Token,
+        command: Command,
+        pending: Pending<H>,
+        now: Millis,
+    ) -> Result<Option<Outcome>, NotServing> {
+        self.saw(now);
+        self.check_serving()?;
+        if self.table.grant_of(key, token).is_none() {
+            return Ok(Some(Outcome::NotFound));
+        }
+        self.propose(command, pending);
         self.debug_validate();
         Ok(None)
     }

@@ -15,6 +15,9 @@ pub struct Held {
     pub lease_end: u64,
     /// When the client sent its release (`None`: it never did).
     pub released_at: Option<u64>,
+    /// The key's permits (1: a lock), and whether the grant is shared.
+    pub permits: u32,
+    pub shared: bool,
 }
 
 impl Held {
@@ -50,27 +53,42 @@ impl History {
     }
 }
 
-/// No two grants of one key overlap while both holders may rely on them.
-pub fn check_exclusive(held: &[Held]) -> Result<(), String> {
+/// While their holders may rely on them, a key's grants are never more
+/// than its permits, and an exclusive grant of a lock or a readers-writer
+/// key overlaps no other (shared grants overlap only shared ones). The
+/// most grants overlap at some grant's start, so each start is checked
+/// against the grants still live then.
+pub fn check_holders(held: &[Held]) -> Result<(), String> {
     let mut by_key: HashMap<&str, Vec<&Held>> = HashMap::new();
     for h in held {
         by_key.entry(&h.key).or_default().push(h);
     }
     for (key, mut grants) in by_key {
         grants.sort_by_key(|h| (h.granted_at, h.token));
-        for pair in grants.windows(2) {
-            let (a, b) = (pair[0], pair[1]);
-            if b.granted_at < a.end() {
+        let mut live: Vec<&Held> = Vec::new();
+        for b in grants {
+            live.retain(|a| b.granted_at < a.end());
+            let clash = live.iter().find(|a| {
+                a.shared != b.shared
+                    || a.permits != b.permits
+                    || (!b.shared && live.len() >= b.permits as usize)
+            });
+            if let Some(a) = clash {
                 return Err(format!(
-                    "key {key}: token {} (node {}) granted at {} while token {} (node {}) held it until {}",
+                    "key {key}: token {} (node {}, shared {}, permits {}) granted at {} while {} grants held it, token {} (node {}, shared {}) until {}",
                     b.token,
                     b.node,
+                    b.shared,
+                    b.permits,
                     b.granted_at,
+                    live.len(),
                     a.token,
                     a.node,
+                    a.shared,
                     a.end()
                 ));
             }
+            live.push(b);
         }
     }
     Ok(())
@@ -116,6 +134,16 @@ mod tests {
             granted_at: at,
             lease_end: end,
             released_at: None,
+            permits: 1,
+            shared: false,
+        }
+    }
+
+    fn of(permits: u32, shared: bool, h: Held) -> Held {
+        Held {
+            permits,
+            shared,
+            ..h
         }
     }
 
@@ -126,10 +154,28 @@ mod tests {
             held("a", 3, 10, 20),
             held("b", 2, 5, 50),
         ];
-        assert_eq!(check_exclusive(&fine), Ok(()));
+        assert_eq!(check_holders(&fine), Ok(()));
         assert_eq!(check_tokens_rise(&fine), Ok(()));
         let overlap = [held("a", 1, 0, 10), held("a", 2, 9, 20)];
-        assert!(check_exclusive(&overlap).is_err());
+        assert!(check_holders(&overlap).is_err());
+        let two_of_two = [
+            of(2, false, held("s", 1, 0, 10)),
+            of(2, false, held("s", 2, 5, 20)),
+        ];
+        assert_eq!(check_holders(&two_of_two), Ok(()));
+        let mut three_of_two = two_of_two.to_vec();
+        three_of_two.push(of(2, false, held("s", 3, 9, 20)));
+        assert!(check_holders(&three_of_two).is_err());
+        let readers = [
+            of(1, true, held("r", 1, 0, 10)),
+            of(1, true, held("r", 2, 5, 20)),
+        ];
+        assert_eq!(check_holders(&readers), Ok(()));
+        let mut writer = readers.to_vec();
+        writer.push(held("r", 3, 15, 30));
+        assert!(check_holders(&writer).is_err());
+        let reader_after_writer = [held("r", 1, 0, 10), of(1, true, held("r", 2, 5, 20))];
+        assert!(check_holders(&reader_after_writer).is_err());
         let back = [held("a", 2, 0, 10), held("b", 1, 5, 20)];
         assert!(check_tokens_rise(&back).is_err());
         let twice = [held("a", 2, 0, 10), held("b", 2, 0, 20)];

@@ -14,8 +14,8 @@ use std::time::Duration;
 use baton_cluster::peer::ClusterKeys;
 use baton_cluster::raft::storage::log_store::LogWrites;
 use baton_cluster::raft::{self, NodeIo, RaftLockNode, RaftSettings};
-use baton_core::Key;
-use baton_proto::{ClientCodec, Request, Response};
+use baton_core::{HolderValue, Key, KeyState, LockMode, StateTag};
+use baton_proto::{AcquireOptions, ClientCodec, Request, Response};
 use baton_server::{Clock, ServerConfig, SharedLocks};
 use futures_util::{SinkExt, StreamExt};
 use tokio_util::codec::Framed;
@@ -26,7 +26,10 @@ use super::replace::Replacements;
 use super::rng::Rng;
 
 pub const PORT: u16 = 9000;
-const KEYS: [&str; 3] = ["alpha", "beta", "gamma"];
+/// Plain locks, a semaphore of [`SEMAPHORE_PERMITS`] and a readers-writer
+/// key (see [`Client::options`]).
+const KEYS: [&str; 5] = ["alpha", "beta", "gamma", "sem", "rw"];
+const SEMAPHORE_PERMITS: u32 = 3;
 const LEASE_MS: u64 = 400;
 const WAIT_MS: u64 = 300;
 const CLIENTS_PER_NODE: u64 = 2;
@@ -70,6 +73,8 @@ pub struct World {
     pub redirects: Arc<AtomicU64>,
     /// `Q` answered with the key's state (after a release).
     pub queries: Arc<AtomicU64>,
+    /// Watches answered with a state.
+    pub watches: Arc<AtomicU64>,
     /// A node whose disk was lost, being replaced (see `replace`).
     pub replacements: Replacements,
 }
@@ -190,11 +195,13 @@ impl Client {
     async fn cycle(&mut self, conn: &mut Conn) -> bool {
         let name = KEYS[self.rng.below(KEYS.len())];
         let key = Key::new(name.as_bytes()).expect("key");
+        let options = self.options(name);
+        let (permits, shared) = (options.permits, options.mode == LockMode::Shared);
         let acquire = Request::Acquire {
             key: key.clone(),
             wait_ms: WAIT_MS,
             lease_ms: LEASE_MS,
-            options: baton_proto::AcquireOptions::default(),
+            options,
         };
         let what = format!("node {}: A {name}", self.me);
         let token = match self
@@ -213,7 +220,12 @@ impl Client {
             granted_at: at,
             lease_end: at + LEASE_MS,
             released_at: None,
+            permits,
+            shared,
         });
+        if self.rng.below(4) == 0 && !self.set_value(conn, &key, token).await {
+            return false;
+        }
         tokio::time::sleep(Duration::from_millis(self.rng.below(200) as u64)).await;
         self.world.history.released(index, sim_ms());
         // Only to count them: whether a waiter's grant rides behind.
@@ -237,6 +249,73 @@ impl Client {
             Some(Response::Released { .. }) if self.rng.below(3) == 0 => {
                 self.query_after_release(conn, key, token).await
             }
+            Some(Response::Released { .. }) if self.rng.below(2) == 0 => {
+                self.watch_after_release(conn, key, token).await
+            }
+            Some(_) => true,
+            None => false,
+        }
+    }
+
+    /// What an acquire of `name` asks for: a permit of the semaphore, a
+    /// shared grant of the readers-writer key two times in three, and now
+    /// and then a value.
+    fn options(&mut self, name: &str) -> AcquireOptions {
+        let value = (self.rng.below(3) == 0).then(|| value_of(self.me));
+        let (permits, mode) = match name {
+            "sem" => (SEMAPHORE_PERMITS, LockMode::Exclusive),
+            "rw" if self.rng.below(3) > 0 => (1, LockMode::Shared),
+            _ => (1, LockMode::Exclusive),
+        };
+        AcquireOptions {
+            permits,
+            mode,
+            value,
+        }
+    }
+
+    /// `V` on a grant held: set (or, if the lease ran out meanwhile, not
+    /// held), in time.
+    async fn set_value(&mut self, conn: &mut Conn, key: &Key, token: u64) -> bool {
+        let what = format!("node {}: V {key} {token}", self.me);
+        let set = Request::SetValue {
+            key: key.clone(),
+            token,
+            value: Some(value_of(self.me)),
+        };
+        match self.ask(conn, set, ANSWER_SLACK_MS, what.clone()).await {
+            Some(Response::ValueSet { .. } | Response::NotHeld { .. } | Response::Moved { .. }) => {
+                true
+            }
+            Some(other) => {
+                self.world.breach(format!("{what}: answered {other:?}"));
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// A `W` sent after a release was acknowledged, whichever way it is
+    /// answered (after a read round, on a committed change, at the end of
+    /// its wait), never shows the released grant.
+    async fn watch_after_release(&mut self, conn: &mut Conn, key: Key, released: u64) -> bool {
+        let what = format!("node {}: W {key} after R {released}", self.me);
+        let wait_ms = 50 + self.rng.below(150) as u64;
+        let watch = Request::Watch {
+            key,
+            wait_ms,
+            seen: StateTag::Free,
+        };
+        let limit = wait_ms + ANSWER_SLACK_MS;
+        match self.ask(conn, watch, limit, what.clone()).await {
+            Some(Response::Watched { state, .. }) => {
+                self.world.watches.fetch_add(1, Ordering::Relaxed);
+                if holds(&state, released) {
+                    self.world
+                        .breach(format!("{what}: a stale watch shows the released grant"));
+                }
+                true
+            }
             Some(_) => true,
             None => false,
         }
@@ -250,7 +329,7 @@ impl Client {
         match self.ask(conn, query, ANSWER_SLACK_MS, what.clone()).await {
             Some(Response::Queried { state, .. }) => {
                 self.world.queries.fetch_add(1, Ordering::Relaxed);
-                if state.grant.is_some_and(|g| g.token == released) {
+                if holds(&state, released) {
                     self.world
                         .breach(format!("{what}: a stale read shows the released grant"));
                 }
@@ -263,7 +342,7 @@ impl Client {
 
     /// Sends `request` and waits for its answer; records a breach of the
     /// answer-time rule (no answer within `limit_ms`, or the connection
-    /// closed on it). A client whose host crashes dies with its request,
+    /// closed on it), and any `E`. A client whose host crashes dies with its request,
     /// which is no breach.
     async fn ask(
         &self,
@@ -281,6 +360,11 @@ impl Client {
             Ok(Some(Ok(answer))) => {
                 if matches!(answer, Response::Moved { .. }) {
                     self.world.redirects.fetch_add(1, Ordering::Relaxed);
+                }
+                // Every request the clients send is valid and within the
+                // node's limits: an `E` is a node that does not serve it.
+                if let Response::Error(error) = &answer {
+                    self.world.breach(format!("{what}: refused: {error:?}"));
                 }
                 Some(answer)
             }
@@ -304,4 +388,18 @@ impl Client {
             }
         }
     }
+}
+
+/// The value a client on node `me` attaches to its grants.
+fn value_of(me: u64) -> HolderValue {
+    HolderValue::try_from(format!("node-{me}").as_str()).expect("value")
+}
+
+/// Whether `state` shows a grant with `token` among its holders.
+fn holds(state: &KeyState, token: u64) -> bool {
+    state.grant.as_ref().is_some_and(|g| g.token == token)
+        || state
+            .detail
+            .as_ref()
+            .is_some_and(|d| d.holders.iter().any(|h| h.token == token))
 }

@@ -75,10 +75,12 @@ impl<H> RaftEngine<H> {
         let outcome = self.table.apply(command, now);
         self.expiries += u64::from(outcome == Outcome::Expired { existed: true });
         match (command, pending) {
-            (Command::Grant { .. }, Some(Pending::Grant(waiter))) => {
+            (Command::Grant { .. } | Command::GrantWith { .. }, Some(Pending::Grant(waiter))) => {
                 self.grant_applied(waiter, outcome, applied.current, events)
             }
-            (Command::Grant { key, .. }, None) if applied.mine => self.give_back(key, outcome),
+            (Command::Grant { key, .. } | Command::GrantWith { key, .. }, None) if applied.mine => {
+                self.give_back(key, outcome)
+            }
             (Command::Release { .. }, Some(Pending::Release { key, reply })) => {
                 // No reply: a grant this node gave back itself.
                 if let Some(handle) = reply {
@@ -94,6 +96,15 @@ impl<H> RaftEngine<H> {
             }
             (Command::Renew { .. }, Some(Pending::Renew { key, reply })) => {
                 events.push(self.renew_answered(key, reply, outcome))
+            }
+            // A value applied is set, whoever serves: the answer stands.
+            (Command::SetValue { .. }, Some(Pending::SetValue { key, reply })) => {
+                events.push(Event::Answered {
+                    handle: reply,
+                    key,
+                    change: Change::SetValue,
+                    answer: Ok(outcome),
+                })
             }
             (Command::Expire { key, token }, _) => {
                 if let Standing::Leader(leading) = &mut self.standing {
@@ -181,7 +192,7 @@ impl<H> RaftEngine<H> {
             return;
         }
         for (key, token) in std::mem::take(&mut self.unclaimed) {
-            if self.table.holder(&key).is_some_and(|h| h.token == token) {
+            if self.table.grant_of(&key, token).is_some() {
                 let release = Command::Release {
                     key: key.clone(),
                     token,

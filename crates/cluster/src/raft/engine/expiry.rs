@@ -4,7 +4,8 @@
 //! client's command waits behind at most [`MAX_EXPIRIES_IN_FLIGHT`]
 //! expiries, and no input of the engine walks more than that many.
 //! The other work a leader makes for itself is bounded by what applies:
-//! each applied release or expiry hands its key to one waiter, and each
+//! each applied release or expiry hands its key to the waiters it has
+//! room for (at most its permits, or its waiters), and each
 //! grant whose client is gone is given back by one release.
 
 use baton_core::{Command, Key, Millis, Token};
@@ -55,8 +56,8 @@ impl<H> RaftEngine<H> {
         if !self.leading()?.expiring.is_empty() {
             return None;
         }
-        let (key, _) = self.expiries_to_propose(None, 1).pop()?;
-        let holder = self.table.holder(&key)?;
+        let (key, token) = self.expiries_to_propose(None, 1).pop()?;
+        let holder = self.table.grant_of(&key, token)?;
         let resume = self.leading().map_or(0, |l| l.expiries_resume_at);
         Some(holder.expires_at.max(resume))
     }

@@ -100,6 +100,9 @@ impl<H> RaftEngine<H> {
             Pending::Renew { key, reply } => {
                 events.push(moved_answer(reply, Change::Renew, key, to));
             }
+            Pending::SetValue { key, reply } => {
+                events.push(moved_answer(reply, Change::SetValue, key, to));
+            }
             Pending::Expire { key, token } => {
                 if let Standing::Leader(leading) = &mut self.standing {
                     leading.expiring.remove(&(key, token));

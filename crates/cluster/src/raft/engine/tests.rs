@@ -7,6 +7,7 @@ use super::{Committed, RaftEngine, RaftRole};
 
 mod exact;
 mod flood;
+mod kinds;
 mod step_down;
 mod token_floor;
 mod unclaimed;
@@ -72,6 +73,24 @@ impl Pair {
         }
     }
 
+    /// The late answers given, as (client, change, answer), taken out of
+    /// the events with every other event.
+    #[allow(clippy::type_complexity)]
+    fn answers(&mut self) -> Vec<(&'static str, Change, Result<Outcome, NotServing>)> {
+        self.events
+            .drain(..)
+            .filter_map(|e| match e {
+                Event::Answered {
+                    handle,
+                    change,
+                    answer,
+                    ..
+                } => Some((handle, change, answer)),
+                _ => None,
+            })
+            .collect()
+    }
+
     fn granted(&mut self) -> Vec<(&'static str, u64)> {
         let mut out = Vec::new();
         self.events.retain(|e| match e {
@@ -122,21 +141,8 @@ fn waiters_get_the_key_in_order_as_releases_commit() {
         Ok(None)
     );
     assert_eq!(p.commit_proposals(1), 1);
-    let replies: Vec<_> = p
-        .events
-        .drain(..)
-        .filter_map(|e| match e {
-            Event::Answered {
-                handle,
-                change,
-                answer,
-                ..
-            } => Some((handle, change, answer)),
-            _ => None,
-        })
-        .collect();
     assert_eq!(
-        replies,
+        p.answers(),
         vec![("c1", Change::Release, Ok(Outcome::Released))]
     );
     assert_eq!(p.commit_proposals(1), 1);

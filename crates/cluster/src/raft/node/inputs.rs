@@ -11,7 +11,7 @@
 
 use std::time::Duration;
 
-use baton_core::{Millis, TableSnapshot};
+use baton_core::{Key, Millis, TableSnapshot};
 use baton_server::NodeEvent;
 use openraft::TokioInstant;
 
@@ -105,9 +105,10 @@ impl RaftLockNode {
         self.drive(events, |engine, ev| engine.handle_role(role, now, ev));
         if let Err(to) = self.engine.check_serving() {
             let addr = self.redirect(to);
-            for (key, reply_to) in self.reads.take_queued() {
-                events.push(reads::answer(key, reply_to, Err(addr.clone())));
+            for read in self.reads.take_queued() {
+                events.push(reads::answer(read, Err(addr.clone())));
             }
+            self.watches.redirect_all(addr, events);
         }
     }
 
@@ -199,13 +200,13 @@ impl RaftLockNode {
             .check_serving()
             .err()
             .map(|to| self.redirect(to));
-        for (key, reply_to) in self.reads.end_round() {
+        for read in self.reads.end_round() {
             let state = match (&addr, confirmed) {
-                (None, true) => Ok(self.engine.query(&key, now)),
+                (None, true) => Ok(self.engine.query(read.key(), now)),
                 (Some(addr), _) => Err(addr.clone()),
                 (None, false) => Err(None),
             };
-            events.push(reads::answer(key, reply_to, state));
+            events.push(reads::answer(read, state));
         }
         self.plan(at);
     }
@@ -228,6 +229,9 @@ impl RaftLockNode {
         // expects back (see `group_commit`).
         let answered = (events.len() - before) as u64;
         self.returns.answered(answered, at);
+        if !self.watches.is_empty() {
+            self.answer_watches(Some(changed_keys(entries)), now, events);
+        }
     }
 
     /// The table now, for a snapshot.
@@ -246,6 +250,22 @@ impl RaftLockNode {
         self.drive(events, |engine, ev| {
             engine.handle_snapshot(snapshot, now, ev)
         });
+        // Any key may have changed.
+        self.answer_watches(None, now, events);
+    }
+
+    /// Answers the pending watches of the `changed` keys (`None`: of
+    /// every key) whose client saw another state than the table now
+    /// holds: the committed state, which needs no read round.
+    fn answer_watches(
+        &mut self,
+        changed: Option<Vec<Key>>,
+        now: Millis,
+        events: &mut Vec<NodeEvent>,
+    ) {
+        let engine = &self.engine;
+        self.watches
+            .after_changes(changed, |key| engine.query(key, now), events);
     }
 
     /// Starts a round of queries, and proposes the next entry or holds it:
@@ -272,4 +292,20 @@ impl RaftLockNode {
             self.commands.push(RaftCommand::Propose { proposal, tags });
         }
     }
+}
+
+/// The keys the commands of `entries` name: every key whose holders or
+/// values may have changed (a command that changed nothing is harmless:
+/// a watch is answered only if its key's state differs from what its
+/// client saw).
+fn changed_keys(entries: &[Entry]) -> Vec<Key> {
+    entries
+        .iter()
+        .filter_map(|entry| match &entry.payload {
+            openraft::EntryPayload::Normal(proposal) => Some(proposal),
+            _ => None,
+        })
+        .flat_map(|proposal| proposal.commands.iter())
+        .filter_map(|tagged| tagged.command.key().cloned())
+        .collect()
 }

@@ -4,11 +4,13 @@
 //! shell are in `inputs`.
 
 use baton_core::{
-    Event, Key, LockTable, Millis, NotServing, Outcome, Quota, TableSnapshot, Token, WaiterId,
+    Event, Key, LockTable, Millis, NotServing, Outcome, Quota, StateTag, TableSnapshot, Token,
+    WaiterId, WatchId,
 };
 use baton_proto::{Mode, Role};
 use baton_server::{
-    Answer, LockNode, LockRequest, Mailbox, NodeEvent, NodeStatus, NodeTally, Served, SharedLocks,
+    earliest, Answer, LockNode, LockRequest, Mailbox, NodeEvent, NodeStatus, NodeTally,
+    NodeWatches, Served, SharedLocks,
 };
 use openraft::{Instant as _, TokioInstant};
 
@@ -16,7 +18,7 @@ use super::command::{NodeTimes, RaftCommand};
 use super::contact::LeaderContact;
 use super::group_commit::{GroupCommit, Returns};
 use super::observe::{self, LogIndexes, PeerProgress, RoleWatch, StuckWatch};
-use super::reads::PendingReads;
+use super::reads::{self, PendingReads, Read};
 use crate::raft::engine::{RaftEngine, RaftRole};
 use crate::raft::storage::state_machine::TableHost;
 use crate::raft::types::{Entry, LogId};
@@ -47,8 +49,11 @@ pub struct RaftLockNode {
     pub(super) asking_contact: bool,
     /// When the metrics are due again (`None`: at once).
     pub(super) next_check: Option<TokioInstant>,
-    /// `Q` requests waiting for the lead to be confirmed.
+    /// `Q` and `W` requests waiting for the lead to be confirmed.
     pub(super) reads: PendingReads,
+    /// The serving leader's pending watches (a node that stops serving
+    /// answers them `M W`).
+    pub(super) watches: NodeWatches,
     /// How long entries take, which bounds a hold.
     pub(super) group: GroupCommit,
     /// Requests in and answers out, which a hold waits on.
@@ -89,6 +94,7 @@ impl RaftLockNode {
             asking_contact: false,
             next_check: None,
             reads: PendingReads::default(),
+            watches: NodeWatches::default(),
             group: GroupCommit::new(),
             returns: Returns::default(),
             entry_in_flight: false,
@@ -158,21 +164,52 @@ impl RaftLockNode {
         if let Err(to) = self.engine.check_serving() {
             return Served::Redirect(self.redirect(to));
         }
-        if self.reads.push(key.clone(), reply_to.clone()) {
-            Served::Later
-        } else {
-            // Too many queries wait already: `M Q <key> -` has the client
+        let read = Read::Query {
+            key: key.clone(),
+            reply_to: reply_to.clone(),
+        };
+        self.read(read)
+    }
+
+    /// Queues a read for the next round: answered later.
+    fn read(&mut self, read: Read) -> Served<Answer> {
+        match self.reads.push(read) {
+            Ok(()) => Served::Later,
+            // Too many reads wait already: `M <op> <key> -` has the client
             // ask again shortly, which bounds the queue.
-            Served::Redirect(None)
+            Err(_) => Served::Redirect(None),
         }
     }
-}
 
-/// Why a Raft node refuses protocol 1.2's semaphores, shared locks,
-/// values and watches (`E <op> <key> ...`): its log has no commands for
-/// them yet.
-const RAFT_SERVES_1_1: &str =
-    "raft mode does not serve permits, shared locks, values or watches yet";
+    /// `W <key>`: the leader's table is the committed state, but may be
+    /// stale (another leader elected meanwhile). A client that saw another
+    /// state is answered after a read round, as `Q` is. One that saw the
+    /// table's state waits in the registry: a committed change applied
+    /// here answers it (the log's state), and so would a stale table
+    /// never, so nothing stale is reported; its wait running out is
+    /// answered after a round (see `tick`), a step-down with `M W`.
+    fn watch(
+        &mut self,
+        key: &Key,
+        wait_ms: u64,
+        seen: StateTag,
+        now: Millis,
+        reply_to: &Mailbox,
+    ) -> Served<Answer> {
+        if let Err(to) = self.engine.check_serving() {
+            return Served::Redirect(self.redirect(to));
+        }
+        let state = self.engine.query(key, now);
+        if state.tag() != seen {
+            let read = Read::Watch {
+                key: key.clone(),
+                reply_to: reply_to.clone(),
+            };
+            return self.read(read);
+        }
+        Served::Done(self.watches.watch(key, wait_ms, seen, state, now, reply_to))
+    }
+}
 
 impl LockNode for RaftLockNode {
     fn handle(
@@ -186,20 +223,18 @@ impl LockNode for RaftLockNode {
         // request is in the engine's outbox, so that it rides along.
         let back = self.returns.request_in();
         let served = match request {
-            LockRequest::Acquire { options, .. } if !options.is_plain() => {
-                Served::Done(Answer::Refused(RAFT_SERVES_1_1.to_owned()))
-            }
-            LockRequest::SetValue { .. } | LockRequest::Watch { .. } => {
-                Served::Done(Answer::Refused(RAFT_SERVES_1_1.to_owned()))
+            LockRequest::Watch { key, wait_ms, seen } => {
+                self.watch(key, wait_ms, seen, now, reply_to)
             }
             LockRequest::Acquire {
                 key,
                 wait_ms,
                 lease_ms,
-                ..
+                options,
             } => {
                 let result = self.drive(events, |engine, ev| {
-                    engine.handle_acquire(key.clone(), wait_ms, lease_ms, now, reply_to.clone(), ev)
+                    let (key, options, to) = (key.clone(), options.clone(), reply_to.clone());
+                    engine.handle_acquire_with(key, wait_ms, lease_ms, options, now, to, ev)
                 });
                 match result {
                     Ok(outcome) => Served::Done(Answer::Acquired(outcome)),
@@ -220,6 +255,12 @@ impl LockNode for RaftLockNode {
                 self.late(proposed)
             }
             LockRequest::Query { key } => self.query(key, reply_to),
+            LockRequest::SetValue { key, token, value } => {
+                let proposed =
+                    self.engine
+                        .handle_set_value(key, token, value.cloned(), reply_to.clone(), now);
+                self.late(proposed)
+            }
         };
         if back {
             self.propose();
@@ -246,16 +287,29 @@ impl LockNode for RaftLockNode {
         self.engine.handle_cancel(id);
     }
 
+    fn cancel_watch(&mut self, id: WatchId) {
+        self.watches.cancel(id);
+    }
+
+    /// Watches whose wait ran out are answered after a read round: their
+    /// answer says the key did not change, which a leader deposed unawares
+    /// cannot tell.
     fn tick(&mut self, now: Millis, events: &mut Vec<NodeEvent>) {
         self.drive(events, |engine, ev| engine.handle_tick(now, ev));
+        for watch in self.watches.take_due(now) {
+            if let Err(read) = self.reads.push(Read::WatchDue(watch)) {
+                events.push(reads::answer(read, Err(None)));
+            }
+        }
     }
 
     fn next_deadline(&self) -> Option<Millis> {
-        self.engine.poll_timeout()
+        earliest(self.engine.poll_timeout(), self.watches.next_deadline())
     }
 
     fn set_quota(&mut self, quota: Quota) {
         self.engine.set_quota(quota);
+        self.watches.set_max(quota.max_watches);
     }
 
     fn status(&self) -> NodeStatus {

@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use baton_core::{Key, KeyState};
+use baton_core::{AcquireOptions, Key, KeyState};
 use baton_proto::{Op, Response};
 use baton_server::{Answer, LockNode, LockRequest, Mailbox, NodeEvent, Served};
 use openraft::impls::leader_id_adv::LeaderId;
@@ -147,7 +147,7 @@ impl Fixture {
             key: &key(name),
             wait_ms: 0,
             lease_ms: 10_000,
-            options: &Default::default(),
+            options: &AcquireOptions::default(),
         });
     }
 
@@ -371,7 +371,7 @@ fn a_node_told_it_was_removed_says_so_and_serves_no_more() {
         key: &k,
         wait_ms: 0,
         lease_ms: 1_000,
-        options: &Default::default(),
+        options: &AcquireOptions::default(),
     };
     assert!(matches!(f.request(acquire), Served::Redirect(_)));
     let me = f.node.members(10).into_iter().find(|m| m.is_self);
@@ -385,3 +385,5 @@ fn a_node_told_it_was_removed_says_so_and_serves_no_more() {
     assert_ne!(f.node.status().role, Role::Removed);
     assert_eq!(f.node.health_issue(20), None);
 }
+
+mod watches;
