@@ -66,7 +66,12 @@ impl PgFencedTable {
         tokio::spawn(connection);
         client.batch_execute(SCHEMA).await.expect("the schema");
         let own = (0..8).map(|w| format!("chaos/w{w}"));
-        for key in KEYS.iter().chain([&RW_KEY]).map(|k| k.to_string()).chain(own) {
+        for key in KEYS
+            .iter()
+            .chain([&RW_KEY])
+            .map(|k| k.to_string())
+            .chain(own)
+        {
             let insert = "INSERT INTO chaos_fence (k) VALUES ($1)";
             client.execute(insert, &[&key]).await.expect("a row");
         }
