@@ -198,6 +198,11 @@ impl Grants {
         self.count
     }
 
+    /// Slots, filled or empty: what a walk of the storage visits.
+    pub fn slots(&self) -> usize {
+        self.slots.len()
+    }
+
     /// Keys held.
     pub fn key_count(&self) -> usize {
         self.heap.len()

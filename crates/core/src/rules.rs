@@ -473,7 +473,7 @@ impl<H> LockRules<H> {
     /// build (see [`crate::invariant::FULL_CHECK_UP_TO`]).
     pub fn small(&self, table: &LockTable) -> bool {
         let limit = crate::invariant::FULL_CHECK_UP_TO;
-        self.queues.len() <= limit && table.len() <= limit
+        self.queues.len() <= limit && table.small()
     }
 }
 

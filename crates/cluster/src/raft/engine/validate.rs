@@ -83,7 +83,7 @@ impl<H> RaftEngine<H> {
     /// table too, on a follower as on the leader, else a follower's every
     /// input would cost a walk of its whole table).
     pub(super) fn debug_validate(&self) {
-        let small = self.table.len() <= invariant::FULL_CHECK_UP_TO
+        let small = self.table.small()
             && self.leading().is_none_or(|l| l.rules.small(&self.table))
             && self.pending.len() <= invariant::FULL_CHECK_UP_TO;
         invariant::debug_check(small, || self.validate());
