@@ -328,7 +328,12 @@ async fn raft_leader_and_followers_are_healthy_and_a_node_cut_off_is_503() {
         .wait_replicated(token, Duration::from_secs(10))
         .await;
     for (i, addr) in http.iter().enumerate() {
-        let reply = wait_http(*addr, "/health", Duration::from_secs(5), |r| r.code == 200).await;
+        // A node shows openraft's term as of its last metrics read, at
+        // most a check interval old: poll past a first read of term 0.
+        let reply = wait_http(*addr, "/health", Duration::from_secs(5), |r| {
+            r.code == 200 && !r.body.contains("\"term\":0")
+        })
+        .await;
         let body = json(&reply);
         let role = if i == leader { "leader" } else { "follower" };
         assert_eq!(body["role"], role, "{body}");

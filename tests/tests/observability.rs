@@ -281,8 +281,13 @@ async fn exported() -> BTreeSet<String> {
         vec!["--http-listen".into(), raft_http[i].to_string()]
     });
     let (leader, _) = raft.wait_leader(SETTLE).await;
-    let lagging = has("baton_replication_lag_entries");
-    names.extend(series_names(&scrape(raft_http[leader], lagging).await));
+    // The indexes show once the leader's first entry is applied.
+    let (lagging, applied) = (
+        has("baton_replication_lag_entries"),
+        has("baton_raft_applied_index"),
+    );
+    let ready = move |s: &Scrape| lagging(s) && applied(s);
+    names.extend(series_names(&scrape(raft_http[leader], ready).await));
     drop(raft);
     let prio_http: Vec<SocketAddr> = (0..2).map(|_| free_addr()).collect();
     let mut prio = Cluster::start_each(2, |i| {

@@ -372,7 +372,8 @@ pub fn parse(line: &str, key: &str, request: &Request, peers: &[SocketAddr]) -> 
         (Request::Release { .. } | Request::Renew { .. }, ["N", o, k]) if *o == op && *k == key => {
             Answer::NotHeld
         }
-        (Request::Query, ["Q", k, token, lease, waiters]) if *k == key => {
+        // Protocol 1.2 adds fields after these for a key not plain.
+        (Request::Query, ["Q", k, token, lease, waiters, ..]) if *k == key => {
             let (Some(token), true, true) = (
                 token.strip_prefix("token="),
                 lease.starts_with("lease="),
