@@ -69,7 +69,12 @@ impl RaftLockNode {
         self.set_role(role, now, events);
         self.shown.term = full.current_term;
         self.shown.progress = observe::replication(full);
-        self.shown.silent = observe::silent_followers(full, at, self.times.silent_after);
+        self.shown.silent = observe::silent_followers(
+            full,
+            at,
+            self.times.silent_after,
+            self.roles.leading_since(),
+        );
         self.shown.indexes = LogIndexes::of(full);
         self.check_stuck(full, at);
         self.next_check = Some(at + self.times.check_every);

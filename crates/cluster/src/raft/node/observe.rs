@@ -81,6 +81,11 @@ impl RoleWatch {
             },
         }
     }
+
+    /// When this node began to lead in its latest term as leader.
+    pub fn leading_since(&self) -> Option<TokioInstant> {
+        self.leading_since.map(|(_, at)| at)
+    }
 }
 
 /// The time from `earlier` to `self`, zero if `earlier` is later.
@@ -162,7 +167,17 @@ pub fn answers(metrics: &Metrics, node: NodeId, now: TokioInstant, within: Durat
 
 /// The followers of a leader that have not acknowledged a heartbeat
 /// within `within` of `now` (killed, paused, cut off); empty off the lead.
-pub fn silent_followers(metrics: &Metrics, now: TokioInstant, within: Duration) -> Vec<NodeId> {
+/// A leader that took the lead at `leading_since`, less than `within`
+/// ago, has had no time to hear everyone: nobody is silent yet.
+pub fn silent_followers(
+    metrics: &Metrics,
+    now: TokioInstant,
+    within: Duration,
+    leading_since: Option<TokioInstant>,
+) -> Vec<NodeId> {
+    if leading_since.is_some_and(|since| now.saturating_duration_since(since) < within) {
+        return Vec::new();
+    }
     replication(metrics)
         .into_iter()
         .map(|p| p.node)
@@ -378,13 +393,23 @@ mod tests {
         m.last_log_index = Some(5);
         m.replication = Some([(0, None), (1, None), (2, None)].into_iter().collect());
         m.heartbeat = Some([(1, Some(t0.into())), (2, None)].into_iter().collect());
+        let led_long = Some(t0 - within);
         // Never heard: silent; heard just now: not.
-        assert_eq!(silent_followers(&m, t0, within), vec![2]);
+        assert_eq!(silent_followers(&m, t0, within, led_long), vec![2]);
+        // A fresh leader has not had the time to hear anyone.
+        let fresh = Some(t0 - within / 2);
+        assert_eq!(
+            silent_followers(&m, t0, within, fresh),
+            Vec::<NodeId>::new()
+        );
         let later = t0 + Duration::from_millis(1_100);
-        assert_eq!(silent_followers(&m, later, within), vec![1, 2]);
+        assert_eq!(silent_followers(&m, later, within, fresh), vec![1, 2]);
         m.state = ServerState::Follower;
         m.replication = None;
-        assert_eq!(silent_followers(&m, later, within), Vec::<NodeId>::new());
+        assert_eq!(
+            silent_followers(&m, later, within, led_long),
+            Vec::<NodeId>::new()
+        );
     }
 
     #[test]
