@@ -6,27 +6,11 @@ speaks 1.2 (`S ... protocol=1.2`)."""
 from __future__ import annotations
 
 import asyncio
-import threading
 
 import pytest
 
 import baton
-from conftest import priority_pair, serving, status, wait_for
-
-
-def _in_thread(call):
-    """Runs `call` in a thread; the dict gets its result or its error."""
-    out = {}
-
-    def run():
-        try:
-            out["result"] = call()
-        except Exception as err:  # reported by the test that reads `out`
-            out["error"] = err
-
-    thread = threading.Thread(target=run)
-    thread.start()
-    return thread, out
+from conftest import in_thread, priority_pair, serving, status, wait_for
 
 
 def test_the_node_speaks_1_2(node):
@@ -51,7 +35,7 @@ def test_a_semaphore(node):
         assert (state.permits, state.mode, state.holder_count) == (2, "exclusive", 2)
         assert [(h.token, h.value) for h in state.holders] == [(first.token, None), (second.token, "b")]
         assert state.token == second.token
-        thread, out = _in_thread(lambda: client.acquire("sem", 10, 30, permits=2))
+        thread, out = in_thread(lambda: client.acquire("sem", 10, 30, permits=2))
         wait_for(lambda: client.inspect("sem").waiters == 1, 5, "the third to queue")
         first.release()
         thread.join(10)
@@ -77,10 +61,10 @@ def test_shared_locks_and_no_barging(node):
         readers = [client.acquire("rw", 1, 30, shared=True) for _ in range(2)]
         state = client.inspect("rw")
         assert state.mode == "shared" and state.holder_count == 2
-        writer, wrote = _in_thread(lambda: client.acquire("rw", 10, 30))
+        writer, wrote = in_thread(lambda: client.acquire("rw", 10, 30))
         wait_for(lambda: client.inspect("rw").waiters == 1, 5, "the writer to queue")
         # A reader arriving while the writer waits queues behind it.
-        late, read = _in_thread(lambda: client.acquire("rw", 10, 30, shared=True))
+        late, read = in_thread(lambda: client.acquire("rw", 10, 30, shared=True))
         wait_for(lambda: client.inspect("rw").waiters == 2, 5, "the late reader to queue")
         for lock in readers:
             lock.release()
@@ -167,7 +151,7 @@ def test_an_election(node):
         assert next(observer) == baton.Leader("node-a", lock.token)
         ea.proclaim("node-a2")
         assert next(observer) == baton.Leader("node-a2", lock.token)
-        thread, out = _in_thread(lambda: eb.campaign("node-b"))
+        thread, out = in_thread(lambda: eb.campaign("node-b"))
         wait_for(lambda: a.inspect("el").waiters == 1, 5, "the second candidate to queue")
         ea.resign()
         thread.join(10)
