@@ -328,3 +328,48 @@ func TestRealProto12PriorityElectionAndWatchRideAFailover(t *testing.T) {
 		return []*node{standby}
 	})
 }
+
+// A node's --max-wait below the client's own wait for a W: the watch and
+// the observer go on with the node's maximum instead of ending.
+func TestRealProto12WatchOnANodeWithAShortMaxWait(t *testing.T) {
+	n := startNode(t, "", "--max-wait", "2")
+	c := dialTest(t, []string{n.addr})
+	ctx := bg(t, 60*time.Second)
+	states, err := c.Watch(ctx, "wk")
+	if err != nil {
+		t.Fatal(err)
+	}
+	leaders, err := c.Election("wk").Observe(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s := recv(t, states, 10*time.Second, "the free key"); s.Held() {
+		t.Fatalf("first: %+v", s)
+	}
+	if l := recv(t, leaders, 10*time.Second, "no leader"); l.Token != 0 {
+		t.Fatalf("first: %+v", l)
+	}
+	lead := mustLock(t)(c.Election("wk").Campaign(ctx, "node-a", 10*time.Second))
+	if s := recv(t, states, 10*time.Second, "the grant"); s.Token != lead.Token() {
+		t.Fatalf("held: %+v", s)
+	}
+	if l := recv(t, leaders, 10*time.Second, "the leader"); l != (LeaderState{"node-a", lead.Token()}) {
+		t.Fatalf("observed %+v", l)
+	}
+	// A rival asking for the node's maximum under a longer deadline gets
+	// the node's T after 2 s; meanwhile the watches' waits ran out and
+	// were sent again.
+	start := time.Now()
+	if _, err := c.Election("wk").Campaign(ctx, "node-b", 10*time.Second); !errors.Is(err, ErrTimedOut) || time.Since(start) < 2*time.Second {
+		t.Fatalf("a rival's campaign, after %v: %v", time.Since(start), err)
+	}
+	if err := lead.SetValue(ctx, "node-a2"); err != nil {
+		t.Fatal(err)
+	}
+	if l := recv(t, leaders, 10*time.Second, "the proclamation"); l != (LeaderState{"node-a2", lead.Token()}) {
+		t.Fatalf("observed %+v", l)
+	}
+	if s := recv(t, states, 10*time.Second, "the value"); !slices.Equal(valuesOf(s), []string{"node-a2"}) {
+		t.Fatalf("value: %+v", s)
+	}
+}
