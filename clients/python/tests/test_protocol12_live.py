@@ -205,3 +205,25 @@ def test_priority_a_semaphore_and_shared_grants_through_a_standby(nodes):
         for lock in permits + readers:
             lock.release()
         assert not client.inspect("p/sem").held and not client.inspect("p/rw").held
+
+
+def test_a_watch_and_an_observer_on_a_node_with_a_short_max_wait(nodes):
+    node = nodes.start(["--max-wait", "2"])
+    with baton.Client(node.addr) as client:
+        watch = client.watch("short")
+        observe = client.election("short").observe()
+        assert not next(watch).held and next(observe) is None
+        lock = client.election("short", lease=10).campaign("node-a")
+        assert next(watch).token == lock.token
+        assert next(observe) == baton.Leader("node-a", lock.token)
+        # The node's maximum runs out under the next steps: they are sent
+        # again, and see the next change.
+        thread, out = in_thread(lambda: (next(watch), next(observe)))
+        with pytest.raises(baton.TimedOut):
+            client.acquire("short", 0, 10)  # the node's 2 s
+        lock.set_value("node-a2")
+        thread.join(10)
+        state, leader = out["result"]
+        assert state.values == ("node-a2",) and leader == baton.Leader("node-a2", lock.token)
+        watch.close()
+        observe.close()
