@@ -100,6 +100,8 @@ func (c *Client) Acquire(ctx context.Context, key string, opts AcquireOptions) (
 	if d, ok := ctx.Deadline(); ok && (wait == 0 || time.Until(d) < wait) {
 		a.ctxWait = wait == 0
 		wait = max(time.Until(d), time.Millisecond)
+		refused := c.waitRefusedMs.Load()
+		a.nodeMax = a.ctxWait && refused != 0 && ceilMs(wait) >= refused
 	}
 	if wait > 0 {
 		a.deadline = time.Now().Add(wait)
@@ -223,6 +225,7 @@ func (c *Client) tryAcquire(ctx context.Context, cn *conn, a *attempt, waitMs ui
 		return nil, nil
 	case 'E':
 		if a.ctxWait && !a.nodeMax && strings.HasPrefix(r.reason, waitTooLong) {
+			c.noteWaitRefused(waitMs)
 			a.nodeMax = true
 			return nil, nil
 		}

@@ -163,9 +163,21 @@ var ErrNoLeader = errors.New("baton: the election has no leader")
 // Campaign waits until this caller leads (as long as ctx allows) and
 // returns its lock, kept alive; value is proclaimed as the leader's.
 // Resign with the lock's Release; watch its Lost to learn that the lead
-// was lost; Proclaim with its SetValue.
+// was lost; Proclaim with its SetValue. Each acquire waits at most the
+// node's --max-wait: one it answers T sooner than ctx's deadline is sent
+// again. At ctx's deadline: ErrTimedOut, or ctx's error if it came
+// first.
 func (e *Election) Campaign(ctx context.Context, value string, lease time.Duration) (*Lock, error) {
-	return e.client.Acquire(ctx, e.key, AcquireOptions{Lease: lease, Value: value, KeepAlive: true})
+	for {
+		l, err := e.client.Acquire(ctx, e.key, AcquireOptions{Lease: lease, Value: value, KeepAlive: true})
+		if !errors.Is(err, ErrTimedOut) || ctx.Err() != nil {
+			return l, err
+		}
+		// A T at ctx's deadline, give or take the trip, is the caller's.
+		if d, ok := ctx.Deadline(); ok && time.Until(d) < retryInterval {
+			return l, err
+		}
+	}
 }
 
 // Leader is the current leader's value and token, or ErrNoLeader.
