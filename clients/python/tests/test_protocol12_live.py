@@ -10,6 +10,7 @@ import asyncio
 import pytest
 
 import baton
+import baton.aio
 from conftest import in_thread, priority_pair, serving, status, wait_for
 
 
@@ -227,3 +228,37 @@ def test_a_watch_and_an_observer_on_a_node_with_a_short_max_wait(nodes):
         assert state.values == ("node-a2",) and leader == baton.Leader("node-a2", lock.token)
         watch.close()
         observe.close()
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="answers to two acquires of one key pending on one connection are matched oldest "
+    "first, but the node answers a later one's T (a shorter wait) or E before the earlier one: "
+    "the earlier caller is told it timed out and the later one gets the earlier one's grant",
+)
+def test_acquires_of_one_key_on_one_connection_keep_their_own_answers(node):
+    async def main():
+        async with baton.aio.Client([node.addr]) as holder, baton.aio.Client([node.addr]) as client:
+            lock = await holder.acquire("swap", 1, 30)
+            # One reader on each of the client's two connections (requests
+            # go to them in turn), then a writer with a shorter wait on one
+            # of them.
+            readers = [asyncio.ensure_future(client.acquire("swap", 20, 30, shared=True)) for _ in range(2)]
+            writer = asyncio.ensure_future(client.acquire("swap", 1, 30))
+            await until_waiters(holder, "swap", 3)
+            first, _ = await asyncio.wait([writer, *readers], timeout=10, return_when=asyncio.FIRST_COMPLETED)
+            await lock.release()
+            outcomes = await asyncio.wait_for(asyncio.gather(writer, *readers, return_exceptions=True), 10)
+            assert first == {writer} and isinstance(outcomes[0], baton.TimedOut), outcomes
+            assert all(isinstance(r, baton.aio.Lock) and r.shared for r in outcomes[1:]), outcomes
+
+    asyncio.run(main())
+
+
+async def until_waiters(client, key, n):
+    """Polls until `key` has `n` waiters, as the node reports."""
+    for _ in range(500):
+        if (await client.inspect(key)).waiters == n:
+            return
+        await asyncio.sleep(0.02)
+    pytest.fail(f"{key} never had {n} waiters")
