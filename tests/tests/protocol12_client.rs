@@ -242,6 +242,64 @@ async fn single_election_hands_over_to_the_next_candidate() {
     next.resign().await.unwrap();
 }
 
+/// A node whose `--max-wait` is shorter than a watch's wait: the watch and
+/// the observer ask for the node's maximum and go on; a campaign asks
+/// again each time that maximum runs out.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn single_watch_and_campaign_on_a_node_with_a_short_max_wait() {
+    let node = Batond::start(&["--max-wait", "2"]);
+    let (first, second) = (client(&[node.addr()]).await, client(&[node.addr()]).await);
+    let election = first.election("short").unwrap();
+    let mut watch = first.watch("short").unwrap();
+    let mut observe = election.observe().unwrap();
+    assert_eq!(
+        next_within(&mut watch, secs(5)).await.unwrap().tag(),
+        StateTag::Free
+    );
+    assert_eq!(next_within(&mut observe, secs(5)).await.unwrap(), None);
+    let leading = election.campaign("a", secs(10)).await.unwrap();
+    let held = next_within(&mut watch, secs(5)).await.unwrap();
+    assert_eq!(held.holders()[0].token, leading.token());
+    assert_eq!(
+        next_within(&mut observe, secs(5))
+            .await
+            .unwrap()
+            .unwrap()
+            .token,
+        leading.token()
+    );
+    let rival = second.election("short").unwrap();
+    let started = tokio::time::Instant::now();
+    let campaign = tokio::spawn(async move { rival.campaign("b", secs(10)).await });
+    until_waiters(&first, "short", 1).await;
+    // Past the node's 2 s: the rival asked again, the watches were sent again.
+    while started.elapsed() < Duration::from_millis(2_500) {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    until_waiters(&first, "short", 1).await;
+    assert!(!campaign.is_finished(), "the campaign gave up");
+    leading.proclaim("a2").await.unwrap();
+    let proclaimed = next_within(&mut observe, secs(5)).await.unwrap().unwrap();
+    assert_eq!(proclaimed.value.unwrap().as_bytes(), b"a2");
+    assert_eq!(
+        next_within(&mut watch, secs(5)).await.unwrap().holders()[0]
+            .value
+            .as_ref()
+            .unwrap()
+            .as_bytes(),
+        b"a2"
+    );
+    let old = leading.token();
+    leading.resign().await.unwrap();
+    let next = tokio::time::timeout(secs(10), campaign)
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap();
+    assert!(next.token() > old);
+    assert_eq!(next_leader(&mut observe).await.token, next.token());
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn priority_watch_and_election_follow_a_failover() {
     let mut cluster = Cluster::start(3, &[]);
