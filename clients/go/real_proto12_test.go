@@ -76,6 +76,24 @@ func nextLeader(t *testing.T, leaders <-chan LeaderState) LeaderState {
 }
 
 // mustLock fails the test on an acquire's error: mustLock(t)(c.Acquire(...)).
+// handOver resigns lead and checks that the rival campaigning as
+// "node-b" leads next, with a token above above, and that the observer
+// sees it; the rival's lock.
+func handOver(t *testing.T, lead *Lock, rival <-chan result[*Lock], leaders <-chan LeaderState, above uint64) *Lock {
+	t.Helper()
+	if err := lead.Release(context.Background()); err != nil { // resign
+		t.Fatal(err)
+	}
+	next := recv(t, rival, 30*time.Second, "the rival's campaign")
+	if next.err != nil || next.v.Token() <= above {
+		t.Fatalf("the next leader, above %d: %+v", above, next)
+	}
+	if l := nextLeader(t, leaders); l != (LeaderState{"node-b", next.v.Token()}) {
+		t.Fatalf("observed %+v", l)
+	}
+	return next.v
+}
+
 func mustLock(t *testing.T) func(*Lock, error) *Lock {
 	return func(l *Lock, err error) *Lock {
 		t.Helper()
@@ -199,17 +217,8 @@ func TestRealProto12WatchAndElection(t *testing.T) {
 	if l := recv(t, leaders, 10*time.Second, "the proclamation"); l != (LeaderState{"node-a2", lead.Token()}) {
 		t.Fatalf("observed %+v", l)
 	}
-	if err := lead.Release(ctx); err != nil { // resign
-		t.Fatal(err)
-	}
-	next := recv(t, rival, 20*time.Second, "the next leader's campaign")
-	if next.err != nil || next.v.Token() <= lead.Token() {
-		t.Fatalf("the next leader: %+v", next)
-	}
-	if l := nextLeader(t, leaders); l != (LeaderState{"node-b", next.v.Token()}) {
-		t.Fatalf("observed %+v", l)
-	}
-	if value, token, err := e.Leader(ctx); err != nil || value != "node-b" || token != next.v.Token() {
+	next := handOver(t, lead, rival, leaders, lead.Token())
+	if value, token, err := e.Leader(ctx); err != nil || value != "node-b" || token != next.Token() {
 		t.Fatalf("leader: %q %d %v", value, token, err)
 	}
 }
@@ -285,17 +294,8 @@ func electionThroughAKill(t *testing.T, nodes []*node, kill func(serving int, la
 	// The rival's acquire, lost with the killed node, was sent again: it
 	// leads after the resignation, with a later token than any before.
 	untilWaiters(t, first, "elect", 1)
-	if err := lead.Release(ctx); err != nil {
-		t.Fatal(err)
-	}
-	next := recv(t, rival, 30*time.Second, "the rival's campaign")
-	if next.err != nil || next.v.Token() <= max(lead.Token(), permit.Token(), shared.Token()) {
-		t.Fatalf("the next leader: %+v", next)
-	}
-	if l := nextLeader(t, leaders); l != (LeaderState{"node-b", next.v.Token()}) {
-		t.Fatalf("observed %+v", l)
-	}
-	for _, l := range []*Lock{next.v, permit, shared} {
+	next := handOver(t, lead, rival, leaders, max(lead.Token(), permit.Token(), shared.Token()))
+	for _, l := range []*Lock{next, permit, shared} {
 		if err := l.Release(ctx); err != nil {
 			t.Fatal(err)
 		}
@@ -391,14 +391,5 @@ func TestRealProto12WatchOnANodeWithAShortMaxWait(t *testing.T) {
 	if !errors.Is(err, ErrTimedOut) && !errors.Is(err, context.DeadlineExceeded) || time.Since(start) < 2900*time.Millisecond {
 		t.Fatalf("a campaign with a 3 s deadline, after %v: %v", time.Since(start), err)
 	}
-	if err := lead.Release(ctx); err != nil {
-		t.Fatal(err)
-	}
-	next := recv(t, rival, 10*time.Second, "the rival's campaign")
-	if next.err != nil || next.v.Token() <= lead.Token() {
-		t.Fatalf("the next leader: %+v", next)
-	}
-	if l := nextLeader(t, leaders); l != (LeaderState{"node-b", next.v.Token()}) {
-		t.Fatalf("observed %+v", l)
-	}
+	handOver(t, lead, rival, leaders, lead.Token())
 }

@@ -9,7 +9,7 @@
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use baton_client::{Client, Error, KeyStateExt, LockMode, StateTag};
+use baton_client::{Client, Error, Guard, KeyStateExt, Leadership, LockMode, StateTag};
 use baton_tests::cluster::{field, probe_status, Cluster};
 use baton_tests::raft::{RaftCluster, SERIAL as RAFT_SERIAL, SETTLE as RAFT_SETTLE};
 use baton_tests::Batond;
@@ -68,6 +68,29 @@ async fn until_waiters(client: &Client, key: &str, n: u64) {
     }
 }
 
+/// Takes both permits of a 2-permit semaphore on `key`, with values "a"
+/// and "b"; a third permit waits, another number of permits is refused.
+async fn two_permits_held(client: &Client, key: &str) -> (Guard, Guard) {
+    let mut held = Vec::new();
+    for value in ["a", "b"] {
+        let permit = client
+            .acquire(key, secs(5), secs(60))
+            .permits(2)
+            .value(value);
+        held.push(permit.await.unwrap());
+    }
+    assert!(held[1].token() > held[0].token());
+    let full = client.try_acquire(key, secs(60)).permits(2).await;
+    assert!(matches!(full, Err(Error::TimedOut { .. })), "{full:?}");
+    let other = client.try_acquire(key, secs(60)).permits(3).await;
+    assert!(
+        matches!(&other, Err(Error::Rejected { reason }) if reason == "the key has 2 permits"),
+        "{other:?}"
+    );
+    let b = held.pop().unwrap();
+    (held.pop().unwrap(), b)
+}
+
 /// Waits until node `addr` reports `locks=n` (a priority standby has the
 /// grants replicated).
 async fn until_locks(addr: SocketAddr, n: u64) {
@@ -89,25 +112,7 @@ async fn until_locks(addr: SocketAddr, n: u64) {
 async fn single_semaphore_permits_hand_over_in_order() {
     let node = Batond::start(&[]);
     let client = client(&[node.addr()]).await;
-    let a = client
-        .acquire("sem", secs(5), secs(30))
-        .permits(2)
-        .value("a")
-        .await
-        .unwrap();
-    let b = client
-        .acquire("sem", secs(5), secs(30))
-        .permits(2)
-        .value("b")
-        .await
-        .unwrap();
-    let full = client.try_acquire("sem", secs(30)).permits(2).await;
-    assert!(matches!(full, Err(Error::TimedOut { .. })), "{full:?}");
-    let other = client.try_acquire("sem", secs(30)).permits(3).await;
-    assert!(
-        matches!(&other, Err(Error::Rejected { reason }) if reason == "the key has 2 permits"),
-        "{other:?}"
-    );
+    let (a, b) = two_permits_held(&client, "sem").await;
 
     let state = client.inspect("sem").await.unwrap();
     assert_eq!((state.permits(), state.holder_count()), (2, 2));
@@ -221,24 +226,7 @@ async fn single_election_hands_over_to_the_next_candidate() {
     leading.proclaim("a2").await.unwrap();
     let leader = next_within(&mut observe, secs(5)).await.unwrap().unwrap();
     assert_eq!(leader.value.unwrap().as_bytes(), b"a2");
-    let old = leading.token();
-    leading.resign().await.unwrap();
-    let next = tokio::time::timeout(secs(10), campaign)
-        .await
-        .unwrap()
-        .unwrap()
-        .unwrap();
-    assert!(next.token() > old);
-    // The hand-over is one change; a node may show the key free between.
-    let mut leader = next_within(&mut observe, secs(5)).await.unwrap();
-    if leader.is_none() {
-        leader = next_within(&mut observe, secs(5)).await.unwrap();
-    }
-    let leader = leader.unwrap();
-    assert_eq!(
-        (leader.token, leader.value.unwrap().as_bytes()),
-        (next.token(), &b"b"[..])
-    );
+    let next = hand_over(leading, campaign, &mut observe, b"b").await;
     next.resign().await.unwrap();
 }
 
@@ -289,15 +277,7 @@ async fn single_watch_and_campaign_on_a_node_with_a_short_max_wait() {
             .as_bytes(),
         b"a2"
     );
-    let old = leading.token();
-    leading.resign().await.unwrap();
-    let next = tokio::time::timeout(secs(10), campaign)
-        .await
-        .unwrap()
-        .unwrap()
-        .unwrap();
-    assert!(next.token() > old);
-    assert_eq!(next_leader(&mut observe).await.token, next.token());
+    hand_over(leading, campaign, &mut observe, b"b").await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -344,6 +324,33 @@ fn values(state: &baton_client::KeyState) -> Vec<String> {
         .collect()
 }
 
+/// Resigns `leading`: the candidate whose campaign is `campaign` leads
+/// next, with a greater token, and `observe` reports it with `value`.
+async fn hand_over<S>(
+    leading: Leadership,
+    campaign: tokio::task::JoinHandle<baton_client::Result<Leadership>>,
+    observe: &mut S,
+    value: &[u8],
+) -> Leadership
+where
+    S: Stream<Item = baton_client::Result<Option<baton_client::Leader>>> + Unpin,
+{
+    let old = leading.token();
+    leading.resign().await.unwrap();
+    let next = tokio::time::timeout(secs(20), campaign)
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap();
+    assert!(next.token() > old, "{} after {old}", next.token());
+    let seen = next_leader(observe).await;
+    assert_eq!(
+        (seen.token, seen.value.unwrap().as_bytes()),
+        (next.token(), value)
+    );
+    next
+}
+
 /// The next leader an observer reports, past the free key a hand-over may
 /// show between two leaders.
 async fn next_leader<S>(observe: &mut S) -> baton_client::Leader
@@ -365,26 +372,8 @@ async fn raft_semaphore_shared_locks_and_a_watch_ride_a_leader_kill() {
     let mut peers = cluster.peers.clone();
     peers.rotate_left(leader + 1);
     let client = client(&peers).await;
-    let a = client
-        .acquire("pool", secs(5), secs(60))
-        .permits(2)
-        .value("a")
-        .await
-        .unwrap();
-    let b = client
-        .acquire("pool", secs(5), secs(60))
-        .permits(2)
-        .await
-        .unwrap();
-    assert!(b.token() > a.token());
-    let full = client.try_acquire("pool", secs(60)).permits(2).await;
-    assert!(matches!(full, Err(Error::TimedOut { .. })), "{full:?}");
-    let other = client.try_acquire("pool", secs(60)).permits(3).await;
-    assert!(
-        matches!(&other, Err(Error::Rejected { reason }) if reason == "the key has 2 permits"),
-        "{other:?}"
-    );
-    b.set_value("b").await.unwrap();
+    let (a, b) = two_permits_held(&client, "pool").await;
+    b.set_value("b2").await.unwrap();
 
     // A writer waits for the reader; a reader behind the writer waits too.
     let reader = client
@@ -419,7 +408,7 @@ async fn raft_semaphore_shared_locks_and_a_watch_ride_a_leader_kill() {
     // A watch of the pool is pending on the leader when it is killed.
     let mut watch = client.watch("pool").unwrap();
     let seen = next_within(&mut watch, secs(10)).await.unwrap();
-    assert_eq!(values(&seen), ["a", "b"]);
+    assert_eq!(values(&seen), ["a", "b2"]);
     let watching = pending_next(watch, secs(60));
     cluster.nodes[leader].kill();
     let (next, _) = cluster.wait_leader(RAFT_SETTLE).await;
@@ -429,14 +418,14 @@ async fn raft_semaphore_shared_locks_and_a_watch_ride_a_leader_kill() {
     let pool = client.inspect("pool").await.unwrap();
     assert_eq!(
         (pool.tag(), values(&pool)),
-        (seen.tag(), vec!["a".into(), "b".into()])
+        (seen.tag(), vec!["a".into(), "b2".into()])
     );
     assert!(!watching.is_finished(), "the pool did not change");
     a.release().await.unwrap();
     let (state, _watch) = watching.await.unwrap();
     let state = state.unwrap();
     assert_eq!(state.holders()[0].token, b.token());
-    assert_eq!(values(&state), ["b"]);
+    assert_eq!(values(&state), ["b2"]);
     let c = client
         .acquire("pool", secs(5), secs(60))
         .permits(2)
@@ -493,19 +482,7 @@ async fn raft_election_rides_a_leader_kill_with_a_candidate_waiting() {
     // The waiting candidate's acquire, lost with the old leader, was sent
     // again: it queues on the new leader and leads after the resignation.
     until_waiters(&first, "elect/raft", 1).await;
-    let old = leading.token();
-    leading.resign().await.unwrap();
-    let successor = tokio::time::timeout(secs(20), campaign)
-        .await
-        .unwrap()
-        .unwrap()
-        .unwrap();
-    assert!(successor.token() > old, "{} after {old}", successor.token());
-    let seen = next_leader(&mut observe).await;
-    assert_eq!(
-        (seen.token, seen.value.unwrap().as_bytes()),
-        (successor.token(), &b"node-b"[..])
-    );
+    let successor = hand_over(leading, campaign, &mut observe, b"node-b").await;
     successor.resign().await.unwrap();
     assert_eq!(next_within(&mut observe, secs(10)).await.unwrap(), None);
 }
