@@ -483,8 +483,25 @@ async fn raft_election_rides_a_leader_kill_with_a_candidate_waiting() {
     // again: it queues on the new leader and leads after the resignation.
     until_waiters(&first, "elect/raft", 1).await;
     let successor = hand_over(leading, campaign, &mut observe, b"node-b").await;
+
+    // The killed node comes back on its data directory, then the second
+    // Raft leader dies: the clients redial, the successor stays leader and
+    // proclaims through the third, and the next leader's token is greater.
+    cluster.nodes[leader].restart();
+    let (second_leader, _) = cluster.wait_leader(RAFT_SETTLE).await;
+    let observing = pending_next(observe, secs(60));
+    cluster.nodes[second_leader].kill();
+    cluster.wait_leader(RAFT_SETTLE).await;
+    successor.proclaim("node-b2").await.unwrap();
+    let (item, mut observe) = observing.await.unwrap();
+    assert_eq!(item.unwrap().unwrap().value.unwrap().as_bytes(), b"node-b2");
+    assert!(!successor.is_lost());
+    let old = successor.token();
     successor.resign().await.unwrap();
     assert_eq!(next_within(&mut observe, secs(10)).await.unwrap(), None);
+    let again = election.campaign("node-a3", secs(15)).await.unwrap();
+    assert!(again.token() > old, "{} after {old}", again.token());
+    again.resign().await.unwrap();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
