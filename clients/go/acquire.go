@@ -7,6 +7,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 )
 
@@ -42,6 +43,11 @@ type attempt struct {
 	sent      bool      // whether an A went out yet: the first always does
 	redirect  *target   // where the last M pointed
 	noVerdict noVerdict
+	// ctxWait: the wait is ctx's deadline, the caller having asked for
+	// the node's maximum (Wait 0); nodeMax: a node refused it as above
+	// its --max-wait, so the node's maximum is asked for and ctx ends
+	// the acquire on the client's side.
+	ctxWait, nodeMax bool
 }
 
 // waitLeftMs is the wait to ask the next node for (0: its maximum), or
@@ -49,7 +55,7 @@ type attempt struct {
 // still goes out with the shortest wait (1 ms) if it is the first, or
 // follows a redirect: a node still decides.
 func (a *attempt) waitLeftMs(followingRedirect bool) (uint64, bool) {
-	if a.deadline.IsZero() {
+	if a.deadline.IsZero() || a.nodeMax {
 		return 0, true
 	}
 	if left := time.Until(a.deadline); left > 0 {
@@ -90,10 +96,13 @@ func (c *Client) Acquire(ctx context.Context, key string, opts AcquireOptions) (
 		return nil, &Error{Op: "acquire", Key: key, Err: err}
 	}
 	wait := opts.Wait
-	if d, ok := ctx.Deadline(); ok && (wait == 0 || time.Until(d) < wait) {
-		wait = max(time.Until(d), time.Millisecond)
-	}
 	a := &attempt{key: key, leaseMs: ceilMs(lease), options: options}
+	if d, ok := ctx.Deadline(); ok && (wait == 0 || time.Until(d) < wait) {
+		a.ctxWait = wait == 0
+		wait = max(time.Until(d), time.Millisecond)
+		refused := c.waitRefusedMs.Load()
+		a.nodeMax = a.ctxWait && refused != 0 && ceilMs(wait) >= refused
+	}
 	if wait > 0 {
 		a.deadline = time.Now().Add(wait)
 	}
@@ -181,7 +190,7 @@ func (c *Client) tryAcquire(ctx context.Context, cn *conn, a *attempt, waitMs ui
 	// The node answers T when the wait runs out; the grace covers the
 	// trip, so a silent node cannot hold the caller forever.
 	var limit time.Duration
-	if !a.deadline.IsZero() {
+	if waitMs > 0 {
 		limit = time.Duration(waitMs)*time.Millisecond + c.cfg.requestTimeout
 	}
 	sent := time.Now()
@@ -215,6 +224,11 @@ func (c *Client) tryAcquire(ctx context.Context, cn *conn, a *attempt, waitMs ui
 		a.redirect = c.follow(ctx, r.addr, &a.hops, a.deadline)
 		return nil, nil
 	case 'E':
+		if a.ctxWait && !a.nodeMax && strings.HasPrefix(r.reason, waitTooLong) {
+			c.noteWaitRefused(waitMs)
+			a.nodeMax = true
+			return nil, nil
+		}
 		return nil, rejection("acquire", a.key, r.reason)
 	}
 	return nil, &Error{Op: "acquire", Key: a.key, Addr: cn.slot.addr, Err: ErrUnexpected}

@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 )
 
 // Client is a handle to a Baton node or cluster, safe for concurrent use
@@ -24,6 +25,23 @@ type Client struct {
 	locks   map[*Lock]struct{} // live locks, for Close
 
 	background tracker // releases of grants whose caller gave up
+
+	// waitRefusedMs is the shortest wait a node refused as above its
+	// --max-wait (0: none yet). An acquire that asks for the node's
+	// maximum under a longer context deadline then asks for the maximum
+	// at once: each refusal is an E that the (op, key) matching gives to
+	// the oldest pending acquire of the key on its connection.
+	waitRefusedMs atomic.Uint64
+}
+
+// noteWaitRefused records that a node refused a wait of ms as too long.
+func (c *Client) noteWaitRefused(ms uint64) {
+	for {
+		old := c.waitRefusedMs.Load()
+		if (old != 0 && old <= ms) || c.waitRefusedMs.CompareAndSwap(old, ms) {
+			return
+		}
+	}
 }
 
 // tracker counts work running in the background, for Close to wait on.

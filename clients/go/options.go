@@ -49,6 +49,8 @@ const (
 	// hopsPastTheWait: redirects still followed once the wait has run out
 	// (with the shortest wait), so the node named still gives the verdict.
 	hopsPastTheWait = 4
+	// waitTooLong starts a node's E for a wait above its --max-wait.
+	waitTooLong = "wait exceeds the maximum"
 	// writeBatch: requests written before a flush, so a steady stream of
 	// calls cannot delay the first ones indefinitely.
 	writeBatch = 256
@@ -128,8 +130,8 @@ func WithLogger(l *slog.Logger) Option {
 // AcquireOptions are the terms of one acquire.
 type AcquireOptions struct {
 	// Wait is how long to wait for the lock. 0 waits as long as the
-	// context allows, or the node's maximum (one day by default) when
-	// the context has no deadline; a context deadline shortens any wait.
+	// context allows, at most the node's maximum (--max-wait, one day by
+	// default); a context deadline shortens any wait.
 	Wait time.Duration
 	// Lease is how long the grant lasts unless renewed (DefaultLease
 	// when 0). Rounded up to the millisecond.

@@ -18,7 +18,9 @@ const (
 	maxPermits = 10000
 	maxValue   = 128
 	// watchWait is the wait of one W: a watch is re-sent after it, so a
-	// node that forgot it (a failover) is asked again.
+	// node that forgot it (a failover) is asked again. A node whose
+	// --max-wait is shorter refuses it; the watch then asks for the
+	// node's maximum (0).
 	watchWait = 30 * time.Second
 )
 
@@ -100,8 +102,14 @@ func (c *Client) Watch(ctx context.Context, key string) (<-chan KeyState, error)
 func (c *Client) watch(ctx context.Context, key string, states chan KeyState) {
 	defer close(states)
 	seen := "" // the tag last reported; "" before the first
+	wait := watchWait
 	for ctx.Err() == nil && !c.isClosing() {
-		state, err := c.watchOnce(ctx, key, seen)
+		state, err := c.watchOnce(ctx, key, seen, wait)
+		var refused *Error
+		if wait != 0 && errors.As(err, &refused) && strings.HasPrefix(refused.Reason, waitTooLong) {
+			wait = 0
+			continue
+		}
 		if err != nil {
 			if errors.Is(err, ErrRejected) || errors.Is(err, ErrPermission) || errors.Is(err, ErrAuth) {
 				c.cfg.logger.Warn("baton: watch refused", "key", key, "err", err)
@@ -124,12 +132,13 @@ func (c *Client) watch(ctx context.Context, key string, states chan KeyState) {
 }
 
 // watchOnce is the key's state now (Q) when nothing was reported yet,
-// else its state once it differs from seen (W), or after watchWait.
-func (c *Client) watchOnce(ctx context.Context, key, seen string) (KeyState, error) {
+// else its state once it differs from seen (W), or after wait (0: the
+// node's maximum, shorter than watchWait).
+func (c *Client) watchOnce(ctx context.Context, key, seen string, wait time.Duration) (KeyState, error) {
 	if seen == "" {
 		return c.Query(ctx, key)
 	}
-	line, err := finish([]byte("W " + key + " " + strconv.Itoa(int(watchWait/time.Second)) + " " + seen))
+	line, err := finish([]byte("W " + key + " " + strconv.Itoa(int(wait/time.Second)) + " " + seen))
 	if err != nil {
 		return KeyState{}, &Error{Op: "watch", Key: key, Err: err}
 	}
@@ -154,9 +163,21 @@ var ErrNoLeader = errors.New("baton: the election has no leader")
 // Campaign waits until this caller leads (as long as ctx allows) and
 // returns its lock, kept alive; value is proclaimed as the leader's.
 // Resign with the lock's Release; watch its Lost to learn that the lead
-// was lost; Proclaim with its SetValue.
+// was lost; Proclaim with its SetValue. Each acquire waits at most the
+// node's --max-wait: one it answers T sooner than ctx's deadline is sent
+// again. At ctx's deadline: ErrTimedOut, or ctx's error if it came
+// first.
 func (e *Election) Campaign(ctx context.Context, value string, lease time.Duration) (*Lock, error) {
-	return e.client.Acquire(ctx, e.key, AcquireOptions{Lease: lease, Value: value, KeepAlive: true})
+	for {
+		l, err := e.client.Acquire(ctx, e.key, AcquireOptions{Lease: lease, Value: value, KeepAlive: true})
+		if !errors.Is(err, ErrTimedOut) || ctx.Err() != nil {
+			return l, err
+		}
+		// A T at ctx's deadline, give or take the trip, is the caller's.
+		if d, ok := ctx.Deadline(); ok && time.Until(d) < retryInterval {
+			return l, err
+		}
+	}
 }
 
 // Leader is the current leader's value and token, or ErrNoLeader.

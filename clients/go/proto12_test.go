@@ -222,3 +222,39 @@ func TestElectionCampaignLeaderObserve(t *testing.T) {
 		t.Fatal(value, token, err)
 	}
 }
+
+// An acquire of the node's maximum (Wait 0) under a context deadline
+// sends the deadline as its wait; a node whose --max-wait is shorter
+// refuses it, and the client then asks for the node's maximum, at once
+// for later acquires. A wait the caller gave is refused as it is.
+func TestAcquireOfTheNodesMaximumUnderALongerDeadline(t *testing.T) {
+	f := opNode(t, map[string]func(*fakeConn, []string){
+		"A": func(fc *fakeConn, fields []string) {
+			if fields[2] != "0" && fields[2] != "1" {
+				fc.send("E A " + fields[1] + " wait exceeds the maximum of 2 seconds")
+			} else {
+				fc.send("T " + fields[1])
+			}
+		},
+	})
+	c := dialTest(t, []string{f.addr})
+	ctx := bg(t, 30*time.Second)
+	for range 2 {
+		if _, err := c.Acquire(ctx, "k", AcquireOptions{Lease: time.Second}); !errors.Is(err, ErrTimedOut) {
+			t.Fatal(err)
+		}
+	}
+	if _, err := c.Acquire(ctx, "k", AcquireOptions{Wait: 5 * time.Second, Lease: time.Second}); !errors.Is(err, ErrRejected) {
+		t.Fatal(err)
+	}
+	short, cancel := context.WithTimeout(ctx, time.Second)
+	defer cancel()
+	if _, err := c.Acquire(short, "k", AcquireOptions{Lease: time.Second}); !errors.Is(err, ErrTimedOut) {
+		t.Fatal(err)
+	}
+	got := f.received("A ")
+	first := len(got) > 0 && (got[0] == "A k 30 1" || strings.HasPrefix(got[0], "A k 29."))
+	if len(got) != 5 || !first || got[1] != "A k 0 1" || got[2] != "A k 0 1" || got[3] != "A k 5 1" || got[4] != "A k 1 1" {
+		t.Fatalf("sent %q", got)
+	}
+}

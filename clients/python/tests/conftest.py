@@ -184,6 +184,39 @@ def priority_pair(nodes: Nodes) -> Tuple[List[Batond], str, str]:
     return cluster, active, standby
 
 
+def raft_trio(nodes: Nodes) -> Tuple[List[Batond], str]:
+    """A Raft cluster of three once every node names the same leader: the
+    nodes and the leader's address."""
+    cluster = nodes.cluster(3, "raft")
+    addrs = [n.addr for n in cluster]
+    return cluster, str(wait_for(lambda: agreed_leader(addrs), 20, "an agreed Raft leader"))
+
+
+def agreed_leader(addrs: List[str]) -> Optional[str]:
+    """The leader every node of `addrs` names (`active=`), if one is
+    leader and the others follow it."""
+    statuses = [status(a) for a in addrs]
+    leaders = [a for a, st in zip(addrs, statuses) if st and st.get("role") == "leader"]
+    if len(leaders) != 1 or not all(st and st.get("active") == leaders[0] for st in statuses):
+        return None
+    return leaders[0]
+
+
+def in_thread(call: Callable[[], object]) -> Tuple[threading.Thread, dict]:
+    """Runs `call` in a thread; the dict gets its result or its error."""
+    out: dict = {}
+
+    def run() -> None:
+        try:
+            out["result"] = call()
+        except Exception as err:  # reported by the test that reads `out`
+            out["error"] = err
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    return thread, out
+
+
 class FaultProxy:
     """A TCP proxy to `target` that can cut every connection and refuse new ones."""
 

@@ -6,27 +6,12 @@ speaks 1.2 (`S ... protocol=1.2`)."""
 from __future__ import annotations
 
 import asyncio
-import threading
 
 import pytest
 
 import baton
-from conftest import priority_pair, serving, status, wait_for
-
-
-def _in_thread(call):
-    """Runs `call` in a thread; the dict gets its result or its error."""
-    out = {}
-
-    def run():
-        try:
-            out["result"] = call()
-        except Exception as err:  # reported by the test that reads `out`
-            out["error"] = err
-
-    thread = threading.Thread(target=run)
-    thread.start()
-    return thread, out
+import baton.aio
+from conftest import in_thread, priority_pair, serving, status, wait_for
 
 
 def test_the_node_speaks_1_2(node):
@@ -51,7 +36,7 @@ def test_a_semaphore(node):
         assert (state.permits, state.mode, state.holder_count) == (2, "exclusive", 2)
         assert [(h.token, h.value) for h in state.holders] == [(first.token, None), (second.token, "b")]
         assert state.token == second.token
-        thread, out = _in_thread(lambda: client.acquire("sem", 10, 30, permits=2))
+        thread, out = in_thread(lambda: client.acquire("sem", 10, 30, permits=2))
         wait_for(lambda: client.inspect("sem").waiters == 1, 5, "the third to queue")
         first.release()
         thread.join(10)
@@ -77,10 +62,10 @@ def test_shared_locks_and_no_barging(node):
         readers = [client.acquire("rw", 1, 30, shared=True) for _ in range(2)]
         state = client.inspect("rw")
         assert state.mode == "shared" and state.holder_count == 2
-        writer, wrote = _in_thread(lambda: client.acquire("rw", 10, 30))
+        writer, wrote = in_thread(lambda: client.acquire("rw", 10, 30))
         wait_for(lambda: client.inspect("rw").waiters == 1, 5, "the writer to queue")
         # A reader arriving while the writer waits queues behind it.
-        late, read = _in_thread(lambda: client.acquire("rw", 10, 30, shared=True))
+        late, read = in_thread(lambda: client.acquire("rw", 10, 30, shared=True))
         wait_for(lambda: client.inspect("rw").waiters == 2, 5, "the late reader to queue")
         for lock in readers:
             lock.release()
@@ -167,7 +152,7 @@ def test_an_election(node):
         assert next(observer) == baton.Leader("node-a", lock.token)
         ea.proclaim("node-a2")
         assert next(observer) == baton.Leader("node-a2", lock.token)
-        thread, out = _in_thread(lambda: eb.campaign("node-b"))
+        thread, out = in_thread(lambda: eb.campaign("node-b"))
         wait_for(lambda: a.inspect("el").waiters == 1, 5, "the second candidate to queue")
         ea.resign()
         thread.join(10)
@@ -221,3 +206,59 @@ def test_priority_a_semaphore_and_shared_grants_through_a_standby(nodes):
         for lock in permits + readers:
             lock.release()
         assert not client.inspect("p/sem").held and not client.inspect("p/rw").held
+
+
+def test_a_watch_and_an_observer_on_a_node_with_a_short_max_wait(nodes):
+    node = nodes.start(["--max-wait", "2"])
+    with baton.Client(node.addr) as client:
+        watch = client.watch("short")
+        observe = client.election("short").observe()
+        assert not next(watch).held and next(observe) is None
+        lock = client.election("short", lease=10).campaign("node-a")
+        assert next(watch).token == lock.token
+        assert next(observe) == baton.Leader("node-a", lock.token)
+        # The node's maximum runs out under the next steps: they are sent
+        # again, and see the next change.
+        thread, out = in_thread(lambda: (next(watch), next(observe)))
+        with pytest.raises(baton.TimedOut):
+            client.acquire("short", 0, 10)  # the node's 2 s
+        lock.set_value("node-a2")
+        thread.join(10)
+        state, leader = out["result"]
+        assert state.values == ("node-a2",) and leader == baton.Leader("node-a2", lock.token)
+        watch.close()
+        observe.close()
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="answers to two acquires of one key pending on one connection are matched oldest "
+    "first, but the node answers a later one's T (a shorter wait) or E before the earlier one: "
+    "the earlier caller is told it timed out and the later one gets the earlier one's grant",
+)
+def test_acquires_of_one_key_on_one_connection_keep_their_own_answers(node):
+    async def main():
+        async with baton.aio.Client([node.addr]) as holder, baton.aio.Client([node.addr]) as client:
+            lock = await holder.acquire("swap", 1, 30)
+            # One reader on each of the client's two connections (requests
+            # go to them in turn), then a writer with a shorter wait on one
+            # of them.
+            readers = [asyncio.ensure_future(client.acquire("swap", 20, 30, shared=True)) for _ in range(2)]
+            writer = asyncio.ensure_future(client.acquire("swap", 1, 30))
+            await until_waiters(holder, "swap", 3)
+            first, _ = await asyncio.wait([writer, *readers], timeout=10, return_when=asyncio.FIRST_COMPLETED)
+            await lock.release()
+            outcomes = await asyncio.wait_for(asyncio.gather(writer, *readers, return_exceptions=True), 10)
+            assert first == {writer} and isinstance(outcomes[0], baton.TimedOut), outcomes
+            assert all(isinstance(r, baton.aio.Lock) and r.shared for r in outcomes[1:]), outcomes
+
+    asyncio.run(main())
+
+
+async def until_waiters(client, key, n):
+    """Polls until `key` has `n` waiters, as the node reports."""
+    for _ in range(500):
+        if (await client.inspect(key)).waiters == n:
+            return
+        await asyncio.sleep(0.02)
+    pytest.fail(f"{key} never had {n} waiters")

@@ -34,13 +34,18 @@ EARLY_ANSWER = 2.0
 #: A step raises `NoServer` once no node has served it for this long
 #: (failovers and reconnects take less).
 WATCH_OUTAGE = 30.0
+#: How a node refuses a wait above its `--max-wait`: the watch then asks
+#: for the node's maximum (`0`), which is shorter than the wait it asked.
+WAIT_TOO_LONG = "wait exceeds the maximum"
 
 
 class Watch:
     """`async for state in client.watch(key):` the key's `KeyState` now
     (unless `seen` was given), then each time its holders or their values
     change (a grant, a release, an expiry, a hand-over, a value set); a
-    change of the waiters alone does not count. States that come and go
+    change of the waiters alone does not count. `wait` is how long one `W`
+    waits on the node; a node whose `--max-wait` is shorter is asked for
+    its maximum instead. States that come and go
     between two steps are not seen: each step reports the state at its
     answer. Endless: stop with `break`, `aclose()` or by cancelling the
     task. A `W` step raises `NoServer` when no node served it for 30 s
@@ -56,6 +61,7 @@ class Watch:
         #: The key, as given to `watch`.
         self.key: proto.Key = key
         self._wait_ms = proto.to_ms(wait, "wait", zero_ok=True)
+        self._limit_ms = self._wait_ms
         self._seen: Optional[bytes] = None if seen is None else proto.check_tag(seen)
         self._closed = False
         #: The last state this watch gave.
@@ -107,7 +113,9 @@ class Watch:
         client = self._client
         pool = await client._started()
         line = proto.watch_line(self._raw, self._wait_ms, seen)
-        limit = self._wait_ms / 1000 + client.request_timeout if self._wait_ms else None
+        # With the node's maximum (wait 0) the limit stays that of the wait
+        # asked for first: a node refuses only a wait above its maximum.
+        limit = self._limit_ms / 1000 + client.request_timeout if self._limit_ms else None
         hops = [0]
         redirect: Optional[Slot] = None
         give_up = time.monotonic() + WATCH_OUTAGE
@@ -141,6 +149,10 @@ class Watch:
                 if time.monotonic() >= give_up:
                     raise pool.no_server()
                 redirect = await follow(pool, answer.addr, hops, give_up)
+                continue
+            if answer.kind == "E" and self._wait_ms and answer.reason.startswith(WAIT_TOO_LONG):
+                self._wait_ms = 0
+                line = proto.watch_line(self._raw, self._wait_ms, seen)
                 continue
             if answer.kind == "E":
                 raise rejected(answer)
