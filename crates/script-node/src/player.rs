@@ -263,8 +263,9 @@ impl Player {
         self.log(&format!("{} accepted", self.conn_label(conn)));
     }
 
-    /// A line from a client: checked, then answered by the node itself
-    /// (`S`, `U`, or anything before authentication) or kept for the steps.
+    /// A line from a client: checked, then dropped when the node had closed
+    /// its connection already, else answered by the node itself (`S`, `U`,
+    /// or anything before authentication) or kept for the steps.
     fn heard(&mut self, conn: usize, raw: &[u8], at: Instant) {
         let line = String::from_utf8_lossy(raw).into_owned();
         self.log(&format!("{} >> {line}", self.conn_label(conn)));
@@ -283,6 +284,13 @@ impl Player {
                 e.to_reply().reason
             );
             return self.fail(why);
+        }
+        if self.conns[conn].closed_by_node {
+            // Read by the connection's task before it took the close, or
+            // after it: a node that closed the connection (or was killed)
+            // never reads it, so no step may take it or count it.
+            self.log("  (came after the node closed the connection: never read)");
+            return;
         }
         if !matches!(op_and_key(&line).0, "S" | "U") {
             self.nodes[self.conns[conn].node].requests += 1;
@@ -403,4 +411,59 @@ fn op_and_key(line: &str) -> (&str, &str) {
     let mut words = line.split(' ');
     let op = words.next().filter(|w| !w.is_empty()).unwrap_or("?");
     (op, words.next().unwrap_or("?"))
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+
+    fn line(conn: usize, text: &str) -> Event {
+        Event::Line {
+            conn,
+            line: text.as_bytes().to_vec(),
+            at: Instant::now(),
+        }
+    }
+
+    /// Pumps events for a while, taking nothing.
+    async fn pump(player: &mut Player) {
+        let until = Instant::now() + Duration::from_millis(100);
+        let taken = player.wait_for(until, |_| None::<()>).await;
+        assert_eq!(taken, Ok(None));
+    }
+
+    /// A client can write a line just as the node closes the connection
+    /// (a node going `down` while the client starts a release): the
+    /// connection's task may read it before it takes the close, and tells
+    /// the player after. A killed node never read it, so no step may take
+    /// it: taken, it was "answered" on a closed connection and the client's
+    /// retry on its redialled one was left unanswered.
+    #[tokio::test]
+    async fn a_line_heard_after_the_node_closed_the_connection_is_not_kept() {
+        let scenario = Scenario::parse("t", "checks t\nnode a\nsleep 1\n").expect("scenario");
+        let mut player = Player::start(scenario, None).await.expect("player");
+        let _client = tokio::net::TcpStream::connect(player.nodes[0].addr)
+            .await
+            .expect("connect");
+        let until = Instant::now() + Duration::from_secs(10);
+        let accepted = player.wait_for(until, |p| p.connects.pop_front()).await;
+        let (conn, _) = accepted.expect("events").expect("accepted");
+
+        player.events_tx.send(line(conn, "Q q")).expect("send");
+        pump(&mut player).await;
+        assert_eq!(
+            player.inbox.len(),
+            1,
+            "a line heard before the close is kept"
+        );
+
+        player.events_tx.send(line(conn, "R k 1001")).expect("send");
+        player.close(conn);
+        pump(&mut player).await;
+        let kept: Vec<&str> = player.inbox.iter().map(|h| h.line.as_str()).collect();
+        assert_eq!(kept, ["Q q"]);
+        assert_eq!(player.nodes[0].requests, 1);
+    }
 }
