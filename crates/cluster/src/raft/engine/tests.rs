@@ -448,14 +448,7 @@ fn a_release_and_the_next_waiters_grant_share_one_entry() {
 
 #[test]
 fn a_grant_behind_a_release_that_lost_to_an_expiry_still_lands() {
-    let mut p = Pair::new();
-    let _ = p
-        .leader
-        .handle_acquire(key("a"), 0, 100, 0, "c1", &mut p.events);
-    p.commit_proposals(0);
-    let _ = p
-        .leader
-        .handle_acquire(key("a"), 0, 1_000, 1, "c2", &mut p.events);
+    let mut p = held_until_100_with_a_waiter();
     // The lease runs out: the leader proposes the expiry first...
     p.leader.handle_tick(100, &mut p.events);
     let (expiry, _) = p
