@@ -6,7 +6,9 @@
 //! protocol's promises on its own: never more grants of a key than its
 //! permits, never a shared and an exclusive grant together, tokens unique
 //! and ever-increasing, first come first served with no barging, stale
-//! commands changing nothing, a journal that replays into the same table,
+//! commands changing nothing (one naming a grant whose lease has ended,
+//! not yet expired by a tick, expires it and hands the key on, as the
+//! model does), a journal that replays into the same table,
 //! and no waiter both granted and timed out. The same rules ([`baton_core::LockRules`]) are
 //! run as a user that applies their answers later runs them (the Raft
 //! engine), in `deferred`.
