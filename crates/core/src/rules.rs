@@ -365,6 +365,23 @@ impl<H> LockRules<H> {
             })
     }
 
+    /// The expiry that a release, renewal or value set of `key`'s grant
+    /// with `token` at `now` must apply instead, if that grant's lease has
+    /// ended by then and its expiry is not yet applied. A lease ends at
+    /// its end, not when its expiry happens to be applied: past it, the
+    /// request finds no live grant (it is answered as for one never
+    /// granted), and the key passes to its next waiter rather than back
+    /// to a holder who may have paused past its lease.
+    pub fn lapsed(table: &LockTable, key: &Key, token: Token, now: Millis) -> Option<Command> {
+        table
+            .grant_of(key, token)
+            .filter(|holder| holder.expires_at <= now)
+            .map(|_| Command::Expire {
+                key: key.clone(),
+                token,
+            })
+    }
+
     /// The earliest of the next waiter deadline and `lease`, the end of the
     /// lease the user expires next: the one timer to arm.
     pub fn next_deadline(&self, lease: Option<Millis>) -> Option<Millis> {

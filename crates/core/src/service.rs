@@ -170,14 +170,19 @@ impl<H> LockService<H> {
 
     /// Sets (`None`: clears) the value of `key`'s grant with `token`:
     /// [`Outcome::ValueSet`], or [`Outcome::NotFound`] if no live grant of
-    /// the key has this token.
+    /// the key has this token (one whose lease ended by `now` is expired
+    /// here and handed on, as by [`LockService::release`]).
     pub fn set_value(
         &mut self,
         key: &Key,
         token: Token,
         value: Option<HolderValue>,
         now: Millis,
+        events: &mut Vec<Event<H>>,
     ) -> Outcome {
+        if self.expire_if_lapsed(key, token, now, events) {
+            return Outcome::NotFound;
+        }
         let command = Command::SetValue {
             key: key.clone(),
             token,
@@ -208,7 +213,10 @@ impl<H> LockService<H> {
 
     /// Release; on success the key passes AT ONCE to the oldest live waiter
     /// (new Grant, Event::Granted pushed to `events`); waiters found timed out
-    /// on the way are pushed as Event::TimedOut.
+    /// on the way are pushed as Event::TimedOut. A grant whose lease ended
+    /// by `now` is no longer held, even if its expiry was not applied yet:
+    /// the release is [`Outcome::NotFound`], and the expiry is applied
+    /// now, handing the key on the same way.
     pub fn release(
         &mut self,
         key: &Key,
@@ -216,6 +224,9 @@ impl<H> LockService<H> {
         now: Millis,
         events: &mut Vec<Event<H>>,
     ) -> Outcome {
+        if self.expire_if_lapsed(key, token, now, events) {
+            return Outcome::NotFound;
+        }
         let outcome = self.apply(
             Command::Release {
                 key: key.clone(),
@@ -230,7 +241,21 @@ impl<H> LockService<H> {
         outcome
     }
 
-    pub fn renew(&mut self, key: &Key, token: Token, lease_ms: u64, now: Millis) -> Outcome {
+    /// Renewal: the lease of `key`'s grant with `token` ends `lease_ms`
+    /// from `now`. A grant whose lease ended by `now` is not renewed: as
+    /// for [`LockService::release`], it is [`Outcome::NotFound`] and the
+    /// key passes to its next waiter.
+    pub fn renew(
+        &mut self,
+        key: &Key,
+        token: Token,
+        lease_ms: u64,
+        now: Millis,
+        events: &mut Vec<Event<H>>,
+    ) -> Outcome {
+        if self.expire_if_lapsed(key, token, now, events) {
+            return Outcome::NotFound;
+        }
         let outcome = self.apply(
             Command::Renew {
                 key: key.clone(),
@@ -283,10 +308,32 @@ impl<H> LockService<H> {
                 break;
             };
             let key = key.clone();
-            self.apply(expire, now);
-            self.hand_on(&key, now, events);
+            self.expire(expire, &key, now, events);
         }
         self.debug_validate();
+    }
+
+    /// Applies the expiry of `key`'s grant with `token` if its lease ended
+    /// by `now` (see [`LockRules::lapsed`]); whether it did.
+    fn expire_if_lapsed(
+        &mut self,
+        key: &Key,
+        token: Token,
+        now: Millis,
+        events: &mut Vec<Event<H>>,
+    ) -> bool {
+        let Some(expire) = LockRules::<H>::lapsed(&self.table, key, token, now) else {
+            return false;
+        };
+        self.expire(expire, key, now, events);
+        self.debug_validate();
+        true
+    }
+
+    /// Applies `expire`, an expiry of `key`, and hands the key on.
+    fn expire(&mut self, expire: Command, key: &Key, now: Millis, events: &mut Vec<Event<H>>) {
+        self.apply(expire, now);
+        self.hand_on(key, now, events);
     }
 
     /// Grants `key`, which just made room, to its waiters still in time,

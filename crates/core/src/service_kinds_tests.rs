@@ -150,6 +150,67 @@ fn each_permit_and_each_shared_grant_counts_against_max_locks() {
 }
 
 #[test]
+fn a_permit_renewed_past_its_lease_end_passes_on_and_the_others_hold() {
+    let mut svc: LockService<u32> = LockService::new();
+    let short = svc.acquire_with(key("pool"), 0, 100, permits(2), 0, 1);
+    let AcquireOutcome::Granted { token: short } = short else {
+        panic!("{short:?}")
+    };
+    let AcquireOutcome::Granted { token: long } = acquire(&mut svc, "pool", permits(2), 2) else {
+        panic!("no second permit")
+    };
+    assert!(matches!(
+        acquire(&mut svc, "pool", permits(2), 3),
+        AcquireOutcome::Queued { .. }
+    ));
+    // Past the short lease's end, before any tick: `Q` counts one holder,
+    // and the renewal finds no grant; the waiter takes the permit.
+    let state = svc.query(&key("pool"), 100);
+    assert_eq!(state.detail.as_ref().map(|d| d.holder_count), Some(1));
+    let mut events = Vec::new();
+    assert_eq!(
+        svc.renew(&key("pool"), short, 10_000, 100, &mut events),
+        Outcome::NotFound
+    );
+    assert_eq!(granted_handles(&events), vec![3]);
+    assert_eq!(
+        svc.renew(&key("pool"), long, 10_000, 100, &mut events),
+        Outcome::Renewed
+    );
+    assert_eq!(svc.table().len(), 2);
+    assert_eq!(svc.table().grant_of(&key("pool"), short), None);
+}
+
+#[test]
+fn a_reader_released_past_its_lease_end_lets_the_writer_in_only_when_the_last_goes() {
+    let mut svc: LockService<u32> = LockService::new();
+    let first = svc.acquire_with(key("rw"), 0, 100, shared(), 0, 1);
+    let second = svc.acquire_with(key("rw"), 0, 200, shared(), 0, 2);
+    let (AcquireOutcome::Granted { token: first }, AcquireOutcome::Granted { token: second }) =
+        (first, second)
+    else {
+        panic!("the readers were not granted together")
+    };
+    assert!(matches!(
+        acquire(&mut svc, "rw", AcquireOptions::default(), 3),
+        AcquireOutcome::Queued { .. }
+    ));
+    let mut events = Vec::new();
+    assert_eq!(
+        svc.release(&key("rw"), first, 150, &mut events),
+        Outcome::NotFound
+    );
+    assert!(events.is_empty(), "a reader still holds the key");
+    let state = svc.query(&key("rw"), 150);
+    assert_eq!(state.grant.map(|g| g.token), Some(second));
+    assert_eq!(
+        svc.set_value(&key("rw"), second, None, 200, &mut events),
+        Outcome::NotFound
+    );
+    assert_eq!(granted_handles(&events), vec![3]);
+}
+
+#[test]
 fn values_are_set_cleared_and_reported_with_the_tag() {
     let mut svc: LockService<u32> = LockService::new();
     let token = match acquire(&mut svc, "lead", AcquireOptions::default(), 0) {
@@ -157,16 +218,17 @@ fn values_are_set_cleared_and_reported_with_the_tag() {
         other => panic!("{other:?}"),
     };
     svc.track_changes();
+    let mut events = Vec::new();
     // Plain: the 1.1 answer, tagged by the token.
     let plain = svc.query(&key("lead"), 0);
     assert_eq!((plain.tag(), plain.detail), (StateTag::Plain(token), None));
     let value = HolderValue::try_from("10.0.0.7:80").unwrap();
     assert_eq!(
-        svc.set_value(&key("lead"), token, Some(value.clone()), 0),
+        svc.set_value(&key("lead"), token, Some(value.clone()), 0, &mut events),
         Outcome::ValueSet
     );
     assert_eq!(
-        svc.set_value(&key("lead"), token + 1, None, 0),
+        svc.set_value(&key("lead"), token + 1, None, 0, &mut events),
         Outcome::NotFound
     );
     let valued = svc.query(&key("lead"), 1_000);
@@ -179,7 +241,7 @@ fn values_are_set_cleared_and_reported_with_the_tag() {
     assert_eq!(detail.holders[0].lease_left_ms, 9_000);
     assert!(matches!(detail.tag, StateTag::Holders { newest, count: 1, .. } if newest == token));
     assert_eq!(
-        svc.set_value(&key("lead"), token, None, 0),
+        svc.set_value(&key("lead"), token, None, 0, &mut events),
         Outcome::ValueSet
     );
     assert_eq!(svc.query(&key("lead"), 0).tag(), StateTag::Plain(token));

@@ -103,13 +103,118 @@ fn stale_release_and_renew_change_nothing() {
         Outcome::NotFound
     );
     assert_eq!(s.release(&key("b"), t1, 5, &mut events), Outcome::NotFound);
-    assert_eq!(s.renew(&key("a"), t1 + 1, 500, 5), Outcome::NotFound);
+    assert_eq!(
+        s.renew(&key("a"), t1 + 1, 500, 5, &mut events),
+        Outcome::NotFound
+    );
     assert!(events.is_empty());
     assert_eq!(s.table(), &before);
     assert_eq!(s.waiter_count(), 1);
     assert!(s.drain_journal().is_empty());
-    assert_eq!(s.renew(&key("a"), t1, 500, 5), Outcome::Renewed);
+    assert_eq!(
+        s.renew(&key("a"), t1, 500, 5, &mut events),
+        Outcome::Renewed
+    );
     assert_eq!(s.table().holder(&key("a")).map(|h| h.expires_at), Some(505));
+}
+
+/// A held key whose lease ends at 100, a waiter behind it, the journal on.
+fn lease_ending_at_100_with_a_waiter() -> (LockService<u32>, Token, WaiterId) {
+    let mut s = LockService::<u32>::new();
+    let t1 = granted(s.acquire(key("a"), 0, 100, 0, 1));
+    let w2 = queued(s.acquire(key("a"), 0, 50, 1, 2));
+    s.enable_journal();
+    (s, t1, w2)
+}
+
+/// What a request naming a lapsed grant must leave: the grant expired
+/// (journaled so), the key passed on to the waiter with a new token.
+fn check_expired_and_handed_on(s: &mut LockService<u32>, t1: Token, at: Millis) {
+    let handed = Command::Grant {
+        key: key("a"),
+        lease_ms: 50,
+    };
+    let expire = Command::Expire {
+        key: key("a"),
+        token: t1,
+    };
+    assert_eq!(journaled(s), vec![expire, handed]);
+    let holder = s.table().holder(&key("a")).copied();
+    let expected = crate::Holder {
+        token: t1 + 1,
+        expires_at: at + 50,
+    };
+    assert_eq!(holder, Some(expected));
+    assert_eq!(s.waiter_count(), 0);
+}
+
+#[test]
+fn a_renew_at_its_lease_end_is_refused_and_hands_the_key_on() {
+    let (mut s, t1, w2) = lease_ending_at_100_with_a_waiter();
+    let mut events = Vec::new();
+    // At 99 the lease still runs: renewed.
+    assert_eq!(s.renew(&key("a"), t1, 1, 99, &mut events), Outcome::Renewed);
+    assert!(events.is_empty());
+    journaled(&mut s);
+    // It now ends at 100. The tick has not come, yet at 100 the lease
+    // has ended: the renewal finds no live grant and applies the expiry.
+    assert_eq!(
+        s.renew(&key("a"), t1, 1_000, 100, &mut events),
+        Outcome::NotFound
+    );
+    assert_eq!(summary(&events), vec![(w2, 2, "a".into(), Some(t1 + 1))]);
+    check_expired_and_handed_on(&mut s, t1, 100);
+    // Later requests with the old token stay refused and change nothing.
+    let mut later = Vec::new();
+    assert_eq!(
+        s.renew(&key("a"), t1, 1_000, 101, &mut later),
+        Outcome::NotFound
+    );
+    assert!(later.is_empty() && journaled(&mut s).is_empty());
+}
+
+#[test]
+fn a_release_just_past_its_lease_end_is_refused_and_hands_the_key_on() {
+    let (mut s, t1, w2) = lease_ending_at_100_with_a_waiter();
+    let mut events = Vec::new();
+    assert_eq!(
+        s.release(&key("a"), t1, 101, &mut events),
+        Outcome::NotFound
+    );
+    assert_eq!(summary(&events), vec![(w2, 2, "a".into(), Some(t1 + 1))]);
+    check_expired_and_handed_on(&mut s, t1, 101);
+    // The tick finds nothing left to expire.
+    s.tick(101, &mut events);
+    assert_eq!(events.len(), 1);
+}
+
+#[test]
+fn a_value_set_past_its_lease_end_is_refused_and_hands_the_key_on() {
+    let (mut s, t1, w2) = lease_ending_at_100_with_a_waiter();
+    let mut events = Vec::new();
+    let value = crate::HolderValue::try_from("v").ok();
+    assert_eq!(
+        s.set_value(&key("a"), t1, value, 100, &mut events),
+        Outcome::NotFound
+    );
+    assert_eq!(summary(&events), vec![(w2, 2, "a".into(), Some(t1 + 1))]);
+    check_expired_and_handed_on(&mut s, t1, 100);
+}
+
+#[test]
+fn a_lapsed_grant_without_waiters_frees_its_key() {
+    let mut s = LockService::<u32>::new();
+    let t1 = granted(s.acquire(key("a"), 0, 100, 0, 1));
+    let mut events = Vec::new();
+    assert_eq!(
+        s.renew(&key("a"), t1, 100, 150, &mut events),
+        Outcome::NotFound
+    );
+    assert!(events.is_empty());
+    assert!(s.table().is_empty());
+    assert_eq!(s.next_deadline(), None);
+    let t2 = granted(s.acquire(key("a"), 0, 100, 150, 2));
+    assert!(t2 > t1);
 }
 
 #[test]
@@ -237,7 +342,7 @@ fn the_journal_replays_into_an_equal_table() {
     steps.push((3, journaled(&mut s)));
     s.release(&key("a"), t, 4, &mut events);
     steps.push((4, journaled(&mut s)));
-    s.renew(&key("a"), 51, 30, 5);
+    s.renew(&key("a"), 51, 30, 5, &mut events);
     steps.push((5, journaled(&mut s)));
     s.tick(40, &mut events);
     steps.push((40, journaled(&mut s)));

@@ -6,7 +6,9 @@
 //! protocol's promises on its own: never more grants of a key than its
 //! permits, never a shared and an exclusive grant together, tokens unique
 //! and ever-increasing, first come first served with no barging, stale
-//! commands changing nothing, a journal that replays into the same table,
+//! commands changing nothing (one naming a grant whose lease has ended,
+//! not yet expired by a tick, expires it and hands the key on, as the
+//! model does), a journal that replays into the same table,
 //! and no waiter both granted and timed out. The same rules ([`baton_core::LockRules`]) are
 //! run as a user that applies their answers later runs them (the Raft
 //! engine), in `deferred`.
@@ -218,20 +220,17 @@ impl Harness {
             }
             Op::Release { key, ref token } => {
                 let token = self.token(key, token);
-                let before = self.svc.table().clone();
-                let waiting = self.svc.waiter_count();
+                let unchanged = self.unchanged_unless_lapsed(key, token);
                 let mut events = Vec::new();
                 let outcome = self
                     .svc
                     .release(&self.keys[key as usize], token, now, &mut events);
                 let mut expected = Vec::new();
-                let live = self.model.release(key, token, now, &mut expected);
-                if live {
+                if self.model.release(key, token, now, &mut expected) {
                     prop_assert_eq!(outcome, Outcome::Released);
                 } else {
                     prop_assert_eq!(outcome, Outcome::NotFound);
-                    prop_assert_eq!(self.svc.table(), &before);
-                    prop_assert_eq!(self.svc.waiter_count(), waiting);
+                    self.check_unchanged(unchanged)?;
                 }
                 self.check_events(events, &expected)?;
             }
@@ -241,14 +240,18 @@ impl Harness {
                 lease,
             } => {
                 let token = self.token(key, token);
-                let before = self.svc.table().clone();
-                let outcome = self.svc.renew(&self.keys[key as usize], token, lease, now);
-                if self.model.renew(key, token, lease, now) {
+                let unchanged = self.unchanged_unless_lapsed(key, token);
+                let mut events = Vec::new();
+                let k = &self.keys[key as usize];
+                let outcome = self.svc.renew(k, token, lease, now, &mut events);
+                let mut expected = Vec::new();
+                if self.model.renew(key, token, lease, now, &mut expected) {
                     prop_assert_eq!(outcome, Outcome::Renewed);
                 } else {
                     prop_assert_eq!(outcome, Outcome::NotFound);
-                    prop_assert_eq!(self.svc.table(), &before);
+                    self.check_unchanged(unchanged)?;
                 }
+                self.check_events(events, &expected)?;
             }
             Op::SetValue {
                 key,
@@ -256,19 +259,20 @@ impl Harness {
                 value,
             } => {
                 let token = self.token(key, token);
-                let before = self.svc.table().clone();
-                let outcome = self.svc.set_value(
-                    &self.keys[key as usize],
-                    token,
-                    value.map(holder_value),
-                    now,
-                );
-                if self.model.set_value(key, token, value) {
+                let unchanged = self.unchanged_unless_lapsed(key, token);
+                let mut events = Vec::new();
+                let k = &self.keys[key as usize];
+                let outcome =
+                    self.svc
+                        .set_value(k, token, value.map(holder_value), now, &mut events);
+                let mut expected = Vec::new();
+                if self.model.set_value(key, token, value, now, &mut expected) {
                     prop_assert_eq!(outcome, Outcome::ValueSet);
                 } else {
                     prop_assert_eq!(outcome, Outcome::NotFound);
-                    prop_assert_eq!(self.svc.table(), &before);
+                    self.check_unchanged(unchanged)?;
                 }
+                self.check_events(events, &expected)?;
             }
             Op::Cancel { pick } => {
                 if self.waiters.is_empty() {
@@ -325,6 +329,23 @@ impl Harness {
             .collect();
         self.journal.push((now, journaled));
         self.check_state()
+    }
+
+    /// The table and waiter count before a request naming `key`'s grant
+    /// with `token`, to be found unchanged if it names no grant held
+    /// (`None` if it names one whose lease ended: that one expires).
+    fn unchanged_unless_lapsed(&self, key: K, token: Token) -> Option<(LockTable, usize)> {
+        let lapsed = self.model.lapsed(key, token, self.now);
+        (!lapsed).then(|| (self.svc.table().clone(), self.svc.waiter_count()))
+    }
+
+    /// A request that named no grant held changed nothing.
+    fn check_unchanged(&self, before: Option<(LockTable, usize)>) -> Result<(), TestCaseError> {
+        if let Some((table, waiting)) = before {
+            prop_assert_eq!(self.svc.table(), &table);
+            prop_assert_eq!(self.svc.waiter_count(), waiting);
+        }
+        Ok(())
     }
 
     /// Events must be the model's, and each must end a waiting waiter, in

@@ -256,8 +256,9 @@ impl NodeTally {
     /// Counts the leases a tick ended: the keys it took out of the table
     /// (held `before`, `after` it), and those it handed on to their next
     /// waiter (in `events`, still held). A tick also times waits out,
-    /// which changes no grant.
-    pub fn tick_ended(&mut self, before: usize, after: usize, events: &[NodeEvent]) {
+    /// which changes no grant. A request that named a grant past its
+    /// lease's end, answered `NotFound`, ended it the same way.
+    pub fn leases_ended(&mut self, before: usize, after: usize, events: &[NodeEvent]) {
         let handed_on = events
             .iter()
             .filter(|e| matches!(e, NodeEvent::Granted { .. }))

@@ -133,7 +133,49 @@ impl SingleNode {
         events: &mut Vec<NodeEvent>,
     ) -> Outcome {
         let outcome = self.service.release(key, token, now, &mut self.scratch);
+        self.pass_on(events);
+        outcome
+    }
+
+    /// The service's events, for the node's caller.
+    fn pass_on(&mut self, events: &mut Vec<NodeEvent>) {
         events.extend(self.scratch.drain(..).map(NodeEvent::from));
+    }
+
+    /// Answers a request naming a grant of a key (`R`, `K`, `V`), the
+    /// lease it ended counted: one past its lease's end, not yet expired
+    /// by a tick, is expired by the request.
+    fn change_grant(
+        &mut self,
+        request: LockRequest<'_>,
+        now: Millis,
+        events: &mut Vec<NodeEvent>,
+    ) -> Outcome {
+        let (before, first) = (self.service.table().len(), events.len());
+        let outcome = match request {
+            LockRequest::Release { key, token } => self.release(key, token, now, events),
+            LockRequest::Renew {
+                key,
+                token,
+                lease_ms,
+            } => self
+                .service
+                .renew(key, token, lease_ms, now, &mut self.scratch),
+            LockRequest::SetValue { key, token, value } => {
+                let value = value.cloned();
+                let service = &mut self.service;
+                service.set_value(key, token, value, now, &mut self.scratch)
+            }
+            other => {
+                debug_assert!(false, "{other:?} names no grant");
+                return Outcome::NotFound;
+            }
+        };
+        self.pass_on(events);
+        if outcome == Outcome::NotFound {
+            let after = self.service.table().len();
+            self.tally.leases_ended(before, after, &events[first..]);
+        }
         outcome
     }
 }
@@ -160,18 +202,12 @@ impl LockNode for SingleNode {
                 now,
                 reply_to.clone(),
             )),
-            LockRequest::Release { key, token } => {
-                Answer::Changed(self.release(key, token, now, events))
+            LockRequest::Release { .. }
+            | LockRequest::Renew { .. }
+            | LockRequest::SetValue { .. } => {
+                Answer::Changed(self.change_grant(request, now, events))
             }
-            LockRequest::Renew {
-                key,
-                token,
-                lease_ms,
-            } => Answer::Changed(self.service.renew(key, token, lease_ms, now)),
             LockRequest::Query { key } => Answer::Queried(self.service.query(key, now)),
-            LockRequest::SetValue { key, token, value } => {
-                Answer::Changed(self.service.set_value(key, token, value.cloned(), now))
-            }
             LockRequest::Watch { key, wait_ms, seen } => {
                 let state = self.service.query(key, now);
                 self.watches.watch(key, wait_ms, seen, state, now, reply_to)
@@ -203,9 +239,9 @@ impl LockNode for SingleNode {
     fn tick(&mut self, now: Millis, events: &mut Vec<NodeEvent>) {
         let (before, first) = (self.service.table().len(), events.len());
         self.service.tick(now, &mut self.scratch);
-        events.extend(self.scratch.drain(..).map(NodeEvent::from));
+        self.pass_on(events);
         let after = self.service.table().len();
-        self.tally.tick_ended(before, after, &events[first..]);
+        self.tally.leases_ended(before, after, &events[first..]);
         self.answer_watches(now, events);
         let service = &self.service;
         self.watches

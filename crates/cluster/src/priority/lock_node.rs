@@ -6,7 +6,9 @@
 //! link tasks, the pump, a graceful stop, the persister) is the call
 //! protocol in docs/architecture.md, "Cluster modes".
 
-use baton_core::{Key, KeyState, LockTable, Millis, NotServing, Quota, Token, WaiterId, WatchId};
+use baton_core::{
+    Key, KeyState, LockTable, Millis, NotServing, Outcome, Quota, Token, WaiterId, WatchId,
+};
 use baton_proto::{Mode, Role};
 use baton_server::{
     earliest, Answer, LockNode, LockRequest, Mailbox, NodeEvent, NodeStatus, NodeTally,
@@ -230,6 +232,7 @@ impl LockNode for PriorityLockNode {
         reply_to: &Mailbox,
         events: &mut Vec<NodeEvent>,
     ) -> Served<Answer> {
+        let (before, first) = (self.engine.table().len(), events.len());
         let engine = &mut self.engine;
         let result = match request {
             LockRequest::Acquire {
@@ -266,6 +269,11 @@ impl LockNode for PriorityLockNode {
             LockRequest::Query { key } => engine.handle_query(key, now).map(Answer::Queried),
         };
         self.after_input(now, events);
+        if let Ok(Answer::Changed(Outcome::NotFound)) = result {
+            // A grant named past its lease's end was expired by the request.
+            let after = self.engine.table().len();
+            self.tally.leases_ended(before, after, &events[first..]);
+        }
         self.served(result)
     }
 
@@ -302,7 +310,7 @@ impl LockNode for PriorityLockNode {
         self.watches.tick(now, state, events);
         // Only on the active: a standby's table changes by replication.
         let after = self.engine.table().len();
-        self.tally.tick_ended(before, after, &events[first..]);
+        self.tally.leases_ended(before, after, &events[first..]);
     }
 
     fn next_deadline(&self) -> Option<Millis> {

@@ -465,3 +465,53 @@ fn waiters_on_the_active_are_served_and_their_grants_replicated() {
     c.deliver();
     assert_eq!(c.holder(1, "a"), Some(token));
 }
+
+/// The active that receives a renewal, release or value set of a grant
+/// whose lease ended before its tick expired it refuses it, expires the
+/// grant and hands the key on, and the standbys apply the same.
+#[test]
+fn a_request_past_the_lease_end_before_the_tick_is_refused_and_the_key_passes_on() {
+    type Request = fn(&mut PriorityNode<u64>, Token, Millis) -> Result<Outcome, NotServing>;
+    let requests: [(&str, Request); 3] = [
+        ("renew", |node, token, now| {
+            node.handle_renew(&key("a"), token, 1_000, now)
+        }),
+        ("release", |node, token, now| {
+            node.handle_release(&key("a"), token, now)
+        }),
+        ("set value", |node, token, now| {
+            node.handle_set_value(&key("a"), token, None, now)
+        }),
+    ];
+    for (what, request) in requests {
+        let mut c = elected(2);
+        let held = c.grant(0, "a", 20);
+        assert!(matches!(
+            c.acquire(0, "a", 500, 3),
+            AcquireOutcome::Queued { .. }
+        ));
+        // Renewed just in time to end 1 ms later, the lease ends; no
+        // tick comes to expire it.
+        c.advance(19);
+        let now = c.now;
+        let answer = c.node_mut(0).handle_renew(&key("a"), held, 1, now);
+        assert_eq!(answer, Ok(Outcome::Renewed), "in time, {what}");
+        c.advance(1);
+        let now = c.now;
+        assert_eq!(
+            request(c.node_mut(0), held, now),
+            Ok(Outcome::NotFound),
+            "{what} past the lease end"
+        );
+        let token = match &drain(c.node_mut(0))[..] {
+            [Event::Granted {
+                handle: 3, token, ..
+            }] => *token,
+            other => panic!("waiter not granted on {what}: {other:?}"),
+        };
+        assert!(token > held);
+        c.deliver();
+        assert_eq!(c.holder(1, "a"), Some(token), "{what}");
+        assert_eq!(c.node(1).table().len(), 1);
+    }
+}

@@ -61,7 +61,7 @@ pub enum RaftRole {
 enum Pending<H> {
     Grant(Waiter<H>),
     Release { key: Key, reply: Option<H> },
-    Renew { key: Key, reply: H },
+    Renew { key: Key, token: Token, reply: H },
     SetValue { key: Key, reply: H },
     Expire { key: Key, token: Token },
 }
@@ -149,9 +149,9 @@ pub struct RaftEngine<H> {
     /// answered (proposed plus [`ANSWER_BUDGET_MS`]), oldest first; those
     /// already answered are dropped from the front.
     answer_by: VecDeque<(Millis, u64)>,
-    /// Keys with renewals pending, and how many: an expiry of such a key
-    /// waits for them (see `handle_tick`).
-    renewing: HashMap<Key, u32>,
+    /// Grants with renewals pending, and how many: the expiry of such a
+    /// grant waits for them (see `handle_tick`).
+    renewing: HashMap<(Key, Token), u32>,
     /// The latest `now` an input brought (for the callers of the old
     /// `proposal_failed`, which brings none).
     latest_now: Millis,
@@ -325,8 +325,8 @@ impl<H> RaftEngine<H> {
         let tag = self.next_tag;
         self.next_tag += 1;
         leading.outbox.push(Tagged { tag, command });
-        if let Pending::Renew { key, .. } = &pending {
-            *self.renewing.entry(key.clone()).or_default() += 1;
+        if let Pending::Renew { key, token, .. } = &pending {
+            *self.renewing.entry((key.clone(), *token)).or_default() += 1;
         }
         if !matches!(pending, Pending::Expire { .. }) {
             let deadline = self.latest_now.saturating_add(ANSWER_BUDGET_MS);
@@ -339,11 +339,12 @@ impl<H> RaftEngine<H> {
     fn take_pending(&mut self, tag: u64) -> Option<Pending<H>> {
         let pending = self.pending.remove(&tag)?;
         self.forget_answered();
-        if let Pending::Renew { key, .. } = &pending {
-            match self.renewing.get_mut(key) {
+        if let Pending::Renew { key, token, .. } = &pending {
+            let renewed = (key.clone(), *token);
+            match self.renewing.get_mut(&renewed) {
                 Some(count) if *count > 1 => *count -= 1,
                 Some(_) => {
-                    self.renewing.remove(key);
+                    self.renewing.remove(&renewed);
                 }
                 None => debug_assert!(false, "a renewal of {key:?} pending but not counted"),
             }
@@ -439,7 +440,8 @@ impl<H> RaftEngine<H> {
     /// grant of the key to its next waiter (the rules' hand-over behind a
     /// release). `Ok(None)`: the answer comes as an [`Event::Answered`];
     /// `Ok(Some(outcome))`: known at once, because no applied grant
-    /// carries that token.
+    /// carries that token, or the grant's lease has ended by `now` (its
+    /// expiry is proposed instead: see `lapsed`).
     pub fn handle_release(
         &mut self,
         key: &Key,
@@ -449,6 +451,11 @@ impl<H> RaftEngine<H> {
         events: &mut Vec<Event<H>>,
     ) -> Result<Option<Outcome>, NotServing> {
         self.saw(now);
+        self.check_serving()?;
+        if self.lapsed(key, token, now, events) {
+            self.debug_validate();
+            return Ok(Some(Outcome::NotFound));
+        }
         let proposed = self.propose_release(key, token, reply)?;
         if proposed.is_none() {
             self.hand_on(key, Some(token), now, events);
@@ -493,7 +500,8 @@ impl<H> RaftEngine<H> {
         Ok(None)
     }
 
-    /// Proposes a renewal; answers as [`RaftEngine::handle_release`].
+    /// Proposes a renewal; answers as [`RaftEngine::handle_release`] (a
+    /// lease that has ended is not renewed: the key passes on).
     pub fn handle_renew(
         &mut self,
         key: &Key,
@@ -501,6 +509,7 @@ impl<H> RaftEngine<H> {
         lease_ms: u64,
         reply: H,
         now: Millis,
+        events: &mut Vec<Event<H>>,
     ) -> Result<Option<Outcome>, NotServing> {
         let command = Command::Renew {
             key: key.clone(),
@@ -509,9 +518,10 @@ impl<H> RaftEngine<H> {
         };
         let pending = Pending::Renew {
             key: key.clone(),
+            token,
             reply,
         };
-        self.propose_for_grant(key, token, command, pending, now)
+        self.propose_for_grant(key, token, command, pending, now, events)
     }
 
     /// Proposes setting (`None`: clearing) the value of `key`'s grant with
@@ -523,6 +533,7 @@ impl<H> RaftEngine<H> {
         value: Option<HolderValue>,
         reply: H,
         now: Millis,
+        events: &mut Vec<Event<H>>,
     ) -> Result<Option<Outcome>, NotServing> {
         let command = Command::SetValue {
             key: key.clone(),
@@ -533,13 +544,13 @@ impl<H> RaftEngine<H> {
             key: key.clone(),
             reply,
         };
-        self.propose_for_grant(key, token, command, pending, now)
+        self.propose_for_grant(key, token, command, pending, now, events)
     }
 
     /// Proposes `command`, a change of `key`'s grant with `token`, for
     /// `pending`; answered at once `NotFound` if no applied grant has that
     /// token (one a client holds was applied before this node could
-    /// serve, so a mismatch is final).
+    /// serve, so a mismatch is final), or if its lease has ended by `now`.
     fn propose_for_grant(
         &mut self,
         key: &Key,
@@ -547,10 +558,12 @@ impl<H> RaftEngine<H> {
         command: Command,
         pending: Pending<H>,
         now: Millis,
+        events: &mut Vec<Event<H>>,
     ) -> Result<Option<Outcome>, NotServing> {
         self.saw(now);
         self.check_serving()?;
-        if self.table.grant_of(key, token).is_none() {
+        if self.table.grant_of(key, token).is_none() || self.lapsed(key, token, now, events) {
+            self.debug_validate();
             return Ok(Some(Outcome::NotFound));
         }
         self.propose(command, pending);

@@ -155,6 +155,9 @@ impl Deferred {
                 let k = self.keys[key as usize].clone();
                 if let Some(holder) = self.table.holder(&k) {
                     let token = holder.token;
+                    if self.lapse(&k, token, &mut events)? {
+                        return self.after_step(events);
+                    }
                     let value = value.map(holder_value);
                     self.log.push((
                         Command::SetValue {
@@ -172,6 +175,9 @@ impl Deferred {
                 // Raft engine does, and changes nothing.
                 if let Some(holder) = self.table.holder(&k).copied().filter(|_| !stale) {
                     let token = holder.token;
+                    if self.lapse(&k, token, &mut events)? {
+                        return self.after_step(events);
+                    }
                     let release = Command::Release {
                         key: k.clone(),
                         token,
@@ -184,6 +190,9 @@ impl Deferred {
                 let k = self.keys[key as usize].clone();
                 if let Some(holder) = self.table.holder(&k) {
                     let token = holder.token;
+                    if self.lapse(&k, token, &mut events)? {
+                        return self.after_step(events);
+                    }
                     self.log.push((
                         Command::Renew {
                             key: k,
@@ -235,6 +244,11 @@ impl Deferred {
             Op::Advance(ms) => self.now += ms,
             Op::Commit(n) => self.commit(n, &mut events)?,
         }
+        self.after_step(events)
+    }
+
+    /// The checks after every step, its `events` recorded.
+    fn after_step(&mut self, events: Vec<Event<u64>>) -> Result<(), TestCaseError> {
         self.record(events)?;
         prop_assert_eq!(self.table.validate(), Ok(()));
         // With commands in flight a key may be freed and not yet handed
@@ -243,6 +257,31 @@ impl Deferred {
             prop_assert_eq!(self.rules.validate_but(&self.table, &self.stalled), Ok(()));
         }
         Ok(())
+    }
+
+    /// As the Raft engine has it: a request naming `key`'s grant with
+    /// `token` after its lease ended (and with no renewal of it on its
+    /// way, which was decided in time and goes first) proposes the grant's
+    /// expiry instead, unless that is on its way already, and the grants
+    /// of the next waiters behind it. Whether the grant had lapsed.
+    fn lapse(
+        &mut self,
+        key: &Key,
+        token: Token,
+        events: &mut Vec<Event<u64>>,
+    ) -> Result<bool, TestCaseError> {
+        let renewing = self.log.iter().any(|(command, _)| {
+            matches!(command, Command::Renew { key: k, token: t, .. } if k == key && *t == token)
+        });
+        let lapsed = LockRules::<u64>::lapsed(&self.table, key, token, self.now);
+        let Some(expire) = lapsed.filter(|_| !renewing) else {
+            return Ok(false);
+        };
+        if !self.log.iter().any(|(command, _)| *command == expire) {
+            self.log.push((expire, None));
+            self.hand_on(key, Some(token), events)?;
+        }
+        Ok(true)
     }
 
     /// Decides the next grants of `key` (behind a release of `token` if
@@ -394,7 +433,7 @@ pub fn service_run(ops: &[Op]) -> (HashMap<u64, End>, LockTable) {
             Op::SetValue { key, value } => {
                 let k = &keys[key as usize];
                 if let Some(holder) = svc.table().holder(k).copied() {
-                    svc.set_value(k, holder.token, value.map(holder_value), now);
+                    svc.set_value(k, holder.token, value.map(holder_value), now, &mut events);
                 }
             }
             Op::Release { key, stale } => {
@@ -411,7 +450,7 @@ pub fn service_run(ops: &[Op]) -> (HashMap<u64, End>, LockTable) {
             Op::Renew { key, lease } => {
                 let k = &keys[key as usize];
                 if let Some(holder) = svc.table().holder(k).copied() {
-                    svc.renew(k, holder.token, lease, now);
+                    svc.renew(k, holder.token, lease, now, &mut events);
                 }
             }
             Op::Cancel { pick } => {

@@ -156,13 +156,33 @@ impl Model {
         });
     }
 
-    /// Whether the release names a live grant.
-    pub fn release(&mut self, key: K, token: u64, now: u64, events: &mut Vec<MEvent>) -> bool {
-        let Some(i) = self
+    /// The index of the key's grant with `token` if it is live at `now`.
+    /// A grant whose lease ended by then is no longer held, whether a tick
+    /// came or not: it expires here, and the key is handed on.
+    fn live(&mut self, key: K, token: u64, now: u64, events: &mut Vec<MEvent>) -> Option<usize> {
+        let i = self
             .locks
             .iter()
-            .position(|l| l.key == key && l.token == token)
-        else {
+            .position(|l| l.key == key && l.token == token)?;
+        if self.locks[i].expires_at > now {
+            return Some(i);
+        }
+        self.locks.remove(i);
+        self.hand_on(key, now, events);
+        None
+    }
+
+    /// Whether the key's grant with `token` is held, its lease ended by
+    /// `now` (what [`Model::live`] expires).
+    pub fn lapsed(&self, key: K, token: u64, now: u64) -> bool {
+        self.locks
+            .iter()
+            .any(|l| l.key == key && l.token == token && l.expires_at <= now)
+    }
+
+    /// Whether the release names a live grant.
+    pub fn release(&mut self, key: K, token: u64, now: u64, events: &mut Vec<MEvent>) -> bool {
+        let Some(i) = self.live(key, token, now, events) else {
             return false;
         };
         self.locks.remove(i);
@@ -170,33 +190,38 @@ impl Model {
         true
     }
 
-    pub fn renew(&mut self, key: K, token: u64, lease: u64, now: u64) -> bool {
-        match self
-            .locks
-            .iter_mut()
-            .find(|l| l.key == key && l.token == token)
-        {
-            Some(l) => {
-                l.lease = lease;
-                l.expires_at = now + lease;
-                true
-            }
-            None => false,
-        }
+    /// Whether the renewal names a live grant.
+    pub fn renew(
+        &mut self,
+        key: K,
+        token: u64,
+        lease: u64,
+        now: u64,
+        events: &mut Vec<MEvent>,
+    ) -> bool {
+        let Some(i) = self.live(key, token, now, events) else {
+            return false;
+        };
+        let lock = &mut self.locks[i];
+        lock.lease = lease;
+        lock.expires_at = now + lease;
+        true
     }
 
-    pub fn set_value(&mut self, key: K, token: u64, value: Option<u8>) -> bool {
-        match self
-            .locks
-            .iter_mut()
-            .find(|l| l.key == key && l.token == token)
-        {
-            Some(l) => {
-                l.ask.value = value;
-                true
-            }
-            None => false,
-        }
+    /// Whether the value set names a live grant.
+    pub fn set_value(
+        &mut self,
+        key: K,
+        token: u64,
+        value: Option<u8>,
+        now: u64,
+        events: &mut Vec<MEvent>,
+    ) -> bool {
+        let Some(i) = self.live(key, token, now, events) else {
+            return false;
+        };
+        self.locks[i].ask.value = value;
+        true
     }
 
     pub fn cancel(&mut self, id: u64) -> bool {

@@ -103,7 +103,8 @@ impl<H> PriorityNode<H> {
         result
     }
 
-    /// A client extends its lease of `key`.
+    /// A client extends its lease of `key`; one that ended already is
+    /// not renewed, and the key passes on (see [`baton_core::LockService::renew`]).
     pub fn handle_renew(
         &mut self,
         key: &Key,
@@ -111,9 +112,13 @@ impl<H> PriorityNode<H> {
         lease_ms: u64,
         now: Millis,
     ) -> Result<Outcome, NotServing> {
-        let result = self
-            .serving(now)
-            .map(|()| self.service.renew(key, token, lease_ms, now));
+        let result = self.serving(now).map(|()| {
+            let outcome = self
+                .service
+                .renew(key, token, lease_ms, now, &mut self.scratch);
+            self.take_scratch();
+            outcome
+        });
         self.checked();
         result
     }
@@ -126,9 +131,13 @@ impl<H> PriorityNode<H> {
         value: Option<HolderValue>,
         now: Millis,
     ) -> Result<Outcome, NotServing> {
-        let result = self
-            .serving(now)
-            .map(|()| self.service.set_value(key, token, value, now));
+        let result = self.serving(now).map(|()| {
+            let outcome = self
+                .service
+                .set_value(key, token, value, now, &mut self.scratch);
+            self.take_scratch();
+            outcome
+        });
         self.checked();
         result
     }

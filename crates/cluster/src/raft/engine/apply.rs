@@ -94,7 +94,7 @@ impl<H> RaftEngine<H> {
                     });
                 }
             }
-            (Command::Renew { .. }, Some(Pending::Renew { key, reply })) => {
+            (Command::Renew { .. }, Some(Pending::Renew { key, reply, .. })) => {
                 events.push(self.renew_answered(key, reply, outcome))
             }
             // A value applied is set, whoever serves: the answer stands.

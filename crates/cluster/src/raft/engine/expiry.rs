@@ -8,7 +8,7 @@
 //! room for (at most its permits, or its waiters), and each
 //! grant whose client is gone is given back by one release.
 
-use baton_core::{Command, Key, Millis, Token};
+use baton_core::{Command, Event, Key, LockRules, Millis, Token};
 
 use super::{Pending, RaftEngine, Standing, MAX_BATCH};
 
@@ -47,6 +47,44 @@ impl<H> RaftEngine<H> {
         }
     }
 
+    /// Whether a request naming `key`'s grant with `token` at `now` finds
+    /// it lapsed: its lease has ended, though its expiry has not applied.
+    /// The leader decides so once, here, and proposes the expiry (unless
+    /// it is on its way already) with the grants of the key's next
+    /// waiters behind it in the same entry, as for a release; every node
+    /// applies that expiry, none decides with its own clock. A renewal of
+    /// the grant already in the log was decided while the lease ran: the
+    /// grant is not lapsed, and the request goes in the log behind it.
+    pub(super) fn lapsed(
+        &mut self,
+        key: &Key,
+        token: Token,
+        now: Millis,
+        events: &mut Vec<Event<H>>,
+    ) -> bool {
+        if self.renewing.contains_key(&(key.clone(), token)) {
+            return false;
+        }
+        let Some(expire) = LockRules::<H>::lapsed(&self.table, key, token, now) else {
+            return false;
+        };
+        let Standing::Leader(leading) = &mut self.standing else {
+            return false;
+        };
+        if leading.expiring.insert((key.clone(), token)) {
+            let key = key.clone();
+            self.propose(
+                expire,
+                Pending::Expire {
+                    key: key.clone(),
+                    token,
+                },
+            );
+            self.hand_on(&key, Some(token), now, events);
+        }
+        true
+    }
+
     /// When the next expiry is to be proposed: the end of the soonest
     /// lease. None while expiries are on their way: the next are proposed
     /// as those apply ([`RaftEngine::handle_committed`]), or at the retry
@@ -72,12 +110,12 @@ impl<H> RaftEngine<H> {
 
     /// Up to `most` of the leases due by `now` (of every lease if `None`)
     /// that the serving leader should expire, soonest first: not already
-    /// expiring, and no renewal of the key pending. A renewal already in
+    /// expiring, and no renewal of the grant pending. A renewal already in
     /// the log (sent before the lease ran out, held up by a stall) goes
     /// first: an expiry behind it would remove the lock it renewed. Once
     /// it applies the lease is new, or, if it never commits, the expiry
     /// comes next tick. The walk skips at most the expiries on their way
-    /// and the keys being renewed.
+    /// and the grants being renewed.
     fn expiries_to_propose(&self, now: Option<Millis>, most: usize) -> Vec<(Key, Token)> {
         let Some(leading) = self.leading().filter(|_| self.serving()) else {
             return Vec::new();
@@ -88,7 +126,7 @@ impl<H> RaftEngine<H> {
         let due = self.table.due_expiries(now.unwrap_or(Millis::MAX));
         let wanted = due.filter(|(key, token)| {
             !leading.expiring.contains(&((*key).clone(), *token))
-                && !self.renewing.contains_key(*key)
+                && !self.renewing.contains_key(&((*key).clone(), *token))
         });
         wanted.take(most).map(|(k, t)| (k.clone(), t)).collect()
     }

@@ -97,7 +97,7 @@ impl<H> RaftEngine<H> {
                     events.push(moved_answer(handle, Change::Release, key, to));
                 }
             }
-            Pending::Renew { key, reply } => {
+            Pending::Renew { key, reply, .. } => {
                 events.push(moved_answer(reply, Change::Renew, key, to));
             }
             Pending::SetValue { key, reply } => {

@@ -1,7 +1,7 @@
 //! Tests of the Raft lock engine: a leader and a follower engine fed the
 //! same committed entries, as the log would.
 
-use baton_core::{AcquireOutcome, Change, Event, Key, NotServing, Outcome};
+use baton_core::{AcquireOutcome, Change, Command, Event, Key, NotServing, Outcome};
 
 use super::{Committed, RaftEngine, RaftRole};
 
@@ -162,7 +162,8 @@ fn a_release_with_a_wrong_token_is_refused_without_the_log() {
         Ok(Some(Outcome::NotFound))
     );
     assert_eq!(
-        p.leader.handle_renew(&key("b"), 1, 5, "c1", 0),
+        p.leader
+            .handle_renew(&key("b"), 1, 5, "c1", 0, &mut p.events),
         Ok(Some(Outcome::NotFound))
     );
     assert!(!p.leader.has_output());
@@ -447,24 +448,18 @@ fn a_release_and_the_next_waiters_grant_share_one_entry() {
 
 #[test]
 fn a_grant_behind_a_release_that_lost_to_an_expiry_still_lands() {
-    let mut p = Pair::new();
-    let _ = p
-        .leader
-        .handle_acquire(key("a"), 0, 100, 0, "c1", &mut p.events);
-    p.commit_proposals(0);
-    let _ = p
-        .leader
-        .handle_acquire(key("a"), 0, 1_000, 1, "c2", &mut p.events);
+    let mut p = held_until_100_with_a_waiter();
     // The lease runs out: the leader proposes the expiry first...
     p.leader.handle_tick(100, &mut p.events);
     let (expiry, _) = p
         .leader
         .poll_proposal()
         .unwrap_or_else(|| panic!("an expiry"));
-    // ...and the holder's release (and c2's grant) come right behind it.
+    // ...and the holder's release, received just in time but handled
+    // after the tick, comes right behind it with c2's grant.
     assert_eq!(
         p.leader
-            .handle_release(&key("a"), 1, Some("c1"), 100, &mut p.events),
+            .handle_release(&key("a"), 1, Some("c1"), 99, &mut p.events),
         Ok(None)
     );
     p.events.clear();
@@ -488,7 +483,8 @@ fn an_expiry_waits_for_a_renewal_already_in_the_log() {
     p.commit_proposals(0);
     assert_eq!(p.granted(), vec![("c1", 1)]);
     assert!(matches!(
-        p.leader.handle_renew(&key("a"), 1, 100, "c1", 0),
+        p.leader
+            .handle_renew(&key("a"), 1, 100, "c1", 0, &mut p.events),
         Ok(None)
     ));
     let (renewal, _) = p
@@ -510,12 +506,131 @@ fn an_expiry_waits_for_a_renewal_already_in_the_log() {
         Some(1)
     );
     // Once the renewed lease runs out its expiry is proposed; a renewal
-    // sent now lands behind it in the log and finds the lock gone (its
-    // answer comes from the log, as every answer of a serving leader).
+    // sent now finds the lease ended: refused at once, nothing proposed.
     p.leader.handle_tick(230, &mut p.events);
     assert!(p.leader.has_output());
-    assert!(matches!(
-        p.leader.handle_renew(&key("a"), 1, 100, "c1", 230),
+    let _ = p.leader.poll_proposal();
+    assert_eq!(
+        p.leader
+            .handle_renew(&key("a"), 1, 100, "c1", 230, &mut p.events),
+        Ok(Some(Outcome::NotFound))
+    );
+    assert!(!p.leader.has_output());
+}
+
+/// A key held by c1 (token 1, lease ending at 100) with c2 waiting.
+fn held_until_100_with_a_waiter() -> Pair {
+    let mut p = Pair::new();
+    let _ = p
+        .leader
+        .handle_acquire(key("a"), 0, 100, 0, "c1", &mut p.events);
+    p.commit_proposals(0);
+    let _ = p
+        .leader
+        .handle_acquire(key("a"), 0, 50, 0, "c2", &mut p.events);
+    assert_eq!(p.granted(), vec![("c1", 1)]);
+    p
+}
+
+/// The leader decided the lease lapsed: its one entry is the expiry and
+/// the next waiter's grant, and every node applies the same.
+fn check_lapsed_and_handed_on(p: &mut Pair, at: u64) {
+    let (entry, _) = p
+        .leader
+        .poll_proposal()
+        .unwrap_or_else(|| panic!("nothing proposed"));
+    let commands: Vec<Command> = entry.commands.iter().map(|t| t.command.clone()).collect();
+    let expire = Command::Expire {
+        key: key("a"),
+        token: 1,
+    };
+    let grant = Command::Grant {
+        key: key("a"),
+        lease_ms: 50,
+    };
+    assert_eq!(commands, vec![expire, grant]);
+    // The follower applies it later, by its own clock: the same table.
+    p.leader
+        .handle_committed(Committed::Proposal(&entry), at, &mut p.events);
+    let mut ignored = Vec::new();
+    p.follower
+        .handle_committed(Committed::Proposal(&entry), at + 40, &mut ignored);
+    assert_eq!(p.granted(), vec![("c2", 2)]);
+    for node in [&p.leader, &p.follower] {
+        assert_eq!(node.table().holder(&key("a")).map(|h| h.token), Some(2));
+        assert_eq!(node.table().len(), 1);
+    }
+    assert!(p.answers().is_empty(), "answered at once, not again");
+}
+
+/// A renewal that reaches the leader once the lease has ended, before the
+/// tick proposed its expiry, is refused; the leader proposes the expiry
+/// and the hand-over instead of a renewal a follower would apply too.
+#[test]
+fn a_renewal_past_the_lease_end_is_refused_and_the_key_handed_on() {
+    let mut p = held_until_100_with_a_waiter();
+    assert_eq!(
+        p.leader
+            .handle_renew(&key("a"), 1, 1_000, "c1", 100, &mut p.events),
+        Ok(Some(Outcome::NotFound))
+    );
+    check_lapsed_and_handed_on(&mut p, 100);
+}
+
+#[test]
+fn a_release_past_the_lease_end_is_refused_and_the_key_handed_on() {
+    let mut p = held_until_100_with_a_waiter();
+    assert_eq!(
+        p.leader
+            .handle_release(&key("a"), 1, Some("c1"), 101, &mut p.events),
+        Ok(Some(Outcome::NotFound))
+    );
+    check_lapsed_and_handed_on(&mut p, 101);
+    // The tick has nothing left to expire.
+    p.leader.handle_tick(101, &mut p.events);
+    assert!(!p.leader.has_output());
+}
+
+#[test]
+fn a_value_set_past_the_lease_end_is_refused_and_the_key_handed_on() {
+    let mut p = held_until_100_with_a_waiter();
+    let set = p
+        .leader
+        .handle_set_value(&key("a"), 1, None, "c1", 150, &mut p.events);
+    assert_eq!(set, Ok(Some(Outcome::NotFound)));
+    check_lapsed_and_handed_on(&mut p, 150);
+}
+
+/// Just before its end the lease is renewed, and the renewal applies on
+/// every node even if it commits after the old end: the leader decided.
+#[test]
+fn a_renewal_just_in_time_is_proposed_and_applies_after_the_end() {
+    let mut p = held_until_100_with_a_waiter();
+    assert_eq!(
+        p.leader
+            .handle_renew(&key("a"), 1, 1_000, "c1", 99, &mut p.events),
         Ok(None)
-    ));
+    );
+    // A second request past the end waits behind that renewal: it is not
+    // lapsed, since the renewal in the log was decided in time.
+    assert_eq!(
+        p.leader
+            .handle_renew(&key("a"), 1, 1_000, "c1", 100, &mut p.events),
+        Ok(None)
+    );
+    p.leader.handle_tick(100, &mut p.events);
+    p.commit_proposals(105);
+    assert_eq!(
+        p.answers(),
+        vec![
+            ("c1", Change::Renew, Ok(Outcome::Renewed)),
+            ("c1", Change::Renew, Ok(Outcome::Renewed)),
+        ]
+    );
+    for node in [&p.leader, &p.follower] {
+        assert_eq!(
+            node.table().grant_of(&key("a"), 1).map(|h| h.expires_at),
+            Some(1_105)
+        );
+    }
 }

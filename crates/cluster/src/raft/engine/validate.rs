@@ -3,7 +3,7 @@
 
 use std::collections::HashMap;
 
-use baton_core::{invariant, Broken, Key};
+use baton_core::{invariant, Broken, Key, Token};
 
 use super::apply::MAX_UNCLAIMED;
 use super::leadership::MAX_ORPHAN_GROUPS;
@@ -20,13 +20,17 @@ impl<H> RaftEngine<H> {
     /// while it serves, the rules (a free key has no live waiters).
     pub fn validate(&self) -> Result<(), Broken> {
         self.table.validate()?;
-        let mut renewals: HashMap<&Key, u32> = HashMap::new();
+        let mut renewals: HashMap<(&Key, Token), u32> = HashMap::new();
         for pending in self.pending.values() {
-            if let Pending::Renew { key, .. } = pending {
-                *renewals.entry(key).or_default() += 1;
+            if let Pending::Renew { key, token, .. } = pending {
+                *renewals.entry((key, *token)).or_default() += 1;
             }
         }
-        let counted: HashMap<&Key, u32> = self.renewing.iter().map(|(k, n)| (k, *n)).collect();
+        let counted: HashMap<(&Key, Token), u32> = self
+            .renewing
+            .iter()
+            .map(|((key, token), n)| ((key, *token), *n))
+            .collect();
         ensure(renewals == counted, || {
             format!("renewals counted {counted:?}, pending {renewals:?}")
         })?;

@@ -249,16 +249,17 @@ impl LockNode for RaftLockNode {
                 token,
                 lease_ms,
             } => {
-                let proposed =
-                    self.engine
-                        .handle_renew(key, token, lease_ms, reply_to.clone(), now);
+                let proposed = self.drive(events, |engine, ev| {
+                    engine.handle_renew(key, token, lease_ms, reply_to.clone(), now, ev)
+                });
                 self.late(proposed)
             }
             LockRequest::Query { key } => self.query(key, reply_to),
             LockRequest::SetValue { key, token, value } => {
-                let proposed =
-                    self.engine
-                        .handle_set_value(key, token, value.cloned(), reply_to.clone(), now);
+                let proposed = self.drive(events, |engine, ev| {
+                    let (value, to) = (value.cloned(), reply_to.clone());
+                    engine.handle_set_value(key, token, value, to, now, ev)
+                });
                 self.late(proposed)
             }
         };

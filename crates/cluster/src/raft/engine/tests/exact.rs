@@ -213,7 +213,9 @@ fn losing_the_lead_sends_waiters_and_unproposed_requests_away_and_keeps_the_log_
         .leader
         .handle_acquire(key("a"), 0, 500, 0, "c1", &mut p.events);
     p.commit_proposals(0);
-    let _ = p.leader.handle_renew(&key("a"), 1, 500, "c1", 0);
+    let _ = p
+        .leader
+        .handle_renew(&key("a"), 1, 500, "c1", 0, &mut p.events);
     let (_renewal_in_the_log, _) = p.leader.poll_proposal().expect("a proposal");
     let _ = p
         .leader
@@ -237,7 +239,8 @@ fn losing_the_lead_sends_waiters_and_unproposed_requests_away_and_keeps_the_log_
     assert_eq!(p.proposed(), []);
     assert!(!p.leader.has_output());
     assert_eq!(
-        p.leader.handle_renew(&key("a"), 1, 5, "c1", 2),
+        p.leader
+            .handle_renew(&key("a"), 1, 5, "c1", 2, &mut p.events),
         Err(to(Some(1)))
     );
 }

@@ -155,7 +155,7 @@ fn a_value_rides_in_the_grant_and_a_set_value_answers_once_committed() {
     assert_eq!(p.follower.table().value(1), Some(&value("10.0.0.1:80")));
     let set = p
         .leader
-        .handle_set_value(&key("k"), 1, Some(value("b")), "c1", 2);
+        .handle_set_value(&key("k"), 1, Some(value("b")), "c1", 2, &mut p.events);
     assert_eq!(set, Ok(None), "answered once committed");
     assert!(p.leader.table().value(1) == Some(&value("10.0.0.1:80")));
     p.commit_next();
@@ -165,7 +165,56 @@ fn a_value_rides_in_the_grant_and_a_set_value_answers_once_committed() {
         vec![("c1", Change::SetValue, Ok(Outcome::ValueSet))]
     );
     // A token that holds nothing is answered at once and proposes nothing.
-    let stale = p.leader.handle_set_value(&key("k"), 9, None, "c1", 2);
+    let stale = p
+        .leader
+        .handle_set_value(&key("k"), 9, None, "c1", 2, &mut p.events);
     assert_eq!(stale, Ok(Some(Outcome::NotFound)));
     assert!(p.leader.poll_proposal().is_none());
+}
+
+/// A permit whose lease ended expires though another permit of the key
+/// has a renewal in the log (an expiry waits for renewals of its own
+/// grant only), and a renewal of the lapsed permit is refused.
+#[test]
+fn a_lapsed_permit_expires_while_another_permit_of_the_key_renews() {
+    let mut p = Pair::new();
+    p.acquire("c1", permits(2));
+    p.acquire("c2", permits(2));
+    p.commit_next();
+    assert_eq!(p.granted(), vec![("c1", 1), ("c2", 2)]);
+    // Both leases end at 1001. c2 renews in time; the renewal waits in
+    // the log for its commit.
+    let renew = p
+        .leader
+        .handle_renew(&key("k"), 2, 1_000, "c2", 1_000, &mut p.events);
+    assert_eq!(renew, Ok(None));
+    let (renewal, _) = p
+        .leader
+        .poll_proposal()
+        .unwrap_or_else(|| panic!("no renewal"));
+    p.leader.handle_tick(1_001, &mut p.events);
+    let expiry = p.commit_next();
+    let expire = Command::Expire {
+        key: key("k"),
+        token: 1,
+    };
+    assert_eq!(expiry, vec![expire]);
+    let late = p
+        .leader
+        .handle_renew(&key("k"), 1, 1_000, "c1", 1_001, &mut p.events);
+    assert_eq!(late, Ok(Some(Outcome::NotFound)));
+    p.commit(super::Committed::Proposal(&renewal), 1_002);
+    assert_eq!(
+        p.answers(),
+        vec![("c2", Change::Renew, Ok(Outcome::Renewed))]
+    );
+    for node in [&p.leader, &p.follower] {
+        let ends: Vec<(u64, u64)> = node.table().grants(&key("k")).map_or(Vec::new(), |g| {
+            g.holders()
+                .iter()
+                .map(|h| (h.token, h.expires_at))
+                .collect()
+        });
+        assert_eq!(ends, vec![(2, 2_002)]);
+    }
 }
