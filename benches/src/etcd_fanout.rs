@@ -14,7 +14,7 @@ use tokio::task::JoinSet;
 use tokio::time::{timeout_at, Instant};
 
 use crate::error::BenchError;
-use crate::fanout::{spread, Fanout, WATCHES_PER_CONNECTION};
+use crate::fanout::{gather, spread, Answered, Fanout, WATCHES_PER_CONNECTION};
 use crate::histogram::Histogram;
 
 /// How long opening the connections and creating the watches may take.
@@ -111,20 +111,15 @@ pub async fn run(
         .header()
         .map(|header| header.revision())
         .ok_or_else(|| peer("put response without a header"))?;
-    let mut answers = Histogram::new();
-    let mut last = Duration::ZERO;
-    while let Some(joined) = tasks.join_next().await {
-        let (latencies, latest, seen) = joined??;
-        if seen != revision {
-            return Err(peer(format!(
-                "a watcher saw revision {seen}, not the put's {revision}"
-            )));
-        }
-        last = last.max(latest);
-        answers.merge(&latencies);
-    }
+    let fanout = gather(tasks, |&seen: &i64| match seen == revision {
+        true => Ok(()),
+        false => Err(peer(format!(
+            "a watcher saw revision {seen}, not the put's {revision}"
+        ))),
+    })
+    .await?;
     let _ = until(give_up_at, "delete", putter.delete(key.as_str(), None)).await;
-    Ok(Fanout { last, answers })
+    Ok(fanout)
 }
 
 /// Reads events until each watch of `watches` has had one: each one's
@@ -133,7 +128,7 @@ async fn await_events(
     mut watches: Watches,
     started: Instant,
     give_up_at: Instant,
-) -> Result<(Histogram, Duration, i64), BenchError> {
+) -> Result<Answered<i64>, BenchError> {
     let mut latencies = Histogram::new();
     let mut latest = Duration::ZERO;
     let mut revision = None;

@@ -127,19 +127,37 @@ pub async fn run(
     wire::acquire(&mut changer.out, &key, CHANGE_WAIT_MS, CHANGE_LEASE_MS);
     changer.flush(give_up_at, drain).await?;
     let token = granted(&mut changer, &key, give_up_at, drain).await?;
+    let fanout = gather(tasks, |seen: &Vec<u8>| {
+        if *seen == token.to_string().as_bytes() {
+            return Ok(());
+        }
+        let problem = "a watcher was answered with another state than the change's";
+        Err(BenchError::protocol(changer_id, problem, seen))
+    })
+    .await?;
+    wire::release(&mut changer.out, &key, token);
+    changer.flush(give_up_at, drain).await?;
+    Ok(fanout)
+}
+
+/// What one connection's watchers saw: their latencies, the latest, and
+/// the state they all report.
+pub type Answered<S> = (Histogram, Duration, S);
+
+/// Joins every connection's watchers into the fan-out's figures, the
+/// state each reports held to the change by `check`.
+pub async fn gather<S: Send + 'static>(
+    mut tasks: JoinSet<Result<Answered<S>, BenchError>>,
+    check: impl Fn(&S) -> Result<(), BenchError>,
+) -> Result<Fanout, BenchError> {
     let mut answers = Histogram::new();
     let mut last = Duration::ZERO;
     while let Some(joined) = tasks.join_next().await {
         let (latencies, latest, seen) = joined??;
-        if seen != token.to_string().as_bytes() {
-            let problem = "a watcher was answered with another state than the change's";
-            return Err(BenchError::protocol(changer_id, problem, &seen));
-        }
+        check(&seen)?;
         last = last.max(latest);
         answers.merge(&latencies);
     }
-    wire::release(&mut changer.out, &key, token);
-    changer.flush(give_up_at, drain).await?;
     Ok(Fanout { last, answers })
 }
 
@@ -188,7 +206,7 @@ async fn await_answers(
     count: usize,
     started: Instant,
     give_up_at: Instant,
-) -> Result<(Histogram, Duration, Vec<u8>), BenchError> {
+) -> Result<Answered<Vec<u8>>, BenchError> {
     let drain = give_up_at.saturating_duration_since(started);
     let mut latencies = Histogram::new();
     let mut state: Option<Vec<u8>> = None;

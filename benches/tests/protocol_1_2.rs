@@ -169,32 +169,25 @@ async fn a_watch_never_answered_fails_the_run_after_the_drain() {
     assert!(started.elapsed() < Duration::from_secs(5));
 }
 
+/// What a fan-out of 10 watchers against a fake node with `answers` ends in.
+async fn fanout_error(answers: Answers) -> BenchError {
+    let addr = watch_server(answers).await;
+    let case = case(Scenario::WatchFanout, 10, 1);
+    run_once(addr, Target::Baton, case, SHORT)
+        .await
+        .unwrap_err()
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_watch_answered_before_the_change_fails_the_run() {
-    let addr = watch_server(Answers::AtOnce).await;
-    let err = run_once(
-        addr,
-        Target::Baton,
-        case(Scenario::WatchFanout, 10, 1),
-        SHORT,
-    )
-    .await
-    .unwrap_err();
+    let err = fanout_error(Answers::AtOnce).await;
     assert!(err.to_string().contains("before the key changed"), "{err}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_watch_answered_with_another_state_fails_the_run() {
     // Answered only after the change, but not with the change's token.
-    let addr = watch_server(Answers::AfterTheChange).await;
-    let err = run_once(
-        addr,
-        Target::Baton,
-        case(Scenario::WatchFanout, 10, 1),
-        SHORT,
-    )
-    .await
-    .unwrap_err();
+    let err = fanout_error(Answers::AfterTheChange).await;
     assert!(err.to_string().contains("another state"), "{err}");
 }
 
@@ -249,4 +242,36 @@ fn every_mode_runs_the_protocol_1_2_scenarios() {
             assert!(found, "{target} {scenario} missing:\n{stdout}");
         }
     }
+}
+
+/// etcd's side of the fan-out for real, where etcd is installed (run.sh
+/// installs it; CI's smoke does not need it).
+#[cfg(feature = "etcd")]
+#[test]
+fn etcd_watchers_of_one_key_each_get_the_put() {
+    let installed = Command::new("etcd").arg("--version").output();
+    if !installed.is_ok_and(|out| out.status.success()) {
+        eprintln!("etcd is not installed: nothing to check");
+        return;
+    }
+    let out = Command::new(env!("CARGO_BIN_EXE_baton-bench"))
+        .args([
+            "--target",
+            "etcd",
+            "--scenario",
+            "watch-fanout",
+            "--watchers",
+            "1100",
+            "--runs",
+            "1",
+        ])
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stdout}\n{stderr}");
+    let row = stdout.lines().find(|l| l.starts_with("etcd ")).unwrap();
+    let fields: Vec<&str> = row.split_whitespace().collect();
+    assert_eq!(fields[..4], ["etcd", "watch-fanout", "1100", "1"], "{row}");
+    assert!(fields[4].parse::<f64>().unwrap() > 0.0, "{row}");
 }
