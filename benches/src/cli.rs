@@ -52,6 +52,17 @@ pub struct Args {
     /// Waiters queued on one key in the storm scenario.
     #[arg(long, default_value = "10000", value_parser = parse_big_count)]
     pub waiters: usize,
+    /// Permits of the semaphore scenario's key, comma separated (its
+    /// clients are --contended-clients).
+    #[arg(long, value_delimiter = ',', default_value = "4", value_parser = parse_permits)]
+    pub permits: Vec<usize>,
+    /// Exclusive acquires in every hundred of the shared scenario, comma
+    /// separated (0: all shared).
+    #[arg(long, value_delimiter = ',', default_value = "0", value_parser = parse_percent)]
+    pub exclusive_percent: Vec<usize>,
+    /// Watches of one key in the watch-fanout scenario.
+    #[arg(long, default_value = "10000", value_parser = parse_count)]
+    pub watchers: usize,
     /// Measured seconds per run.
     #[arg(long, value_name = "SECS", default_value = "5", value_parser = parse_positive_seconds)]
     pub duration: Duration,
@@ -154,6 +165,9 @@ pub struct Sizes {
     pub depths: Vec<usize>,
     pub locks: usize,
     pub waiters: usize,
+    pub permits: Vec<usize>,
+    pub exclusive_percents: Vec<usize>,
+    pub watchers: usize,
 }
 
 /// Long enough for a contended acquire's 10 s wait to run out first.
@@ -176,6 +190,9 @@ impl Args {
                 depths: vec![4],
                 locks: 2000,
                 waiters: 200,
+                permits: vec![2],
+                exclusive_percents: vec![10],
+                watchers: 200,
             };
             return Plan {
                 targets,
@@ -201,6 +218,9 @@ impl Args {
             depths: self.depth.clone(),
             locks: self.locks,
             waiters: self.waiters,
+            permits: self.permits.clone(),
+            exclusive_percents: self.exclusive_percent.clone(),
+            watchers: self.watchers,
         };
         Plan {
             targets,
@@ -218,7 +238,9 @@ impl Args {
 }
 
 /// Every scenario at each of its sizes. `clients` is the connection count,
-/// except for memory (locks held) and storm (waiters).
+/// except for memory (locks held), storm (waiters) and watch-fanout
+/// (watchers); `depth` is the semaphore's permits, and the exclusive
+/// acquires per hundred when shared.
 pub fn cases(scenarios: &[Scenario], sizes: &Sizes) -> Vec<Case> {
     let mut cases = Vec::new();
     for &scenario in scenarios {
@@ -231,6 +253,9 @@ pub fn cases(scenarios: &[Scenario], sizes: &Sizes) -> Vec<Case> {
             }
             Scenario::Storm => (std::slice::from_ref(&sizes.waiters), &[1]),
             Scenario::Failover => (&[1], &[1]),
+            Scenario::Semaphore => (&sizes.contended, &sizes.permits),
+            Scenario::Shared => (&sizes.contended, &sizes.exclusive_percents),
+            Scenario::WatchFanout => (std::slice::from_ref(&sizes.watchers), &[1]),
         };
         for &clients in clients {
             for &depth in depths {
@@ -259,6 +284,21 @@ fn parse_count(text: &str) -> Result<usize, String> {
     match text.parse::<usize>() {
         Ok(n) if (1..=100_000).contains(&n) => Ok(n),
         _ => Err("expected a whole number from 1 to 100000".into()),
+    }
+}
+
+/// A semaphore's permits, as protocol 1.2 allows them.
+fn parse_permits(text: &str) -> Result<usize, String> {
+    match text.parse::<usize>() {
+        Ok(n) if (1..=10_000).contains(&n) => Ok(n),
+        _ => Err("expected a whole number from 1 to 10000".into()),
+    }
+}
+
+fn parse_percent(text: &str) -> Result<usize, String> {
+    match text.parse::<usize>() {
+        Ok(n) if n <= 100 => Ok(n),
+        _ => Err("expected a whole number from 0 to 100".into()),
     }
 }
 
@@ -353,8 +393,9 @@ mod tests {
         let plan = parse(&["--smoke", "--target", "echo"]).unwrap().plan();
         assert!(plan.smoke);
         // Three load scenarios at C=1 and 4, then memory, storm, failover
-        // and the two floods.
-        assert_eq!(plan.cases.len(), 11);
+        // and the two floods, then semaphore and shared at C=1 and 4 and
+        // the watch fan-out.
+        assert_eq!(plan.cases.len(), 16);
         assert_eq!(plan.runs, 1);
         assert!(plan.timing.warmup + plan.timing.duration <= Duration::from_secs(1));
     }
@@ -403,6 +444,70 @@ mod tests {
                 (Scenario::Failover, 1, 1),
             ]
         );
+    }
+
+    #[test]
+    fn protocol_1_2_scenarios_and_their_sizes() {
+        let plan = |args: &[&str]| parse(args).unwrap().plan();
+        let shown = |plan: Plan| -> Vec<_> {
+            plan.cases
+                .iter()
+                .map(|c| (c.scenario, c.clients, c.depth))
+                .collect()
+        };
+        // The defaults: N = 4, all shared, 10,000 watchers.
+        let defaults = plan(&[
+            "--scenario",
+            "semaphore,shared,watch-fanout",
+            "--contended-clients",
+            "16",
+        ]);
+        assert_eq!(
+            shown(defaults),
+            [
+                (Scenario::Semaphore, 16, 4),
+                (Scenario::Shared, 16, 0),
+                (Scenario::WatchFanout, 10_000, 1),
+            ]
+        );
+        let sized = plan(&[
+            "--scenario",
+            "semaphore,shared,watch-fanout",
+            "--clients",
+            "4,16",
+            "--permits",
+            "1,4",
+            "--exclusive-percent",
+            "0,10",
+            "--watchers",
+            "500",
+        ]);
+        assert_eq!(
+            shown(sized),
+            [
+                (Scenario::Semaphore, 4, 1),
+                (Scenario::Semaphore, 4, 4),
+                (Scenario::Semaphore, 16, 1),
+                (Scenario::Semaphore, 16, 4),
+                (Scenario::Shared, 4, 0),
+                (Scenario::Shared, 4, 10),
+                (Scenario::Shared, 16, 0),
+                (Scenario::Shared, 16, 10),
+                (Scenario::WatchFanout, 500, 1),
+            ]
+        );
+        for bad in [
+            &["--permits", "0"][..],
+            &["--permits", "10001"],
+            &["--exclusive-percent", "101"],
+            &["--exclusive-percent", "-1"],
+            &["--watchers", "0"],
+            &["--watchers", "100001"],
+        ] {
+            let mut args = vec!["--scenario", "semaphore"];
+            args.extend_from_slice(bad);
+            assert!(parse(&args).is_err(), "{bad:?}");
+        }
     }
 
     #[test]

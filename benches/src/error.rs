@@ -78,4 +78,13 @@ pub enum Violation {
         token: u64,
         previous: u64,
     },
+    #[error("client {client} was granted token {token} while {holders} grants already held a key of {permits} permits")]
+    OverPermits {
+        client: usize,
+        token: u64,
+        holders: usize,
+        permits: usize,
+    },
+    #[error("client {client} was granted token {token}, which an earlier grant already had")]
+    TokenReused { client: usize, token: u64 },
 }

@@ -18,10 +18,14 @@ pub mod echo;
 pub mod error;
 pub mod etcd_cluster;
 #[cfg(feature = "etcd")]
+pub mod etcd_fanout;
+#[cfg(feature = "etcd")]
 pub mod etcd_session;
 pub mod failover;
+pub mod fanout;
 pub mod flood;
 pub mod floor;
+pub mod gate;
 pub mod goals;
 pub mod histogram;
 pub mod launch;

@@ -20,7 +20,7 @@ use crate::session::SessionClient;
 use crate::stats::Stats;
 use crate::target::Dialect;
 use crate::window::{Timing, Window};
-use crate::{contended, own_keys, storm, Target};
+use crate::{contended, fanout, gate, own_keys, storm, Target};
 
 /// The load shape.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
@@ -42,10 +42,18 @@ pub enum Scenario {
     ExpiryFlood,
     /// C locks released at once, pipelined: the same figures.
     ReleaseFlood,
+    /// All connections cycle on one key as permits of a semaphore of
+    /// `depth` (protocol 1.2).
+    Semaphore,
+    /// All connections cycle on one key with shared grants, `depth`
+    /// exclusive ones in every hundred (protocol 1.2).
+    Shared,
+    /// C watches of one key, one change: time until the last is answered.
+    WatchFanout,
 }
 
 impl Scenario {
-    pub const ALL: [Scenario; 8] = [
+    pub const ALL: [Scenario; 11] = [
         Scenario::Uncontended,
         Scenario::Contended,
         Scenario::Pipelined,
@@ -54,6 +62,9 @@ impl Scenario {
         Scenario::Failover,
         Scenario::ExpiryFlood,
         Scenario::ReleaseFlood,
+        Scenario::Semaphore,
+        Scenario::Shared,
+        Scenario::WatchFanout,
     ];
 
     pub fn name(self) -> &'static str {
@@ -66,6 +77,9 @@ impl Scenario {
             Scenario::Failover => "failover",
             Scenario::ExpiryFlood => "expiry-flood",
             Scenario::ReleaseFlood => "release-flood",
+            Scenario::Semaphore => "semaphore",
+            Scenario::Shared => "shared",
+            Scenario::WatchFanout => "watch-fanout",
         }
     }
 
@@ -75,7 +89,7 @@ impl Scenario {
             Scenario::Pipelined => "req/s",
             Scenario::Memory => "B/lock",
             Scenario::Storm => "grants/s",
-            Scenario::Failover => "ms",
+            Scenario::Failover | Scenario::WatchFanout => "ms",
             Scenario::ExpiryFlood | Scenario::ReleaseFlood => "s",
             _ => "cycles/s",
         }
@@ -87,6 +101,8 @@ impl Scenario {
             Scenario::Contended | Scenario::Storm => "handoff",
             Scenario::Memory | Scenario::Failover => "-",
             Scenario::ExpiryFlood | Scenario::ReleaseFlood => "probe",
+            Scenario::Semaphore | Scenario::Shared => "grant",
+            Scenario::WatchFanout => "answer",
             _ => "cycle",
         }
     }
@@ -95,7 +111,11 @@ impl Scenario {
     pub fn higher_is_better(self) -> bool {
         !matches!(
             self,
-            Scenario::Memory | Scenario::Failover | Scenario::ExpiryFlood | Scenario::ReleaseFlood
+            Scenario::Memory
+                | Scenario::Failover
+                | Scenario::ExpiryFlood
+                | Scenario::ReleaseFlood
+                | Scenario::WatchFanout
         )
     }
 
@@ -114,7 +134,9 @@ impl Scenario {
 pub struct Case {
     pub scenario: Scenario,
     pub clients: usize,
-    /// Cycles in flight per connection: 1 except when pipelined.
+    /// The scenario's second size: cycles in flight per connection when
+    /// pipelined, the permits of the semaphore, the exclusive acquires per
+    /// hundred when shared; 1 elsewhere.
     pub depth: usize,
 }
 
@@ -163,9 +185,19 @@ pub async fn run_probed(
     probe: Option<&Probe>,
 ) -> Result<(Measured, Option<CpuUse>), BenchError> {
     let prefix = run_prefix();
-    if case.scenario == Scenario::Storm {
-        let measured = storm::run(addr, case.clients, &prefix, timing.drain).await?;
-        return Ok((measured, None));
+    match case.scenario {
+        Scenario::Storm => {
+            let measured = storm::run(addr, case.clients, &prefix, timing.drain).await?;
+            return Ok((measured, None));
+        }
+        Scenario::Semaphore | Scenario::Shared => {
+            return gate::run(addr, case, timing, &prefix, probe).await;
+        }
+        Scenario::WatchFanout => {
+            let measured = fanout::run_target(addr, target, case.clients, &prefix, timing.drain);
+            return Ok((measured.await?, None));
+        }
+        _ => {}
     }
     if !matches!(
         case.scenario,
@@ -299,7 +331,7 @@ impl Load {
     }
 }
 
-async fn connect_all(addr: SocketAddr, count: usize) -> Result<Vec<Conn>, BenchError> {
+pub(crate) async fn connect_all(addr: SocketAddr, count: usize) -> Result<Vec<Conn>, BenchError> {
     let mut conns = Vec::with_capacity(count);
     for id in 0..count {
         conns.push(Conn::connect(id, addr).await?);
@@ -327,10 +359,37 @@ where
 
 /// Merges what every load task measured; the first failure ends the run
 /// (dropping the set stops the others).
-async fn join_all(mut tasks: JoinSet<Result<Stats, BenchError>>) -> Result<Stats, BenchError> {
+pub(crate) async fn join_all(
+    mut tasks: JoinSet<Result<Stats, BenchError>>,
+) -> Result<Stats, BenchError> {
     let mut total = Stats::default();
     while let Some(joined) = tasks.join_next().await {
         total.merge(&joined??);
     }
     Ok(total)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn protocol_1_2_scenarios_share_the_server_and_say_what_they_time() {
+        for scenario in [Scenario::Semaphore, Scenario::Shared, Scenario::WatchFanout] {
+            assert!(!scenario.fresh_server(), "{scenario:?}");
+        }
+        assert!(Scenario::Semaphore.higher_is_better());
+        assert_eq!(
+            (Scenario::Shared.unit(), Scenario::Shared.latency()),
+            ("cycles/s", "grant")
+        );
+        assert!(!Scenario::WatchFanout.higher_is_better());
+        assert_eq!(
+            (
+                Scenario::WatchFanout.unit(),
+                Scenario::WatchFanout.latency()
+            ),
+            ("ms", "answer")
+        );
+    }
 }

@@ -136,6 +136,17 @@ impl Target {
             Scenario::ExpiryFlood | Scenario::ReleaseFlood => {
                 self.dialect() == Dialect::Baton && self != Target::Echo
             }
+            // Protocol 1.2's semaphores and shared locks: no peer has both
+            // with fencing tokens and server-side queues.
+            Scenario::Semaphore | Scenario::Shared => {
+                self.dialect() == Dialect::Baton && self != Target::Echo
+            }
+            // Baton's W, and etcd's watch where its election's observe maps.
+            Scenario::WatchFanout => match self.dialect() {
+                Dialect::Baton => self != Target::Echo,
+                Dialect::Etcd => true,
+                Dialect::Redis | Dialect::Zookeeper => false,
+            },
         }
     }
 
@@ -177,6 +188,19 @@ mod tests {
         assert!(Target::EtcdCluster.supports(Scenario::Contended));
         assert!(!Target::EtcdCluster.supports(Scenario::Failover));
         assert!(!Target::EtcdCluster.supports(Scenario::Memory));
+        // Protocol 1.2: Baton's three modes; etcd only where its election maps.
+        for target in [Target::Baton, Target::BatonPriority, Target::BatonRaft] {
+            assert!(target.supports(Scenario::Semaphore), "{target:?}");
+            assert!(target.supports(Scenario::Shared), "{target:?}");
+            assert!(target.supports(Scenario::WatchFanout), "{target:?}");
+        }
+        assert!(!Target::Echo.supports(Scenario::Semaphore));
+        assert!(!Target::Echo.supports(Scenario::WatchFanout));
+        assert!(!Target::Etcd.supports(Scenario::Semaphore));
+        assert!(!Target::Etcd.supports(Scenario::Shared));
+        assert!(Target::Etcd.supports(Scenario::WatchFanout));
+        assert!(!Target::Redis.supports(Scenario::WatchFanout));
+        assert!(!Target::Zookeeper.supports(Scenario::WatchFanout));
     }
 
     #[test]

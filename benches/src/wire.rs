@@ -4,12 +4,40 @@
 
 /// Appends `A <key> <wait> <lease>\n`, durations as protocol seconds.
 pub fn acquire(out: &mut Vec<u8>, key: &[u8], wait_ms: u64, lease_ms: u64) {
+    acquire_with(out, key, wait_ms, lease_ms, &[]);
+}
+
+/// Appends a protocol 1.2 acquire, `A <key> <wait> <lease> <option>...\n`
+/// (`permits=4`, `mode=shared`); with no option, the plain acquire.
+pub fn acquire_with(out: &mut Vec<u8>, key: &[u8], wait_ms: u64, lease_ms: u64, options: &[&[u8]]) {
     out.extend_from_slice(b"A ");
     out.extend_from_slice(key);
     out.push(b' ');
     push_seconds(out, wait_ms);
     out.push(b' ');
     push_seconds(out, lease_ms);
+    for option in options {
+        out.push(b' ');
+        out.extend_from_slice(option);
+    }
+    out.push(b'\n');
+}
+
+/// Appends `W <key> <wait> <seen>\n` (protocol 1.2), `seen` a state tag or `-`.
+pub fn watch(out: &mut Vec<u8>, key: &[u8], wait_ms: u64, seen: &[u8]) {
+    out.extend_from_slice(b"W ");
+    out.extend_from_slice(key);
+    out.push(b' ');
+    push_seconds(out, wait_ms);
+    out.push(b' ');
+    out.extend_from_slice(seen);
+    out.push(b'\n');
+}
+
+/// Appends `Q <key>\n`.
+pub fn query(out: &mut Vec<u8>, key: &[u8]) {
+    out.extend_from_slice(b"Q ");
+    out.extend_from_slice(key);
     out.push(b'\n');
 }
 
@@ -58,6 +86,26 @@ pub fn parse_reply(line: &[u8]) -> Reply<'_> {
         (b"T", None) => Reply::TimedOut { key },
         _ => Reply::Other,
     }
+}
+
+/// The key and state tag of a watch's answer, `W <key> <fields of Q>
+/// state=<tag>` (protocol 1.2: `state=` always last), or `None` for any
+/// other line.
+pub fn parse_watched(line: &[u8]) -> Option<(&[u8], &[u8])> {
+    let line = line.strip_suffix(b"\r").unwrap_or(line);
+    let rest = line.strip_prefix(b"W ")?;
+    let mut fields = rest.split(|&b| b == b' ');
+    let key = fields.next().filter(|key| !key.is_empty())?;
+    let state = fields.next_back()?.strip_prefix(b"state=")?;
+    (!state.is_empty()).then_some((key, state))
+}
+
+/// Whether `line` is the answer to `Q <key>`.
+pub fn is_query_answer(line: &[u8], key: &[u8]) -> bool {
+    let line = line.strip_suffix(b"\r").unwrap_or(line);
+    line.strip_prefix(b"Q ")
+        .and_then(|rest| rest.strip_prefix(key))
+        .is_some_and(|rest| rest.starts_with(b" "))
 }
 
 /// A decimal u64 greater than 0, digits only.
@@ -133,6 +181,41 @@ mod tests {
         );
         assert_eq!(parse_reply(b"R k1\r"), Reply::Released { key: b"k1" });
         assert_eq!(parse_reply(b"T k1"), Reply::TimedOut { key: b"k1" });
+    }
+
+    #[test]
+    fn writes_and_reads_protocol_1_2_lines() {
+        let mut out = Vec::new();
+        acquire_with(&mut out, b"pool", 10_000, 10_000, &[b"permits=4"]);
+        acquire_with(&mut out, b"rw", 0, 500, &[b"mode=shared"]);
+        watch(&mut out, b"fan", 120_000, b"-");
+        query(&mut out, b"fan");
+        assert_eq!(
+            String::from_utf8(out).unwrap(),
+            "A pool 10 10 permits=4\nA rw 0 0.5 mode=shared\nW fan 120 -\nQ fan\n"
+        );
+        let answer = b"W fan token=17 lease=9.998 waiters=0 state=17";
+        assert_eq!(parse_watched(answer), Some((&b"fan"[..], &b"17"[..])));
+        let shared = b"W rw token=9 lease=1.000 waiters=0 permits=1 mode=shared holders=2 \
+            holder=8,1.000,- holder=9,1.000,- state=9.2.0c9a4f2e61d8b357";
+        assert_eq!(
+            parse_watched(shared),
+            Some((&b"rw"[..], &b"9.2.0c9a4f2e61d8b357"[..]))
+        );
+        for other in [
+            &b"W fan"[..],
+            b"W fan token=- state=",
+            b"Q fan state=-",
+            b"W  state=-",
+        ] {
+            assert_eq!(parse_watched(other), None, "{other:?}");
+        }
+        assert!(is_query_answer(b"Q fan token=- lease=- waiters=0", b"fan"));
+        assert!(!is_query_answer(
+            b"Q fanout token=- lease=- waiters=0",
+            b"fan"
+        ));
+        assert!(!is_query_answer(b"E Q fan bad", b"fan"));
     }
 
     #[test]
