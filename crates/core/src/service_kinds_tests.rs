@@ -4,7 +4,7 @@
 #![allow(clippy::unwrap_used)] // a failed unwrap in a test is a failed test
 
 use super::*;
-use crate::{HolderValue, KeyDetail, LockMode, StateTag};
+use crate::{Acquire, AcquireOptions, HolderValue, KeyDetail, LockMode, StateTag};
 
 fn key(s: &str) -> Key {
     Key::try_from(s).unwrap()
@@ -30,7 +30,7 @@ fn acquire(
     options: AcquireOptions,
     handle: u32,
 ) -> AcquireOutcome {
-    svc.acquire_with(key(k), 0, 10_000, options, 0, handle)
+    svc.acquire(Acquire::new(key(k), 0, 10_000, options), 0, handle)
 }
 
 fn granted_handles(events: &[Event<u32>]) -> Vec<u32> {

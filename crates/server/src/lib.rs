@@ -57,7 +57,7 @@ pub use locks::{Events, SharedLocks};
 pub use metrics::Metrics;
 pub use node::{LockNode, NodeCounters, NodeEvent, NodeStatus, NodeTally, Observed, Served};
 pub use persister::{Persister, TakeState, PERSIST_EVERY};
-pub use request::{Answer, LockRequest};
+pub use request::{AcquireRef, Answer, LockRequest};
 pub use single::{
     start_single, LegacySingleState, SingleNode, SinglePersister, SingleRunning, SingleStartError,
     SingleState, STATE_FILE as SINGLE_STATE_FILE,

@@ -180,7 +180,7 @@ impl<N: LockNode> SharedLocks<N> {
         self.metrics.request(request.op());
         // An acquire's wait is measured to its answer, read before the lock.
         let answered_at = match request {
-            LockRequest::Acquire { .. } => self.clock.now().max(received_at),
+            LockRequest::Acquire(_) => self.clock.now().max(received_at),
             _ => received_at,
         };
         self.run_counted(
@@ -364,12 +364,12 @@ impl<N: LockNode> SharedLocks<N> {
         mailbox: &Mailbox,
         events: &mut Events,
     ) -> Served<baton_core::AcquireOutcome> {
-        let request = LockRequest::Acquire {
+        let request = LockRequest::Acquire(crate::AcquireRef {
             key: &key,
             wait_ms,
             lease_ms,
             options: &baton_core::AcquireOptions::default(),
-        };
+        });
         match self.handle(request, received_at, mailbox, events) {
             Served::Done(Answer::Acquired(outcome)) => Served::Done(outcome),
             Served::Done(other) => panic!("an acquire answered {other:?}"),

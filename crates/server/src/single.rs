@@ -147,19 +147,10 @@ impl LockNode for SingleNode {
         events: &mut Vec<NodeEvent>,
     ) -> Served<Answer> {
         let answer = match request {
-            LockRequest::Acquire {
-                key,
-                wait_ms,
-                lease_ms,
-                options,
-            } => Answer::Acquired(self.service.acquire_with(
-                key.clone(),
-                wait_ms,
-                lease_ms,
-                options.clone(),
-                now,
-                reply_to.clone(),
-            )),
+            LockRequest::Acquire(acquire) => {
+                let acquire = acquire.to_acquire();
+                Answer::Acquired(self.service.acquire(acquire, now, reply_to.clone()))
+            }
             LockRequest::Release { key, token } => {
                 Answer::Changed(self.release(key, token, now, events))
             }
@@ -343,12 +334,12 @@ mod tests {
         events: &mut Vec<NodeEvent>,
     ) -> Token {
         let (tx, _rx) = mpsc::unbounded_channel::<Delivery>();
-        let request = LockRequest::Acquire {
+        let request = LockRequest::Acquire(crate::AcquireRef {
             key: &key(k),
             wait_ms: 0,
             lease_ms: 10_000,
             options: &baton_core::AcquireOptions::default(),
-        };
+        });
         match node.handle(request, now, &Mailbox(tx), events) {
             Served::Done(Answer::Acquired(baton_core::AcquireOutcome::Granted { token })) => token,
             other => panic!("expected a grant, got {other:?}"),
@@ -362,20 +353,20 @@ mod tests {
         let mut events = Vec::new();
         for k in ["alone", "passed", "kept"] {
             let lease_ms = if k == "kept" { 10_000 } else { 20 };
-            let request = LockRequest::Acquire {
+            let request = LockRequest::Acquire(crate::AcquireRef {
                 key: &key(k),
                 wait_ms: 1,
                 lease_ms,
                 options: &baton_core::AcquireOptions::default(),
-            };
+            });
             let _ = node.handle(request, 0, &Mailbox(tx.clone()), &mut events);
         }
-        let waiter = LockRequest::Acquire {
+        let waiter = LockRequest::Acquire(crate::AcquireRef {
             key: &key("passed"),
             wait_ms: 10_000,
             lease_ms: 10_000,
             options: &baton_core::AcquireOptions::default(),
-        };
+        });
         let queued = node.handle(waiter, 0, &Mailbox(tx), &mut events);
         assert!(matches!(
             queued,

@@ -232,20 +232,8 @@ impl LockNode for PriorityLockNode {
     ) -> Served<Answer> {
         let engine = &mut self.engine;
         let result = match request {
-            LockRequest::Acquire {
-                key,
-                wait_ms,
-                lease_ms,
-                options,
-            } => engine
-                .handle_acquire_with(
-                    key.clone(),
-                    wait_ms,
-                    lease_ms,
-                    options,
-                    now,
-                    reply_to.clone(),
-                )
+            LockRequest::Acquire(acquire) => engine
+                .handle_acquire(acquire.to_acquire(), now, reply_to.clone())
                 .map(Answer::Acquired),
             LockRequest::SetValue { key, token, value } => engine
                 .handle_set_value(key, token, value.cloned(), now)

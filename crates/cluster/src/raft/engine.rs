@@ -12,9 +12,8 @@
 use std::collections::{HashMap, HashSet, VecDeque};
 
 use baton_core::{
-    AcquireOptions, AcquireOutcome, Command, Event, HolderValue, Key, KeyState, LockRules,
-    LockTable, Millis, NodeIndex, NotServing, Outcome, Quota, TableSnapshot, Token, Waiter,
-    WaiterId,
+    Acquire, AcquireOutcome, Command, Event, HolderValue, Key, KeyState, LockRules, LockTable,
+    Millis, NodeIndex, NotServing, Outcome, Quota, TableSnapshot, Token, Waiter, WaiterId,
 };
 
 use super::members::Members;
@@ -388,30 +387,12 @@ impl<H> RaftEngine<H> {
         }
     }
 
-    /// A plain acquire (see [`RaftEngine::handle_acquire_with`]).
-    pub fn handle_acquire(
-        &mut self,
-        key: Key,
-        wait_ms: u64,
-        lease_ms: u64,
-        now: Millis,
-        handle: H,
-        events: &mut Vec<Event<H>>,
-    ) -> Result<AcquireOutcome, NotServing> {
-        let plain = AcquireOptions::default();
-        self.handle_acquire_with(key, wait_ms, lease_ms, plain, now, handle, events)
-    }
-
-    /// Queues an acquire with `options` (permits, shared, a value); the
+    /// Queues an acquire (a plain lock, permits, shared, a value); the
     /// grant, if any, comes once the log applies it (a `GrantWith` for
     /// options other than a plain lock's, as the rules decide).
-    #[allow(clippy::too_many_arguments)]
-    pub fn handle_acquire_with(
+    pub fn handle_acquire(
         &mut self,
-        key: Key,
-        wait_ms: u64,
-        lease_ms: u64,
-        options: AcquireOptions,
+        acquire: Acquire,
         now: Millis,
         handle: H,
         events: &mut Vec<Event<H>>,
@@ -420,16 +401,15 @@ impl<H> RaftEngine<H> {
         self.check_serving()?;
         let admitted = self
             .leading()
-            .map(|l| l.rules.admit(&self.table, &key, &options));
+            .map(|l| l.rules.admit(&self.table, &acquire.key, &acquire.options));
         if let Some(Err(refusal)) = admitted {
             return Ok(AcquireOutcome::Refused(refusal));
         }
         let Some(leading) = self.serving_mut() else {
             return Err(self.not_serving());
         };
-        let id = leading
-            .rules
-            .queue(key.clone(), wait_ms, lease_ms, now, options, handle);
+        let key = acquire.key.clone();
+        let id = leading.rules.queue(acquire, now, handle);
         self.hand_on(&key, None, now, events);
         self.debug_validate();
         Ok(AcquireOutcome::Queued { id })

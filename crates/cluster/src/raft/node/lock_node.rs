@@ -226,15 +226,9 @@ impl LockNode for RaftLockNode {
             LockRequest::Watch { key, wait_ms, seen } => {
                 self.watch(key, wait_ms, seen, now, reply_to)
             }
-            LockRequest::Acquire {
-                key,
-                wait_ms,
-                lease_ms,
-                options,
-            } => {
+            LockRequest::Acquire(acquire) => {
                 let result = self.drive(events, |engine, ev| {
-                    let (key, options, to) = (key.clone(), options.clone(), reply_to.clone());
-                    engine.handle_acquire_with(key, wait_ms, lease_ms, options, now, to, ev)
+                    engine.handle_acquire(acquire.to_acquire(), now, reply_to.clone(), ev)
                 });
                 match result {
                     Ok(outcome) => Served::Done(Answer::Acquired(outcome)),

@@ -143,12 +143,12 @@ impl Fixture {
 
     /// A client acquires `name` for 10 s, not waiting.
     fn acquire(&mut self, name: &str) {
-        let _ = self.request(LockRequest::Acquire {
+        let _ = self.request(LockRequest::Acquire(baton_server::AcquireRef {
             key: &key(name),
             wait_ms: 0,
             lease_ms: 10_000,
             options: &AcquireOptions::default(),
-        });
+        }));
     }
 
     fn request(&mut self, request: LockRequest<'_>) -> Served<Answer> {
@@ -367,12 +367,12 @@ fn a_node_told_it_was_removed_says_so_and_serves_no_more() {
         .health_issue(10)
         .is_some_and(|i| i.contains("removed")));
     let k = key("k");
-    let acquire = LockRequest::Acquire {
+    let acquire = LockRequest::Acquire(baton_server::AcquireRef {
         key: &k,
         wait_ms: 0,
         lease_ms: 1_000,
         options: &AcquireOptions::default(),
-    };
+    });
     assert!(matches!(f.request(acquire), Served::Redirect(_)));
     let me = f.node.members(10).into_iter().find(|m| m.is_self);
     assert_eq!(me.map(|m| m.state), Some("removed"));

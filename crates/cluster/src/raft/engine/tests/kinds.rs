@@ -3,7 +3,8 @@
 //! committed `SetValue`, each applied the same on leader and follower.
 
 use baton_core::{
-    AcquireOptions, AcquireOutcome, Change, Command, HolderValue, LockMode, Outcome, Refusal,
+    Acquire, AcquireOptions, AcquireOutcome, Change, Command, HolderValue, LockMode, Outcome,
+    Refusal,
 };
 
 use super::{key, Pair};
@@ -28,15 +29,10 @@ fn value(s: &str) -> HolderValue {
 
 impl Pair {
     fn acquire(&mut self, client: &'static str, options: AcquireOptions) -> AcquireOutcome {
-        let out = self.leader.handle_acquire_with(
-            key("k"),
-            0,
-            1_000,
-            options,
-            0,
-            client,
-            &mut self.events,
-        );
+        let acquire = Acquire::new(key("k"), 0, 1_000, options);
+        let out = self
+            .leader
+            .handle_acquire(acquire, 0, client, &mut self.events);
         out.unwrap_or_else(|e| panic!("the leader does not serve: {e:?}"))
     }
 

@@ -1,7 +1,7 @@
 //! A leader that steps down, once or many times, or keeps its lead and
 //! commits nothing: every request is answered within the answer budget.
 
-use baton_core::Event;
+use baton_core::{Acquire, Event};
 
 use super::{key, to, Committed, Pair, RaftRole};
 use crate::raft::engine::{ANSWER_BUDGET_MS, ORPHAN_WAIT_MS};
@@ -11,17 +11,20 @@ fn a_leader_without_a_majority_answers_everything_then_serves_again_when_it_retu
     let mut p = Pair::new();
     let _ = p
         .leader
-        .handle_acquire(key("a"), 0, 60_000, 0, "c1", &mut p.events);
+        .handle_acquire(Acquire::plain(key("a"), 0, 60_000), 0, "c1", &mut p.events);
     p.commit_proposals(0);
     p.events.clear();
     // A waiter queued behind `a`, and a release with its hand-over in the
     // log when the majority goes silent.
+    let _ = p.leader.handle_acquire(
+        Acquire::plain(key("a"), 5_000, 60_000),
+        0,
+        "c2",
+        &mut p.events,
+    );
     let _ = p
         .leader
-        .handle_acquire(key("a"), 5_000, 60_000, 0, "c2", &mut p.events);
-    let _ = p
-        .leader
-        .handle_acquire(key("b"), 0, 60_000, 0, "c3", &mut p.events);
+        .handle_acquire(Acquire::plain(key("b"), 0, 60_000), 0, "c3", &mut p.events);
     let _in_the_log = p.leader.poll_proposal();
     assert_eq!(
         p.leader
@@ -41,7 +44,7 @@ fn a_leader_without_a_majority_answers_everything_then_serves_again_when_it_retu
     );
     assert_eq!(
         p.leader
-            .handle_acquire(key("c"), 0, 1_000, 301, "c4", &mut p.events),
+            .handle_acquire(Acquire::plain(key("c"), 0, 1_000), 301, "c4", &mut p.events),
         Err(to(None)),
         "a new request is sent away at once"
     );
@@ -84,7 +87,7 @@ fn a_second_step_down_keeps_the_first_ones_wait() {
     let mut p = Pair::new();
     let _ = p
         .leader
-        .handle_acquire(key("a"), 0, 60_000, 0, "c1", &mut p.events);
+        .handle_acquire(Acquire::plain(key("a"), 0, 60_000), 0, "c1", &mut p.events);
     let _in_the_log = p.leader.poll_proposal();
     p.leader
         .handle_role(RaftRole::Candidate, 100, &mut p.events);
@@ -96,9 +99,12 @@ fn a_second_step_down_keeps_the_first_ones_wait() {
     // Back in the lead, a request of the new leadership, and down again.
     p.leader
         .handle_role(RaftRole::Leader { term: 1 }, 600, &mut p.events);
-    let _ = p
-        .leader
-        .handle_acquire(key("b"), 0, 60_000, 600, "c2", &mut p.events);
+    let _ = p.leader.handle_acquire(
+        Acquire::plain(key("b"), 0, 60_000),
+        600,
+        "c2",
+        &mut p.events,
+    );
     let _also_in_the_log = p.leader.poll_proposal();
     p.leader
         .handle_role(RaftRole::Candidate, 1_000, &mut p.events);
@@ -136,9 +142,12 @@ fn many_step_downs_keep_few_groups_and_answer_every_request_in_time() {
         p.leader
             .handle_role(RaftRole::Leader { term: 1 }, now, &mut p.events);
         let name = format!("k{i}");
-        let _ = p
-            .leader
-            .handle_acquire(key(&name), 0, 60_000, now, client, &mut p.events);
+        let _ = p.leader.handle_acquire(
+            Acquire::plain(key(&name), 0, 60_000),
+            now,
+            client,
+            &mut p.events,
+        );
         let _in_the_log = p.leader.poll_proposal();
         p.leader
             .handle_role(RaftRole::Candidate, now + 5, &mut p.events);
@@ -157,9 +166,12 @@ fn many_step_downs_keep_few_groups_and_answer_every_request_in_time() {
 #[test]
 fn a_request_whose_entry_does_not_apply_is_answered_within_the_budget() {
     let mut p = Pair::new();
-    let _ = p
-        .leader
-        .handle_acquire(key("a"), 0, 60_000, 1_000, "c1", &mut p.events);
+    let _ = p.leader.handle_acquire(
+        Acquire::plain(key("a"), 0, 60_000),
+        1_000,
+        "c1",
+        &mut p.events,
+    );
     let (grant, _) = p
         .leader
         .poll_proposal()
