@@ -50,6 +50,8 @@ pub struct LockService<H> {
     /// Commands that changed the table, ever: what a node that saves its
     /// table counts its changes by.
     changes: u64,
+    /// Grants whose lease ran out and that a tick ended, ever.
+    expiries: u64,
     /// Keys whose holders or values changed since the last drain, when
     /// the user watches keys ([`LockService::track_changes`]).
     changed_keys: Option<Vec<Key>>,
@@ -80,6 +82,7 @@ impl<H> LockService<H> {
             rules: LockRules::new(),
             journal: None,
             changes: 0,
+            expiries: 0,
             changed_keys: None,
             replaced: false,
             stalled: Vec::new(),
@@ -254,7 +257,8 @@ impl<H> LockService<H> {
                 break;
             };
             let key = key.clone();
-            self.apply(expire, now);
+            let outcome = self.apply(expire, now);
+            self.expiries += u64::from(outcome == Outcome::Expired { existed: true });
             self.hand_on(&key, now, events);
         }
         self.debug_validate();
@@ -335,6 +339,12 @@ impl<H> LockService<H> {
     /// (journal or not): a stale release, a refused grant count nothing.
     pub fn changes(&self) -> u64 {
         self.changes
+    }
+
+    /// How many grants a tick ended because their lease ran out, since
+    /// this service was made (for the metrics).
+    pub fn expiries(&self) -> u64 {
+        self.expiries
     }
 
     /// Applies a command replicated from the serving node, as a standby

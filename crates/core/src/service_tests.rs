@@ -149,6 +149,25 @@ fn tick_times_out_waiters_then_expires_leases() {
 }
 
 #[test]
+fn expiries_count_the_leases_ticks_end_not_releases_or_waits() {
+    let mut s = LockService::<u32>::new();
+    let mut events = Vec::new();
+    granted(s.acquire(Acquire::plain(key("a"), 0, 10), 0, 1));
+    queued(s.acquire(Acquire::plain(key("a"), 5, 100), 0, 2));
+    queued(s.acquire(Acquire::plain(key("a"), 0, 100), 0, 3));
+    let b = granted(s.acquire(Acquire::plain(key("b"), 0, 10), 0, 4));
+    s.tick(6, &mut events);
+    assert_eq!(s.release(&key("b"), b, 7, &mut events), Outcome::Released);
+    assert_eq!(s.expiries(), 0, "a wait ran out, a grant was released");
+    s.tick(10, &mut events);
+    assert_eq!(s.expiries(), 1, "a's lease ended, handed on to 3");
+    s.tick(110, &mut events);
+    assert_eq!(s.expiries(), 2);
+    s.tick(500, &mut events);
+    assert_eq!(s.expiries(), 2);
+}
+
+#[test]
 fn tick_expires_chains_of_short_leases() {
     let mut s = LockService::<u32>::new();
     granted(s.acquire(Acquire::plain(key("a"), 0, 10), 0, 1));

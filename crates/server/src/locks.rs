@@ -15,12 +15,9 @@ use crate::clock::Clock;
 use crate::delivery::{Delivery, Mailbox};
 use crate::inspect::{LockPage, LockQuery};
 use crate::metrics::Metrics;
-use crate::node::{LockNode, NodeEvent, NodeStatus, Observed, Served};
-use crate::request::{Answer, LockRequest};
+use crate::node::{Events, LockNode, NodeEvent, NodeStatus, Observed, Served};
+use crate::request::{Answer, Incoming, LockRequest};
 use crate::timing::Timing;
-
-/// Events produced under the lock, delivered after it is dropped.
-pub type Events = Vec<NodeEvent>;
 
 /// A node's lock logic behind its mutex, with the timer's wake-up.
 #[derive(Debug)]
@@ -191,7 +188,15 @@ impl<N: LockNode> SharedLocks<N> {
                     // Before the node hands the key on, in this call or later.
                     g.timing.releasing(key, now);
                 }
-                g.node.handle(request, now, mailbox, events)
+                let reply_to = mailbox;
+                g.node.handle(
+                    Incoming {
+                        request,
+                        now,
+                        reply_to,
+                    },
+                    events,
+                )
             },
             |timing, metrics, served| {
                 timing.answered(metrics, request, served, received_at, answered_at)

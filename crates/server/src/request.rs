@@ -9,10 +9,12 @@
 //! `baton_core` and its arm in each node's `handle`.
 
 use baton_core::{
-    Acquire, AcquireOptions, AcquireOutcome, HolderValue, Key, KeyState, Outcome, StateTag, Token,
-    WatchId,
+    Acquire, AcquireOptions, AcquireOutcome, HolderValue, Key, KeyState, Millis, Outcome, StateTag,
+    Token, WatchId,
 };
 use baton_proto::{Op, Request, Response};
+
+use crate::delivery::Mailbox;
 
 /// A request to the lock logic. The key is borrowed from the decoded
 /// line, which the connection keeps for its answer: making the request
@@ -46,6 +48,16 @@ pub enum LockRequest<'a> {
         wait_ms: u64,
         seen: StateTag,
     },
+}
+
+/// A request as it reaches a node: what is asked, the node's time, and
+/// the asking connection's mailbox, which hears a late answer and how a
+/// queued acquire or a pending watch ends.
+#[derive(Debug, Clone, Copy)]
+pub struct Incoming<'a> {
+    pub request: LockRequest<'a>,
+    pub now: Millis,
+    pub reply_to: &'a Mailbox,
 }
 
 /// An acquire's terms borrowed from the decoded line. `wait_ms` is never

@@ -27,9 +27,9 @@ use crate::config::ServerConfig;
 use crate::delivery::Mailbox;
 use crate::listener::{Server, ServerError};
 use crate::locks::SharedLocks;
-use crate::node::{LockNode, NodeCounters, NodeEvent, NodeStatus, NodeTally, Served};
+use crate::node::{Events, LockNode, NodeCounters, NodeEvent, NodeStatus, Served};
 use crate::persister::Persister;
-use crate::request::{Answer, LockRequest};
+use crate::request::{Answer, Incoming, LockRequest};
 use crate::state_file::{StateFile, StateFileError, StateFormat};
 use crate::token_floor;
 use crate::watching::{earliest, NodeWatches};
@@ -70,8 +70,6 @@ pub struct SingleNode {
     scratch: Vec<Event<Mailbox>>,
     /// The service's count of changes at version 1 (see [`Self::version`]).
     changes_at_start: u64,
-    /// Grants whose lease ran out (for the metrics).
-    tally: NodeTally,
 }
 
 impl Default for SingleNode {
@@ -98,12 +96,11 @@ impl SingleNode {
             service,
             watches: NodeWatches::default(),
             scratch: Vec::new(),
-            tally: NodeTally::default(),
         }
     }
 
     /// Answers the watches of the keys whose holders or values changed.
-    fn answer_watches(&mut self, now: Millis, events: &mut Vec<NodeEvent>) {
+    fn answer_watches(&mut self, now: Millis, events: &mut Events) {
         let changed = self.service.drain_changed_keys();
         let service = &self.service;
         self.watches
@@ -125,13 +122,7 @@ impl SingleNode {
         1 + (self.service.changes() - self.changes_at_start)
     }
 
-    fn release(
-        &mut self,
-        key: &Key,
-        token: Token,
-        now: Millis,
-        events: &mut Vec<NodeEvent>,
-    ) -> Outcome {
+    fn release(&mut self, key: &Key, token: Token, now: Millis, events: &mut Events) -> Outcome {
         let outcome = self.service.release(key, token, now, &mut self.scratch);
         events.extend(self.scratch.drain(..).map(NodeEvent::from));
         outcome
@@ -139,14 +130,9 @@ impl SingleNode {
 }
 
 impl LockNode for SingleNode {
-    fn handle(
-        &mut self,
-        request: LockRequest<'_>,
-        now: Millis,
-        reply_to: &Mailbox,
-        events: &mut Vec<NodeEvent>,
-    ) -> Served<Answer> {
-        let answer = match request {
+    fn handle(&mut self, incoming: Incoming<'_>, events: &mut Events) -> Served<Answer> {
+        let (now, reply_to) = (incoming.now, incoming.reply_to);
+        let answer = match incoming.request {
             LockRequest::Acquire(acquire) => {
                 let acquire = acquire.to_acquire();
                 Answer::Acquired(self.service.acquire(acquire, now, reply_to.clone()))
@@ -172,17 +158,6 @@ impl LockNode for SingleNode {
         Served::Done(answer)
     }
 
-    fn release_unreceived(
-        &mut self,
-        key: &Key,
-        token: Token,
-        now: Millis,
-        events: &mut Vec<NodeEvent>,
-    ) {
-        self.release(key, token, now, events);
-        self.answer_watches(now, events);
-    }
-
     fn cancel(&mut self, id: WaiterId) {
         self.service.cancel(id);
     }
@@ -191,12 +166,9 @@ impl LockNode for SingleNode {
         self.watches.cancel(id);
     }
 
-    fn tick(&mut self, now: Millis, events: &mut Vec<NodeEvent>) {
-        let (before, first) = (self.service.table().len(), events.len());
+    fn tick(&mut self, now: Millis, events: &mut Events) {
         self.service.tick(now, &mut self.scratch);
         events.extend(self.scratch.drain(..).map(NodeEvent::from));
-        let after = self.service.table().len();
-        self.tally.tick_ended(before, after, &events[first..]);
         self.answer_watches(now, events);
         let service = &self.service;
         self.watches
@@ -221,7 +193,10 @@ impl LockNode for SingleNode {
     }
 
     fn counters(&self) -> NodeCounters {
-        self.tally.counters()
+        NodeCounters {
+            expiries: self.service.expiries(),
+            ..NodeCounters::default()
+        }
     }
 
     fn status(&self) -> NodeStatus {
@@ -319,29 +294,53 @@ pub async fn start_single(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::delivery::Delivery;
+    use crate::request::AcquireRef;
     use crate::test_support::key;
-    use tokio::sync::mpsc;
+    use baton_core::{AcquireOptions, AcquireOutcome, LockMode};
+
+    /// A plain acquire's options.
+    static PLAIN: AcquireOptions = AcquireOptions {
+        permits: 1,
+        mode: LockMode::Exclusive,
+        value: None,
+    };
+
+    fn plain(k: &Key, wait_ms: u64, lease_ms: u64) -> AcquireRef<'_> {
+        let options = &PLAIN;
+        AcquireRef {
+            key: k,
+            wait_ms,
+            lease_ms,
+            options,
+        }
+    }
+
+    /// Asks `node` for `acquire` at `now`; nobody reads the answers.
+    fn ask(
+        node: &mut SingleNode,
+        acquire: AcquireRef<'_>,
+        now: Millis,
+        events: &mut Events,
+    ) -> Served<Answer> {
+        let request = LockRequest::Acquire(acquire);
+        let reply_to = &Mailbox::closed();
+        node.handle(
+            Incoming {
+                request,
+                now,
+                reply_to,
+            },
+            events,
+        )
+    }
 
     fn grant(node: &mut SingleNode, k: &str, now: Millis) -> Token {
         grant_with(node, k, now, &mut Vec::new())
     }
 
-    fn grant_with(
-        node: &mut SingleNode,
-        k: &str,
-        now: Millis,
-        events: &mut Vec<NodeEvent>,
-    ) -> Token {
-        let (tx, _rx) = mpsc::unbounded_channel::<Delivery>();
-        let request = LockRequest::Acquire(crate::AcquireRef {
-            key: &key(k),
-            wait_ms: 0,
-            lease_ms: 10_000,
-            options: &baton_core::AcquireOptions::default(),
-        });
-        match node.handle(request, now, &Mailbox(tx), events) {
-            Served::Done(Answer::Acquired(baton_core::AcquireOutcome::Granted { token })) => token,
+    fn grant_with(node: &mut SingleNode, k: &str, now: Millis, events: &mut Events) -> Token {
+        match ask(node, plain(&key(k), 0, 10_000), now, events) {
+            Served::Done(Answer::Acquired(AcquireOutcome::Granted { token })) => token,
             other => panic!("expected a grant, got {other:?}"),
         }
     }
@@ -349,28 +348,16 @@ mod tests {
     #[test]
     fn a_tick_counts_every_lease_it_ends_also_one_handed_on() {
         let mut node = SingleNode::new();
-        let (tx, _rx) = mpsc::unbounded_channel::<Delivery>();
         let mut events = Vec::new();
         for k in ["alone", "passed", "kept"] {
             let lease_ms = if k == "kept" { 10_000 } else { 20 };
-            let request = LockRequest::Acquire(crate::AcquireRef {
-                key: &key(k),
-                wait_ms: 1,
-                lease_ms,
-                options: &baton_core::AcquireOptions::default(),
-            });
-            let _ = node.handle(request, 0, &Mailbox(tx.clone()), &mut events);
+            let _ = ask(&mut node, plain(&key(k), 1, lease_ms), 0, &mut events);
         }
-        let waiter = LockRequest::Acquire(crate::AcquireRef {
-            key: &key("passed"),
-            wait_ms: 10_000,
-            lease_ms: 10_000,
-            options: &baton_core::AcquireOptions::default(),
-        });
-        let queued = node.handle(waiter, 0, &Mailbox(tx), &mut events);
+        let passed = key("passed");
+        let queued = ask(&mut node, plain(&passed, 10_000, 10_000), 0, &mut events);
         assert!(matches!(
             queued,
-            Served::Done(Answer::Acquired(baton_core::AcquireOutcome::Queued { .. }))
+            Served::Done(Answer::Acquired(AcquireOutcome::Queued { .. }))
         ));
         node.tick(10, &mut events);
         assert_eq!(node.counters().expiries, 0, "no lease has ended yet");
@@ -379,6 +366,33 @@ mod tests {
         assert_eq!(node.status().locks, 2, "passed is held by its waiter");
         node.tick(40, &mut events);
         assert_eq!(node.counters().expiries, 2);
+    }
+
+    /// A writer's wait running out lets the reader queued behind it share
+    /// the key: a grant in a tick, though no lease ended.
+    #[test]
+    fn a_wait_running_out_ends_no_lease_though_it_lets_a_reader_in() {
+        let mut node = SingleNode::new();
+        let mut events = Vec::new();
+        let shared = AcquireOptions {
+            mode: LockMode::Shared,
+            ..AcquireOptions::default()
+        };
+        let k = key("k");
+        for (wait_ms, options) in [(1, &shared), (10, &PLAIN), (10_000, &shared)] {
+            let acquire = AcquireRef {
+                wait_ms,
+                options,
+                ..plain(&k, 0, 10_000)
+            };
+            let _ = ask(&mut node, acquire, 0, &mut events);
+        }
+        node.tick(20, &mut events);
+        let granted = events
+            .iter()
+            .filter(|e| matches!(e, NodeEvent::Granted { .. }));
+        assert_eq!(granted.count(), 1, "{events:?}");
+        assert_eq!(node.counters().expiries, 0, "{events:?}");
     }
 
     #[test]

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use baton_core::{AcquireOptions, Key, KeyState};
 use baton_proto::{Op, Response};
-use baton_server::{Answer, LockNode, LockRequest, Mailbox, NodeEvent, Served};
+use baton_server::{Answer, Incoming, LockNode, LockRequest, Mailbox, NodeEvent, Served};
 use openraft::impls::leader_id_adv::LeaderId;
 use openraft::{EntryPayload, Instant as _, ServerState, TokioInstant};
 
@@ -152,8 +152,14 @@ impl Fixture {
     }
 
     fn request(&mut self, request: LockRequest<'_>) -> Served<Answer> {
-        self.node
-            .handle(request, 0, &Mailbox::closed(), &mut self.events)
+        self.node.handle(
+            Incoming {
+                request,
+                now: 0,
+                reply_to: &Mailbox::closed(),
+            },
+            &mut self.events,
+        )
     }
 
     /// The responses the node sent as late replies, in order.
