@@ -61,6 +61,22 @@ impl Default for AcquireOptions {
 }
 
 impl AcquireOptions {
+    /// A permit of a semaphore of `permits`: exclusive, no value.
+    pub fn semaphore(permits: u32) -> AcquireOptions {
+        AcquireOptions {
+            permits,
+            ..AcquireOptions::default()
+        }
+    }
+
+    /// A shared grant (readers-writer): one permit, no value.
+    pub fn shared() -> AcquireOptions {
+        AcquireOptions {
+            mode: LockMode::Shared,
+            ..AcquireOptions::default()
+        }
+    }
+
     /// Whether these are a plain 1.1 acquire's.
     pub fn is_plain(&self) -> bool {
         self.permits == 1 && self.mode == LockMode::Exclusive && self.value.is_none()

@@ -10,20 +10,6 @@ fn key(s: &str) -> Key {
     Key::try_from(s).unwrap()
 }
 
-fn permits(n: u32) -> AcquireOptions {
-    AcquireOptions {
-        permits: n,
-        ..AcquireOptions::default()
-    }
-}
-
-fn shared() -> AcquireOptions {
-    AcquireOptions {
-        mode: LockMode::Shared,
-        ..AcquireOptions::default()
-    }
-}
-
 fn acquire(
     svc: &mut LockService<u32>,
     k: &str,
@@ -48,20 +34,20 @@ fn a_semaphore_takes_its_permits_then_queues_and_refuses_other_permits() {
     let mut svc = LockService::new();
     for h in 0..3 {
         assert!(matches!(
-            acquire(&mut svc, "pool", permits(3), h),
+            acquire(&mut svc, "pool", AcquireOptions::semaphore(3), h),
             AcquireOutcome::Granted { .. }
         ));
     }
     assert!(matches!(
-        acquire(&mut svc, "pool", permits(3), 3),
+        acquire(&mut svc, "pool", AcquireOptions::semaphore(3), 3),
         AcquireOutcome::Queued { .. }
     ));
     assert_eq!(
-        acquire(&mut svc, "pool", permits(2), 4),
+        acquire(&mut svc, "pool", AcquireOptions::semaphore(2), 4),
         AcquireOutcome::Refused(Refusal::Permits(3))
     );
     assert_eq!(
-        acquire(&mut svc, "pool", shared(), 5),
+        acquire(&mut svc, "pool", AcquireOptions::shared(), 5),
         AcquireOutcome::Refused(Refusal::Permits(3))
     );
     assert_eq!(Refusal::Permits(3).reason(), "the key has 3 permits");
@@ -76,12 +62,12 @@ fn a_semaphore_takes_its_permits_then_queues_and_refuses_other_permits() {
 #[test]
 fn shared_waiters_at_the_head_are_granted_together_and_writers_do_not_starve() {
     let mut svc = LockService::new();
-    let reader = match acquire(&mut svc, "rw", shared(), 0) {
+    let reader = match acquire(&mut svc, "rw", AcquireOptions::shared(), 0) {
         AcquireOutcome::Granted { token } => token,
         other => panic!("{other:?}"),
     };
     assert!(matches!(
-        acquire(&mut svc, "rw", shared(), 1),
+        acquire(&mut svc, "rw", AcquireOptions::shared(), 1),
         AcquireOutcome::Granted { .. }
     ));
     // A writer waits; a reader arriving after it queues behind it.
@@ -90,11 +76,11 @@ fn shared_waiters_at_the_head_are_granted_together_and_writers_do_not_starve() {
         AcquireOutcome::Queued { .. }
     ));
     assert!(matches!(
-        acquire(&mut svc, "rw", shared(), 3),
+        acquire(&mut svc, "rw", AcquireOptions::shared(), 3),
         AcquireOutcome::Queued { .. }
     ));
     assert!(matches!(
-        acquire(&mut svc, "rw", shared(), 4),
+        acquire(&mut svc, "rw", AcquireOptions::shared(), 4),
         AcquireOutcome::Queued { .. }
     ));
     let mut events = Vec::new();
@@ -114,12 +100,12 @@ fn shared_waiters_at_the_head_are_granted_together_and_writers_do_not_starve() {
 #[test]
 fn a_writer_that_leaves_the_head_lets_the_readers_behind_it_in() {
     let mut svc = LockService::new();
-    acquire(&mut svc, "rw", shared(), 0);
+    acquire(&mut svc, "rw", AcquireOptions::shared(), 0);
     let writer = match acquire(&mut svc, "rw", AcquireOptions::default(), 1) {
         AcquireOutcome::Queued { id } => id,
         other => panic!("{other:?}"),
     };
-    acquire(&mut svc, "rw", shared(), 2);
+    acquire(&mut svc, "rw", AcquireOptions::shared(), 2);
     assert!(svc.cancel(writer));
     assert_eq!(svc.next_deadline(), Some(0), "due at once");
     let mut events = Vec::new();
@@ -136,15 +122,15 @@ fn each_permit_and_each_shared_grant_counts_against_max_locks() {
         max_waiters: 10,
         max_watches: Quota::DEFAULT_MAX_WATCHES,
     });
-    acquire(&mut svc, "pool", permits(4), 0);
-    acquire(&mut svc, "pool", permits(4), 1);
-    acquire(&mut svc, "rw", shared(), 2);
+    acquire(&mut svc, "pool", AcquireOptions::semaphore(4), 0);
+    acquire(&mut svc, "pool", AcquireOptions::semaphore(4), 1);
+    acquire(&mut svc, "rw", AcquireOptions::shared(), 2);
     assert_eq!(
-        acquire(&mut svc, "rw", shared(), 3),
+        acquire(&mut svc, "rw", AcquireOptions::shared(), 3),
         AcquireOutcome::Refused(Refusal::TooManyLocks)
     );
     assert_eq!(
-        acquire(&mut svc, "pool", permits(4), 4),
+        acquire(&mut svc, "pool", AcquireOptions::semaphore(4), 4),
         AcquireOutcome::Refused(Refusal::TooManyLocks)
     );
 }

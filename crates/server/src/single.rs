@@ -374,10 +374,7 @@ mod tests {
     fn a_wait_running_out_ends_no_lease_though_it_lets_a_reader_in() {
         let mut node = SingleNode::new();
         let mut events = Vec::new();
-        let shared = AcquireOptions {
-            mode: LockMode::Shared,
-            ..AcquireOptions::default()
-        };
+        let shared = AcquireOptions::shared();
         let k = key("k");
         for (wait_ms, options) in [(1, &shared), (10, &PLAIN), (10_000, &shared)] {
             let acquire = AcquireRef {
