@@ -157,6 +157,24 @@ pub struct NodeStatus {
     pub extra: Vec<(String, String)>,
 }
 
+impl NodeStatus {
+    /// A node's status in `role` and `mode` over `table`, with `waiters`
+    /// queued: the token shown is the table's last (the last issued, or
+    /// the floor the next is above), the locks its grants. No serving
+    /// node named, no extra field.
+    pub fn of_table(role: Role, mode: Mode, table: &LockTable, waiters: usize) -> NodeStatus {
+        NodeStatus {
+            role,
+            mode,
+            active: None,
+            token: table.last_token(),
+            locks: table.len() as u64,
+            waiters: waiters as u64,
+            extra: Vec::new(),
+        }
+    }
+}
+
 /// The lock logic of a node. Every method runs under the server's mutex:
 /// keep them short and free of I/O (see the call protocol above).
 pub trait LockNode: Send + 'static {

@@ -200,16 +200,8 @@ impl LockNode for SingleNode {
     }
 
     fn status(&self) -> NodeStatus {
-        NodeStatus {
-            role: Role::Single,
-            mode: Mode::Single,
-            active: None,
-            // The last token issued, or the floor the next is above.
-            token: self.service.table().last_token(),
-            locks: self.service.table().len() as u64,
-            waiters: self.service.waiter_count() as u64,
-            extra: Vec::new(),
-        }
+        let (table, waiters) = (self.service.table(), self.service.waiter_count());
+        NodeStatus::of_table(Role::Single, Mode::Single, table, waiters)
     }
 }
 

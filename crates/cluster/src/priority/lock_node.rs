@@ -286,17 +286,14 @@ impl LockNode for PriorityLockNode {
 
     fn status(&self) -> NodeStatus {
         let engine = &self.engine;
+        let role = match engine.role() {
+            NodeRole::Active => Role::Active,
+            NodeRole::Standby | NodeRole::HandingOff { .. } => Role::Standby,
+        };
+        let (table, waiters) = (engine.table(), engine.waiter_count());
         NodeStatus {
-            role: match engine.role() {
-                NodeRole::Active => Role::Active,
-                NodeRole::Standby | NodeRole::HandingOff { .. } => Role::Standby,
-            },
-            mode: Mode::Priority,
             active: self.address(engine.redirect_target()),
-            token: engine.table().last_token(),
-            locks: engine.table().len() as u64,
-            waiters: engine.waiter_count() as u64,
-            extra: Vec::new(),
+            ..NodeStatus::of_table(role, Mode::Priority, table, waiters)
         }
     }
 

@@ -299,24 +299,22 @@ impl LockNode for RaftLockNode {
 
     fn status(&self) -> NodeStatus {
         let engine = &self.engine;
+        // A leader still catching up with its own first entry does not
+        // serve yet, so it does not claim to.
+        let role = match engine.role() {
+            _ if self.removed => Role::Removed,
+            RaftRole::Leader { .. } if engine.serving() => Role::Leader,
+            RaftRole::Leader { .. } => Role::Candidate,
+            RaftRole::Follower { .. } => Role::Follower,
+            RaftRole::Candidate => Role::Candidate,
+        };
+        let (table, waiters) = (engine.table(), engine.waiter_count());
         NodeStatus {
-            // A leader still catching up with its own first entry does not
-            // serve yet, so it does not claim to.
-            role: match engine.role() {
-                _ if self.removed => Role::Removed,
-                RaftRole::Leader { .. } if engine.serving() => Role::Leader,
-                RaftRole::Leader { .. } => Role::Candidate,
-                RaftRole::Follower { .. } => Role::Follower,
-                RaftRole::Candidate => Role::Candidate,
-            },
-            mode: Mode::Raft,
             active: engine.redirect_target(),
-            token: engine.table().last_token(),
-            locks: engine.table().len() as u64,
-            waiters: engine.waiter_count() as u64,
             // Only a leader knows its followers' progress; a stepped-down
             // one still shows it, which is what an operator wants to see.
             extra: observe::status_fields(self.shown.term, &self.shown.progress),
+            ..NodeStatus::of_table(role, Mode::Raft, table, waiters)
         }
     }
 
