@@ -44,7 +44,7 @@ pub use event::{Change, Event, NodeIndex, NotServing};
 pub use holder_value::{validate as validate_value, HolderValue, ValueError, MAX_VALUE_LEN};
 pub use invariant::Broken;
 pub use key::{validate as validate_key, Key, KeyError, MAX_KEY_LEN};
-pub use lock_mode::{AcquireOptions, LockMode, MAX_PERMITS};
+pub use lock_mode::{Acquire, AcquireOptions, LockMode, MAX_PERMITS};
 pub use log_gate::{LogGate, Moment, MAX_SOURCES};
 pub use query::{HolderState, KeyDetail, KeyState, LiveGrant, MAX_LISTED_HOLDERS};
 pub use quota::{Quota, Refusal};

@@ -1,7 +1,10 @@
 //! How a grant holds its key: alone (exclusive) or beside other shared
-//! grants (readers-writer), and how many grants a key takes at once.
+//! grants (readers-writer), and how many grants a key takes at once; and
+//! an acquire's terms as one value, from the server down to the rules.
 
 use serde::{Deserialize, Serialize};
+
+use crate::Key;
 
 /// The most permits a semaphore key may have: far more than any real pool
 /// of workers, few enough that a key's holders stay a small list.
@@ -58,6 +61,22 @@ impl Default for AcquireOptions {
 }
 
 impl AcquireOptions {
+    /// A permit of a semaphore of `permits`: exclusive, no value.
+    pub fn semaphore(permits: u32) -> AcquireOptions {
+        AcquireOptions {
+            permits,
+            ..AcquireOptions::default()
+        }
+    }
+
+    /// A shared grant (readers-writer): one permit, no value.
+    pub fn shared() -> AcquireOptions {
+        AcquireOptions {
+            mode: LockMode::Shared,
+            ..AcquireOptions::default()
+        }
+    }
+
     /// Whether these are a plain 1.1 acquire's.
     pub fn is_plain(&self) -> bool {
         self.permits == 1 && self.mode == LockMode::Exclusive && self.value.is_none()
@@ -68,5 +87,33 @@ impl AcquireOptions {
     pub fn is_valid(&self) -> bool {
         (1..=MAX_PERMITS).contains(&self.permits)
             && (self.mode == LockMode::Exclusive || self.permits == 1)
+    }
+}
+
+/// An acquire's terms: the key, how long to wait for it, the lease and
+/// the grant's options. One value from the node to the rules, whichever
+/// engine serves it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Acquire {
+    pub key: Key,
+    /// 0 waits without limit.
+    pub wait_ms: u64,
+    pub lease_ms: u64,
+    pub options: AcquireOptions,
+}
+
+impl Acquire {
+    pub fn new(key: Key, wait_ms: u64, lease_ms: u64, options: AcquireOptions) -> Acquire {
+        Acquire {
+            key,
+            wait_ms,
+            lease_ms,
+            options,
+        }
+    }
+
+    /// A plain 1.1 acquire: one permit, exclusive, no value.
+    pub fn plain(key: Key, wait_ms: u64, lease_ms: u64) -> Acquire {
+        Acquire::new(key, wait_ms, lease_ms, AcquireOptions::default())
     }
 }

@@ -26,7 +26,7 @@
 
 use crate::event::Event;
 use crate::invariant::{ensure, Broken};
-use crate::lock_mode::{AcquireOptions, LockMode};
+use crate::lock_mode::{Acquire, AcquireOptions, LockMode};
 use crate::quota::{Quota, Refusal};
 use crate::table::{has_room, Command, LockTable, Outcome};
 use crate::waiters::{WaitQueues, Waiter, WaiterId};
@@ -205,19 +205,14 @@ impl<H> LockRules<H> {
             .then(|| grant_command(key, lease_ms, options))
     }
 
-    /// Queues an acquire at the back of `key`'s line. `wait_ms == 0`
+    /// Queues an acquire at the back of its key's line. `wait_ms == 0`
     /// waits without limit, else until `now + wait_ms`.
-    pub fn queue(
-        &mut self,
-        key: Key,
-        wait_ms: u64,
-        lease_ms: u64,
-        now: Millis,
-        options: AcquireOptions,
-        handle: H,
-    ) -> WaiterId {
+    pub fn queue(&mut self, acquire: Acquire, now: Millis, handle: H) -> WaiterId {
+        let wait_ms = acquire.wait_ms;
         let deadline = (wait_ms > 0).then(|| now.saturating_add(wait_ms));
-        self.queues.push(key, lease_ms, deadline, options, handle)
+        let Acquire { key, options, .. } = acquire;
+        self.queues
+            .push(key, acquire.lease_ms, deadline, options, handle)
     }
 
     /// Who gets `key` next at `now`: the oldest waiter still in time, if

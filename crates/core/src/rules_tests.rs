@@ -28,8 +28,8 @@ fn a_grant_on_its_way_keeps_its_key_taken_until_applied() {
     assert!(rules
         .grant_at_once(&table, &key("a"), 10, &AcquireOptions::default())
         .is_some());
-    rules.queue(key("a"), 0, 10, 0, AcquireOptions::default(), 1);
-    let w2 = rules.queue(key("a"), 0, 20, 0, AcquireOptions::default(), 2);
+    rules.queue(Acquire::plain(key("a"), 0, 10), 0, 1);
+    let w2 = rules.queue(Acquire::plain(key("a"), 0, 20), 0, 2);
     let first = rules.hand_on(&table, &key("a"), 0, &mut events).unwrap();
     assert_eq!(
         first.command,
@@ -78,8 +78,8 @@ fn a_hand_over_may_ride_behind_the_release_of_the_holders_token_only() {
     let token = held(&mut table, "a", 100);
     let mut rules = LockRules::<u32>::new();
     let mut events = Vec::new();
-    rules.queue(key("a"), 5, 10, 0, AcquireOptions::default(), 1);
-    let w2 = rules.queue(key("a"), 0, 10, 0, AcquireOptions::default(), 2);
+    rules.queue(Acquire::plain(key("a"), 5, 10), 0, 1);
+    let w2 = rules.queue(Acquire::plain(key("a"), 0, 10), 0, 2);
     assert!(rules.hand_on(&table, &key("a"), 5, &mut events).is_none());
     let wrong = rules.hand_on_behind_release(&table, &key("a"), token + 1, 5, &mut events);
     assert!(wrong.is_none());
@@ -94,7 +94,7 @@ fn a_hand_over_may_ride_behind_the_release_of_the_holders_token_only() {
     assert_eq!(behind.waiter.id, w2);
     assert_eq!(events.len(), 1);
     // Only one hand-over of a key at a time.
-    rules.queue(key("a"), 0, 10, 0, AcquireOptions::default(), 3);
+    rules.queue(Acquire::plain(key("a"), 0, 10), 0, 3);
     assert!(rules
         .hand_on_behind_release(&table, &key("a"), token, 5, &mut events)
         .is_none());
@@ -105,7 +105,7 @@ fn a_refused_grant_gives_the_waiter_back() {
     let mut table = LockTable::new();
     let mut rules = LockRules::<u32>::new();
     let mut events = Vec::new();
-    rules.queue(key("a"), 0, 10, 0, AcquireOptions::default(), 1);
+    rules.queue(Acquire::plain(key("a"), 0, 10), 0, 1);
     let handover = rules.hand_on(&table, &key("a"), 0, &mut events).unwrap();
     // Something the rules did not decide took the key first.
     held(&mut table, "a", 10);
@@ -130,7 +130,7 @@ fn due_expiries_and_the_next_deadline() {
         })
     );
     assert_eq!(rules.next_deadline(Some(50)), Some(50));
-    rules.queue(key("a"), 20, 10, 0, AcquireOptions::default(), 1);
+    rules.queue(Acquire::plain(key("a"), 20, 10), 0, 1);
     assert_eq!(rules.next_deadline(Some(50)), Some(20));
     assert_eq!(rules.next_deadline(None), Some(20));
     let mut events = Vec::new();
@@ -144,7 +144,7 @@ fn validate_finds_a_free_key_with_waiters() {
     let mut table = LockTable::new();
     let token = held(&mut table, "a", 50);
     let mut rules = LockRules::<u32>::new();
-    rules.queue(key("a"), 0, 10, 0, AcquireOptions::default(), 1);
+    rules.queue(Acquire::plain(key("a"), 0, 10), 0, 1);
     assert_eq!(rules.validate(&table), Ok(()));
     // Freed behind the rules' back: nobody handed the key on.
     table.apply(

@@ -10,7 +10,7 @@ use crate::encoded::{CommandEncoder, EncodedCommands};
 use crate::event::Event;
 use crate::holder_value::HolderValue;
 use crate::invariant::{debug_check, Broken};
-use crate::lock_mode::AcquireOptions;
+use crate::lock_mode::Acquire;
 use crate::query::KeyState;
 use crate::quota::{Quota, Refusal};
 use crate::rules::LockRules;
@@ -50,6 +50,8 @@ pub struct LockService<H> {
     /// Commands that changed the table, ever: what a node that saves its
     /// table counts its changes by.
     changes: u64,
+    /// Grants whose lease ran out and that a tick ended, ever.
+    expiries: u64,
     /// Keys whose holders or values changed since the last drain, when
     /// the user watches keys ([`LockService::track_changes`]).
     changed_keys: Option<Vec<Key>>,
@@ -80,6 +82,7 @@ impl<H> LockService<H> {
             rules: LockRules::new(),
             journal: None,
             changes: 0,
+            expiries: 0,
             changed_keys: None,
             replaced: false,
             stalled: Vec::new(),
@@ -113,57 +116,28 @@ impl<H> LockService<H> {
         outcome
     }
 
-    /// wait_ms == 0 means wait without limit; else deadline = now + wait_ms.
-    /// Key free AND no live waiters on it -> Grant applied now -> Granted.
+    /// `wait_ms == 0` means wait without limit; else deadline = now + wait_ms.
+    /// Key with room AND no live waiters on it -> Grant applied now -> Granted.
     /// Otherwise queued (FIFO: a new acquire never overtakes queued waiters).
-    /// Past the quota, refused with nothing changed.
+    /// Past the quota, or naming other permits than the key has while it
+    /// has holders or waiters, refused with nothing changed.
     /// The handle is dropped when granted at once.
-    pub fn acquire(
-        &mut self,
-        key: Key,
-        wait_ms: u64,
-        lease_ms: u64,
-        now: Millis,
-        handle: H,
-    ) -> AcquireOutcome {
-        self.acquire_with(
-            key,
-            wait_ms,
-            lease_ms,
-            AcquireOptions::default(),
-            now,
-            handle,
-        )
-    }
-
-    /// [`LockService::acquire`] with `options`: a permit of a semaphore, a
-    /// shared grant, a value. Naming other permits than the key has while
-    /// it has holders or waiters is refused.
-    pub fn acquire_with(
-        &mut self,
-        key: Key,
-        wait_ms: u64,
-        lease_ms: u64,
-        options: AcquireOptions,
-        now: Millis,
-        handle: H,
-    ) -> AcquireOutcome {
-        if let Err(refusal) = self.rules.admit(&self.table, &key, &options) {
+    pub fn acquire(&mut self, acquire: Acquire, now: Millis, handle: H) -> AcquireOutcome {
+        let (key, options) = (&acquire.key, &acquire.options);
+        if let Err(refusal) = self.rules.admit(&self.table, key, options) {
             return AcquireOutcome::Refused(refusal);
         }
-        if let Some(grant) = self
+        let at_once = self
             .rules
-            .grant_at_once(&self.table, &key, lease_ms, &options)
-        {
+            .grant_at_once(&self.table, key, acquire.lease_ms, options);
+        if let Some(grant) = at_once {
             if let Outcome::Granted { token } = self.apply(grant, now) {
                 self.debug_validate();
                 return AcquireOutcome::Granted { token };
             }
             debug_assert!(false, "a key with room refused a grant");
         }
-        let id = self
-            .rules
-            .queue(key, wait_ms, lease_ms, now, options, handle);
+        let id = self.rules.queue(acquire, now, handle);
         self.debug_validate();
         AcquireOutcome::Queued { id }
     }
@@ -332,7 +306,8 @@ impl<H> LockService<H> {
 
     /// Applies `expire`, an expiry of `key`, and hands the key on.
     fn expire(&mut self, expire: Command, key: &Key, now: Millis, events: &mut Vec<Event<H>>) {
-        self.apply(expire, now);
+        let outcome = self.apply(expire, now);
+        self.expiries += u64::from(outcome == Outcome::Expired { existed: true });
         self.hand_on(key, now, events);
     }
 
@@ -411,6 +386,12 @@ impl<H> LockService<H> {
     /// (journal or not): a stale release, a refused grant count nothing.
     pub fn changes(&self) -> u64 {
         self.changes
+    }
+
+    /// How many grants a tick ended because their lease ran out, since
+    /// this service was made (for the metrics).
+    pub fn expiries(&self) -> u64 {
+        self.expiries
     }
 
     /// Applies a command replicated from the serving node, as a standby

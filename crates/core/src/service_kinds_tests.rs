@@ -4,24 +4,10 @@
 #![allow(clippy::unwrap_used)] // a failed unwrap in a test is a failed test
 
 use super::*;
-use crate::{HolderValue, KeyDetail, LockMode, StateTag};
+use crate::{Acquire, AcquireOptions, HolderValue, KeyDetail, LockMode, StateTag};
 
 fn key(s: &str) -> Key {
     Key::try_from(s).unwrap()
-}
-
-fn permits(n: u32) -> AcquireOptions {
-    AcquireOptions {
-        permits: n,
-        ..AcquireOptions::default()
-    }
-}
-
-fn shared() -> AcquireOptions {
-    AcquireOptions {
-        mode: LockMode::Shared,
-        ..AcquireOptions::default()
-    }
 }
 
 fn acquire(
@@ -30,7 +16,7 @@ fn acquire(
     options: AcquireOptions,
     handle: u32,
 ) -> AcquireOutcome {
-    svc.acquire_with(key(k), 0, 10_000, options, 0, handle)
+    svc.acquire(Acquire::new(key(k), 0, 10_000, options), 0, handle)
 }
 
 fn granted_handles(events: &[Event<u32>]) -> Vec<u32> {
@@ -48,20 +34,20 @@ fn a_semaphore_takes_its_permits_then_queues_and_refuses_other_permits() {
     let mut svc = LockService::new();
     for h in 0..3 {
         assert!(matches!(
-            acquire(&mut svc, "pool", permits(3), h),
+            acquire(&mut svc, "pool", AcquireOptions::semaphore(3), h),
             AcquireOutcome::Granted { .. }
         ));
     }
     assert!(matches!(
-        acquire(&mut svc, "pool", permits(3), 3),
+        acquire(&mut svc, "pool", AcquireOptions::semaphore(3), 3),
         AcquireOutcome::Queued { .. }
     ));
     assert_eq!(
-        acquire(&mut svc, "pool", permits(2), 4),
+        acquire(&mut svc, "pool", AcquireOptions::semaphore(2), 4),
         AcquireOutcome::Refused(Refusal::Permits(3))
     );
     assert_eq!(
-        acquire(&mut svc, "pool", shared(), 5),
+        acquire(&mut svc, "pool", AcquireOptions::shared(), 5),
         AcquireOutcome::Refused(Refusal::Permits(3))
     );
     assert_eq!(Refusal::Permits(3).reason(), "the key has 3 permits");
@@ -76,12 +62,12 @@ fn a_semaphore_takes_its_permits_then_queues_and_refuses_other_permits() {
 #[test]
 fn shared_waiters_at_the_head_are_granted_together_and_writers_do_not_starve() {
     let mut svc = LockService::new();
-    let reader = match acquire(&mut svc, "rw", shared(), 0) {
+    let reader = match acquire(&mut svc, "rw", AcquireOptions::shared(), 0) {
         AcquireOutcome::Granted { token } => token,
         other => panic!("{other:?}"),
     };
     assert!(matches!(
-        acquire(&mut svc, "rw", shared(), 1),
+        acquire(&mut svc, "rw", AcquireOptions::shared(), 1),
         AcquireOutcome::Granted { .. }
     ));
     // A writer waits; a reader arriving after it queues behind it.
@@ -90,11 +76,11 @@ fn shared_waiters_at_the_head_are_granted_together_and_writers_do_not_starve() {
         AcquireOutcome::Queued { .. }
     ));
     assert!(matches!(
-        acquire(&mut svc, "rw", shared(), 3),
+        acquire(&mut svc, "rw", AcquireOptions::shared(), 3),
         AcquireOutcome::Queued { .. }
     ));
     assert!(matches!(
-        acquire(&mut svc, "rw", shared(), 4),
+        acquire(&mut svc, "rw", AcquireOptions::shared(), 4),
         AcquireOutcome::Queued { .. }
     ));
     let mut events = Vec::new();
@@ -114,12 +100,12 @@ fn shared_waiters_at_the_head_are_granted_together_and_writers_do_not_starve() {
 #[test]
 fn a_writer_that_leaves_the_head_lets_the_readers_behind_it_in() {
     let mut svc = LockService::new();
-    acquire(&mut svc, "rw", shared(), 0);
+    acquire(&mut svc, "rw", AcquireOptions::shared(), 0);
     let writer = match acquire(&mut svc, "rw", AcquireOptions::default(), 1) {
         AcquireOutcome::Queued { id } => id,
         other => panic!("{other:?}"),
     };
-    acquire(&mut svc, "rw", shared(), 2);
+    acquire(&mut svc, "rw", AcquireOptions::shared(), 2);
     assert!(svc.cancel(writer));
     assert_eq!(svc.next_deadline(), Some(0), "due at once");
     let mut events = Vec::new();
@@ -136,15 +122,15 @@ fn each_permit_and_each_shared_grant_counts_against_max_locks() {
         max_waiters: 10,
         max_watches: Quota::DEFAULT_MAX_WATCHES,
     });
-    acquire(&mut svc, "pool", permits(4), 0);
-    acquire(&mut svc, "pool", permits(4), 1);
-    acquire(&mut svc, "rw", shared(), 2);
+    acquire(&mut svc, "pool", AcquireOptions::semaphore(4), 0);
+    acquire(&mut svc, "pool", AcquireOptions::semaphore(4), 1);
+    acquire(&mut svc, "rw", AcquireOptions::shared(), 2);
     assert_eq!(
-        acquire(&mut svc, "rw", shared(), 3),
+        acquire(&mut svc, "rw", AcquireOptions::shared(), 3),
         AcquireOutcome::Refused(Refusal::TooManyLocks)
     );
     assert_eq!(
-        acquire(&mut svc, "pool", permits(4), 4),
+        acquire(&mut svc, "pool", AcquireOptions::semaphore(4), 4),
         AcquireOutcome::Refused(Refusal::TooManyLocks)
     );
 }
@@ -152,15 +138,21 @@ fn each_permit_and_each_shared_grant_counts_against_max_locks() {
 #[test]
 fn a_permit_renewed_past_its_lease_end_passes_on_and_the_others_hold() {
     let mut svc: LockService<u32> = LockService::new();
-    let short = svc.acquire_with(key("pool"), 0, 100, permits(2), 0, 1);
+    let short = svc.acquire(
+        Acquire::new(key("pool"), 0, 100, AcquireOptions::semaphore(2)),
+        0,
+        1,
+    );
     let AcquireOutcome::Granted { token: short } = short else {
         panic!("{short:?}")
     };
-    let AcquireOutcome::Granted { token: long } = acquire(&mut svc, "pool", permits(2), 2) else {
+    let AcquireOutcome::Granted { token: long } =
+        acquire(&mut svc, "pool", AcquireOptions::semaphore(2), 2)
+    else {
         panic!("no second permit")
     };
     assert!(matches!(
-        acquire(&mut svc, "pool", permits(2), 3),
+        acquire(&mut svc, "pool", AcquireOptions::semaphore(2), 3),
         AcquireOutcome::Queued { .. }
     ));
     // Past the short lease's end, before any tick: `Q` counts one holder,
@@ -184,8 +176,16 @@ fn a_permit_renewed_past_its_lease_end_passes_on_and_the_others_hold() {
 #[test]
 fn a_reader_released_past_its_lease_end_lets_the_writer_in_only_when_the_last_goes() {
     let mut svc: LockService<u32> = LockService::new();
-    let first = svc.acquire_with(key("rw"), 0, 100, shared(), 0, 1);
-    let second = svc.acquire_with(key("rw"), 0, 200, shared(), 0, 2);
+    let first = svc.acquire(
+        Acquire::new(key("rw"), 0, 100, AcquireOptions::shared()),
+        0,
+        1,
+    );
+    let second = svc.acquire(
+        Acquire::new(key("rw"), 0, 200, AcquireOptions::shared()),
+        0,
+        2,
+    );
     let (AcquireOutcome::Granted { token: first }, AcquireOutcome::Granted { token: second }) =
         (first, second)
     else {

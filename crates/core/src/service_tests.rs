@@ -42,7 +42,7 @@ fn summary(events: &[Event<u32>]) -> Vec<(WaiterId, u32, String, Option<Token>)>
 #[test]
 fn a_free_key_is_granted_at_once() {
     let mut s = LockService::<u32>::new();
-    let t = granted(s.acquire(key("a"), 0, 100, 5, 1));
+    let t = granted(s.acquire(Acquire::plain(key("a"), 0, 100), 5, 1));
     assert_eq!(t, 1);
     assert_eq!(s.waiter_count(), 0);
     assert_eq!(s.table().holder(&key("a")).map(|h| h.expires_at), Some(105));
@@ -52,9 +52,9 @@ fn a_free_key_is_granted_at_once() {
 #[test]
 fn release_hands_the_key_to_waiters_in_order() {
     let mut s = LockService::<u32>::new();
-    let t1 = granted(s.acquire(key("a"), 0, 100, 0, 1));
-    let w2 = queued(s.acquire(key("a"), 0, 200, 1, 2));
-    let w3 = queued(s.acquire(key("a"), 0, 300, 2, 3));
+    let t1 = granted(s.acquire(Acquire::plain(key("a"), 0, 100), 0, 1));
+    let w2 = queued(s.acquire(Acquire::plain(key("a"), 0, 200), 1, 2));
+    let w3 = queued(s.acquire(Acquire::plain(key("a"), 0, 300), 2, 3));
     assert_eq!(s.waiter_count(), 2);
     let mut events = Vec::new();
     assert_eq!(s.release(&key("a"), t1, 10, &mut events), Outcome::Released);
@@ -80,12 +80,12 @@ fn release_hands_the_key_to_waiters_in_order() {
 #[test]
 fn a_new_acquire_never_overtakes_a_waiter() {
     let mut s = LockService::<u32>::new();
-    let t1 = granted(s.acquire(key("a"), 0, 100, 0, 1));
-    let w2 = queued(s.acquire(key("a"), 0, 100, 0, 2));
+    let t1 = granted(s.acquire(Acquire::plain(key("a"), 0, 100), 0, 1));
+    let w2 = queued(s.acquire(Acquire::plain(key("a"), 0, 100), 0, 2));
     let mut events = Vec::new();
     s.release(&key("a"), t1, 1, &mut events);
     // The key passed to w2 inside release, so a newcomer queues.
-    let w3 = queued(s.acquire(key("a"), 0, 100, 1, 3));
+    let w3 = queued(s.acquire(Acquire::plain(key("a"), 0, 100), 1, 3));
     assert!(w3 > w2);
     assert_eq!(summary(&events), vec![(w2, 2, "a".into(), Some(2))]);
 }
@@ -93,8 +93,8 @@ fn a_new_acquire_never_overtakes_a_waiter() {
 #[test]
 fn stale_release_and_renew_change_nothing() {
     let mut s = LockService::<u32>::new();
-    let t1 = granted(s.acquire(key("a"), 0, 100, 0, 1));
-    queued(s.acquire(key("a"), 0, 100, 0, 2));
+    let t1 = granted(s.acquire(Acquire::plain(key("a"), 0, 100), 0, 1));
+    queued(s.acquire(Acquire::plain(key("a"), 0, 100), 0, 2));
     s.enable_journal();
     let before = s.table().clone();
     let mut events = Vec::new();
@@ -121,8 +121,8 @@ fn stale_release_and_renew_change_nothing() {
 /// A held key whose lease ends at 100, a waiter behind it, the journal on.
 fn lease_ending_at_100_with_a_waiter() -> (LockService<u32>, Token, WaiterId) {
     let mut s = LockService::<u32>::new();
-    let t1 = granted(s.acquire(key("a"), 0, 100, 0, 1));
-    let w2 = queued(s.acquire(key("a"), 0, 50, 1, 2));
+    let t1 = granted(s.acquire(Acquire::plain(key("a"), 0, 100), 0, 1));
+    let w2 = queued(s.acquire(Acquire::plain(key("a"), 0, 50), 1, 2));
     s.enable_journal();
     (s, t1, w2)
 }
@@ -204,7 +204,7 @@ fn a_value_set_past_its_lease_end_is_refused_and_hands_the_key_on() {
 #[test]
 fn a_lapsed_grant_without_waiters_frees_its_key() {
     let mut s = LockService::<u32>::new();
-    let t1 = granted(s.acquire(key("a"), 0, 100, 0, 1));
+    let t1 = granted(s.acquire(Acquire::plain(key("a"), 0, 100), 0, 1));
     let mut events = Vec::new();
     assert_eq!(
         s.renew(&key("a"), t1, 100, 150, &mut events),
@@ -213,16 +213,16 @@ fn a_lapsed_grant_without_waiters_frees_its_key() {
     assert!(events.is_empty());
     assert!(s.table().is_empty());
     assert_eq!(s.next_deadline(), None);
-    let t2 = granted(s.acquire(key("a"), 0, 100, 150, 2));
+    let t2 = granted(s.acquire(Acquire::plain(key("a"), 0, 100), 150, 2));
     assert!(t2 > t1);
 }
 
 #[test]
 fn a_timed_out_waiter_is_never_granted() {
     let mut s = LockService::<u32>::new();
-    let t1 = granted(s.acquire(key("a"), 0, 100, 0, 1));
-    let w2 = queued(s.acquire(key("a"), 10, 100, 0, 2));
-    let w3 = queued(s.acquire(key("a"), 0, 100, 0, 3));
+    let t1 = granted(s.acquire(Acquire::plain(key("a"), 0, 100), 0, 1));
+    let w2 = queued(s.acquire(Acquire::plain(key("a"), 10, 100), 0, 2));
+    let w3 = queued(s.acquire(Acquire::plain(key("a"), 0, 100), 0, 3));
     assert_eq!(s.next_deadline(), Some(10));
     // Released exactly at w2's deadline, before any tick saw it.
     let mut events = Vec::new();
@@ -236,9 +236,9 @@ fn a_timed_out_waiter_is_never_granted() {
 #[test]
 fn tick_times_out_waiters_then_expires_leases() {
     let mut s = LockService::<u32>::new();
-    granted(s.acquire(key("a"), 0, 50, 0, 1));
-    let w2 = queued(s.acquire(key("a"), 50, 100, 0, 2));
-    let w3 = queued(s.acquire(key("a"), 60, 100, 0, 3));
+    granted(s.acquire(Acquire::plain(key("a"), 0, 50), 0, 1));
+    let w2 = queued(s.acquire(Acquire::plain(key("a"), 50, 100), 0, 2));
+    let w3 = queued(s.acquire(Acquire::plain(key("a"), 60, 100), 0, 3));
     let mut events = Vec::new();
     s.tick(49, &mut events);
     assert!(events.is_empty());
@@ -254,11 +254,30 @@ fn tick_times_out_waiters_then_expires_leases() {
 }
 
 #[test]
+fn expiries_count_the_leases_ticks_end_not_releases_or_waits() {
+    let mut s = LockService::<u32>::new();
+    let mut events = Vec::new();
+    granted(s.acquire(Acquire::plain(key("a"), 0, 10), 0, 1));
+    queued(s.acquire(Acquire::plain(key("a"), 5, 100), 0, 2));
+    queued(s.acquire(Acquire::plain(key("a"), 0, 100), 0, 3));
+    let b = granted(s.acquire(Acquire::plain(key("b"), 0, 10), 0, 4));
+    s.tick(6, &mut events);
+    assert_eq!(s.release(&key("b"), b, 7, &mut events), Outcome::Released);
+    assert_eq!(s.expiries(), 0, "a wait ran out, a grant was released");
+    s.tick(10, &mut events);
+    assert_eq!(s.expiries(), 1, "a's lease ended, handed on to 3");
+    s.tick(110, &mut events);
+    assert_eq!(s.expiries(), 2);
+    s.tick(500, &mut events);
+    assert_eq!(s.expiries(), 2);
+}
+
+#[test]
 fn tick_expires_chains_of_short_leases() {
     let mut s = LockService::<u32>::new();
-    granted(s.acquire(key("a"), 0, 10, 0, 1));
-    let w2 = queued(s.acquire(key("a"), 0, 10, 0, 2));
-    let w3 = queued(s.acquire(key("a"), 0, 100, 0, 3));
+    granted(s.acquire(Acquire::plain(key("a"), 0, 10), 0, 1));
+    let w2 = queued(s.acquire(Acquire::plain(key("a"), 0, 10), 0, 2));
+    let w3 = queued(s.acquire(Acquire::plain(key("a"), 0, 100), 0, 3));
     let mut events = Vec::new();
     // Long after both short leases: the first passes to w2 at 30, whose
     // lease (counted from 30) is not yet due.
@@ -273,9 +292,9 @@ fn tick_expires_chains_of_short_leases() {
 #[test]
 fn cancel_takes_a_waiter_out_of_line() {
     let mut s = LockService::<u32>::new();
-    let t1 = granted(s.acquire(key("a"), 0, 100, 0, 1));
-    let w2 = queued(s.acquire(key("a"), 0, 100, 0, 2));
-    let w3 = queued(s.acquire(key("a"), 0, 100, 0, 3));
+    let t1 = granted(s.acquire(Acquire::plain(key("a"), 0, 100), 0, 1));
+    let w2 = queued(s.acquire(Acquire::plain(key("a"), 0, 100), 0, 2));
+    let w3 = queued(s.acquire(Acquire::plain(key("a"), 0, 100), 0, 3));
     assert!(s.cancel(w2));
     assert!(!s.cancel(w2));
     let mut events = Vec::new();
@@ -287,9 +306,9 @@ fn cancel_takes_a_waiter_out_of_line() {
 #[test]
 fn a_ghost_grant_released_by_the_caller_passes_on() {
     let mut s = LockService::<u32>::new();
-    let t1 = granted(s.acquire(key("a"), 0, 100, 0, 1));
-    let w2 = queued(s.acquire(key("a"), 0, 100, 0, 2));
-    let w3 = queued(s.acquire(key("a"), 0, 100, 0, 3));
+    let t1 = granted(s.acquire(Acquire::plain(key("a"), 0, 100), 0, 1));
+    let w2 = queued(s.acquire(Acquire::plain(key("a"), 0, 100), 0, 2));
+    let w3 = queued(s.acquire(Acquire::plain(key("a"), 0, 100), 0, 3));
     let mut events = Vec::new();
     s.release(&key("a"), t1, 1, &mut events);
     let Some(Event::Granted {
@@ -308,11 +327,11 @@ fn a_ghost_grant_released_by_the_caller_passes_on() {
 fn next_deadline_is_the_earliest_of_leases_and_waits() {
     let mut s = LockService::<u32>::new();
     assert_eq!(s.next_deadline(), None);
-    granted(s.acquire(key("a"), 0, 100, 0, 1));
+    granted(s.acquire(Acquire::plain(key("a"), 0, 100), 0, 1));
     assert_eq!(s.next_deadline(), Some(100));
-    queued(s.acquire(key("a"), 40, 100, 0, 2));
+    queued(s.acquire(Acquire::plain(key("a"), 40, 100), 0, 2));
     assert_eq!(s.next_deadline(), Some(40));
-    queued(s.acquire(key("a"), 0, 100, 0, 3));
+    queued(s.acquire(Acquire::plain(key("a"), 0, 100), 0, 3));
     assert_eq!(s.next_deadline(), Some(40));
     let mut events = Vec::new();
     s.tick(40, &mut events);
@@ -328,15 +347,15 @@ fn journaled(s: &mut LockService<u32>) -> Vec<Command> {
 fn the_journal_replays_into_an_equal_table() {
     let mut s = LockService::<u32>::new();
     assert!(s.drain_journal().is_empty());
-    granted(s.acquire(key("x"), 0, 5, 0, 0));
+    granted(s.acquire(Acquire::plain(key("x"), 0, 5), 0, 0));
     assert!(s.drain_journal().is_empty());
     s.enable_journal();
     let mut replica = s.table().clone();
     let mut events = Vec::new();
     let mut steps: Vec<(Millis, Vec<Command>)> = Vec::new();
-    let t = granted(s.acquire(key("a"), 0, 100, 1, 1));
+    let t = granted(s.acquire(Acquire::plain(key("a"), 0, 100), 1, 1));
     steps.push((1, journaled(&mut s)));
-    queued(s.acquire(key("a"), 0, 70, 2, 2));
+    queued(s.acquire(Acquire::plain(key("a"), 0, 70), 2, 2));
     steps.push((2, journaled(&mut s)));
     s.raise_token_floor(50);
     steps.push((3, journaled(&mut s)));
@@ -400,8 +419,8 @@ fn a_promoted_table_keeps_its_grants_and_tokens() {
         0,
     );
     let mut s = LockService::<u32>::from_table(old);
-    let w = queued(s.acquire(key("a"), 0, 10, 0, 1));
-    assert_eq!(granted(s.acquire(key("b"), 0, 10, 0, 2)), 2);
+    let w = queued(s.acquire(Acquire::plain(key("a"), 0, 10), 0, 1));
+    assert_eq!(granted(s.acquire(Acquire::plain(key("b"), 0, 10), 0, 2)), 2);
     let mut events = Vec::new();
     s.tick(100, &mut events);
     assert_eq!(summary(&events), vec![(w, 1, "a".into(), Some(3))]);
@@ -410,9 +429,9 @@ fn a_promoted_table_keeps_its_grants_and_tokens() {
 #[test]
 fn drain_waiters_takes_everyone_out() {
     let mut s = LockService::<u32>::new();
-    granted(s.acquire(key("a"), 0, 100, 0, 1));
-    let w2 = queued(s.acquire(key("a"), 10, 100, 0, 2));
-    let w3 = queued(s.acquire(key("a"), 0, 100, 0, 3));
+    granted(s.acquire(Acquire::plain(key("a"), 0, 100), 0, 1));
+    let w2 = queued(s.acquire(Acquire::plain(key("a"), 10, 100), 0, 2));
+    let w3 = queued(s.acquire(Acquire::plain(key("a"), 0, 100), 0, 3));
     let drained: Vec<_> = s.drain_waiters().into_iter().map(|w| w.id).collect();
     assert_eq!(drained, vec![w2, w3]);
     assert_eq!(s.waiter_count(), 0);
@@ -427,7 +446,7 @@ fn drain_waiters_takes_everyone_out() {
 fn an_exhausted_token_space_queues_instead_of_granting() {
     let mut s = LockService::<u32>::new();
     s.raise_token_floor(Token::MAX);
-    let w = queued(s.acquire(key("a"), 5, 100, 0, 1));
+    let w = queued(s.acquire(Acquire::plain(key("a"), 5, 100), 0, 1));
     let mut events = Vec::new();
     s.tick(5, &mut events);
     assert_eq!(summary(&events), vec![(w, 1, "a".into(), None)]);
@@ -441,10 +460,10 @@ fn a_tick_expires_a_bounded_batch_of_leases() {
     let mut s = LockService::<u32>::new();
     let leases = 2 * MAX_EXPIRIES_PER_TICK + 3;
     for i in 0..leases {
-        granted(s.acquire(key(&format!("k{i}")), 0, 100, 0, 1));
+        granted(s.acquire(Acquire::plain(key(&format!("k{i}")), 0, 100), 0, 1));
     }
     let last = format!("k{}", leases - 1);
-    queued(s.acquire(key(&last), 1_000, 100, 50, 2));
+    queued(s.acquire(Acquire::plain(key(&last), 1_000, 100), 50, 2));
     let mut events = Vec::new();
     s.tick(100, &mut events);
     assert_eq!(s.table().len(), leases - MAX_EXPIRIES_PER_TICK);

@@ -22,8 +22,8 @@ mod model;
 use std::collections::HashMap;
 
 use baton_core::{
-    AcquireOutcome, Command, Event, Holder, Key, LockMode, LockService, LockTable, Millis, Outcome,
-    Quota, Refusal, TableSnapshot, Token, WaiterId,
+    Acquire, AcquireOutcome, Command, Event, Holder, Key, LockMode, LockService, LockTable, Millis,
+    Outcome, Quota, Refusal, TableSnapshot, Token, WaiterId,
 };
 use model::{acquire_op, holder_value, options, AcquireOp, MAcquire, MEvent, Model, K};
 use proptest::prelude::*;
@@ -182,14 +182,10 @@ impl Harness {
                 self.next_handle += 1;
                 let ask = acquire.ask();
                 let before = self.svc.table().clone();
-                let got = self.svc.acquire_with(
-                    self.keys[key as usize].clone(),
-                    wait,
-                    lease,
-                    options(ask),
-                    now,
-                    handle,
-                );
+                let k = self.keys[key as usize].clone();
+                let got = self
+                    .svc
+                    .acquire(Acquire::new(k, wait, lease, options(ask)), now, handle);
                 let expected = self.model.acquire(key, lease, ask, now);
                 match (got, expected) {
                     (AcquireOutcome::Granted { token }, MAcquire::Granted(t)) => {

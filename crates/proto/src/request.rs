@@ -166,49 +166,34 @@ mod tests {
         Key::try_from(k).unwrap()
     }
 
+    fn acquire(k: &str, wait_ms: u64, lease_ms: u64, options: AcquireOptions) -> Request {
+        Request::Acquire {
+            key: key(k),
+            wait_ms,
+            lease_ms,
+            options,
+        }
+    }
+
     #[test]
     fn writes_the_protocol_lines() {
+        let plain = AcquireOptions::default;
         assert_eq!(
-            line(&Request::Acquire {
-                key: key("orders/42"),
-                wait_ms: 5000,
-                lease_ms: 30000,
-                options: AcquireOptions::default(),
-            }),
+            line(&acquire("orders/42", 5000, 30000, plain())),
             b"A orders/42 5 30\n"
         );
+        assert_eq!(line(&acquire("k", 0, 1, plain())), b"A k 0 0.001\n");
+        let permits = AcquireOptions {
+            permits: 4,
+            mode: baton_core::LockMode::Exclusive,
+            value: Some(HolderValue::try_from("10.0.0.7:80").unwrap()),
+        };
         assert_eq!(
-            line(&Request::Acquire {
-                key: key("k"),
-                wait_ms: 0,
-                lease_ms: 1,
-                options: AcquireOptions::default(),
-            }),
-            b"A k 0 0.001\n"
-        );
-        assert_eq!(
-            line(&Request::Acquire {
-                key: key("k"),
-                wait_ms: 0,
-                lease_ms: 1000,
-                options: AcquireOptions {
-                    permits: 4,
-                    mode: baton_core::LockMode::Exclusive,
-                    value: Some(HolderValue::try_from("10.0.0.7:80").unwrap()),
-                },
-            }),
+            line(&acquire("k", 0, 1000, permits)),
             b"A k 0 1 permits=4 value=10.0.0.7:80\n"
         );
         assert_eq!(
-            line(&Request::Acquire {
-                key: key("k"),
-                wait_ms: 0,
-                lease_ms: 1000,
-                options: AcquireOptions {
-                    mode: baton_core::LockMode::Shared,
-                    ..AcquireOptions::default()
-                },
-            }),
+            line(&acquire("k", 0, 1000, AcquireOptions::shared())),
             b"A k 0 1 mode=shared\n"
         );
         assert_eq!(

@@ -24,10 +24,11 @@ use crate::deadline::Deadlines;
 use crate::delivery::{Delivery, Mailbox};
 use crate::evict::Registered;
 use crate::listener::NodeInfo;
-use crate::locks::{Events, SharedLocks};
+use crate::locks::SharedLocks;
 use crate::metrics::ErrorReason;
+use crate::node::Events;
 use crate::node::{LockNode, Served};
-use crate::request::{change_response, Answer, LockRequest};
+use crate::request::{change_response, AcquireRef, Answer, LockRequest};
 use crate::watching::TOO_MANY_WATCHES;
 
 mod opening;
@@ -402,7 +403,7 @@ impl<N: LockNode, S: ServerStream> Connection<N, S> {
             return;
         };
         match &mut request {
-            LockRequest::Acquire { key, wait_ms, .. } => {
+            LockRequest::Acquire(AcquireRef { key, wait_ms, .. }) => {
                 if self.waiting.len() + self.deferred >= self.node.config.max_pending {
                     self.refuse_acquire(key);
                     return;

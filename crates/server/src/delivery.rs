@@ -56,7 +56,8 @@ pub struct Mailbox(pub(crate) mpsc::UnboundedSender<Delivery>);
 
 impl Mailbox {
     /// A mailbox whose connection is already gone (whatever is sent to it
-    /// comes back): what a node's unit tests hand it as a client's.
+    /// comes back): where a ghost grant's release is answered, and what a
+    /// node's unit tests hand it as a client's.
     pub fn closed() -> Mailbox {
         Mailbox(mpsc::unbounded_channel().0)
     }

@@ -77,12 +77,12 @@ mod tests {
         let (tx, mut rx) = mpsc::unbounded_channel();
         let mailbox = Mailbox(tx);
         let k = key("jobs/1");
-        let acquire = LockRequest::Acquire {
+        let acquire = LockRequest::Acquire(crate::AcquireRef {
             key: &k,
             wait_ms: 60_000,
             lease_ms: 60_000,
             options: &Default::default(),
-        };
+        });
         let mut events = Vec::new();
         let first = locks.handle(acquire, locks.clock().now(), &mailbox, &mut events);
         let Served::Done(Answer::Acquired(baton_core::AcquireOutcome::Granted { token })) = first

@@ -53,11 +53,11 @@ pub use delivery::Mailbox;
 pub use evict::EVICT_GRACE;
 pub use force_release::{ForceRelease, FORCE_RELEASE_WAIT};
 pub use listener::{bind_client_port, run, PeerAcceptor, Server, ServerError, NODE_VERSION};
-pub use locks::{Events, SharedLocks};
+pub use locks::SharedLocks;
 pub use metrics::Metrics;
-pub use node::{LockNode, NodeCounters, NodeEvent, NodeStatus, NodeTally, Observed, Served};
+pub use node::{Events, LockNode, NodeCounters, NodeEvent, NodeStatus, Observed, Served};
 pub use persister::{Persister, TakeState, PERSIST_EVERY};
-pub use request::{Answer, LockRequest};
+pub use request::{AcquireRef, Answer, Incoming, LockRequest};
 pub use single::{
     start_single, LegacySingleState, SingleNode, SinglePersister, SingleRunning, SingleStartError,
     SingleState, STATE_FILE as SINGLE_STATE_FILE,

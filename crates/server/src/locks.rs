@@ -15,12 +15,9 @@ use crate::clock::Clock;
 use crate::delivery::{Delivery, Mailbox};
 use crate::inspect::{LockPage, LockQuery};
 use crate::metrics::Metrics;
-use crate::node::{LockNode, NodeEvent, NodeStatus, Observed, Served};
-use crate::request::{Answer, LockRequest};
+use crate::node::{Events, LockNode, NodeEvent, NodeStatus, Observed, Served};
+use crate::request::{Answer, Incoming, LockRequest};
 use crate::timing::Timing;
-
-/// Events produced under the lock, delivered after it is dropped.
-pub type Events = Vec<NodeEvent>;
 
 /// A node's lock logic behind its mutex, with the timer's wake-up.
 #[derive(Debug)]
@@ -180,7 +177,7 @@ impl<N: LockNode> SharedLocks<N> {
         self.metrics.request(request.op());
         // An acquire's wait is measured to its answer, read before the lock.
         let answered_at = match request {
-            LockRequest::Acquire { .. } => self.clock.now().max(received_at),
+            LockRequest::Acquire(_) => self.clock.now().max(received_at),
             _ => received_at,
         };
         self.run_counted(
@@ -191,7 +188,15 @@ impl<N: LockNode> SharedLocks<N> {
                     // Before the node hands the key on, in this call or later.
                     g.timing.releasing(key, now);
                 }
-                g.node.handle(request, now, mailbox, events)
+                let reply_to = mailbox;
+                g.node.handle(
+                    Incoming {
+                        request,
+                        now,
+                        reply_to,
+                    },
+                    events,
+                )
             },
             |timing, metrics, served| {
                 timing.answered(metrics, request, served, received_at, answered_at)
@@ -364,12 +369,12 @@ impl<N: LockNode> SharedLocks<N> {
         mailbox: &Mailbox,
         events: &mut Events,
     ) -> Served<baton_core::AcquireOutcome> {
-        let request = LockRequest::Acquire {
+        let request = LockRequest::Acquire(crate::AcquireRef {
             key: &key,
             wait_ms,
             lease_ms,
             options: &baton_core::AcquireOptions::default(),
-        };
+        });
         match self.handle(request, received_at, mailbox, events) {
             Served::Done(Answer::Acquired(outcome)) => Served::Done(outcome),
             Served::Done(other) => panic!("an acquire answered {other:?}"),

@@ -20,7 +20,11 @@ use baton_proto::{Mode, Op, Response, Role};
 
 use crate::delivery::Mailbox;
 use crate::inspect::{list_page, LockPage, LockQuery, Member};
-use crate::request::{change_response, Answer, LockRequest};
+use crate::request::{change_response, Answer, Incoming, LockRequest};
+
+/// A node's events, made under the server's lock and delivered after it
+/// is dropped.
+pub type Events = Vec<NodeEvent>;
 
 /// The answer of a node that may not be the one serving.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -153,36 +157,52 @@ pub struct NodeStatus {
     pub extra: Vec<(String, String)>,
 }
 
+impl NodeStatus {
+    /// A node's status in `role` and `mode` over `table`, with `waiters`
+    /// queued: the token shown is the table's last (the last issued, or
+    /// the floor the next is above), the locks its grants. No serving
+    /// node named, no extra field.
+    pub fn of_table(role: Role, mode: Mode, table: &LockTable, waiters: usize) -> NodeStatus {
+        NodeStatus {
+            role,
+            mode,
+            active: None,
+            token: table.last_token(),
+            locks: table.len() as u64,
+            waiters: waiters as u64,
+            extra: Vec::new(),
+        }
+    }
+}
+
 /// The lock logic of a node. Every method runs under the server's mutex:
 /// keep them short and free of I/O (see the call protocol above).
 pub trait LockNode: Send + 'static {
-    /// A client's request ([`LockRequest`]), answered now,
-    /// redirected, or answered later to `reply_to`, the asking
-    /// connection's mailbox, which also hears how a queued acquire ends.
-    fn handle(
-        &mut self,
-        request: LockRequest<'_>,
-        now: Millis,
-        reply_to: &Mailbox,
-        events: &mut Vec<NodeEvent>,
-    ) -> Served<Answer>;
+    /// A client's request ([`Incoming`]), answered now, redirected, or
+    /// answered later to its `reply_to`.
+    fn handle(&mut self, incoming: Incoming<'_>, events: &mut Events) -> Served<Answer>;
     /// Releases a grant whose connection was gone before it could be
-    /// written (a ghost grant): nobody hears the answer, and a node that
-    /// no longer serves has nothing to release.
-    fn release_unreceived(
-        &mut self,
-        key: &Key,
-        token: Token,
-        now: Millis,
-        events: &mut Vec<NodeEvent>,
-    );
+    /// written (a ghost grant): a release whose answer nobody hears, and
+    /// a node that no longer serves has nothing to release.
+    fn release_unreceived(&mut self, key: &Key, token: Token, now: Millis, events: &mut Events) {
+        let request = LockRequest::Release { key, token };
+        let reply_to = &Mailbox::closed();
+        let _ = self.handle(
+            Incoming {
+                request,
+                now,
+                reply_to,
+            },
+            events,
+        );
+    }
     /// A queued acquire's connection closed.
     fn cancel(&mut self, id: WaiterId);
     /// A pending watch's connection closed. A node that keeps no watches
     /// has none to cancel.
     fn cancel_watch(&mut self, _id: WatchId) {}
     /// Does whatever is due at `now`.
-    fn tick(&mut self, now: Millis, events: &mut Vec<NodeEvent>);
+    fn tick(&mut self, now: Millis, events: &mut Events);
     /// When `tick` next has something to do.
     fn next_deadline(&self) -> Option<Millis>;
     fn status(&self) -> NodeStatus;
@@ -242,42 +262,6 @@ pub struct Observed {
     /// ended (0 when none has): leases the node has not expired yet, its
     /// expiry backlog. `None` on a node that does not serve.
     pub expiry_overdue_ms: Option<Millis>,
-}
-
-/// The counts every mode keeps alike for its [`NodeCounters`]: leases
-/// that ran out and changes of role.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct NodeTally {
-    expiries: u64,
-    role_changes: u64,
-}
-
-impl NodeTally {
-    /// Counts the leases a tick ended: the keys it took out of the table
-    /// (held `before`, `after` it), and those it handed on to their next
-    /// waiter (in `events`, still held). A tick also times waits out,
-    /// which changes no grant. A request that named a grant past its
-    /// lease's end, answered `NotFound`, ended it the same way.
-    pub fn leases_ended(&mut self, before: usize, after: usize, events: &[NodeEvent]) {
-        let handed_on = events
-            .iter()
-            .filter(|e| matches!(e, NodeEvent::Granted { .. }))
-            .count();
-        self.expiries += (before + handed_on).saturating_sub(after) as u64;
-    }
-
-    pub fn role_changed(&mut self) {
-        self.role_changes += 1;
-    }
-
-    /// The counters with these two counts and nothing else known.
-    pub fn counters(&self) -> NodeCounters {
-        NodeCounters {
-            expiries: self.expiries,
-            role_changes: self.role_changes,
-            ..NodeCounters::default()
-        }
-    }
 }
 
 /// Counts and positions only the engine knows (see [`LockNode::counters`]).

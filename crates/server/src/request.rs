@@ -9,23 +9,19 @@
 //! `baton_core` and its arm in each node's `handle`.
 
 use baton_core::{
-    AcquireOptions, AcquireOutcome, HolderValue, Key, KeyState, Outcome, StateTag, Token, WatchId,
+    Acquire, AcquireOptions, AcquireOutcome, HolderValue, Key, KeyState, Millis, Outcome, StateTag,
+    Token, WatchId,
 };
 use baton_proto::{Op, Request, Response};
+
+use crate::delivery::Mailbox;
 
 /// A request to the lock logic. The key is borrowed from the decoded
 /// line, which the connection keeps for its answer: making the request
 /// copies nothing.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum LockRequest<'a> {
-    /// `wait_ms` is never 0 here: the connection has turned a `wait 0`
-    /// into the node's maximum wait.
-    Acquire {
-        key: &'a Key,
-        wait_ms: u64,
-        lease_ms: u64,
-        options: &'a AcquireOptions,
-    },
+    Acquire(AcquireRef<'a>),
     Release {
         key: &'a Key,
         token: Token,
@@ -54,6 +50,36 @@ pub enum LockRequest<'a> {
     },
 }
 
+/// A request as it reaches a node: what is asked, the node's time, and
+/// the asking connection's mailbox, which hears a late answer and how a
+/// queued acquire or a pending watch ends.
+#[derive(Debug, Clone, Copy)]
+pub struct Incoming<'a> {
+    pub request: LockRequest<'a>,
+    pub now: Millis,
+    pub reply_to: &'a Mailbox,
+}
+
+/// An acquire's terms borrowed from the decoded line. `wait_ms` is never
+/// 0 here: the connection has turned a `wait 0` into the node's maximum
+/// wait.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AcquireRef<'a> {
+    pub key: &'a Key,
+    pub wait_ms: u64,
+    pub lease_ms: u64,
+    pub options: &'a AcquireOptions,
+}
+
+impl AcquireRef<'_> {
+    /// The terms as the engines keep them (a waiter holds its key and
+    /// options).
+    pub fn to_acquire(self) -> Acquire {
+        let options = self.options.clone();
+        Acquire::new(self.key.clone(), self.wait_ms, self.lease_ms, options)
+    }
+}
+
 impl<'a> LockRequest<'a> {
     /// The lock request a decoded line makes (`None` for `S` and `U`,
     /// which the connection answers itself).
@@ -64,12 +90,12 @@ impl<'a> LockRequest<'a> {
                 wait_ms,
                 lease_ms,
                 options,
-            } => LockRequest::Acquire {
+            } => LockRequest::Acquire(AcquireRef {
                 key,
                 wait_ms: *wait_ms,
                 lease_ms: *lease_ms,
                 options,
-            },
+            }),
             Request::SetValue { key, token, value } => LockRequest::SetValue {
                 key,
                 token: *token,
@@ -98,7 +124,7 @@ impl<'a> LockRequest<'a> {
     /// The request's kind, as the wire and the metrics name it.
     pub fn op(&self) -> Op {
         match self {
-            LockRequest::Acquire { .. } => Op::Acquire,
+            LockRequest::Acquire(_) => Op::Acquire,
             LockRequest::Release { .. } => Op::Release,
             LockRequest::Renew { .. } => Op::Renew,
             LockRequest::Query { .. } => Op::Query,
@@ -109,7 +135,7 @@ impl<'a> LockRequest<'a> {
 
     pub fn key(&self) -> &'a Key {
         match *self {
-            LockRequest::Acquire { key, .. }
+            LockRequest::Acquire(AcquireRef { key, .. })
             | LockRequest::Release { key, .. }
             | LockRequest::Renew { key, .. }
             | LockRequest::Query { key }
@@ -191,12 +217,12 @@ mod tests {
         }
         assert_eq!(
             LockRequest::from_line(&lines[0]),
-            Some(LockRequest::Acquire {
+            Some(LockRequest::Acquire(AcquireRef {
                 key: &k,
                 wait_ms: 5,
                 lease_ms: 7,
                 options: &baton_proto::AcquireOptions::default(),
-            })
+            }))
         );
         assert_eq!(
             LockRequest::from_line(&lines[2]),

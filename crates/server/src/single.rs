@@ -16,8 +16,8 @@ use std::path::Path;
 use std::sync::Arc;
 
 use baton_core::{
-    Event, Key, LegacyTableSnapshot, LockService, LockTable, Millis, Outcome, Quota, TableSnapshot,
-    Token, WaiterId, WatchId,
+    Event, Key, LegacyTableSnapshot, LockService, LockTable, Millis, Quota, TableSnapshot, Token,
+    WaiterId, WatchId,
 };
 use baton_proto::{Mode, Role};
 use serde::{Deserialize, Serialize};
@@ -27,9 +27,9 @@ use crate::config::ServerConfig;
 use crate::delivery::Mailbox;
 use crate::listener::{Server, ServerError};
 use crate::locks::SharedLocks;
-use crate::node::{LockNode, NodeCounters, NodeEvent, NodeStatus, NodeTally, Served};
+use crate::node::{Events, LockNode, NodeCounters, NodeEvent, NodeStatus, Served};
 use crate::persister::Persister;
-use crate::request::{Answer, LockRequest};
+use crate::request::{Answer, Incoming, LockRequest};
 use crate::state_file::{StateFile, StateFileError, StateFormat};
 use crate::token_floor;
 use crate::watching::{earliest, NodeWatches};
@@ -70,8 +70,6 @@ pub struct SingleNode {
     scratch: Vec<Event<Mailbox>>,
     /// The service's count of changes at version 1 (see [`Self::version`]).
     changes_at_start: u64,
-    /// Grants whose lease ran out (for the metrics).
-    tally: NodeTally,
 }
 
 impl Default for SingleNode {
@@ -98,12 +96,11 @@ impl SingleNode {
             service,
             watches: NodeWatches::default(),
             scratch: Vec::new(),
-            tally: NodeTally::default(),
         }
     }
 
     /// Answers the watches of the keys whose holders or values changed.
-    fn answer_watches(&mut self, now: Millis, events: &mut Vec<NodeEvent>) {
+    fn answer_watches(&mut self, now: Millis, events: &mut Events) {
         let changed = self.service.drain_changed_keys();
         let service = &self.service;
         self.watches
@@ -125,107 +122,42 @@ impl SingleNode {
         1 + (self.service.changes() - self.changes_at_start)
     }
 
-    fn release(
-        &mut self,
-        key: &Key,
-        token: Token,
-        now: Millis,
-        events: &mut Vec<NodeEvent>,
-    ) -> Outcome {
-        let outcome = self.service.release(key, token, now, &mut self.scratch);
-        self.pass_on(events);
-        outcome
-    }
-
     /// The service's events, for the node's caller.
-    fn pass_on(&mut self, events: &mut Vec<NodeEvent>) {
+    fn pass_on(&mut self, events: &mut Events) {
         events.extend(self.scratch.drain(..).map(NodeEvent::from));
-    }
-
-    /// Answers a request naming a grant of a key (`R`, `K`, `V`), the
-    /// lease it ended counted: one past its lease's end, not yet expired
-    /// by a tick, is expired by the request.
-    fn change_grant(
-        &mut self,
-        request: LockRequest<'_>,
-        now: Millis,
-        events: &mut Vec<NodeEvent>,
-    ) -> Outcome {
-        let (before, first) = (self.service.table().len(), events.len());
-        let outcome = match request {
-            LockRequest::Release { key, token } => self.release(key, token, now, events),
-            LockRequest::Renew {
-                key,
-                token,
-                lease_ms,
-            } => self
-                .service
-                .renew(key, token, lease_ms, now, &mut self.scratch),
-            LockRequest::SetValue { key, token, value } => {
-                let value = value.cloned();
-                let service = &mut self.service;
-                service.set_value(key, token, value, now, &mut self.scratch)
-            }
-            other => {
-                debug_assert!(false, "{other:?} names no grant");
-                return Outcome::NotFound;
-            }
-        };
-        self.pass_on(events);
-        if outcome == Outcome::NotFound {
-            let after = self.service.table().len();
-            self.tally.leases_ended(before, after, &events[first..]);
-        }
-        outcome
     }
 }
 
 impl LockNode for SingleNode {
-    fn handle(
-        &mut self,
-        request: LockRequest<'_>,
-        now: Millis,
-        reply_to: &Mailbox,
-        events: &mut Vec<NodeEvent>,
-    ) -> Served<Answer> {
-        let answer = match request {
-            LockRequest::Acquire {
-                key,
-                wait_ms,
-                lease_ms,
-                options,
-            } => Answer::Acquired(self.service.acquire_with(
-                key.clone(),
-                wait_ms,
-                lease_ms,
-                options.clone(),
-                now,
-                reply_to.clone(),
-            )),
-            LockRequest::Release { .. }
-            | LockRequest::Renew { .. }
-            | LockRequest::SetValue { .. } => {
-                Answer::Changed(self.change_grant(request, now, events))
+    fn handle(&mut self, incoming: Incoming<'_>, events: &mut Events) -> Served<Answer> {
+        let (now, reply_to) = (incoming.now, incoming.reply_to);
+        let scratch = &mut self.scratch;
+        let answer = match incoming.request {
+            LockRequest::Acquire(acquire) => {
+                let acquire = acquire.to_acquire();
+                Answer::Acquired(self.service.acquire(acquire, now, reply_to.clone()))
             }
+            LockRequest::Release { key, token } => {
+                Answer::Changed(self.service.release(key, token, now, scratch))
+            }
+            LockRequest::Renew {
+                key,
+                token,
+                lease_ms,
+            } => Answer::Changed(self.service.renew(key, token, lease_ms, now, scratch)),
             LockRequest::Query { key } => Answer::Queried(self.service.query(key, now)),
+            LockRequest::SetValue { key, token, value } => {
+                let value = value.cloned();
+                Answer::Changed(self.service.set_value(key, token, value, now, scratch))
+            }
             LockRequest::Watch { key, wait_ms, seen } => {
                 let state = self.service.query(key, now);
                 self.watches.watch(key, wait_ms, seen, state, now, reply_to)
             }
         };
+        self.pass_on(events);
         self.answer_watches(now, events);
         Served::Done(answer)
-    }
-
-    fn release_unreceived(
-        &mut self,
-        key: &Key,
-        token: Token,
-        now: Millis,
-        events: &mut Vec<NodeEvent>,
-    ) {
-        self.release(key, token, now, events);
-        self.answer_watches(now, events);
     }
 
     fn cancel(&mut self, id: WaiterId) {
@@ -236,12 +168,9 @@ impl LockNode for SingleNode {
         self.watches.cancel(id);
     }
 
-    fn tick(&mut self, now: Millis, events: &mut Vec<NodeEvent>) {
-        let (before, first) = (self.service.table().len(), events.len());
+    fn tick(&mut self, now: Millis, events: &mut Events) {
         self.service.tick(now, &mut self.scratch);
         self.pass_on(events);
-        let after = self.service.table().len();
-        self.tally.leases_ended(before, after, &events[first..]);
         self.answer_watches(now, events);
         let service = &self.service;
         self.watches
@@ -266,20 +195,15 @@ impl LockNode for SingleNode {
     }
 
     fn counters(&self) -> NodeCounters {
-        self.tally.counters()
+        NodeCounters {
+            expiries: self.service.expiries(),
+            ..NodeCounters::default()
+        }
     }
 
     fn status(&self) -> NodeStatus {
-        NodeStatus {
-            role: Role::Single,
-            mode: Mode::Single,
-            active: None,
-            // The last token issued, or the floor the next is above.
-            token: self.service.table().last_token(),
-            locks: self.service.table().len() as u64,
-            waiters: self.service.waiter_count() as u64,
-            extra: Vec::new(),
-        }
+        let (table, waiters) = (self.service.table(), self.service.waiter_count());
+        NodeStatus::of_table(Role::Single, Mode::Single, table, waiters)
     }
 }
 
@@ -364,29 +288,53 @@ pub async fn start_single(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::delivery::Delivery;
+    use crate::request::AcquireRef;
     use crate::test_support::key;
-    use tokio::sync::mpsc;
+    use baton_core::{AcquireOptions, AcquireOutcome, LockMode};
+
+    /// A plain acquire's options.
+    static PLAIN: AcquireOptions = AcquireOptions {
+        permits: 1,
+        mode: LockMode::Exclusive,
+        value: None,
+    };
+
+    fn plain(k: &Key, wait_ms: u64, lease_ms: u64) -> AcquireRef<'_> {
+        let options = &PLAIN;
+        AcquireRef {
+            key: k,
+            wait_ms,
+            lease_ms,
+            options,
+        }
+    }
+
+    /// Asks `node` for `acquire` at `now`; nobody reads the answers.
+    fn ask(
+        node: &mut SingleNode,
+        acquire: AcquireRef<'_>,
+        now: Millis,
+        events: &mut Events,
+    ) -> Served<Answer> {
+        let request = LockRequest::Acquire(acquire);
+        let reply_to = &Mailbox::closed();
+        node.handle(
+            Incoming {
+                request,
+                now,
+                reply_to,
+            },
+            events,
+        )
+    }
 
     fn grant(node: &mut SingleNode, k: &str, now: Millis) -> Token {
         grant_with(node, k, now, &mut Vec::new())
     }
 
-    fn grant_with(
-        node: &mut SingleNode,
-        k: &str,
-        now: Millis,
-        events: &mut Vec<NodeEvent>,
-    ) -> Token {
-        let (tx, _rx) = mpsc::unbounded_channel::<Delivery>();
-        let request = LockRequest::Acquire {
-            key: &key(k),
-            wait_ms: 0,
-            lease_ms: 10_000,
-            options: &baton_core::AcquireOptions::default(),
-        };
-        match node.handle(request, now, &Mailbox(tx), events) {
-            Served::Done(Answer::Acquired(baton_core::AcquireOutcome::Granted { token })) => token,
+    fn grant_with(node: &mut SingleNode, k: &str, now: Millis, events: &mut Events) -> Token {
+        match ask(node, plain(&key(k), 0, 10_000), now, events) {
+            Served::Done(Answer::Acquired(AcquireOutcome::Granted { token })) => token,
             other => panic!("expected a grant, got {other:?}"),
         }
     }
@@ -394,28 +342,16 @@ mod tests {
     #[test]
     fn a_tick_counts_every_lease_it_ends_also_one_handed_on() {
         let mut node = SingleNode::new();
-        let (tx, _rx) = mpsc::unbounded_channel::<Delivery>();
         let mut events = Vec::new();
         for k in ["alone", "passed", "kept"] {
             let lease_ms = if k == "kept" { 10_000 } else { 20 };
-            let request = LockRequest::Acquire {
-                key: &key(k),
-                wait_ms: 1,
-                lease_ms,
-                options: &baton_core::AcquireOptions::default(),
-            };
-            let _ = node.handle(request, 0, &Mailbox(tx.clone()), &mut events);
+            let _ = ask(&mut node, plain(&key(k), 1, lease_ms), 0, &mut events);
         }
-        let waiter = LockRequest::Acquire {
-            key: &key("passed"),
-            wait_ms: 10_000,
-            lease_ms: 10_000,
-            options: &baton_core::AcquireOptions::default(),
-        };
-        let queued = node.handle(waiter, 0, &Mailbox(tx), &mut events);
+        let passed = key("passed");
+        let queued = ask(&mut node, plain(&passed, 10_000, 10_000), 0, &mut events);
         assert!(matches!(
             queued,
-            Served::Done(Answer::Acquired(baton_core::AcquireOutcome::Queued { .. }))
+            Served::Done(Answer::Acquired(AcquireOutcome::Queued { .. }))
         ));
         node.tick(10, &mut events);
         assert_eq!(node.counters().expiries, 0, "no lease has ended yet");
@@ -424,6 +360,30 @@ mod tests {
         assert_eq!(node.status().locks, 2, "passed is held by its waiter");
         node.tick(40, &mut events);
         assert_eq!(node.counters().expiries, 2);
+    }
+
+    /// A writer's wait running out lets the reader queued behind it share
+    /// the key: a grant in a tick, though no lease ended.
+    #[test]
+    fn a_wait_running_out_ends_no_lease_though_it_lets_a_reader_in() {
+        let mut node = SingleNode::new();
+        let mut events = Vec::new();
+        let shared = AcquireOptions::shared();
+        let k = key("k");
+        for (wait_ms, options) in [(1, &shared), (10, &PLAIN), (10_000, &shared)] {
+            let acquire = AcquireRef {
+                wait_ms,
+                options,
+                ..plain(&k, 0, 10_000)
+            };
+            let _ = ask(&mut node, acquire, 0, &mut events);
+        }
+        node.tick(20, &mut events);
+        let granted = events
+            .iter()
+            .filter(|e| matches!(e, NodeEvent::Granted { .. }));
+        assert_eq!(granted.count(), 1, "{events:?}");
+        assert_eq!(node.counters().expiries, 0, "{events:?}");
     }
 
     #[test]

@@ -13,7 +13,7 @@ use baton_proto::{Op, Response};
 use crate::lease_ends::LeaseEnds;
 use crate::metrics::{Count, ErrorReason, Metrics};
 use crate::node::{NodeEvent, Served};
-use crate::request::{Answer, LockRequest};
+use crate::request::{AcquireRef, Answer, LockRequest};
 
 /// Entries one map may hold before it is emptied: past this many held
 /// keys the hold-time histogram samples the grants instead of timing
@@ -58,7 +58,7 @@ impl Timing {
         answered_at: Millis,
     ) {
         match request {
-            LockRequest::Acquire { key, lease_ms, .. } => {
+            LockRequest::Acquire(AcquireRef { key, lease_ms, .. }) => {
                 self.acquired(m, key, lease_ms, served, received_at, answered_at)
             }
             LockRequest::Release { key, .. } => self.released(m, key, served, received_at),

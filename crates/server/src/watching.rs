@@ -8,7 +8,7 @@ use baton_core::{Key, KeyState, Millis, StateTag, Watch, WatchId, Watches};
 use baton_proto::{Op, Response};
 
 use crate::delivery::Mailbox;
-use crate::node::NodeEvent;
+use crate::node::{Events, NodeEvent};
 use crate::request::Answer;
 
 /// Why a watch past the node's cap is refused (`E W <key> ...`).
@@ -57,7 +57,7 @@ impl NodeWatches {
         &mut self,
         changed: Option<Vec<Key>>,
         state: impl Fn(&Key) -> KeyState,
-        events: &mut Vec<NodeEvent>,
+        events: &mut Events,
     ) {
         if self.watches.is_empty() {
             return;
@@ -78,12 +78,7 @@ impl NodeWatches {
 
     /// Answers, with their key's unchanged state, the watches whose wait
     /// ran out by `now`.
-    pub fn tick(
-        &mut self,
-        now: Millis,
-        state: impl Fn(&Key) -> KeyState,
-        events: &mut Vec<NodeEvent>,
-    ) {
+    pub fn tick(&mut self, now: Millis, state: impl Fn(&Key) -> KeyState, events: &mut Events) {
         for watch in self.watches.due(now) {
             let current = state(&watch.key);
             events.push(watch_answer(watch, Ok(current)));
@@ -98,7 +93,7 @@ impl NodeWatches {
     }
 
     /// The node stops serving: every watch is answered `M W <key> <to|->`.
-    pub fn redirect_all(&mut self, to: Option<String>, events: &mut Vec<NodeEvent>) {
+    pub fn redirect_all(&mut self, to: Option<String>, events: &mut Events) {
         for watch in self.watches.drain() {
             events.push(watch_answer(watch, Err(to.clone())));
         }

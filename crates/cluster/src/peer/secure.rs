@@ -130,29 +130,12 @@ where
     Ok(framed)
 }
 
-/// Answers the channel on a dialled `stream` whose first bytes,
-/// `already_read`, start with the hello line: runs the handshake with
+/// Answers the channel on a dialled `stream` whose first bytes, already
+/// read into `input`, start with the hello line: runs the handshake with
 /// any of `keys` and reads the dialler's first frame (at most
 /// `max_first` bytes), all within [`HANDSHAKE_TIMEOUT`]. Returns the
 /// channel, its frame limit still `max_first`, and that first frame.
 pub async fn accept<S>(
-    stream: S,
-    already_read: BytesMut,
-    hello: &[u8],
-    keys: &ClusterKeys,
-    max_first: usize,
-) -> Result<(SecureFramed<S>, BytesMut), PeerError>
-where
-    S: AsyncRead + AsyncWrite + Unpin,
-{
-    let handshake = accept_within(stream, already_read, hello, keys, max_first);
-    match tokio::time::timeout(HANDSHAKE_TIMEOUT, handshake).await {
-        Ok(result) => result,
-        Err(_) => Err(PeerError::HandshakeTimeout),
-    }
-}
-
-async fn accept_within<S>(
     mut stream: S,
     mut input: BytesMut,
     hello: &[u8],
@@ -162,32 +145,61 @@ async fn accept_within<S>(
 where
     S: AsyncRead + AsyncWrite + Unpin,
 {
-    if !input.starts_with(hello) {
-        return Err(PeerError::NoHello);
+    let handshake = async move {
+        if !input.starts_with(hello) {
+            return Err(PeerError::NoHello);
+        }
+        input.advance(hello.len());
+        let opening = read_handshake_message(&mut stream, &mut input).await?;
+        let Some(noise) = responder(&opening, hello, keys)? else {
+            // An empty handshake message says "refused" without a word any
+            // key could forge: the dialler finds it cannot read it and
+            // learns the node answers but does not share its key (a node
+            // that is merely down never answers), rather than seeing a
+            // hang-up.
+            let _ = stream.write_all(&REFUSED_HANDSHAKE).await;
+            let _ = stream.flush().await;
+            return Err(PeerError::WrongKey);
+        };
+        respond(stream, input, noise, max_first).await
+    };
+    match tokio::time::timeout(HANDSHAKE_TIMEOUT, handshake).await {
+        Ok(result) => result,
+        Err(_) => Err(PeerError::HandshakeTimeout),
     }
-    input.advance(hello.len());
-    let opening = read_handshake_message(&mut stream, &mut input).await?;
+}
+
+/// The responder of the first of `keys` that reads the dialler's
+/// `opening` (`None`: the dialler holds none of them).
+fn responder(
+    opening: &[u8],
+    hello: &[u8],
+    keys: &ClusterKeys,
+) -> Result<Option<snow::HandshakeState>, PeerError> {
     let prologue = prologue(hello);
     let mut payload = [0u8; MAX_HANDSHAKE_MESSAGE];
-    let mut chosen = None;
     for key in keys.accepted() {
         let mut noise = builder(&prologue, key)?
             .build_responder()
             .map_err(noise_error)?;
-        if noise.read_message(&opening, &mut payload).is_ok() {
-            chosen = Some(noise);
-            break;
+        if noise.read_message(opening, &mut payload).is_ok() {
+            return Ok(Some(noise));
         }
     }
-    let Some(mut noise) = chosen else {
-        // An empty handshake message says "refused" without a word any
-        // key could forge: the dialler finds it cannot read it and learns
-        // the node answers but does not share its key (a node that is
-        // merely down never answers), rather than seeing a hang-up.
-        let _ = stream.write_all(&REFUSED_HANDSHAKE).await;
-        let _ = stream.flush().await;
-        return Err(PeerError::WrongKey);
-    };
+    Ok(None)
+}
+
+/// Ends the handshake `noise` has begun and reads the dialler's first
+/// frame, `input` first (at most `max_first` bytes).
+async fn respond<S>(
+    mut stream: S,
+    input: BytesMut,
+    mut noise: snow::HandshakeState,
+    max_first: usize,
+) -> Result<(SecureFramed<S>, BytesMut), PeerError>
+where
+    S: AsyncRead + AsyncWrite + Unpin,
+{
     let mut message = [0u8; MAX_HANDSHAKE_MESSAGE];
     let len = noise
         .write_message(&[], &mut message)

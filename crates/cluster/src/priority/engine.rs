@@ -268,6 +268,12 @@ impl<H> PriorityNode<H> {
         self.service.waiter_count()
     }
 
+    /// Grants whose lease ran out here while this node was the active
+    /// (a standby's table changes by replication), since it started.
+    pub fn expiries(&self) -> u64 {
+        self.service.expiries()
+    }
+
     pub fn term(&self) -> Term {
         self.term
     }

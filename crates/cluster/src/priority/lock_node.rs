@@ -6,12 +6,10 @@
 //! link tasks, the pump, a graceful stop, the persister) is the call
 //! protocol in docs/architecture.md, "Cluster modes".
 
-use baton_core::{
-    Key, KeyState, LockTable, Millis, NotServing, Outcome, Quota, Token, WaiterId, WatchId,
-};
+use baton_core::{Key, KeyState, LockTable, Millis, NotServing, Quota, WaiterId, WatchId};
 use baton_proto::{Mode, Role};
 use baton_server::{
-    earliest, Answer, LockNode, LockRequest, Mailbox, NodeEvent, NodeStatus, NodeTally,
+    earliest, Answer, Events, Incoming, LockNode, LockRequest, Mailbox, NodeEvent, NodeStatus,
     NodeWatches, Served,
 };
 use tokio::sync::watch;
@@ -55,8 +53,8 @@ pub struct PriorityLockNode {
     view: RoleView,
     /// A graceful stop is under way: the view also carries its prospects.
     stopping: bool,
-    /// For the metrics: changes of role, and leases that ran out here.
-    tally: NodeTally,
+    /// Changes of role, for the metrics.
+    role_changes: u64,
     /// The watches (`W`) of this node while it is the active; answered
     /// `M W` when it stops serving.
     watches: NodeWatches,
@@ -75,7 +73,7 @@ impl PriorityLockNode {
             role: watch::channel(view).0,
             view,
             stopping: false,
-            tally: NodeTally::default(),
+            role_changes: 0,
             watches: NodeWatches::default(),
         }
     }
@@ -95,7 +93,7 @@ impl PriorityLockNode {
         from: NodeIndex,
         messages: Vec<PriorityMessage>,
         now: Millis,
-        events: &mut Vec<NodeEvent>,
+        events: &mut Events,
     ) {
         for message in messages {
             self.engine.handle_message(from, message, now);
@@ -136,7 +134,7 @@ impl PriorityLockNode {
     /// One step of a graceful stop: hands the active role to a live peer
     /// if it can, and says where the stop stands. From the first call on,
     /// the role view carries the stop's prospects (see [`RoleView`]).
-    pub fn handoff_step(&mut self, now: Millis, events: &mut Vec<NodeEvent>) -> HandoffStep {
+    pub fn handoff_step(&mut self, now: Millis, events: &mut Events) -> HandoffStep {
         self.stopping = true;
         let step = if let Some(successor) = self.engine.handed_off_to() {
             HandoffStep::Done(successor)
@@ -163,7 +161,7 @@ impl PriorityLockNode {
     /// After every input: the engine's events become the server's, and the
     /// role view is brought up to date (waking a graceful stop if it
     /// changed).
-    fn after_input(&mut self, now: Millis, events: &mut Vec<NodeEvent>) {
+    fn after_input(&mut self, now: Millis, events: &mut Events) {
         while let Some(event) = self.engine.poll_event() {
             let peers = &self.engine.config().peers;
             events.push(NodeEvent::from_event(event, |i| peers.get(i).cloned()));
@@ -185,7 +183,7 @@ impl PriorityLockNode {
             return;
         }
         if view.role != self.view.role {
-            self.tally.role_changed();
+            self.role_changes += 1;
         }
         self.view = view;
         self.role.send_replace(view);
@@ -193,7 +191,7 @@ impl PriorityLockNode {
 
     /// Answers the watches of the keys that changed; a node that no
     /// longer serves answers all its watches `M W <key> <active|->`.
-    fn answer_watches(&mut self, now: Millis, events: &mut Vec<NodeEvent>) {
+    fn answer_watches(&mut self, now: Millis, events: &mut Events) {
         let changed = self.engine.drain_changed_keys();
         if self.watches.is_empty() {
             return;
@@ -225,30 +223,12 @@ impl PriorityLockNode {
 }
 
 impl LockNode for PriorityLockNode {
-    fn handle(
-        &mut self,
-        request: LockRequest<'_>,
-        now: Millis,
-        reply_to: &Mailbox,
-        events: &mut Vec<NodeEvent>,
-    ) -> Served<Answer> {
-        let (before, first) = (self.engine.table().len(), events.len());
+    fn handle(&mut self, incoming: Incoming<'_>, events: &mut Events) -> Served<Answer> {
+        let (now, reply_to) = (incoming.now, incoming.reply_to);
         let engine = &mut self.engine;
-        let result = match request {
-            LockRequest::Acquire {
-                key,
-                wait_ms,
-                lease_ms,
-                options,
-            } => engine
-                .handle_acquire_with(
-                    key.clone(),
-                    wait_ms,
-                    lease_ms,
-                    options,
-                    now,
-                    reply_to.clone(),
-                )
+        let result = match incoming.request {
+            LockRequest::Acquire(acquire) => engine
+                .handle_acquire(acquire.to_acquire(), now, reply_to.clone())
                 .map(Answer::Acquired),
             LockRequest::SetValue { key, token, value } => engine
                 .handle_set_value(key, token, value.cloned(), now)
@@ -269,24 +249,7 @@ impl LockNode for PriorityLockNode {
             LockRequest::Query { key } => engine.handle_query(key, now).map(Answer::Queried),
         };
         self.after_input(now, events);
-        if let Ok(Answer::Changed(Outcome::NotFound)) = result {
-            // A grant named past its lease's end was expired by the request.
-            let after = self.engine.table().len();
-            self.tally.leases_ended(before, after, &events[first..]);
-        }
         self.served(result)
-    }
-
-    fn release_unreceived(
-        &mut self,
-        key: &Key,
-        token: Token,
-        now: Millis,
-        events: &mut Vec<NodeEvent>,
-    ) {
-        // A node that no longer serves has nothing to release.
-        let _ = self.engine.handle_release(key, token, now);
-        self.after_input(now, events);
     }
 
     fn cancel(&mut self, id: WaiterId) {
@@ -297,8 +260,7 @@ impl LockNode for PriorityLockNode {
         self.watches.cancel(id);
     }
 
-    fn tick(&mut self, now: Millis, events: &mut Vec<NodeEvent>) {
-        let (before, first) = (self.engine.table().len(), events.len());
+    fn tick(&mut self, now: Millis, events: &mut Events) {
         self.engine.handle_tick(now);
         self.after_input(now, events);
         let engine = &self.engine;
@@ -308,9 +270,6 @@ impl LockNode for PriorityLockNode {
                 .unwrap_or_else(|| KeyState::plain(None, 0))
         };
         self.watches.tick(now, state, events);
-        // Only on the active: a standby's table changes by replication.
-        let after = self.engine.table().len();
-        self.tally.leases_ended(before, after, &events[first..]);
     }
 
     fn next_deadline(&self) -> Option<Millis> {
@@ -327,17 +286,14 @@ impl LockNode for PriorityLockNode {
 
     fn status(&self) -> NodeStatus {
         let engine = &self.engine;
+        let role = match engine.role() {
+            NodeRole::Active => Role::Active,
+            NodeRole::Standby | NodeRole::HandingOff { .. } => Role::Standby,
+        };
+        let (table, waiters) = (engine.table(), engine.waiter_count());
         NodeStatus {
-            role: match engine.role() {
-                NodeRole::Active => Role::Active,
-                NodeRole::Standby | NodeRole::HandingOff { .. } => Role::Standby,
-            },
-            mode: Mode::Priority,
             active: self.address(engine.redirect_target()),
-            token: engine.table().last_token(),
-            locks: engine.table().len() as u64,
-            waiters: engine.waiter_count() as u64,
-            extra: Vec::new(),
+            ..NodeStatus::of_table(role, Mode::Priority, table, waiters)
         }
     }
 
@@ -358,9 +314,11 @@ impl LockNode for PriorityLockNode {
 
     fn counters(&self) -> baton_server::NodeCounters {
         baton_server::NodeCounters {
+            expiries: self.engine.expiries(),
+            role_changes: self.role_changes,
             handoffs_given: Some(self.engine.handoffs().given),
             handoffs_taken: Some(self.engine.handoffs().taken),
-            ..self.tally.counters()
+            ..Default::default()
         }
     }
 

@@ -7,7 +7,7 @@
 
 #![allow(clippy::unwrap_used)] // a failed unwrap in a test is a failed test
 
-use baton_core::{AcquireOutcome, Event, Key, Millis, NotServing, Outcome, Token};
+use baton_core::{Acquire, AcquireOutcome, Event, Key, Millis, NotServing, Outcome, Token};
 
 use super::engine::{HandoffCounts, NodeRole, PriorityNode, TOKEN_MARGIN};
 use super::messages::{
@@ -51,7 +51,9 @@ fn fresh_cluster_waits_the_quiet_period_then_node_0_serves() {
 fn a_standby_answers_not_serving_with_the_active() {
     let mut c = elected(3);
     let now = c.now;
-    let refused = c.node_mut(1).handle_acquire(key("a"), 0, 100, now, 9);
+    let refused = c
+        .node_mut(1)
+        .handle_acquire(Acquire::plain(key("a"), 0, 100), now, 9);
     assert_eq!(refused, Err(NotServing::redirect(Some(0))));
     let refused = c.node_mut(2).handle_release(&key("a"), 5, now);
     assert_eq!(refused, Err(NotServing::redirect(Some(0))));
@@ -160,7 +162,9 @@ fn a_paused_active_steps_down_before_granting() {
     c.frozen[0] = false;
     // The first thing node 0 does after the pause is a client's acquire.
     let now = c.now;
-    let answer = c.node_mut(0).handle_acquire(key("c"), 0, 1_000, now, 5);
+    let answer = c
+        .node_mut(0)
+        .handle_acquire(Acquire::plain(key("c"), 0, 1_000), now, 5);
     assert_eq!(
         answer,
         Err(NotServing::redirect(None)),
@@ -197,7 +201,9 @@ fn a_paused_active_steps_down_at_its_first_tick() {
     c.run(TIMEOUT / 2);
     c.frozen[0] = false;
     let now = c.now;
-    let answer = c.node_mut(0).handle_acquire(key("a"), 0, 100, now, 1);
+    let answer = c
+        .node_mut(0)
+        .handle_acquire(Acquire::plain(key("a"), 0, 100), now, 1);
     assert!(answer.is_ok(), "stepped down after a short stall");
 }
 
@@ -269,7 +275,9 @@ fn a_handoff_moves_every_lock_and_the_waiters_to_the_successor() {
     // Until the successor takes over, nobody serves: `-`, not a redirect
     // the successor (still following node 0) would send back.
     assert_eq!(c.node(0).redirect_target(), None);
-    let answer = c.node_mut(0).handle_acquire(key("z"), 0, 100, now, 8);
+    let answer = c
+        .node_mut(0)
+        .handle_acquire(Acquire::plain(key("z"), 0, 100), now, 8);
     assert_eq!(
         answer,
         Err(NotServing::redirect(None)),

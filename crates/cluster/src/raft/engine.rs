@@ -12,15 +12,15 @@
 use std::collections::{HashMap, HashSet, VecDeque};
 
 use baton_core::{
-    AcquireOptions, AcquireOutcome, Command, Event, HolderValue, Key, KeyState, LockRules,
-    LockTable, Millis, NodeIndex, NotServing, Outcome, Quota, TableSnapshot, Token, Waiter,
-    WaiterId,
+    Command, Event, Key, KeyState, LockRules, LockTable, Millis, NodeIndex, NotServing, Quota,
+    TableSnapshot, Token, Waiter,
 };
 
 use super::members::Members;
 use super::types::{NodeId, Proposal, Tagged};
 
 mod apply;
+mod client;
 mod expiry;
 mod leadership;
 mod token_floor;
@@ -387,196 +387,6 @@ impl<H> RaftEngine<H> {
             None => rules.hand_on(&self.table, key, now, events),
             Some(token) => rules.hand_on_behind_release(&self.table, key, token, now, events),
         }
-    }
-
-    /// A plain acquire (see [`RaftEngine::handle_acquire_with`]).
-    pub fn handle_acquire(
-        &mut self,
-        key: Key,
-        wait_ms: u64,
-        lease_ms: u64,
-        now: Millis,
-        handle: H,
-        events: &mut Vec<Event<H>>,
-    ) -> Result<AcquireOutcome, NotServing> {
-        let plain = AcquireOptions::default();
-        self.handle_acquire_with(key, wait_ms, lease_ms, plain, now, handle, events)
-    }
-
-    /// Queues an acquire with `options` (permits, shared, a value); the
-    /// grant, if any, comes once the log applies it (a `GrantWith` for
-    /// options other than a plain lock's, as the rules decide).
-    #[allow(clippy::too_many_arguments)]
-    pub fn handle_acquire_with(
-        &mut self,
-        key: Key,
-        wait_ms: u64,
-        lease_ms: u64,
-        options: AcquireOptions,
-        now: Millis,
-        handle: H,
-        events: &mut Vec<Event<H>>,
-    ) -> Result<AcquireOutcome, NotServing> {
-        self.saw(now);
-        self.check_serving()?;
-        let admitted = self
-            .leading()
-            .map(|l| l.rules.admit(&self.table, &key, &options));
-        if let Some(Err(refusal)) = admitted {
-            return Ok(AcquireOutcome::Refused(refusal));
-        }
-        let Some(leading) = self.serving_mut() else {
-            return Err(self.not_serving());
-        };
-        let id = leading
-            .rules
-            .queue(key.clone(), wait_ms, lease_ms, now, options, handle);
-        self.hand_on(&key, None, now, events);
-        self.debug_validate();
-        Ok(AcquireOutcome::Queued { id })
-    }
-
-    /// Proposes a release and, right behind it in the same entry, the
-    /// grant of the key to its next waiter (the rules' hand-over behind a
-    /// release). `Ok(None)`: the answer comes as an [`Event::Answered`];
-    /// `Ok(Some(outcome))`: known at once, because no applied grant
-    /// carries that token, or the grant's lease has ended by `now` (its
-    /// expiry is proposed instead: see `lapsed`).
-    pub fn handle_release(
-        &mut self,
-        key: &Key,
-        token: Token,
-        reply: Option<H>,
-        now: Millis,
-        events: &mut Vec<Event<H>>,
-    ) -> Result<Option<Outcome>, NotServing> {
-        self.saw(now);
-        self.check_serving()?;
-        if self.lapsed(key, token, now, events) {
-            self.debug_validate();
-            return Ok(Some(Outcome::NotFound));
-        }
-        let proposed = self.propose_release(key, token, reply)?;
-        if proposed.is_none() {
-            self.hand_on(key, Some(token), now, events);
-        }
-        self.debug_validate();
-        Ok(proposed)
-    }
-
-    /// The release alone (see [`RaftEngine::handle_release`]).
-    /// The release alone, without the hand-over behind it, so a test can
-    /// see the key handed on when the release applies.
-    #[cfg(test)]
-    pub(crate) fn propose_release_alone(
-        &mut self,
-        key: &Key,
-        token: Token,
-        reply: Option<H>,
-    ) -> Result<Option<Outcome>, NotServing> {
-        let proposed = self.propose_release(key, token, reply);
-        self.debug_validate();
-        proposed
-    }
-
-    fn propose_release(
-        &mut self,
-        key: &Key,
-        token: Token,
-        reply: Option<H>,
-    ) -> Result<Option<Outcome>, NotServing> {
-        self.check_serving()?;
-        // A token a client holds was applied here before this node could
-        // serve, so a mismatch now is final.
-        if self.table.grant_of(key, token).is_none() {
-            return Ok(Some(Outcome::NotFound));
-        }
-        let command = Command::Release {
-            key: key.clone(),
-            token,
-        };
-        let key = key.clone();
-        self.propose(command, Pending::Release { key, reply });
-        Ok(None)
-    }
-
-    /// Proposes a renewal; answers as [`RaftEngine::handle_release`] (a
-    /// lease that has ended is not renewed: the key passes on).
-    pub fn handle_renew(
-        &mut self,
-        key: &Key,
-        token: Token,
-        lease_ms: u64,
-        reply: H,
-        now: Millis,
-        events: &mut Vec<Event<H>>,
-    ) -> Result<Option<Outcome>, NotServing> {
-        let command = Command::Renew {
-            key: key.clone(),
-            token,
-            lease_ms,
-        };
-        let pending = Pending::Renew {
-            key: key.clone(),
-            token,
-            reply,
-        };
-        self.propose_for_grant(key, token, command, pending, now, events)
-    }
-
-    /// Proposes setting (`None`: clearing) the value of `key`'s grant with
-    /// `token`; answers as [`RaftEngine::handle_release`].
-    pub fn handle_set_value(
-        &mut self,
-        key: &Key,
-        token: Token,
-        value: Option<HolderValue>,
-        reply: H,
-        now: Millis,
-        events: &mut Vec<Event<H>>,
-    ) -> Result<Option<Outcome>, NotServing> {
-        let command = Command::SetValue {
-            key: key.clone(),
-            token,
-            value,
-        };
-        let pending = Pending::SetValue {
-            key: key.clone(),
-            reply,
-        };
-        self.propose_for_grant(key, token, command, pending, now, events)
-    }
-
-    /// Proposes `command`, a change of `key`'s grant with `token`, for
-    /// `pending`; answered at once `NotFound` if no applied grant has that
-    /// token (one a client holds was applied before this node could
-    /// serve, so a mismatch is final), or if its lease has ended by `now`.
-    fn propose_for_grant(
-        &mut self,
-        key: &Key,
-        token: Token,
-        command: Command,
-        pending: Pending<H>,
-        now: Millis,
-        events: &mut Vec<Event<H>>,
-    ) -> Result<Option<Outcome>, NotServing> {
-        self.saw(now);
-        self.check_serving()?;
-        if self.table.grant_of(key, token).is_none() || self.lapsed(key, token, now, events) {
-            self.debug_validate();
-            return Ok(Some(Outcome::NotFound));
-        }
-        self.propose(command, pending);
-        self.debug_validate();
-        Ok(None)
-    }
-
-    /// A queued acquire's connection closed.
-    pub fn handle_cancel(&mut self, id: WaiterId) {
-        if let Standing::Leader(leading) = &mut self.standing {
-            leading.rules.cancel(id);
-        }
-        self.debug_validate();
     }
 
     /// Redirects orphans whose time is up, times out waiters and, on the

@@ -11,8 +11,8 @@
 use std::collections::HashMap;
 
 use baton_core::{
-    AcquireOutcome, Command, Event, Key, LockRules, LockService, LockTable, Millis, Outcome,
-    Refusal, Token, Waiter,
+    Acquire, AcquireOutcome, Command, Event, Key, LockRules, LockService, LockTable, Millis,
+    Outcome, Refusal, Token, Waiter,
 };
 use proptest::prelude::*;
 
@@ -141,9 +141,8 @@ impl Deferred {
                 }
                 self.arrivals.push((handle, key));
                 let nobody_waits = self.rules.waiting_on(&k) == 0;
-                let id = self
-                    .rules
-                    .queue(k.clone(), wait, lease, now, options, handle);
+                let acquire = Acquire::new(k.clone(), wait, lease, options);
+                let id = self.rules.queue(acquire, now, handle);
                 self.ids.insert(handle, id);
                 // Queued then handed on when nobody waited is granted at
                 // once if the key has room, as `LockService` has it.
@@ -414,7 +413,7 @@ pub fn service_run(ops: &[Op]) -> (HashMap<u64, End>, LockTable) {
                 } = acquire;
                 let options = options(acquire.ask());
                 let k = keys[key as usize].clone();
-                match svc.acquire_with(k, wait, lease, options, now, handles) {
+                match svc.acquire(Acquire::new(k, wait, lease, options), now, handles) {
                     AcquireOutcome::Granted { token } => {
                         ends.insert(handles, End::Granted(token));
                     }

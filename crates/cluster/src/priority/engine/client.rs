@@ -2,8 +2,8 @@
 //! with where to go instead ([`NotServing`]).
 
 use baton_core::{
-    AcquireOptions, AcquireOutcome, HolderValue, Key, KeyState, Millis, NotServing, Outcome,
-    Refusal, Token, WaiterId,
+    Acquire, AcquireOutcome, HolderValue, Key, KeyState, Millis, NotServing, Outcome, Refusal,
+    Token, WaiterId,
 };
 
 use super::super::messages::{NodeIndex, MAX_TABLE_LOCKS};
@@ -46,41 +46,21 @@ impl<H> PriorityNode<H> {
         }
     }
 
-    /// A client asks for `key`; `handle` comes back in its events.
+    /// A client asks for a key: a plain lock, a permit of a semaphore, a
+    /// shared grant, a value; `handle` comes back in its events.
     pub fn handle_acquire(
         &mut self,
-        key: Key,
-        wait_ms: u64,
-        lease_ms: u64,
-        now: Millis,
-        handle: H,
-    ) -> Result<AcquireOutcome, NotServing> {
-        let plain = AcquireOptions::default();
-        self.handle_acquire_with(key, wait_ms, lease_ms, &plain, now, handle)
-    }
-
-    /// [`Self::handle_acquire`] with `options`: a permit of a semaphore, a
-    /// shared grant, a value.
-    pub fn handle_acquire_with(
-        &mut self,
-        key: Key,
-        wait_ms: u64,
-        lease_ms: u64,
-        options: &AcquireOptions,
+        acquire: Acquire,
         now: Millis,
         handle: H,
     ) -> Result<AcquireOutcome, NotServing> {
         let result = self.serving(now).map(|()| {
             let table = self.service.table();
             // A plain acquire of a held key adds no grant; any other may.
-            let adds_none = table.holder(&key).is_some() && options.is_plain();
+            let adds_none = table.holder(&acquire.key).is_some() && acquire.options.is_plain();
             match past_bounds(self.service.waiter_count(), table.len(), adds_none) {
                 Some(refusal) => AcquireOutcome::Refused(refusal),
-                None => {
-                    let options = options.clone();
-                    self.service
-                        .acquire_with(key, wait_ms, lease_ms, options, now, handle)
-                }
+                None => self.service.acquire(acquire, now, handle),
             }
         });
         self.checked();

@@ -107,7 +107,7 @@ impl<H> PriorityNode<H> {
 mod tests {
     #![allow(clippy::unwrap_used)] // a failed unwrap in a test is a failed test
 
-    use baton_core::{Key, Millis};
+    use baton_core::{Acquire, Key, Millis};
 
     use super::super::roles::{HandingOff, Role, Standby};
     use super::super::{PriorityConfig, PriorityNode};
@@ -140,8 +140,12 @@ mod tests {
         let mut node = active();
         assert_eq!(node.validate(), Ok(()));
         let key = Key::try_from("a").unwrap();
-        assert!(node.handle_acquire(key.clone(), 0, 100, 51, 1).is_ok());
-        assert!(node.handle_acquire(key, 100, 100, 51, 2).is_ok());
+        assert!(node
+            .handle_acquire(Acquire::plain(key.clone(), 0, 100), 51, 1)
+            .is_ok());
+        assert!(node
+            .handle_acquire(Acquire::plain(key, 100, 100), 51, 2)
+            .is_ok());
         assert_eq!(node.validate(), Ok(()));
     }
 
@@ -162,11 +166,15 @@ mod tests {
     fn a_standby_with_waiters_or_unsent_commands_is_caught() {
         let mut node = active();
         let key = Key::try_from("a").unwrap();
-        assert!(node.handle_acquire(key.clone(), 0, 100, 51, 1).is_ok());
+        assert!(node
+            .handle_acquire(Acquire::plain(key.clone(), 0, 100), 51, 1)
+            .is_ok());
         node.role = Role::Standby(Standby::following(None, 51));
         assert_eq!(node.validate(), Err(Broken::JournalWhileNotServing));
         node.role = Role::Active;
-        assert!(node.handle_acquire(key, 100, 100, 51, 2).is_ok());
+        assert!(node
+            .handle_acquire(Acquire::plain(key, 100, 100), 51, 2)
+            .is_ok());
         node.role = Role::Standby(Standby::following(None, 51));
         assert_eq!(
             node.validate(),

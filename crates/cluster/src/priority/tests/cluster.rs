@@ -4,7 +4,7 @@
 
 #![allow(clippy::unwrap_used)] // a failed unwrap in a test is a failed test
 
-use baton_core::{AcquireOutcome, Event, Key, Millis, Token};
+use baton_core::{Acquire, AcquireOutcome, Event, Key, Millis, Token};
 
 use super::super::driver::Driver;
 use super::super::engine::{LinkRefused, NodeRole, PriorityConfig, PriorityNode};
@@ -218,7 +218,7 @@ impl Cluster {
         handle: u64,
     ) -> AcquireOutcome {
         let outcome = self.call(i, |node, now| {
-            node.handle_acquire(key(k), 0, lease, now, handle)
+            node.handle_acquire(Acquire::plain(key(k), 0, lease), now, handle)
         });
         let outcome = outcome.unwrap();
         self.deliver();

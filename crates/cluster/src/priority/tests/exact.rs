@@ -3,7 +3,7 @@
 //! compared whole. Full-size messages (every table in one piece) and a
 //! clock near the epoch.
 
-use baton_core::{Command, SnapshotLock, WaiterId};
+use baton_core::{Acquire, Command, SnapshotLock, WaiterId};
 
 use super::super::engine::wall_floor;
 use super::super::token_floor::TokenBlocks;
@@ -40,9 +40,9 @@ pub(super) fn active_with_a_waiter(me: NodeIndex) -> (PriorityNode<u64>, WaiterI
     let mut node = lone(me, 2, TIMEOUT);
     let now = TIMEOUT + 1;
     let term = node.term();
-    let held = node.handle_acquire(key("a"), 0, 1_000, now, 7);
+    let held = node.handle_acquire(Acquire::plain(key("a"), 0, 1_000), now, 7);
     assert_eq!(held, Ok(AcquireOutcome::Granted { token: term + 1 }));
-    let queued = node.handle_acquire(key("a"), 5_000, 1_000, now, 8);
+    let queued = node.handle_acquire(Acquire::plain(key("a"), 5_000, 1_000), now, 8);
     let Ok(AcquireOutcome::Queued { id }) = queued else {
         panic!("not queued: {queued:?}");
     };
@@ -154,7 +154,7 @@ fn a_standby_follows_the_active_it_hears_and_asks_it_for_its_table() {
         vec![(0, PriorityMessage::SyncRequest)]
     );
     // A client is sent to the active; nothing else happens.
-    let answer = node.handle_acquire(key("a"), 0, 100, now + 1, 7);
+    let answer = node.handle_acquire(Acquire::plain(key("a"), 0, 100), now + 1, 7);
     assert_eq!(answer, Err(NotServing::redirect(Some(0))));
     assert_eq!(node.poll_transmits(), vec![]);
     assert_no_event(&mut node);
@@ -178,7 +178,7 @@ fn an_active_answers_a_sync_request_with_its_table_then_sends_its_commands() {
             }
         )]
     );
-    let granted = node.handle_acquire(key("a"), 0, 1_000, now, 7);
+    let granted = node.handle_acquire(Acquire::plain(key("a"), 0, 1_000), now, 7);
     assert_eq!(granted, Ok(AcquireOutcome::Granted { token: term + 1 }));
     assert_eq!(
         node.poll_transmits(),
@@ -207,10 +207,10 @@ fn a_release_grants_the_waiter_and_replicates_both_in_order() {
     let term = promoted_term(0, 2, TIMEOUT);
     let first = term + 1;
     assert_eq!(
-        node.handle_acquire(key("a"), 0, 1_000, now, 7),
+        node.handle_acquire(Acquire::plain(key("a"), 0, 1_000), now, 7),
         Ok(AcquireOutcome::Granted { token: first })
     );
-    let queued = node.handle_acquire(key("a"), 5_000, 1_000, now, 8);
+    let queued = node.handle_acquire(Acquire::plain(key("a"), 5_000, 1_000), now, 8);
     let Ok(AcquireOutcome::Queued { id }) = queued else {
         panic!("not queued: {queued:?}");
     };
@@ -296,9 +296,9 @@ fn a_handoff_announced_but_never_received_is_refused_once() {
 fn a_cancelled_waiter_gets_no_event() {
     let mut node = lone(0, 2, TIMEOUT);
     let now = TIMEOUT + 1;
-    let first = node.handle_acquire(key("a"), 0, 1_000, now, 7);
+    let first = node.handle_acquire(Acquire::plain(key("a"), 0, 1_000), now, 7);
     assert!(matches!(first, Ok(AcquireOutcome::Granted { .. })));
-    let queued = node.handle_acquire(key("a"), 5, 1_000, now, 8);
+    let queued = node.handle_acquire(Acquire::plain(key("a"), 5, 1_000), now, 8);
     let Ok(AcquireOutcome::Queued { id }) = queued else {
         panic!("not queued: {queued:?}");
     };
@@ -319,7 +319,7 @@ fn every_synced_standby_gets_the_same_commands_in_the_peer_order() {
     node.poll_transmits();
     let first = term + 1;
     assert_eq!(
-        node.handle_acquire(key("a"), 0, 1_000, now, 7),
+        node.handle_acquire(Acquire::plain(key("a"), 0, 1_000), now, 7),
         Ok(AcquireOutcome::Granted { token: first })
     );
     assert_eq!(

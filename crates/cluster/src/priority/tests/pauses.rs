@@ -2,6 +2,7 @@
 //! timer that runs late. None of them may cost a token's uniqueness.
 
 use super::*;
+use baton_core::Acquire;
 
 /// A standby that was paused (SIGSTOP, a stall) sees every peer as dead at
 /// its first tick after the pause, because it has not read their heartbeats
@@ -162,9 +163,11 @@ fn a_busy_active_whose_timer_runs_late_keeps_its_role() {
         }
         handle += 1;
         let now = c.now;
-        let answer =
-            c.node_mut(0)
-                .handle_acquire(key(&format!("busy/{handle}")), 0, 1_000, now, handle);
+        let answer = c.node_mut(0).handle_acquire(
+            Acquire::plain(key(&format!("busy/{handle}")), 0, 1_000),
+            now,
+            handle,
+        );
         assert!(
             answer.is_ok(),
             "node 0 stopped serving at t={now}: {answer:?}"

@@ -3,7 +3,7 @@
 //! only with its whole table.
 
 use super::*;
-use baton_core::MAX_KEY_LEN;
+use baton_core::{Acquire, MAX_KEY_LEN};
 
 /// A key of the longest length, numbered.
 fn long_key(i: usize) -> Key {
@@ -25,9 +25,9 @@ fn big_cluster(locks: usize) -> Cluster {
     assert_eq!(c.actives(), vec![0]);
     let now = c.now;
     for i in 0..locks {
-        let answer = c
-            .node_mut(0)
-            .handle_acquire(long_key(i), 0, 600_000, now, i as u64);
+        let answer =
+            c.node_mut(0)
+                .handle_acquire(Acquire::plain(long_key(i), 0, 600_000), now, i as u64);
         assert!(matches!(answer, Ok(AcquireOutcome::Granted { .. })));
     }
     c

@@ -7,6 +7,7 @@
 use super::super::engine::{Barred, LinkRefused, REFUSAL_HOLD_MIN_MS};
 use super::exact::{active_with_a_waiter, assert_no_event, assert_only_waiter_moved, heartbeat};
 use super::*;
+use baton_core::Acquire;
 
 /// Node `me` of `n`, started at 0 and ticked every heartbeat to `until`,
 /// its dials of `refusing` answered with a refusal `why` before each tick.
@@ -44,7 +45,7 @@ fn a_node_whose_only_peer_refuses_the_link_never_promotes_and_redirects_nowhere(
             PriorityMessage::Heartbeat(heartbeat(PeerRole::Standby, 0, 0, None))
         )]
     );
-    let refused = node.handle_acquire(key("a"), 0, 1_000, TIMEOUT, 7);
+    let refused = node.handle_acquire(Acquire::plain(key("a"), 0, 1_000), TIMEOUT, 7);
     assert_eq!(refused, Err(NotServing::redirect(None)));
     assert_no_event(&mut node);
     assert_eq!(
@@ -106,7 +107,7 @@ fn an_active_refused_by_every_peer_that_answers_steps_down_and_sends_its_waiters
     assert_eq!(node.following(), None);
     assert_only_waiter_moved(&mut node, id, None);
     assert_eq!(node.poll_transmits(), vec![]);
-    let refused = node.handle_acquire(key("b"), 0, 1_000, now + 2, 9);
+    let refused = node.handle_acquire(Acquire::plain(key("b"), 0, 1_000), now + 2, 9);
     assert_eq!(refused, Err(NotServing::redirect(None)));
 }
 
@@ -144,7 +145,9 @@ fn a_node_with_another_peer_list_listed_last_never_serves() {
     assert_eq!(c.actives(), vec![0]);
     let a = c.grant(0, "a", 10_000);
     let now = c.now;
-    let refused = c.node_mut(3).handle_acquire(key("a"), 0, 1_000, now, 5);
+    let refused = c
+        .node_mut(3)
+        .handle_acquire(Acquire::plain(key("a"), 0, 1_000), now, 5);
     assert_eq!(refused, Err(NotServing::redirect(None)));
     c.run(10 * TIMEOUT);
     assert_eq!(c.actives(), vec![0]);

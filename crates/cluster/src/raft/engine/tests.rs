@@ -1,7 +1,7 @@
 //! Tests of the Raft lock engine: a leader and a follower engine fed the
 //! same committed entries, as the log would.
 
-use baton_core::{AcquireOutcome, Change, Command, Event, Key, NotServing, Outcome};
+use baton_core::{Acquire, AcquireOutcome, Change, Command, Event, Key, NotServing, Outcome};
 
 use super::{Committed, RaftEngine, RaftRole};
 
@@ -61,6 +61,20 @@ impl Pair {
         assert!(ignored.is_empty(), "a follower answers nobody: {ignored:?}");
     }
 
+    /// A client's plain acquire of `k` at the leader.
+    fn ask(
+        &mut self,
+        k: &str,
+        wait_ms: u64,
+        lease_ms: u64,
+        now: u64,
+        client: &'static str,
+    ) -> Result<AcquireOutcome, NotServing> {
+        let acquire = Acquire::plain(key(k), wait_ms, lease_ms);
+        self.leader
+            .handle_acquire(acquire, now, client, &mut self.events)
+    }
+
     /// Commits whatever the leader proposed, as one entry.
     fn commit_proposals(&mut self, now: u64) -> usize {
         match self.leader.poll_proposal() {
@@ -107,9 +121,7 @@ impl Pair {
 #[test]
 fn a_grant_exists_only_once_committed_and_every_node_has_it() {
     let mut p = Pair::new();
-    let out = p
-        .leader
-        .handle_acquire(key("a"), 0, 1_000, 10, "c1", &mut p.events);
+    let out = p.ask("a", 0, 1_000, 10, "c1");
     assert!(matches!(out, Ok(AcquireOutcome::Queued { .. })));
     assert!(p.granted().is_empty());
     assert_eq!(p.leader.table().len(), 0);
@@ -126,9 +138,7 @@ fn a_grant_exists_only_once_committed_and_every_node_has_it() {
 fn waiters_get_the_key_in_order_as_releases_commit() {
     let mut p = Pair::new();
     for client in ["c1", "c2", "c3"] {
-        let _ = p
-            .leader
-            .handle_acquire(key("a"), 0, 1_000, 0, client, &mut p.events);
+        let _ = p.ask("a", 0, 1_000, 0, client);
     }
     // Only one grant of a key is ever on its way.
     assert_eq!(p.commit_proposals(0), 1);
@@ -152,9 +162,7 @@ fn waiters_get_the_key_in_order_as_releases_commit() {
 #[test]
 fn a_release_with_a_wrong_token_is_refused_without_the_log() {
     let mut p = Pair::new();
-    let _ = p
-        .leader
-        .handle_acquire(key("a"), 0, 1_000, 0, "c1", &mut p.events);
+    let _ = p.ask("a", 0, 1_000, 0, "c1");
     p.commit_proposals(0);
     assert_eq!(
         p.leader
@@ -172,14 +180,10 @@ fn a_release_with_a_wrong_token_is_refused_without_the_log() {
 #[test]
 fn leases_end_only_by_a_committed_expiry_the_leader_proposes() {
     let mut p = Pair::new();
-    let _ = p
-        .leader
-        .handle_acquire(key("a"), 0, 100, 0, "c1", &mut p.events);
+    let _ = p.ask("a", 0, 100, 0, "c1");
     p.commit_proposals(0);
     assert_eq!(p.granted(), vec![("c1", 1)]);
-    let _ = p
-        .leader
-        .handle_acquire(key("a"), 0, 100, 5, "c2", &mut p.events);
+    let _ = p.ask("a", 0, 100, 5, "c2");
     assert_eq!(p.leader.poll_timeout(), Some(100));
     // A follower proposes nothing and arms nothing for leases.
     assert_eq!(p.follower.poll_timeout(), None);
@@ -198,9 +202,7 @@ fn leases_end_only_by_a_committed_expiry_the_leader_proposes() {
 #[test]
 fn a_late_expiry_spares_a_newer_grant() {
     let mut p = Pair::new();
-    let _ = p
-        .leader
-        .handle_acquire(key("a"), 0, 10, 0, "c1", &mut p.events);
+    let _ = p.ask("a", 0, 10, 0, "c1");
     p.commit_proposals(0);
     p.leader.handle_tick(10, &mut p.events);
     let (expiry, _) = p
@@ -208,9 +210,7 @@ fn a_late_expiry_spares_a_newer_grant() {
         .poll_proposal()
         .unwrap_or_else(|| panic!("no expiry"));
     p.commit(Committed::Proposal(&expiry), 10);
-    let _ = p
-        .leader
-        .handle_acquire(key("a"), 0, 10, 10, "c2", &mut p.events);
+    let _ = p.ask("a", 0, 10, 10, "c2");
     p.commit_proposals(10);
     assert_eq!(p.granted(), vec![("c1", 1), ("c2", 2)]);
     // The same expiry applied again (a duplicate) changes nothing.
@@ -226,7 +226,7 @@ fn followers_and_candidates_redirect() {
     let mut p = Pair::new();
     let out = p
         .follower
-        .handle_acquire(key("a"), 0, 10, 0, "c1", &mut p.events);
+        .handle_acquire(Acquire::plain(key("a"), 0, 10), 0, "c1", &mut p.events);
     assert_eq!(out, Err(to(Some(0))));
     p.follower
         .handle_role(RaftRole::Candidate, 0, &mut p.events);
@@ -239,16 +239,10 @@ fn followers_and_candidates_redirect() {
 #[test]
 fn losing_the_lead_sends_waiters_and_pending_requests_to_the_new_leader() {
     let mut p = Pair::new();
-    let _ = p
-        .leader
-        .handle_acquire(key("a"), 0, 1_000, 0, "c1", &mut p.events);
+    let _ = p.ask("a", 0, 1_000, 0, "c1");
     p.commit_proposals(0);
-    let _ = p
-        .leader
-        .handle_acquire(key("a"), 0, 1_000, 0, "c2", &mut p.events);
-    let _ = p
-        .leader
-        .handle_acquire(key("b"), 0, 1_000, 0, "c3", &mut p.events);
+    let _ = p.ask("a", 0, 1_000, 0, "c2");
+    let _ = p.ask("b", 0, 1_000, 0, "c3");
     let release = p
         .leader
         .handle_release(&key("a"), 1, Some("c1"), 0, &mut p.events);
@@ -287,9 +281,7 @@ fn losing_the_lead_sends_waiters_and_pending_requests_to_the_new_leader() {
 #[test]
 fn an_own_grant_nobody_waits_for_is_given_back() {
     let mut p = Pair::new();
-    let _ = p
-        .leader
-        .handle_acquire(key("a"), 0, 1_000, 0, "c1", &mut p.events);
+    let _ = p.ask("a", 0, 1_000, 0, "c1");
     let (grant, tags) = p
         .leader
         .poll_proposal()
@@ -307,13 +299,9 @@ fn an_own_grant_nobody_waits_for_is_given_back() {
 #[test]
 fn waiters_time_out_on_the_leader() {
     let mut p = Pair::new();
-    let _ = p
-        .leader
-        .handle_acquire(key("a"), 0, 1_000, 0, "c1", &mut p.events);
+    let _ = p.ask("a", 0, 1_000, 0, "c1");
     p.commit_proposals(0);
-    let _ = p
-        .leader
-        .handle_acquire(key("a"), 50, 1_000, 0, "c2", &mut p.events);
+    let _ = p.ask("a", 50, 1_000, 0, "c2");
     assert_eq!(p.leader.poll_timeout(), Some(50));
     p.leader.handle_tick(50, &mut p.events);
     assert!(matches!(
@@ -326,9 +314,7 @@ fn waiters_time_out_on_the_leader() {
 fn a_restored_snapshot_keeps_locks_and_tokens() {
     let mut p = Pair::new();
     for k in ["a", "b"] {
-        let _ = p
-            .leader
-            .handle_acquire(key(k), 0, 1_000, 0, "c", &mut p.events);
+        let _ = p.ask(k, 0, 1_000, 0, "c");
     }
     p.commit_proposals(0);
     let snapshot = p.leader.snapshot(100);
@@ -344,9 +330,7 @@ fn a_restored_snapshot_keeps_locks_and_tokens() {
 #[test]
 fn requests_in_the_log_when_the_lead_is_lost_get_their_real_outcome_but_no_late_grant() {
     let mut p = Pair::new();
-    let _ = p
-        .leader
-        .handle_acquire(key("a"), 0, 1_000, 0, "c1", &mut p.events);
+    let _ = p.ask("a", 0, 1_000, 0, "c1");
     p.commit_proposals(0);
     p.events.clear();
     // Handed to the log, then the lead is lost before the entry applies.
@@ -354,9 +338,7 @@ fn requests_in_the_log_when_the_lead_is_lost_get_their_real_outcome_but_no_late_
         .leader
         .handle_release(&key("a"), 1, Some("c1"), 5, &mut p.events);
     assert_eq!(release, Ok(None));
-    let _ = p
-        .leader
-        .handle_acquire(key("b"), 0, 1_000, 5, "c2", &mut p.events);
+    let _ = p.ask("b", 0, 1_000, 5, "c2");
     let (in_the_log, _) = p
         .leader
         .poll_proposal()
@@ -387,9 +369,7 @@ fn requests_in_the_log_when_the_lead_is_lost_get_their_real_outcome_but_no_late_
 #[test]
 fn requests_lost_with_the_leaders_log_tail_are_redirected_after_a_while() {
     let mut p = Pair::new();
-    let _ = p
-        .leader
-        .handle_acquire(key("a"), 0, 1_000, 0, "c1", &mut p.events);
+    let _ = p.ask("a", 0, 1_000, 0, "c1");
     let _lost = p.leader.poll_proposal();
     p.leader
         .handle_role(RaftRole::Follower { leader: Some(2) }, 10, &mut p.events);
@@ -413,13 +393,9 @@ fn requests_lost_with_the_leaders_log_tail_are_redirected_after_a_while() {
 #[test]
 fn a_release_and_the_next_waiters_grant_share_one_entry() {
     let mut p = Pair::new();
-    let _ = p
-        .leader
-        .handle_acquire(key("a"), 0, 1_000, 0, "c1", &mut p.events);
+    let _ = p.ask("a", 0, 1_000, 0, "c1");
     p.commit_proposals(0);
-    let _ = p
-        .leader
-        .handle_acquire(key("a"), 0, 1_000, 1, "c2", &mut p.events);
+    let _ = p.ask("a", 0, 1_000, 1, "c2");
     assert_eq!(p.commit_proposals(1), 0, "c2 waits: the key is held");
     p.events.clear();
     assert_eq!(
@@ -477,9 +453,7 @@ fn a_grant_behind_a_release_that_lost_to_an_expiry_still_lands() {
 #[test]
 fn an_expiry_waits_for_a_renewal_already_in_the_log() {
     let mut p = Pair::new();
-    let _ = p
-        .leader
-        .handle_acquire(key("a"), 0, 100, 0, "c1", &mut p.events);
+    let _ = p.ask("a", 0, 100, 0, "c1");
     p.commit_proposals(0);
     assert_eq!(p.granted(), vec![("c1", 1)]);
     assert!(matches!(
@@ -521,13 +495,9 @@ fn an_expiry_waits_for_a_renewal_already_in_the_log() {
 /// A key held by c1 (token 1, lease ending at 100) with c2 waiting.
 fn held_until_100_with_a_waiter() -> Pair {
     let mut p = Pair::new();
-    let _ = p
-        .leader
-        .handle_acquire(key("a"), 0, 100, 0, "c1", &mut p.events);
+    let _ = p.ask("a", 0, 100, 0, "c1");
     p.commit_proposals(0);
-    let _ = p
-        .leader
-        .handle_acquire(key("a"), 0, 50, 0, "c2", &mut p.events);
+    let _ = p.ask("a", 0, 50, 0, "c2");
     assert_eq!(p.granted(), vec![("c1", 1)]);
     p
 }

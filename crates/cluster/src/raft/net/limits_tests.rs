@@ -1,7 +1,7 @@
 //! The frame caps against the largest frames really built: worst-case
 //! commands, entries, appends, snapshot parts and replies, encoded.
 
-use baton_core::{Command, Key, MAX_KEY_LEN};
+use baton_core::{Acquire, Command, Key, MAX_KEY_LEN};
 use openraft::impls::leader_id_adv::LeaderId;
 use openraft::raft::{AppendEntriesRequest, VoteResponse};
 use openraft::{EntryPayload, LogId};
@@ -232,7 +232,7 @@ fn a_leader_never_puts_more_than_the_bound_in_one_entry() {
         let name = format!("{i:0>width$}", width = MAX_KEY_LEN);
         let key = Key::new(name.as_bytes()).expect("key");
         engine
-            .handle_acquire(key, 1_000, u64::MAX / 4, 0, 0, &mut events)
+            .handle_acquire(Acquire::plain(key, 1_000, u64::MAX / 4), 0, 0, &mut events)
             .expect("serving");
     }
     let mut proposals = 0;

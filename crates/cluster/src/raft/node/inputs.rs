@@ -12,7 +12,7 @@
 use std::time::Duration;
 
 use baton_core::{Key, Millis, TableSnapshot};
-use baton_server::NodeEvent;
+use baton_server::Events;
 use openraft::TokioInstant;
 
 use super::command::RaftCommand;
@@ -51,7 +51,7 @@ impl RaftLockNode {
         full: &Metrics,
         at: TokioInstant,
         now: Millis,
-        events: &mut Vec<NodeEvent>,
+        events: &mut Events,
     ) {
         let membership = &server.membership_config;
         if self.members_seen != *membership.log_id() {
@@ -103,7 +103,7 @@ impl RaftLockNode {
 
     /// The role to serve in; a node that no longer serves sends the
     /// queries not yet in a round where the lead is.
-    fn set_role(&mut self, role: crate::raft::RaftRole, now: Millis, events: &mut Vec<NodeEvent>) {
+    fn set_role(&mut self, role: crate::raft::RaftRole, now: Millis, events: &mut Events) {
         if self.engine.role() != role {
             self.count_role_change();
         }
@@ -170,7 +170,7 @@ impl RaftLockNode {
         result: Result<(), Option<NodeId>>,
         at: TokioInstant,
         now: Millis,
-        events: &mut Vec<NodeEvent>,
+        events: &mut Events,
     ) {
         self.entry_in_flight = false;
         self.group.handle_entry_done(took);
@@ -198,7 +198,7 @@ impl RaftLockNode {
         confirmed: bool,
         at: TokioInstant,
         now: Millis,
-        events: &mut Vec<NodeEvent>,
+        events: &mut Events,
     ) {
         let addr = self
             .engine
@@ -222,7 +222,7 @@ impl RaftLockNode {
         entries: &[Entry],
         at: TokioInstant,
         now: Millis,
-        events: &mut Vec<NodeEvent>,
+        events: &mut Events,
     ) {
         let before = events.len();
         self.drive(events, |engine, ev| {
@@ -246,12 +246,7 @@ impl RaftLockNode {
 
     /// Replaces the table with an installed snapshot's (a leader hands
     /// on the keys it frees).
-    pub fn handle_snapshot(
-        &mut self,
-        snapshot: &TableSnapshot,
-        now: Millis,
-        events: &mut Vec<NodeEvent>,
-    ) {
+    pub fn handle_snapshot(&mut self, snapshot: &TableSnapshot, now: Millis, events: &mut Events) {
         self.drive(events, |engine, ev| {
             engine.handle_snapshot(snapshot, now, ev)
         });
@@ -262,12 +257,7 @@ impl RaftLockNode {
     /// Answers the pending watches of the `changed` keys (`None`: of
     /// every key) whose client saw another state than the table now
     /// holds: the committed state, which needs no read round.
-    fn answer_watches(
-        &mut self,
-        changed: Option<Vec<Key>>,
-        now: Millis,
-        events: &mut Vec<NodeEvent>,
-    ) {
+    fn answer_watches(&mut self, changed: Option<Vec<Key>>, now: Millis, events: &mut Events) {
         let engine = &self.engine;
         self.watches
             .after_changes(changed, |key| engine.query(key, now), events);

@@ -9,7 +9,7 @@ use baton_core::{
 };
 use baton_proto::{Mode, Role};
 use baton_server::{
-    earliest, Answer, LockNode, LockRequest, Mailbox, NodeEvent, NodeStatus, NodeTally,
+    earliest, Answer, Events, Incoming, LockNode, LockRequest, Mailbox, NodeEvent, NodeStatus,
     NodeWatches, Served, SharedLocks,
 };
 use openraft::{Instant as _, TokioInstant};
@@ -30,8 +30,8 @@ use crate::raft::types::{Entry, LogId};
 pub struct RaftLockNode {
     pub(super) engine: RaftEngine<Mailbox>,
     scratch: Vec<Event<Mailbox>>,
-    /// For the metrics: changes of role.
-    tally: NodeTally,
+    /// Changes of role, for the metrics.
+    role_changes: u64,
     pub(super) times: NodeTimes,
     pub(super) roles: RoleWatch,
     pub(super) stuck: StuckWatch,
@@ -83,7 +83,7 @@ impl RaftLockNode {
         RaftLockNode {
             engine,
             scratch: Vec::new(),
-            tally: NodeTally::default(),
+            role_changes: 0,
             times,
             roles: RoleWatch::new(times.step_down_after),
             stuck: StuckWatch::new(times.stuck_after),
@@ -110,14 +110,14 @@ impl RaftLockNode {
 
     /// Counts a change of role (metrics).
     pub(super) fn count_role_change(&mut self) {
-        self.tally.role_changed();
+        self.role_changes += 1;
     }
 
     /// Runs `f` on the engine and turns the events it made into the
     /// server's (nodes by address, not index).
     pub fn drive<R>(
         &mut self,
-        events: &mut Vec<NodeEvent>,
+        events: &mut Events,
         f: impl FnOnce(&mut RaftEngine<Mailbox>, &mut Vec<Event<Mailbox>>) -> R,
     ) -> R {
         let result = f(&mut self.engine, &mut self.scratch);
@@ -149,7 +149,7 @@ impl RaftLockNode {
         token: Token,
         reply_to: Option<&Mailbox>,
         now: Millis,
-        events: &mut Vec<NodeEvent>,
+        events: &mut Events,
     ) -> Served<Answer> {
         // The next waiter's grant rides in the release's entry: the
         // engine's hand-over, the core's rule.
@@ -212,29 +212,18 @@ impl RaftLockNode {
 }
 
 impl LockNode for RaftLockNode {
-    fn handle(
-        &mut self,
-        request: LockRequest<'_>,
-        now: Millis,
-        reply_to: &Mailbox,
-        events: &mut Vec<NodeEvent>,
-    ) -> Served<Answer> {
+    fn handle(&mut self, incoming: Incoming<'_>, events: &mut Events) -> Served<Answer> {
         // Counted first, as it arrives; a hold it ends proposes once the
         // request is in the engine's outbox, so that it rides along.
         let back = self.returns.request_in();
-        let served = match request {
+        let (now, reply_to) = (incoming.now, incoming.reply_to);
+        let served = match incoming.request {
             LockRequest::Watch { key, wait_ms, seen } => {
                 self.watch(key, wait_ms, seen, now, reply_to)
             }
-            LockRequest::Acquire {
-                key,
-                wait_ms,
-                lease_ms,
-                options,
-            } => {
+            LockRequest::Acquire(acquire) => {
                 let result = self.drive(events, |engine, ev| {
-                    let (key, options, to) = (key.clone(), options.clone(), reply_to.clone());
-                    engine.handle_acquire_with(key, wait_ms, lease_ms, options, now, to, ev)
+                    engine.handle_acquire(acquire.to_acquire(), now, reply_to.clone(), ev)
                 });
                 match result {
                     Ok(outcome) => Served::Done(Answer::Acquired(outcome)),
@@ -269,13 +258,9 @@ impl LockNode for RaftLockNode {
         served
     }
 
-    fn release_unreceived(
-        &mut self,
-        key: &Key,
-        token: Token,
-        now: Millis,
-        events: &mut Vec<NodeEvent>,
-    ) {
+    /// As a release nobody waits for: no late answer, which a hold would
+    /// count as a client coming back (see `group_commit`).
+    fn release_unreceived(&mut self, key: &Key, token: Token, now: Millis, events: &mut Events) {
         let back = self.returns.request_in();
         // A node that no longer serves has nothing to release.
         let _ = self.release(key, token, None, now, events);
@@ -295,7 +280,7 @@ impl LockNode for RaftLockNode {
     /// Watches whose wait ran out are answered after a read round: their
     /// answer says the key did not change, which a leader deposed unawares
     /// cannot tell.
-    fn tick(&mut self, now: Millis, events: &mut Vec<NodeEvent>) {
+    fn tick(&mut self, now: Millis, events: &mut Events) {
         self.drive(events, |engine, ev| engine.handle_tick(now, ev));
         for watch in self.watches.take_due(now) {
             if let Err(read) = self.reads.push(Read::WatchDue(watch)) {
@@ -315,24 +300,22 @@ impl LockNode for RaftLockNode {
 
     fn status(&self) -> NodeStatus {
         let engine = &self.engine;
+        // A leader still catching up with its own first entry does not
+        // serve yet, so it does not claim to.
+        let role = match engine.role() {
+            _ if self.removed => Role::Removed,
+            RaftRole::Leader { .. } if engine.serving() => Role::Leader,
+            RaftRole::Leader { .. } => Role::Candidate,
+            RaftRole::Follower { .. } => Role::Follower,
+            RaftRole::Candidate => Role::Candidate,
+        };
+        let (table, waiters) = (engine.table(), engine.waiter_count());
         NodeStatus {
-            // A leader still catching up with its own first entry does not
-            // serve yet, so it does not claim to.
-            role: match engine.role() {
-                _ if self.removed => Role::Removed,
-                RaftRole::Leader { .. } if engine.serving() => Role::Leader,
-                RaftRole::Leader { .. } => Role::Candidate,
-                RaftRole::Follower { .. } => Role::Follower,
-                RaftRole::Candidate => Role::Candidate,
-            },
-            mode: Mode::Raft,
             active: engine.redirect_target(),
-            token: engine.table().last_token(),
-            locks: engine.table().len() as u64,
-            waiters: engine.waiter_count() as u64,
             // Only a leader knows its followers' progress; a stepped-down
             // one still shows it, which is what an operator wants to see.
             extra: observe::status_fields(self.shown.term, &self.shown.progress),
+            ..NodeStatus::of_table(role, Mode::Raft, table, waiters)
         }
     }
 
@@ -362,9 +345,10 @@ impl LockNode for RaftLockNode {
         baton_server::NodeCounters {
             // The engine counts the expiries it applies from the log.
             expiries: self.engine.expiries(),
+            role_changes: self.role_changes,
             commit_index: indexes.committed,
             applied_index: indexes.applied,
-            ..self.tally.counters()
+            ..Default::default()
         }
     }
 

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use baton_core::{AcquireOptions, Key, KeyState};
 use baton_proto::{Op, Response};
-use baton_server::{Answer, LockNode, LockRequest, Mailbox, NodeEvent, Served};
+use baton_server::{Answer, Incoming, LockNode, LockRequest, Mailbox, NodeEvent, Served};
 use openraft::impls::leader_id_adv::LeaderId;
 use openraft::{EntryPayload, Instant as _, ServerState, TokioInstant};
 
@@ -143,17 +143,23 @@ impl Fixture {
 
     /// A client acquires `name` for 10 s, not waiting.
     fn acquire(&mut self, name: &str) {
-        let _ = self.request(LockRequest::Acquire {
+        let _ = self.request(LockRequest::Acquire(baton_server::AcquireRef {
             key: &key(name),
             wait_ms: 0,
             lease_ms: 10_000,
             options: &AcquireOptions::default(),
-        });
+        }));
     }
 
     fn request(&mut self, request: LockRequest<'_>) -> Served<Answer> {
-        self.node
-            .handle(request, 0, &Mailbox::closed(), &mut self.events)
+        self.node.handle(
+            Incoming {
+                request,
+                now: 0,
+                reply_to: &Mailbox::closed(),
+            },
+            &mut self.events,
+        )
     }
 
     /// The responses the node sent as late replies, in order.
@@ -367,12 +373,12 @@ fn a_node_told_it_was_removed_says_so_and_serves_no_more() {
         .health_issue(10)
         .is_some_and(|i| i.contains("removed")));
     let k = key("k");
-    let acquire = LockRequest::Acquire {
+    let acquire = LockRequest::Acquire(baton_server::AcquireRef {
         key: &k,
         wait_ms: 0,
         lease_ms: 1_000,
         options: &AcquireOptions::default(),
-    };
+    });
     assert!(matches!(f.request(acquire), Served::Redirect(_)));
     let me = f.node.members(10).into_iter().find(|m| m.is_self);
     assert_eq!(me.map(|m| m.state), Some("removed"));

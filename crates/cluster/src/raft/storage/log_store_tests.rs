@@ -2,6 +2,7 @@
 //! truncation, purging, and the snapshot file.
 
 use std::fs;
+use std::ops::RangeInclusive;
 use std::path::Path;
 
 use baton_core::{Command, Key, LockTable};
@@ -36,6 +37,16 @@ fn entry(term: u64, index: u64) -> Entry {
     }
 }
 
+/// Entries `indexes` of `term`, one grant each.
+fn entries(term: u64, indexes: RangeInclusive<u64>) -> Vec<Entry> {
+    indexes.map(|i| entry(term, i)).collect()
+}
+
+/// The (term, index) pairs of [`entries`].
+fn ids(term: u64, indexes: RangeInclusive<u64>) -> Vec<(u64, u64)> {
+    indexes.map(|i| (term, i)).collect()
+}
+
 fn run<T>(f: impl std::future::Future<Output = T>) -> T {
     tokio::runtime::Builder::new_current_thread()
         .build()
@@ -65,12 +76,21 @@ fn open(dir: &Path, segment_bytes: u64) -> LogStore {
     LogStore::open(dir, segment_bytes).unwrap_or_else(|e| panic!("open: {e}"))
 }
 
+/// A log in `dir` (1 MiB segments) holding entries 1 to 3 of term 1,
+/// closed.
+fn three_entries_written(dir: &Path) {
+    run(async {
+        let mut log = open(dir, 1 << 20);
+        append(&mut log, entries(1, 1..=3)).await;
+    });
+}
+
 #[test]
 fn entries_vote_and_committed_survive_a_reopen() {
     let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
     run(async {
         let mut log = open(dir.path(), 1 << 20);
-        append(&mut log, (1..=5).map(|i| entry(1, i)).collect()).await;
+        append(&mut log, entries(1, 1..=5)).await;
         let vote = Vote::new(3, 1);
         log.save_vote(&vote).await.unwrap_or_else(|e| panic!("{e}"));
         log.save_committed(Some(log_id(1, 4)))
@@ -78,10 +98,7 @@ fn entries_vote_and_committed_survive_a_reopen() {
             .unwrap_or_else(|e| panic!("{e}"));
         drop(log);
         let mut log = open(dir.path(), 1 << 20);
-        assert_eq!(
-            indexes(&mut log).await,
-            (1..=5).map(|i| (1, i)).collect::<Vec<_>>()
-        );
+        assert_eq!(indexes(&mut log).await, ids(1, 1..=5));
         assert_eq!(log.read_vote().await.ok().flatten(), Some(vote));
         assert_eq!(
             log.read_committed().await.ok().flatten(),
@@ -98,7 +115,7 @@ fn truncation_and_conflicting_entries_replay_as_they_happened() {
     let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
     run(async {
         let mut log = open(dir.path(), 1 << 20);
-        append(&mut log, (1..=5).map(|i| entry(1, i)).collect()).await;
+        append(&mut log, entries(1, 1..=5)).await;
         log.truncate_after(Some(log_id(1, 3)))
             .await
             .unwrap_or_else(|e| panic!("{e}"));
@@ -114,21 +131,14 @@ fn truncation_and_conflicting_entries_replay_as_they_happened() {
 #[test]
 fn a_torn_tail_is_cut_and_the_rest_kept() {
     let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+    three_entries_written(dir.path());
+    let (last, mut bytes) = newest_segment(dir.path());
+    // The segment is preallocated: tear the last record written, not
+    // the zeros after it.
+    let cut = segment::scan(&bytes).good_len - 3;
+    bytes.truncate(cut);
+    fs::write(&last, &bytes).unwrap_or_else(|e| panic!("{e}"));
     run(async {
-        let mut log = open(dir.path(), 1 << 20);
-        append(&mut log, (1..=3).map(|i| entry(1, i)).collect()).await;
-        drop(log);
-        let seqs = segment::list(dir.path()).unwrap_or_else(|e| panic!("{e}"));
-        let last = segment::path(
-            dir.path(),
-            *seqs.last().unwrap_or_else(|| panic!("no segment")),
-        );
-        let mut bytes = fs::read(&last).unwrap_or_else(|e| panic!("{e}"));
-        // The segment is preallocated: tear the last record written, not
-        // the zeros after it.
-        let cut = segment::scan(&bytes).good_len - 3;
-        bytes.truncate(cut);
-        fs::write(&last, &bytes).unwrap_or_else(|e| panic!("{e}"));
         let mut log = open(dir.path(), 1 << 20);
         assert_eq!(indexes(&mut log).await, vec![(1, 1), (1, 2)]);
         append(&mut log, vec![entry(1, 3)]).await;
@@ -152,16 +162,10 @@ fn purging_drops_entries_and_deletes_old_segments() {
             .await
             .unwrap_or_else(|e| panic!("{e}"));
         assert!(log.segment_count() <= 7, "{} segments", log.segment_count());
-        assert_eq!(
-            indexes(&mut log).await,
-            (16..=20).map(|i| (1, i)).collect::<Vec<_>>()
-        );
+        assert_eq!(indexes(&mut log).await, ids(1, 16..=20));
         drop(log);
         let mut log = open(dir.path(), 1);
-        assert_eq!(
-            indexes(&mut log).await,
-            (16..=20).map(|i| (1, i)).collect::<Vec<_>>()
-        );
+        assert_eq!(indexes(&mut log).await, ids(1, 16..=20));
         let state = log.get_log_state().await.unwrap_or_else(|e| panic!("{e}"));
         assert_eq!(state.last_purged_log_id, Some(log_id(1, 15)));
         // Purging everything leaves the last id known.
@@ -203,17 +207,7 @@ fn the_snapshot_file_round_trips_the_table() {
     let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
     let store = SnapshotStore::new(dir.path()).unwrap_or_else(|e| panic!("{e}"));
     assert!(store.load().unwrap_or_else(|e| panic!("{e}")).is_none());
-    let mut table = LockTable::new();
-    let key = Key::new(b"held").unwrap_or_else(|e| panic!("{e}"));
-    table.apply(&Command::Grant { key, lease_ms: 500 }, 0);
-    let data = snapshot_store::encode_table(&table.snapshot(100)).unwrap_or_else(|e| panic!("{e}"));
-    let stored = StoredSnapshot {
-        meta: SnapshotMeta {
-            last_log_id: Some(log_id(2, 9)),
-            last_membership: Default::default(),
-        },
-        data,
-    };
+    let stored = stored_snapshot();
     store.save(&stored).unwrap_or_else(|e| panic!("{e}"));
     let loaded = store
         .load()
@@ -223,7 +217,7 @@ fn the_snapshot_file_round_trips_the_table() {
     let back = snapshot_store::decode_table(&loaded.data).unwrap_or_else(|e| panic!("{e}"));
     assert_eq!(
         LockTable::restore(&back, 100),
-        LockTable::restore(&table.snapshot(100), 100)
+        LockTable::restore(&held_table().snapshot(100), 100)
     );
     assert!(snapshot_store::decode_table(b"\xff\xff\xff").is_err());
 }
@@ -255,10 +249,10 @@ fn a_bit_flip_before_intact_records_is_refused_naming_the_file_and_not_cut() {
     let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
     run(async {
         let mut log = open(dir.path(), 1 << 20);
-        append(&mut log, (1..=3).map(|i| entry(1, i)).collect()).await;
+        append(&mut log, entries(1, 1..=3)).await;
         let vote = Vote::new(4, 1);
         log.save_vote(&vote).await.unwrap_or_else(|e| panic!("{e}"));
-        append(&mut log, (4..=6).map(|i| entry(4, i)).collect()).await;
+        append(&mut log, entries(4, 4..=6)).await;
         drop(log);
     });
     let (path, bytes) = newest_segment(dir.path());
@@ -294,16 +288,14 @@ fn a_bit_flip_before_intact_records_is_refused_naming_the_file_and_not_cut() {
 #[test]
 fn a_damaged_final_record_is_a_torn_tail_and_cut() {
     let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+    three_entries_written(dir.path());
+    let (path, mut bytes) = newest_segment(dir.path());
+    let last = *record_starts(&bytes)
+        .last()
+        .unwrap_or_else(|| panic!("no record"));
+    bytes[last + segment::HEADER + 1] ^= 0x01;
+    fs::write(&path, &bytes).unwrap_or_else(|e| panic!("{e}"));
     run(async {
-        let mut log = open(dir.path(), 1 << 20);
-        append(&mut log, (1..=3).map(|i| entry(1, i)).collect()).await;
-        drop(log);
-        let (path, mut bytes) = newest_segment(dir.path());
-        let last = *record_starts(&bytes)
-            .last()
-            .unwrap_or_else(|| panic!("no record"));
-        bytes[last + segment::HEADER + 1] ^= 0x01;
-        fs::write(&path, &bytes).unwrap_or_else(|e| panic!("{e}"));
         let mut log = open(dir.path(), 1 << 20);
         assert_eq!(indexes(&mut log).await, vec![(1, 1), (1, 2)]);
         assert_eq!(
@@ -316,14 +308,12 @@ fn a_damaged_final_record_is_a_torn_tail_and_cut() {
 #[test]
 fn zeros_after_the_last_record_are_cut_not_replayed() {
     let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+    three_entries_written(dir.path());
+    // A crash after the file grew but before its data reached the disk.
+    let (path, mut bytes) = newest_segment(dir.path());
+    bytes.resize(bytes.len() + 4096, 0);
+    fs::write(&path, &bytes).unwrap_or_else(|e| panic!("{e}"));
     run(async {
-        let mut log = open(dir.path(), 1 << 20);
-        append(&mut log, (1..=3).map(|i| entry(1, i)).collect()).await;
-        drop(log);
-        // A crash after the file grew but before its data reached the disk.
-        let (path, mut bytes) = newest_segment(dir.path());
-        bytes.resize(bytes.len() + 4096, 0);
-        fs::write(&path, &bytes).unwrap_or_else(|e| panic!("{e}"));
         let mut log = open(dir.path(), 1 << 20);
         assert_eq!(indexes(&mut log).await, vec![(1, 1), (1, 2), (1, 3)]);
     });
@@ -337,7 +327,7 @@ fn a_segment_is_allocated_whole_and_its_unused_space_trimmed_at_reopen() {
     let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
     run(async {
         let mut log = open(dir.path(), 1 << 20);
-        append(&mut log, (1..=3).map(|i| entry(1, i)).collect()).await;
+        append(&mut log, entries(1, 1..=3)).await;
         let (path, bytes) = newest_segment(dir.path());
         assert_eq!(bytes.len(), 1 << 20, "the segment was not allocated whole");
         let written = segment::scan(&bytes).good_len;
@@ -378,16 +368,23 @@ fn a_damaged_older_segment_is_refused_naming_it() {
     );
 }
 
-fn stored_snapshot() -> StoredSnapshot {
+/// A table with `held` granted for 500 ms.
+fn held_table() -> LockTable {
     let mut table = LockTable::new();
     let key = Key::new(b"held").unwrap_or_else(|e| panic!("{e}"));
     table.apply(&Command::Grant { key, lease_ms: 500 }, 0);
+    table
+}
+
+/// [`held_table`] at 100 ms as the snapshot of log index 9, term 2.
+fn stored_snapshot() -> StoredSnapshot {
+    let table = held_table().snapshot(100);
     StoredSnapshot {
         meta: SnapshotMeta {
             last_log_id: Some(log_id(2, 9)),
             last_membership: Default::default(),
         },
-        data: snapshot_store::encode_table(&table.snapshot(100)).unwrap_or_else(|e| panic!("{e}")),
+        data: snapshot_store::encode_table(&table).unwrap_or_else(|e| panic!("{e}")),
     }
 }
 

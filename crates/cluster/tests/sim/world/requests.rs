@@ -2,7 +2,7 @@
 //! while it is paused, answered "gone" while it is down.
 
 use baton_cluster::priority::NodeIndex;
-use baton_core::{AcquireOutcome, Outcome};
+use baton_core::{Acquire, AcquireOutcome, Outcome};
 
 use super::super::client::{options, value};
 use super::{handle, Answer, Request, World};
@@ -48,7 +48,7 @@ impl World {
                 let k = key.clone();
                 let options = options(self.clients[c].kind, shared, valued, serial);
                 let result = self.call(i, None, |engine, now| {
-                    engine.handle_acquire_with(k, wait_ms, lease_ms, &options, now, h)
+                    engine.handle_acquire(Acquire::new(k, wait_ms, lease_ms, options), now, h)
                 });
                 match result {
                     None => Answer::Gone,

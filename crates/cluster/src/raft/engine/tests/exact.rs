@@ -64,9 +64,7 @@ pub(super) fn release(k: &str, token: Token) -> Command {
 #[test]
 fn an_acquire_proposes_its_grant_and_is_granted_when_it_applies() {
     let mut p = Pair::new();
-    let _ = p
-        .leader
-        .handle_acquire(key("a"), 0, 500, 0, "c1", &mut p.events);
+    let _ = p.ask("a", 0, 500, 0, "c1");
     assert_eq!(p.told(), []);
     let (proposal, tags) = p.leader.poll_proposal().expect("a proposal");
     assert_eq!(tags.len(), 1);
@@ -90,16 +88,10 @@ fn an_acquire_proposes_its_grant_and_is_granted_when_it_applies() {
 #[test]
 fn a_release_carries_the_next_waiters_grant_and_both_are_answered_at_its_apply() {
     let mut p = Pair::new();
-    let _ = p
-        .leader
-        .handle_acquire(key("a"), 0, 500, 0, "c1", &mut p.events);
+    let _ = p.ask("a", 0, 500, 0, "c1");
     p.commit_proposals(0);
-    let _ = p
-        .leader
-        .handle_acquire(key("a"), 10, 700, 0, "c2", &mut p.events);
-    let _ = p
-        .leader
-        .handle_acquire(key("a"), 0, 900, 0, "c3", &mut p.events);
+    let _ = p.ask("a", 10, 700, 0, "c2");
+    let _ = p.ask("a", 0, 900, 0, "c3");
     p.told();
     assert_eq!(p.proposed(), []);
     // c2's wait ran out at 10: the hand-over passes it over, and says so.
@@ -129,16 +121,10 @@ fn a_release_carries_the_next_waiters_grant_and_both_are_answered_at_its_apply()
 #[test]
 fn a_due_lease_is_expired_after_the_waits_of_the_same_moment_run_out() {
     let mut p = Pair::new();
-    let _ = p
-        .leader
-        .handle_acquire(key("a"), 0, 50, 0, "c1", &mut p.events);
+    let _ = p.ask("a", 0, 50, 0, "c1");
     p.commit_proposals(0);
-    let _ = p
-        .leader
-        .handle_acquire(key("a"), 50, 70, 0, "c2", &mut p.events);
-    let _ = p
-        .leader
-        .handle_acquire(key("a"), 0, 80, 0, "c3", &mut p.events);
+    let _ = p.ask("a", 50, 70, 0, "c2");
+    let _ = p.ask("a", 0, 80, 0, "c3");
     p.told();
     p.leader.handle_tick(50, &mut p.events);
     assert_eq!(p.told(), [Told::TimedOut("c2", key("a"))]);
@@ -173,9 +159,7 @@ pub(super) fn proposal_of(commands: Vec<Command>) -> crate::raft::types::Proposa
 #[test]
 fn a_grant_whose_client_was_answered_is_given_back_when_it_applies() {
     let mut p = Pair::new();
-    let _ = p
-        .leader
-        .handle_acquire(key("a"), 0, 500, 0, "c1", &mut p.events);
+    let _ = p.ask("a", 0, 500, 0, "c1");
     let (in_the_log, tags) = p.leader.poll_proposal().expect("a proposal");
     p.leader
         .handle_proposal_failed(&tags, Some(2), 0, &mut p.events);
@@ -192,12 +176,8 @@ fn a_grant_whose_client_was_answered_is_given_back_when_it_applies() {
 #[test]
 fn a_failed_hand_over_passes_the_key_to_the_next_waiter() {
     let mut p = Pair::new();
-    let _ = p
-        .leader
-        .handle_acquire(key("a"), 0, 500, 0, "c1", &mut p.events);
-    let _ = p
-        .leader
-        .handle_acquire(key("a"), 0, 600, 0, "c2", &mut p.events);
+    let _ = p.ask("a", 0, 500, 0, "c1");
+    let _ = p.ask("a", 0, 600, 0, "c2");
     let (_, tags) = p.leader.poll_proposal().expect("a proposal");
     p.leader
         .handle_proposal_failed(&tags, None, 1, &mut p.events);
@@ -209,20 +189,14 @@ fn a_failed_hand_over_passes_the_key_to_the_next_waiter() {
 #[test]
 fn losing_the_lead_sends_waiters_and_unproposed_requests_away_and_keeps_the_log_s() {
     let mut p = Pair::new();
-    let _ = p
-        .leader
-        .handle_acquire(key("a"), 0, 500, 0, "c1", &mut p.events);
+    let _ = p.ask("a", 0, 500, 0, "c1");
     p.commit_proposals(0);
     let _ = p
         .leader
         .handle_renew(&key("a"), 1, 500, "c1", 0, &mut p.events);
     let (_renewal_in_the_log, _) = p.leader.poll_proposal().expect("a proposal");
-    let _ = p
-        .leader
-        .handle_acquire(key("a"), 0, 500, 1, "c2", &mut p.events);
-    let _ = p
-        .leader
-        .handle_acquire(key("b"), 0, 500, 1, "c3", &mut p.events);
+    let _ = p.ask("a", 0, 500, 1, "c2");
+    let _ = p.ask("b", 0, 500, 1, "c3");
     p.told();
     p.leader
         .handle_role(RaftRole::Follower { leader: Some(1) }, 2, &mut p.events);
@@ -252,18 +226,14 @@ fn losing_the_lead_sends_waiters_and_unproposed_requests_away_and_keeps_the_log_
 #[test]
 fn a_grant_refused_behind_an_old_grant_of_the_same_term_waits_again() {
     let mut p = Pair::new();
-    let _ = p
-        .leader
-        .handle_acquire(key("a"), 0, 500, 0, "c1", &mut p.events);
+    let _ = p.ask("a", 0, 500, 0, "c1");
     let (old, _) = p.leader.poll_proposal().expect("a proposal");
     p.leader.handle_role(RaftRole::Candidate, 1, &mut p.events);
     p.leader
         .handle_role(RaftRole::Leader { term: 1 }, 2, &mut p.events);
     assert!(p.leader.serving());
     assert_eq!(p.told(), []);
-    let _ = p
-        .leader
-        .handle_acquire(key("a"), 0, 600, 3, "c2", &mut p.events);
+    let _ = p.ask("a", 0, 600, 3, "c2");
     let (new, _) = p.leader.poll_proposal().expect("a proposal");
     p.commit(Committed::Proposal(&old), 4);
     assert_eq!(p.told(), [Told::Granted("c1", key("a"), 1)]);
@@ -285,9 +255,7 @@ fn a_grant_refused_behind_an_old_grant_of_the_same_term_waits_again() {
 fn a_refused_expiry_is_proposed_again_only_after_a_pause() {
     use crate::raft::engine::EXPIRY_RETRY_MS;
     let mut p = Pair::new();
-    let _ = p
-        .leader
-        .handle_acquire(key("a"), 0, 50, 0, "c1", &mut p.events);
+    let _ = p.ask("a", 0, 50, 0, "c1");
     p.commit_proposals(0);
     p.told();
     let expire = Command::Expire {
@@ -321,22 +289,14 @@ fn an_acquire_past_the_quota_is_refused_and_proposes_nothing() {
         max_waiters: 1,
         max_watches: Quota::DEFAULT_MAX_WATCHES,
     });
-    let first = p
-        .leader
-        .handle_acquire(key("a"), 0, 500, 0, "c1", &mut p.events);
+    let first = p.ask("a", 0, 500, 0, "c1");
     assert!(matches!(first, Ok(AcquireOutcome::Queued { .. })));
-    let second = p
-        .leader
-        .handle_acquire(key("b"), 0, 500, 0, "c2", &mut p.events);
+    let second = p.ask("b", 0, 500, 0, "c2");
     assert_eq!(second, Ok(AcquireOutcome::Refused(Refusal::TooManyLocks)));
     assert_eq!(p.proposed(), [grant("a", 500)]);
-    let waiter = p
-        .leader
-        .handle_acquire(key("a"), 0, 500, 0, "c3", &mut p.events);
+    let waiter = p.ask("a", 0, 500, 0, "c3");
     assert!(matches!(waiter, Ok(AcquireOutcome::Queued { .. })));
-    let another = p
-        .leader
-        .handle_acquire(key("a"), 0, 500, 0, "c4", &mut p.events);
+    let another = p.ask("a", 0, 500, 0, "c4");
     assert_eq!(
         another,
         Ok(AcquireOutcome::Refused(Refusal::TooManyWaiters))

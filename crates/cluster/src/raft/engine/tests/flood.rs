@@ -20,9 +20,7 @@ const LEASES: usize = 3 * MAX_EXPIRIES_IN_FLIGHT + 5;
 fn flooded() -> Pair {
     let mut p = Pair::new();
     for i in 0..LEASES {
-        let outcome =
-            p.leader
-                .handle_acquire(key(&format!("k{i}")), 0, LEASE_MS, 0, "c", &mut p.events);
+        let outcome = p.ask(&format!("k{i}"), 0, LEASE_MS, 0, "c");
         assert!(outcome.is_ok(), "{outcome:?}");
     }
     while p.commit_proposals(0) > 0 {}
@@ -53,9 +51,7 @@ fn lapsed_leases_are_expired_in_bounded_batches_until_all_are_gone() {
     // Two clients wait: one for a lapsed key, in order, the other for a
     // key nobody holds, granted at once whatever the flood.
     for waiter in ["w1", "w2"] {
-        let _ = p
-            .leader
-            .handle_acquire(key("k7"), 60_000, LEASE_MS, 50, waiter, &mut p.events);
+        let _ = p.ask("k7", 60_000, LEASE_MS, 50, waiter);
     }
     let mut log = VecDeque::new();
     let mut now = LEASE_MS;
@@ -73,9 +69,7 @@ fn lapsed_leases_are_expired_in_bounded_batches_until_all_are_gone() {
             "{in_flight} expiries on their way at once"
         );
         if entries == 1 {
-            let _ = p
-                .leader
-                .handle_acquire(key("probe"), 0, 60_000, now, "probe", &mut p.events);
+            let _ = p.ask("probe", 0, 60_000, now, "probe");
             probe_behind = Some(0);
             take_entries(&mut p, &mut log);
         }

@@ -3,24 +3,10 @@
 //! committed `SetValue`, each applied the same on leader and follower.
 
 use baton_core::{
-    AcquireOptions, AcquireOutcome, Change, Command, HolderValue, LockMode, Outcome, Refusal,
+    Acquire, AcquireOptions, AcquireOutcome, Change, Command, HolderValue, Outcome, Refusal,
 };
 
 use super::{key, Pair};
-
-fn permits(n: u32) -> AcquireOptions {
-    AcquireOptions {
-        permits: n,
-        ..AcquireOptions::default()
-    }
-}
-
-fn shared() -> AcquireOptions {
-    AcquireOptions {
-        mode: LockMode::Shared,
-        ..AcquireOptions::default()
-    }
-}
 
 fn value(s: &str) -> HolderValue {
     HolderValue::try_from(s).unwrap_or_else(|e| panic!("bad test value {s}: {e:?}"))
@@ -28,15 +14,10 @@ fn value(s: &str) -> HolderValue {
 
 impl Pair {
     fn acquire(&mut self, client: &'static str, options: AcquireOptions) -> AcquireOutcome {
-        let out = self.leader.handle_acquire_with(
-            key("k"),
-            0,
-            1_000,
-            options,
-            0,
-            client,
-            &mut self.events,
-        );
+        let acquire = Acquire::new(key("k"), 0, 1_000, options);
+        let out = self
+            .leader
+            .handle_acquire(acquire, 0, client, &mut self.events);
         out.unwrap_or_else(|e| panic!("the leader does not serve: {e:?}"))
     }
 
@@ -82,20 +63,26 @@ fn a_semaphore_grants_its_free_permits_in_one_entry_and_hands_one_on_per_release
     let mut p = Pair::new();
     for client in ["c1", "c2", "c3"] {
         assert!(matches!(
-            p.acquire(client, permits(2)),
+            p.acquire(client, AcquireOptions::semaphore(2)),
             AcquireOutcome::Queued { .. }
         ));
     }
-    assert_eq!(p.commit_next(), vec![grant_with(permits(2)); 2]);
+    assert_eq!(
+        p.commit_next(),
+        vec![grant_with(AcquireOptions::semaphore(2)); 2]
+    );
     assert_eq!(p.granted(), vec![("c1", 1), ("c2", 2)]);
     assert_eq!(p.leader.table().grants(&key("k")).map(|g| g.len()), Some(2));
     // Another count of permits is refused while the key is held.
     assert!(matches!(
-        p.acquire("c4", permits(3)),
+        p.acquire("c4", AcquireOptions::semaphore(3)),
         AcquireOutcome::Refused(Refusal::Permits(2))
     ));
     p.release("c1", 1);
-    assert_eq!(p.commit_next(), vec![release(1), grant_with(permits(2))]);
+    assert_eq!(
+        p.commit_next(),
+        vec![release(1), grant_with(AcquireOptions::semaphore(2))]
+    );
     assert_eq!(p.granted(), vec![("c3", 3)]);
     assert_eq!(p.leader.table().grants(&key("k")).map(|g| g.len()), Some(2));
 }
@@ -110,10 +97,10 @@ fn shared_waiters_at_the_head_pass_together_behind_a_release_and_a_writer_waits(
     assert_eq!(p.commit_next().len(), 1);
     assert_eq!(p.granted(), vec![("w1", 1)]);
     for (client, options) in [
-        ("r1", shared()),
-        ("r2", shared()),
+        ("r1", AcquireOptions::shared()),
+        ("r2", AcquireOptions::shared()),
         ("w2", AcquireOptions::default()),
-        ("r3", shared()),
+        ("r3", AcquireOptions::shared()),
     ] {
         assert!(matches!(
             p.acquire(client, options),
@@ -124,7 +111,11 @@ fn shared_waiters_at_the_head_pass_together_behind_a_release_and_a_writer_waits(
     p.release("w1", 1);
     assert_eq!(
         p.commit_next(),
-        vec![release(1), grant_with(shared()), grant_with(shared())]
+        vec![
+            release(1),
+            grant_with(AcquireOptions::shared()),
+            grant_with(AcquireOptions::shared())
+        ]
     );
     assert_eq!(p.granted(), vec![("r1", 2), ("r2", 3)]);
     // r3 came behind the writer: it does not overtake it.
@@ -178,8 +169,8 @@ fn a_value_rides_in_the_grant_and_a_set_value_answers_once_committed() {
 #[test]
 fn a_lapsed_permit_expires_while_another_permit_of_the_key_renews() {
     let mut p = Pair::new();
-    p.acquire("c1", permits(2));
-    p.acquire("c2", permits(2));
+    p.acquire("c1", AcquireOptions::semaphore(2));
+    p.acquire("c2", AcquireOptions::semaphore(2));
     p.commit_next();
     assert_eq!(p.granted(), vec![("c1", 1), ("c2", 2)]);
     // Both leases end at 1001. c2 renews in time; the renewal waits in

@@ -9,19 +9,13 @@ use crate::raft::engine::{ANSWER_BUDGET_MS, ORPHAN_WAIT_MS};
 #[test]
 fn a_leader_without_a_majority_answers_everything_then_serves_again_when_it_returns() {
     let mut p = Pair::new();
-    let _ = p
-        .leader
-        .handle_acquire(key("a"), 0, 60_000, 0, "c1", &mut p.events);
+    let _ = p.ask("a", 0, 60_000, 0, "c1");
     p.commit_proposals(0);
     p.events.clear();
     // A waiter queued behind `a`, and a release with its hand-over in the
     // log when the majority goes silent.
-    let _ = p
-        .leader
-        .handle_acquire(key("a"), 5_000, 60_000, 0, "c2", &mut p.events);
-    let _ = p
-        .leader
-        .handle_acquire(key("b"), 0, 60_000, 0, "c3", &mut p.events);
+    let _ = p.ask("a", 5_000, 60_000, 0, "c2");
+    let _ = p.ask("b", 0, 60_000, 0, "c3");
     let _in_the_log = p.leader.poll_proposal();
     assert_eq!(
         p.leader
@@ -40,8 +34,7 @@ fn a_leader_without_a_majority_answers_everything_then_serves_again_when_it_retu
         p.events
     );
     assert_eq!(
-        p.leader
-            .handle_acquire(key("c"), 0, 1_000, 301, "c4", &mut p.events),
+        p.ask("c", 0, 1_000, 301, "c4"),
         Err(to(None)),
         "a new request is sent away at once"
     );
@@ -82,9 +75,7 @@ fn a_leader_without_a_majority_answers_everything_then_serves_again_when_it_retu
 #[test]
 fn a_second_step_down_keeps_the_first_ones_wait() {
     let mut p = Pair::new();
-    let _ = p
-        .leader
-        .handle_acquire(key("a"), 0, 60_000, 0, "c1", &mut p.events);
+    let _ = p.ask("a", 0, 60_000, 0, "c1");
     let _in_the_log = p.leader.poll_proposal();
     p.leader
         .handle_role(RaftRole::Candidate, 100, &mut p.events);
@@ -96,9 +87,7 @@ fn a_second_step_down_keeps_the_first_ones_wait() {
     // Back in the lead, a request of the new leadership, and down again.
     p.leader
         .handle_role(RaftRole::Leader { term: 1 }, 600, &mut p.events);
-    let _ = p
-        .leader
-        .handle_acquire(key("b"), 0, 60_000, 600, "c2", &mut p.events);
+    let _ = p.ask("b", 0, 60_000, 600, "c2");
     let _also_in_the_log = p.leader.poll_proposal();
     p.leader
         .handle_role(RaftRole::Candidate, 1_000, &mut p.events);
@@ -136,9 +125,7 @@ fn many_step_downs_keep_few_groups_and_answer_every_request_in_time() {
         p.leader
             .handle_role(RaftRole::Leader { term: 1 }, now, &mut p.events);
         let name = format!("k{i}");
-        let _ = p
-            .leader
-            .handle_acquire(key(&name), 0, 60_000, now, client, &mut p.events);
+        let _ = p.ask(&name, 0, 60_000, now, client);
         let _in_the_log = p.leader.poll_proposal();
         p.leader
             .handle_role(RaftRole::Candidate, now + 5, &mut p.events);
@@ -157,9 +144,7 @@ fn many_step_downs_keep_few_groups_and_answer_every_request_in_time() {
 #[test]
 fn a_request_whose_entry_does_not_apply_is_answered_within_the_budget() {
     let mut p = Pair::new();
-    let _ = p
-        .leader
-        .handle_acquire(key("a"), 0, 60_000, 1_000, "c1", &mut p.events);
+    let _ = p.ask("a", 0, 60_000, 1_000, "c1");
     let (grant, _) = p
         .leader
         .poll_proposal()

@@ -57,9 +57,7 @@ fn commands(proposal: &Proposal) -> Vec<Command> {
 
 /// Acquires `k` on the leader and commits the grant; the token.
 fn grant(p: &mut Pair, k: &str, now: u64) -> Token {
-    let acquired = p
-        .leader
-        .handle_acquire(key(k), 0, 1_000, now, "c", &mut p.events);
+    let acquired = p.ask(k, 0, 1_000, now, "c");
     assert!(matches!(acquired, Ok(AcquireOutcome::Queued { .. })));
     let (proposal, _) = p.leader.poll_proposal().expect("the grant");
     p.commit(Committed::Proposal(&proposal), now);
@@ -77,9 +75,7 @@ fn the_leaders_first_proposal_carries_its_floor_and_apply_lifts_every_nodes_toke
     let (mut p, floor) = leading_at_wall(WALL_MS - 86_400_000);
     p.commit(Committed::LeaderBlank { leader: 0, term: 1 }, 6);
     assert!(!p.leader.serving(), "serves before its floor applies");
-    let refused = p
-        .leader
-        .handle_acquire(key("a"), 0, 1_000, 6, "c", &mut p.events);
+    let refused = p.ask("a", 0, 1_000, 6, "c");
     assert!(refused.is_err());
     p.commit(Committed::Proposal(&floor), 7);
     assert!(p.leader.serving());
@@ -126,9 +122,7 @@ fn a_node_replaying_the_log_or_installing_a_snapshot_computes_the_same_tokens() 
     let blank = Committed::LeaderBlank { leader: 0, term: 1 };
     p.commit(blank, 6);
     p.commit(Committed::Proposal(&floor), 7);
-    let acquired = p
-        .leader
-        .handle_acquire(key("a"), 0, 1_000, 8, "c", &mut p.events);
+    let acquired = p.ask("a", 0, 1_000, 8, "c");
     assert!(acquired.is_ok());
     let (grant_a, _) = p.leader.poll_proposal().expect("the grant");
     p.commit(Committed::Proposal(&grant_a), 8);

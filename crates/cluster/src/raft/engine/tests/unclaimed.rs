@@ -33,13 +33,9 @@ fn answers(p: &mut Pair) -> Vec<String> {
 #[test]
 fn a_grant_applied_while_stepped_down_is_given_back_when_the_lead_returns() {
     let mut p = Pair::new();
-    let _ = p
-        .leader
-        .handle_acquire(key("a"), 0, 60_000, 0, "c1", &mut p.events);
+    let _ = p.ask("a", 0, 60_000, 0, "c1");
     p.commit_proposals(0);
-    let _ = p
-        .leader
-        .handle_acquire(key("a"), 5_000, 60_000, 0, "c2", &mut p.events);
+    let _ = p.ask("a", 5_000, 60_000, 0, "c2");
     p.events.clear();
     assert_eq!(
         p.leader
@@ -72,9 +68,7 @@ fn a_grant_applied_while_stepped_down_is_given_back_when_the_lead_returns() {
     assert_eq!(p.leader.table().holder(&key("a")), None);
     assert_eq!(p.follower.table().holder(&key("a")), None);
     // The next acquire takes the key at once.
-    let _ = p
-        .leader
-        .handle_acquire(key("a"), 0, 1_000, 330, "c3", &mut p.events);
+    let _ = p.ask("a", 0, 1_000, 330, "c3");
     p.commit_proposals(331);
     assert_eq!(answers(&mut p), ["c3 granted 3"]);
 }
@@ -89,9 +83,7 @@ fn unclaimed_grants_wait_for_the_new_terms_first_entry_and_spare_newer_grants() 
     // `a`'s lease outlasts the test, so what gives it back is the
     // unclaimed grant's release, not its expiry.
     for (k, lease_ms, client) in [("a", 60_000, "c1"), ("b", 1_000, "c2")] {
-        let _ = p
-            .leader
-            .handle_acquire(key(k), 0, lease_ms, 0, client, &mut p.events);
+        let _ = p.ask(k, 0, lease_ms, 0, client);
     }
     let (in_the_log, _) = p.leader.poll_proposal().expect("two grants");
     p.leader
@@ -136,9 +128,7 @@ fn the_unclaimed_grants_kept_are_bounded() {
     let mut p = Pair::new();
     let count = MAX_UNCLAIMED + 10;
     for i in 0..count {
-        let _ = p
-            .leader
-            .handle_acquire(key(&format!("k{i}")), 0, 60_000, 0, "c", &mut p.events);
+        let _ = p.ask(&format!("k{i}"), 0, 60_000, 0, "c");
     }
     let mut in_the_log = Vec::new();
     while let Some((proposal, _)) = p.leader.poll_proposal() {
