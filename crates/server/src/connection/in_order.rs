@@ -68,7 +68,9 @@ impl InOrder {
     /// line), else it took its place in its line, and [`InOrder::next_ready`]
     /// gives what may now be written.
     pub(crate) fn arrived(&mut self, response: Response) -> Option<Response> {
-        let key = line_key(&response)?;
+        let Some(key) = line_key(&response) else {
+            return Some(response);
+        };
         let Some(line) = self.lines.get_mut(&key) else {
             return Some(response);
         };
@@ -167,7 +169,17 @@ mod tests {
         order.later(Op::Acquire, &key("k"));
         order.later(Op::Watch, &key("k"));
         assert_eq!(order.kept(), 0);
-        assert!(!order.keeps(&Response::TimedOut { key: key("k") }));
+        let timed_out = Response::TimedOut { key: key("k") };
+        assert!(!order.keeps(&timed_out));
+        assert_eq!(order.arrived(timed_out.clone()), Some(timed_out));
         assert_eq!(order.arrived(released("k")), Some(released("k")));
+        // Also while another op's line is open.
+        order.later(Op::Release, &key("k"));
+        let moved = Response::Moved {
+            op: Op::Watch,
+            key: key("k"),
+            addr: None,
+        };
+        assert_eq!(order.arrived(moved.clone()), Some(moved));
     }
 }
