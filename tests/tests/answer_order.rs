@@ -32,7 +32,7 @@ async fn answers_by_op(client: &mut LineClient, lines: &[String]) -> Vec<(String
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_raft_leader_answers_one_key_s_releases_renewals_and_values_in_order() {
+async fn a_raft_leader_answers_one_key_s_releases_renewals_values_and_queries_in_order() {
     let _serial = SERIAL.lock().await;
     let mut cluster = RaftCluster::start(3);
     let (leader, _) = cluster.wait_leader(SETTLE).await;
@@ -44,13 +44,18 @@ async fn a_raft_leader_answers_one_key_s_releases_renewals_and_values_in_order()
         format!("K k {other} 60"),
         format!("V k {token} x"),
         format!("V k {other} x"),
+        "Q k".to_owned(),
+        "Q k x".to_owned(),
         format!("R k {token}"),
         format!("R k {other}"),
         "R k 0".to_owned(),
     ];
     let groups = answers_by_op(&mut client, &lines).await;
+    // Each answer starts so, in this order within its op (a `Q` answer
+    // goes on with the key's fields).
     let expected = [
         ("K", vec!["K k", "N K k"]),
+        ("Q", vec!["Q k token=", "E Q k too many fields"]),
         (
             "R",
             vec![
@@ -61,14 +66,11 @@ async fn a_raft_leader_answers_one_key_s_releases_renewals_and_values_in_order()
         ),
         ("V", vec!["V k", "N V k"]),
     ];
-    let expected: Vec<(String, Vec<String>)> = expected
-        .into_iter()
-        .map(|(op, answers)| {
-            (
-                op.to_owned(),
-                answers.into_iter().map(String::from).collect(),
-            )
-        })
-        .collect();
-    assert_eq!(groups, expected);
+    let ops: Vec<&str> = groups.iter().map(|(op, _)| op.as_str()).collect();
+    assert_eq!(ops, ["K", "Q", "R", "V"], "{groups:?}");
+    for ((_, answers), (_, starts)) in groups.iter().zip(expected) {
+        let in_order = answers.len() == starts.len()
+            && answers.iter().zip(&starts).all(|(a, s)| a.starts_with(s));
+        assert!(in_order, "{answers:?}, expected {starts:?}");
+    }
 }
