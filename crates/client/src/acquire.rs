@@ -288,8 +288,11 @@ impl Client {
             Ok(Response::Granted { token, .. }) => {
                 self.guard_granted(attempt, token, sent).map(Some)
             }
-            // Only the node's word means the wait ran out.
-            Ok(Response::TimedOut { .. }) => Err(Error::TimedOut { key: key.clone() }),
+            // Only the node's word means the wait ran out, or the wait
+            // running out before the acquire could be sent at all.
+            Ok(Response::TimedOut { .. }) | Err(CallError::WaitRanOutUnsent) => {
+                Err(Error::TimedOut { key: key.clone() })
+            }
             Err(CallError::Unanswered(after)) => Err(Error::Unanswered { after }),
             Ok(Response::Moved { addr, .. }) => {
                 if addr.is_none() {

@@ -390,7 +390,10 @@ impl Client {
             Ok(Response::Status(report)) => Ok(report),
             Ok(Response::Error(reply)) => Err(crate::auth::rejected(reply)),
             Ok(other) => Err(Error::Unexpected(line(&other))),
-            Err(CallError::Broken) => Err(self.pool.no_server_at(addr)),
+            // `S` is never kept back: only acquires and watches are.
+            Err(CallError::Broken | CallError::WaitRanOutUnsent) => {
+                Err(self.pool.no_server_at(addr))
+            }
             Err(CallError::Unanswered(after)) => Err(Error::Unanswered { after }),
         }
     }
@@ -427,7 +430,9 @@ impl Client {
                     Ok(Response::Error(reply)) => return Err(crate::auth::rejected(reply)),
                     Ok(answer) => return Ok(answer),
                     Err(CallError::Unanswered(after)) => no_verdict = NoVerdict::Unanswered(after),
-                    Err(CallError::Broken) => {
+                    // Never `WaitRanOutUnsent`: releases, renewals, queries
+                    // and values are not kept back.
+                    Err(CallError::Broken | CallError::WaitRanOutUnsent) => {
                         no_verdict = NoVerdict::NoConnection;
                         tracing::debug!(addr = %slot.addr, "connection broke; retrying elsewhere");
                     }

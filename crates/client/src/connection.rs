@@ -1,7 +1,8 @@
 //! One TCP connection to a node. A single task owns the socket: it writes
 //! the requests callers hand it through a channel and matches each response
-//! to its request by (op, key), oldest first, as docs/protocol.md says. It also
-//! watches the node's silence (see [`crate::liveness`]): the connection is
+//! to its request by (op, key), oldest first, as docs/protocol.md says,
+//! keeping at most one acquire and one watch of a key in flight (see
+//! [`crate::one_in_flight`]). It also watches the node's silence (see [`crate::liveness`]): the connection is
 //! usable once the node answered its first probe, and given up when a
 //! probe goes unanswered.
 
@@ -19,14 +20,23 @@ use tokio_util::codec::{FramedRead, FramedWrite};
 
 use crate::lifecycle::Background;
 use crate::liveness::{Liveness, Silence, Verdict};
+use crate::one_in_flight::{is_waiting_op, OneInFlight};
 
 /// A request on its way to a connection, with where to deliver its answer.
 /// Dropping `reply` unanswered tells the caller the connection broke.
 #[derive(Debug)]
 pub(crate) struct Call {
     pub(crate) req: Request,
-    pub(crate) reply: oneshot::Sender<Response>,
+    pub(crate) reply: Reply,
 }
+
+/// Where a call's outcome goes: the node's answer, or [`Unsent`].
+pub(crate) type Reply = oneshot::Sender<Result<Response, Unsent>>;
+
+/// An acquire or a watch whose wait ran out while it waited in the client
+/// behind another of its key: it was never sent.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Unsent;
 
 /// Why a connection task stopped.
 #[derive(Debug, PartialEq, Eq)]
@@ -51,9 +61,9 @@ pub(crate) enum End {
 /// a steady stream of calls cannot delay the first ones indefinitely.
 const WRITE_BATCH: usize = 256;
 
-type MatchKey = (Op, Vec<u8>);
+pub(crate) type MatchKey = (Op, Vec<u8>);
 
-fn match_key(op: Op, key: Option<&[u8]>) -> MatchKey {
+pub(crate) fn match_key(op: Op, key: Option<&[u8]>) -> MatchKey {
     (op, key.map(<[u8]>::to_vec).unwrap_or_default())
 }
 
@@ -67,7 +77,7 @@ pub(crate) async fn closed(shutdown: &mut watch::Receiver<bool>) {
 }
 
 /// Pairs a request's match key with where its answer goes.
-type Registration = (MatchKey, oneshot::Sender<Response>);
+type Registration = (MatchKey, Reply);
 type Reader<R> = FramedRead<R, ClientCodec>;
 type Writer<W> = FramedWrite<W, ClientCodec>;
 
@@ -84,6 +94,8 @@ pub(crate) struct Serving<'a> {
 /// What the writer, the reader and the watchdog of one connection share.
 struct Ends<'a> {
     silence: &'a Mutex<Silence>,
+    /// The acquires and watches kept back behind one of their key.
+    in_flight: &'a Mutex<OneInFlight>,
     speaks_12: &'a AtomicBool,
     /// Called once, when the first line comes from the node.
     on_alive: Mutex<Option<Box<dyn FnOnce() + Send + 'a>>>,
@@ -92,6 +104,12 @@ struct Ends<'a> {
 impl Ends<'_> {
     fn silence(&self) -> std::sync::MutexGuard<'_, Silence> {
         self.silence.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn in_flight(&self) -> std::sync::MutexGuard<'_, OneInFlight> {
+        self.in_flight
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
     }
 
     /// The node answered for the first time.
@@ -143,8 +161,10 @@ where
     // awaited in the background, so that `close` can wait for them).
     let (own_tx, own_rx) = mpsc::unbounded_channel::<Call>();
     let silence = Mutex::new(Silence::new(Instant::now()));
+    let in_flight = Mutex::new(OneInFlight::default());
     let ends = Ends {
         silence: &silence,
+        in_flight: &in_flight,
         speaks_12,
         on_alive: Mutex::new(Some(Box::new(on_alive))),
     };
@@ -200,8 +220,11 @@ async fn watch_silence(
     }
 }
 
-/// The writing half: writes calls (the connection's own first) in
-/// batches, registering each before it is written.
+/// The writing half: writes calls (the connection's own first: probes,
+/// orphan releases, calls let out of their key's line) in batches,
+/// registering each before it is written. A caller's acquire or watch of
+/// a key with one in flight is kept back instead; one whose wait runs out
+/// there ends unsent.
 async fn write_calls<W: AsyncWrite + Unpin>(
     mut writer: Writer<W>,
     calls: &mut mpsc::UnboundedReceiver<Call>,
@@ -210,18 +233,43 @@ async fn write_calls<W: AsyncWrite + Unpin>(
     ends: &Ends<'_>,
 ) -> End {
     loop {
+        let next_deadline = ends.in_flight().next_deadline();
+        let wait_runs_out = async {
+            match next_deadline {
+                Some(at) => tokio::time::sleep_until(at).await,
+                None => std::future::pending().await,
+            }
+        };
         let first = tokio::select! {
             biased;
             Some(own) = own.recv() => own,
             call = calls.recv() => match call {
-                Some(call) => call,
+                Some(call) => match ends.in_flight().admit(call, Instant::now()) {
+                    Some(call) => call,
+                    None => continue,
+                },
                 None => return End::ClientGone,
             },
+            () = wait_runs_out => {
+                ends.in_flight().expire(Instant::now());
+                continue;
+            }
         };
         if let Err(end) = write_batch(&mut writer, first, calls, &register, ends).await {
             return end;
         }
     }
+}
+
+/// The next caller's call already queued that may be written now, keeping
+/// back those that must wait for their key.
+fn next_admitted(calls: &mut mpsc::UnboundedReceiver<Call>, ends: &Ends<'_>) -> Option<Call> {
+    while let Ok(call) = calls.try_recv() {
+        if let Some(call) = ends.in_flight().admit(call, Instant::now()) {
+            return Some(call);
+        }
+    }
+    None
 }
 
 /// Writes `first` and whatever calls are already queued behind it, up to
@@ -247,7 +295,7 @@ async fn write_batch<W: AsyncWrite + Unpin>(
         }
         written += 1;
         if written < WRITE_BATCH {
-            next = calls.try_recv().ok();
+            next = next_admitted(calls, ends);
         }
     }
     if let Err(err) = SinkExt::<Request>::flush(writer).await {
@@ -258,7 +306,8 @@ async fn write_batch<W: AsyncWrite + Unpin>(
 }
 
 /// The reading half: hands each response to the oldest request it matches,
-/// and sends a grant whose caller is gone back to the node.
+/// sends a grant whose caller is gone back to the node, and lets the next
+/// acquire or watch of a key out once the one in flight is answered.
 async fn read_answers<R: AsyncRead + Unpin>(
     mut reader: Reader<R>,
     mut registrations: mpsc::UnboundedReceiver<Registration>,
@@ -307,8 +356,19 @@ async fn read_answers<R: AsyncRead + Unpin>(
         let Some(reply) = reply else {
             continue;
         };
-        if let Err(Response::Granted { key, token }) = reply.send(response) {
+        let freed = response
+            .op()
+            .filter(|op| is_waiting_op(*op))
+            .map(|op| match_key(op, response.key()));
+        if let Err(Ok(Response::Granted { key, token })) = reply.send(Ok(response)) {
             release_orphan(key, token, &orphans, background);
+        }
+        // After the orphan's release, so that the key is released first.
+        let next = freed.and_then(|key| ends.in_flight().answered(&key, Instant::now()));
+        if let Some(next) = next {
+            // Fails only once the writer is gone: the call's caller is
+            // then told the connection broke.
+            let _ = orphans.send(next);
         }
     }
 }
@@ -325,7 +385,7 @@ fn broken(err: &std::io::Error) -> End {
 /// The requests written and not answered yet, by match key, oldest first.
 #[derive(Default)]
 struct Pending {
-    queues: HashMap<MatchKey, VecDeque<oneshot::Sender<Response>>>,
+    queues: HashMap<MatchKey, VecDeque<Reply>>,
 }
 
 impl Pending {
@@ -338,7 +398,7 @@ impl Pending {
 
     /// Takes out where `response` goes: the oldest request it matches.
     /// `None` (with a warning) when it matches none.
-    fn reply_for(&mut self, response: &Response) -> Option<oneshot::Sender<Response>> {
+    fn reply_for(&mut self, response: &Response) -> Option<Reply> {
         let Some(op) = response.op() else {
             tracing::warn!("response without an op; ignored");
             return None;

@@ -32,9 +32,11 @@ use baton_core::{Key, KeyError, Token, ValueError};
 pub enum Error {
     /// The node said the wait ran out (`T`): the lock was not granted
     /// (for [`Client::try_acquire`](crate::Client::try_acquire): it is
-    /// held). Only a node's `T` gives this error: a wait that ran out while
-    /// no node answered is [`Error::NoServer`], [`Error::NotServing`] or
-    /// [`Error::Unanswered`].
+    /// held). Only a node's `T` gives this error, or a wait that ran out
+    /// while the acquire waited in the client, unsent, behind another
+    /// acquire of its key in flight on its connection: a wait that ran out
+    /// while no node answered is [`Error::NoServer`],
+    /// [`Error::NotServing`] or [`Error::Unanswered`].
     #[error("timed out waiting for {key}")]
     TimedOut {
         /// The key asked for.

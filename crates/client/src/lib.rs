@@ -52,6 +52,7 @@ mod guard;
 mod key_state;
 mod lifecycle;
 mod liveness;
+mod one_in_flight;
 mod pool;
 mod protocol;
 mod slot;

@@ -11,7 +11,7 @@ use tokio::sync::{mpsc, oneshot, watch, Notify};
 use tokio::time::Instant;
 
 use crate::auth::{self, AuthOutcome, Credentials};
-use crate::connection::{self, closed, Call, End, Serving};
+use crate::connection::{self, closed, Call, End, Serving, Unsent};
 use crate::error::Error;
 use crate::lifecycle::Background;
 use crate::liveness::Liveness;
@@ -33,6 +33,9 @@ pub(crate) enum CallError {
     /// The connection is up (its node answers probes) but this answer did
     /// not come within the limit given.
     Unanswered(Duration),
+    /// An acquire or a watch waited in the client behind another of its key
+    /// in flight on the connection, and its wait ran out there: never sent.
+    WaitRanOutUnsent,
 }
 
 /// What the supervisor publishes about its connection.
@@ -154,12 +157,17 @@ impl Slot {
         self.calls
             .send(Call { req, reply })
             .map_err(|_| CallError::Broken)?;
-        match limit {
-            None => answer.await.map_err(|_| CallError::Broken),
+        let answer = match limit {
+            None => answer.await,
             Some(limit) => match tokio::time::timeout(limit, answer).await {
-                Ok(answer) => answer.map_err(|_| CallError::Broken),
-                Err(_) => Err(CallError::Unanswered(limit)),
+                Ok(answer) => answer,
+                Err(_) => return Err(CallError::Unanswered(limit)),
             },
+        };
+        match answer {
+            Ok(Ok(response)) => Ok(response),
+            Ok(Err(Unsent)) => Err(CallError::WaitRanOutUnsent),
+            Err(_) => Err(CallError::Broken),
         }
     }
 }

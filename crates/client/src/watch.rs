@@ -225,6 +225,9 @@ impl Client {
                 Ok(Response::Error(reply)) => return Err(crate::auth::rejected(reply)),
                 Ok(other) => return Err(Error::Unexpected(line(&other))),
                 Err(CallError::Unanswered(after)) => return Err(Error::Unanswered { after }),
+                // It waited its whole wait behind another watch of the key:
+                // as a wait that ran out, the state did not change for it.
+                Err(CallError::WaitRanOutUnsent) => {}
                 Err(CallError::Broken) if self.life.is_closing() => return Err(Error::Closed),
                 Err(CallError::Broken) => {
                     tracing::debug!(%key, addr = %slot.addr, "connection broke during a watch; sending it again");

@@ -31,7 +31,9 @@ use crate::node::{LockNode, Served};
 use crate::request::{change_response, AcquireRef, Answer, LockRequest};
 use crate::watching::TOO_MANY_WATCHES;
 
+mod in_order;
 mod opening;
+use in_order::InOrder;
 use opening::Opened;
 
 /// Output past which the connection stops reading until the client takes
@@ -88,6 +90,9 @@ pub(crate) struct Connection<N, S> {
     watching: FastSet<WatchId>,
     /// Requests the node answers later (`Served::Later`).
     deferred: usize,
+    /// Answers of one op and key that must wait for an earlier one of the
+    /// same op and key that the node answers later.
+    in_order: InOrder,
     /// Grants encoded into `output` but not yet written, with the stream
     /// position their line ends at.
     unwritten_grants: VecDeque<(u64, Key, Token)>,
@@ -137,6 +142,7 @@ impl<N: LockNode, S: ServerStream> Connection<N, S> {
             waiting: FastSet::default(),
             watching: FastSet::default(),
             deferred: 0,
+            in_order: InOrder::default(),
             unwritten_grants: VecDeque::new(),
             encoded_total: 0,
             written_total: 0,
@@ -276,6 +282,7 @@ impl<N: LockNode, S: ServerStream> Connection<N, S> {
     fn may_read(&self) -> bool {
         self.output.len() < OUTPUT_HIGH_WATER
             && self.deferred < self.node.config.max_pending
+            && self.in_order.kept() < self.node.config.max_pending
             && !self.held
     }
 
@@ -441,6 +448,7 @@ impl<N: LockNode, S: ServerStream> Connection<N, S> {
         let response = match served {
             Served::Later => {
                 self.deferred += 1;
+                self.in_order.later(op, &key);
                 return;
             }
             Served::Redirect(addr) => Response::Moved { op, key, addr },
@@ -499,9 +507,14 @@ impl<N: LockNode, S: ServerStream> Connection<N, S> {
         match delivery {
             Delivery::Reply(response) => {
                 self.deferred = self.deferred.saturating_sub(1);
-                match response {
-                    Response::Granted { key, token } => self.answer_grant(key, token),
-                    other => self.answer(&other),
+                match self.in_order.arrived(response) {
+                    Some(Response::Granted { key, token }) => self.answer_grant(key, token),
+                    Some(other) => self.encode(&other),
+                    None => {
+                        while let Some(answer) = self.in_order.next_ready() {
+                            self.encode(&answer);
+                        }
+                    }
                 }
             }
             Delivery::Granted { id, key, token } => {
@@ -534,7 +547,15 @@ impl<N: LockNode, S: ServerStream> Connection<N, S> {
         }
     }
 
+    /// Writes an answer known now, unless an earlier request of its op and
+    /// key is still to be answered: it then waits for that one.
     fn answer(&mut self, response: &Response) {
+        if !self.in_order.keeps(response) {
+            self.encode(response);
+        }
+    }
+
+    fn encode(&mut self, response: &Response) {
         let before = self.output.len();
         // Encoding into a BytesMut cannot fail.
         let _ = self.codec.encode(response, &mut self.output);
@@ -543,7 +564,7 @@ impl<N: LockNode, S: ServerStream> Connection<N, S> {
 
     fn answer_grant(&mut self, key: Key, token: Token) {
         let response = Response::Granted { key, token };
-        self.answer(&response);
+        self.encode(&response);
         if let Response::Granted { key, token } = response {
             self.unwritten_grants
                 .push_back((self.encoded_total, key, token));
