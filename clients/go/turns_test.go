@@ -85,15 +85,19 @@ func (o *overtakingNode) release(k string) {
 	o.answer(k, line)
 }
 
-// answer answers the oldest waiting request of "op key" with line.
+// answer answers the oldest waiting request of "op key" with line, once
+// there is one (a line is logged before the handler sees it).
 func (o *overtakingNode) answer(k, line string) {
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	if len(o.waiting[k]) == 0 {
-		return
-	}
-	o.waiting[k] = o.waiting[k][1:]
-	o.conn.send(line)
+	eventually(o.t, 5*time.Second, "a waiting "+k, func() bool {
+		o.mu.Lock()
+		defer o.mu.Unlock()
+		if len(o.waiting[k]) == 0 {
+			return false
+		}
+		o.waiting[k] = o.waiting[k][1:]
+		o.conn.send(line)
+		return true
+	})
 }
 
 func (o *overtakingNode) nextToken() string {
