@@ -118,6 +118,11 @@ func (c *Client) Acquire(ctx context.Context, key string, opts AcquireOptions) (
 		if cn == nil {
 			continue
 		}
+		if retry, err := c.awaitTurn(ctx, cn, a); err != nil {
+			return nil, err
+		} else if retry {
+			continue
+		}
 		waitMs, ok := a.waitLeftMs(following)
 		if !ok {
 			return nil, c.noVerdictError(a.noVerdict, "acquire", key)
@@ -161,7 +166,7 @@ func (c *Client) nextAcquireConn(ctx context.Context, a *attempt) (*conn, error)
 		if cn := c.pool.reach(t, until, ctx.Done(), c.closing); cn != nil {
 			return cn, nil
 		}
-	} else if cn := c.pool.pick(a.deadline, ctx.Done(), c.closing); cn != nil {
+	} else if cn := c.pool.pick(matchKey{opAcquire, a.key}, a.deadline, ctx.Done(), c.closing); cn != nil {
 		return cn, nil
 	}
 	if ctx.Err() != nil || c.isClosing() {
@@ -174,7 +179,7 @@ func (c *Client) nextAcquireConn(ctx context.Context, a *attempt) (*conn, error)
 	a.failures++
 	// A redirect to a node that is down is no verdict on the others: the
 	// acquire ends only when none of them is usable either.
-	if a.failures >= c.pool.size() && (!redirected || c.pool.pick(a.deadline, ctx.Done(), c.closing) == nil) {
+	if a.failures >= c.pool.size() && (!redirected || c.pool.pick(matchKey{opAcquire, a.key}, a.deadline, ctx.Done(), c.closing) == nil) {
 		return nil, c.pool.noServer("acquire", a.key)
 	}
 	return nil, nil
@@ -201,16 +206,7 @@ func (c *Client) tryAcquire(ctx context.Context, cn *conn, a *attempt, waitMs ui
 	case errors.Is(err, errUnanswered):
 		return nil, &Error{Op: "acquire", Key: a.key, Addr: cn.slot.addr, Err: ErrUnanswered}
 	case err != nil:
-		if c.isClosing() {
-			return nil, &Error{Op: "acquire", Key: a.key, Err: ErrClosed}
-		}
-		c.cfg.logger.Debug("baton: connection broke during acquire; failing over", "key", a.key, "addr", cn.slot.addr)
-		a.noVerdict = noConnection
-		a.failures++
-		if a.failures >= c.pool.size() && c.pool.pick(a.deadline, ctx.Done(), c.closing) == nil {
-			return nil, c.pool.noServer("acquire", a.key)
-		}
-		return nil, nil
+		return nil, c.brokeDuringAcquire(ctx, cn, a)
 	}
 	switch r.kind {
 	case 'A':
@@ -232,6 +228,38 @@ func (c *Client) tryAcquire(ctx context.Context, cn *conn, a *attempt, waitMs ui
 		return nil, rejection("acquire", a.key, r.reason)
 	}
 	return nil, &Error{Op: "acquire", Key: a.key, Addr: cn.slot.addr, Err: ErrUnexpected}
+}
+
+// awaitTurn waits until no other acquire of the key is in flight on cn
+// (see takeTurn). false, nil: the acquire may be sent on cn now; true,
+// nil: cn broke meanwhile, try again elsewhere. ErrTimedOut when the wait
+// ran out first: it was never sent.
+func (c *Client) awaitTurn(ctx context.Context, cn *conn, a *attempt) (bool, error) {
+	err := cn.takeTurn(matchKey{opAcquire, a.key}, a.deadline, ctx.Done(), c.closing)
+	switch {
+	case err == nil:
+		return false, nil
+	case errors.Is(err, errTurnTimedOut):
+		return true, &Error{Op: "acquire", Key: a.key, Err: ErrTimedOut}
+	case errors.Is(err, errStopped):
+		return true, c.stopped("acquire", a.key, ctx)
+	}
+	return true, c.brokeDuringAcquire(ctx, cn, a)
+}
+
+// brokeDuringAcquire counts a broken connection: nil to try again
+// elsewhere, ErrNoServer once every connection failed and none came back.
+func (c *Client) brokeDuringAcquire(ctx context.Context, cn *conn, a *attempt) error {
+	if c.isClosing() {
+		return &Error{Op: "acquire", Key: a.key, Err: ErrClosed}
+	}
+	c.cfg.logger.Debug("baton: connection broke during acquire; failing over", "key", a.key, "addr", cn.slot.addr)
+	a.noVerdict = noConnection
+	a.failures++
+	if a.failures >= c.pool.size() && c.pool.pick(matchKey{opAcquire, a.key}, a.deadline, ctx.Done(), c.closing) == nil {
+		return c.pool.noServer("acquire", a.key)
+	}
+	return nil
 }
 
 // follow handles M: the connection to resend to, or nil after a short

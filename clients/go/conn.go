@@ -74,6 +74,10 @@ type conn struct {
 
 	mu      sync.Mutex
 	pending map[matchKey][]*call
+	// turns holds each (op, key) of an acquire or a watch in flight here
+	// (see oneInFlight), with the callers waiting to send theirs, oldest
+	// first; each is given the turn by closing its channel.
+	turns   map[matchKey][]chan struct{}
 	silence silence
 	alive   bool
 	end     endKind
@@ -89,6 +93,7 @@ func newConn(s *slot, nc net.Conn, rd *bufio.Reader) *conn {
 		own:     make(chan *call, 16),
 		done:    make(chan struct{}),
 		pending: make(map[matchKey][]*call),
+		turns:   make(map[matchKey][]chan struct{}),
 		silence: silence{since: time.Now()},
 	}
 }
@@ -218,6 +223,9 @@ func (c *conn) deliver(r response) {
 			c.pending[k] = q[1:]
 		}
 	}
+	if cl != nil && oneInFlight(cl.op) {
+		c.passTurnLocked(k)
+	}
 	c.silence.heard(time.Now(), cl != nil)
 	first := !c.alive
 	c.alive = true
@@ -277,19 +285,27 @@ var (
 	errUnanswered = errors.New("unanswered")
 )
 
-// do sends cl and waits for its answer, at most limit when limit > 0, or
+// do sends cl and waits for its answer (an acquire or a watch once its
+// caller has the turn: see takeTurn), at most limit when limit > 0, or
 // until either stop channel is closed (the caller's context, the client's
 // close). An acquire given up whose grant comes later is released by the
 // reader.
 func (c *conn) do(cl *call, limit time.Duration, stop, stop2 <-chan struct{}) (response, error) {
+	var unsent error
 	select {
 	case c.calls <- cl:
 	case <-c.done:
-		return response{}, errBroken
+		unsent = errBroken
 	case <-stop:
-		return response{}, errStopped
+		unsent = errStopped
 	case <-stop2:
-		return response{}, errStopped
+		unsent = errStopped
+	}
+	if unsent != nil {
+		if oneInFlight(cl.op) {
+			c.passTurn(matchKey{cl.op, cl.key})
+		}
+		return response{}, unsent
 	}
 	var expired <-chan time.Time
 	if limit > 0 {

@@ -5,7 +5,9 @@
 // given a single address) and sends requests round-robin over the usable
 // ones, pipelined: any number of requests may be in flight on one
 // connection, each answer matched to the oldest pending request of the
-// same (op, key). A broken connection leaves the rotation at once and is
+// same (op, key), except that at most one acquire and one watch of a key
+// are in flight on a connection (a further one waits in the client, first
+// come first served, with what is left of its wait). A broken connection leaves the rotation at once and is
 // redialled in the background every 3 s; a dial counts once the node
 // answered. An acquire whose connection breaks is sent again on the next
 // usable connection with what is left of its wait; a release is retried

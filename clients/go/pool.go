@@ -64,28 +64,39 @@ func (p *pool) all() []*slot {
 func (p *pool) size() int { return len(p.all()) }
 
 // pickNow is the next usable connection in round-robin order, or nil.
-func (p *pool) pickNow() *conn {
+func (p *pool) pickNow() *conn { return p.pickFor(matchKey{}) }
+
+// pickFor is pickNow preferring, for an acquire or a watch k, a
+// connection where none of k is in flight, so that it need not wait for
+// its turn (see takeTurn).
+func (p *pool) pickFor(k matchKey) *conn {
 	slots := p.all()
 	start := p.next.Add(1)
+	var busy *conn
 	for i := range slots {
-		if c := slots[(start+uint64(i))%uint64(len(slots))].cur.Load(); c != nil {
+		c := slots[(start+uint64(i))%uint64(len(slots))].cur.Load()
+		switch {
+		case c == nil:
+		case !oneInFlight(k.op) || !c.inFlight(k):
 			return c
+		case busy == nil:
+			busy = c
 		}
 	}
-	return nil
+	return busy
 }
 
-// pick is pickNow, waiting for a connection to come back: at most one
+// pick is pickFor, waiting for a connection to come back: at most one
 // redial round, never past until (when not zero), nor past a stop.
-func (p *pool) pick(until time.Time, stop, stop2 <-chan struct{}) *conn {
-	if c := p.pickNow(); c != nil {
+func (p *pool) pick(k matchKey, until time.Time, stop, stop2 <-chan struct{}) *conn {
+	if c := p.pickFor(k); c != nil {
 		return c
 	}
 	round := time.Now().Add(redialInterval + p.cfg.connectTimeout)
 	if until.IsZero() || round.Before(until) {
 		until = round
 	}
-	return p.waitFor(func() (*conn, bool) { c := p.pickNow(); return c, c != nil }, until, stop, stop2)
+	return p.waitFor(func() (*conn, bool) { c := p.pickFor(k); return c, c != nil }, until, stop, stop2)
 }
 
 // waitFor polls get at every change until it is done (with a connection

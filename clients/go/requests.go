@@ -118,7 +118,7 @@ func (c *Client) callRetrying(ctx context.Context, opName string, op byte, key s
 	var redirect *target
 	why := noConnection
 	for {
-		cn := c.pool.pickNow()
+		cn := c.pool.pickFor(matchKey{op, key})
 		if redirect != nil {
 			until := time.Now().Add(c.cfg.connectTimeout)
 			if end.Before(until) {
@@ -126,6 +126,15 @@ func (c *Client) callRetrying(ctx context.Context, opName string, op byte, key s
 			}
 			cn = c.pool.reach(redirect, until, ctx.Done(), closing)
 			redirect = nil
+		}
+		if cn != nil && oneInFlight(op) {
+			// A watch of the key in flight here goes first.
+			if err := cn.takeTurn(matchKey{op, key}, end, ctx.Done(), closing); err != nil {
+				if errors.Is(err, errStopped) {
+					return response{}, c.stopped(opName, key, ctx)
+				}
+				cn = nil
+			}
 		}
 		if cn != nil {
 			limit := min(time.Until(end), perNode)

@@ -98,6 +98,9 @@ class FakeCluster:
         self.tokens = itertools.count(1001)
         self.nodes: List[FakeNode] = []
         self.active: Optional[int] = 0
+        #: Requests received while one of the same op and key was pending on
+        #: the same connection (a client must never send them).
+        self.overlaps: List[str] = []
         ready = threading.Event()
         self.thread = threading.Thread(target=self._run, args=(n, ready), daemon=True)
         self.thread.start()
@@ -228,6 +231,8 @@ class FakeCluster:
         permits = int(options.get("permits", "1"))
         shared = options.get("mode") == "shared"
         key = self._key(name)
+        if any(w.conn is conn for w in key.queue):
+            self.overlaps.append(f"A {name}")
         if (key.grants or key.queue) and (permits != key.permits or (shared and key.permits > 1)):
             return f"E A {name} the key has {key.permits} permits"
         key.permits = permits
@@ -290,11 +295,10 @@ class FakeCluster:
             return f"E W {name} too many watches"
         key = self._key(name)
         wait, seen = float(f[0]), f[1]
+        if any(w.conn is conn for w in key.watchers):
+            self.overlaps.append(f"W {name}")
         if self.tag(key) != seen:
-            # Answered now: the older watches of this key on this
-            # connection first (answers to one key come oldest first).
-            for watcher in [w for w in key.watchers if w.conn is conn]:
-                self._answer_watcher(name, key, watcher)
+            # Answered now, ahead of older watches of the key that wait.
             return "W " + self.state(name, tagged=True)
         watcher = Watcher(conn, seen)
         watcher.timer = self.loop.call_later(wait or MAX_WAIT, self._answer_watcher, name, key, watcher)

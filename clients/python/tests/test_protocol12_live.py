@@ -120,12 +120,13 @@ def test_watches_past_the_connection_limit_are_refused(nodes):
 
     async def main():
         async with baton.aio.Client([node.addr]) as client:
-            # Two connections to one address: one of them gets two watches.
-            # The watches admitted wait on the free key (re-sent as their
+            # Two connections to one address: one of them gets two watches
+            # (of two keys: one of a key at a time on a connection). The
+            # watches admitted wait on the free keys (re-sent as their
             # waits run out); the one past the limit is refused at once.
             steps = [
-                asyncio.ensure_future(client.watch("lim", seen="-", wait=5).__anext__())
-                for _ in range(3)
+                asyncio.ensure_future(client.watch(f"lim{i}", seen="-", wait=5).__anext__())
+                for i in range(3)
             ]
             done, pending = await asyncio.wait(
                 steps, timeout=15, return_when=asyncio.FIRST_EXCEPTION

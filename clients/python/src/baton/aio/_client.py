@@ -351,6 +351,8 @@ class Client:
             slot = await self._next_slot(pool, attempt)
             if slot is None:
                 continue
+            if not await self._turn(pool, slot, attempt):
+                continue
             left_ms = attempt.wait_left_ms()
             if left_ms is None:
                 raise pool.no_server()
@@ -367,7 +369,7 @@ class Client:
         redirect, attempt.redirect = attempt.redirect, None
         if redirect is not None:
             return redirect
-        slot = await pool.pick(attempt.deadline)
+        slot = await pool.pick(attempt.deadline, ("A", attempt.key))
         if slot is not None:
             return slot
         if self._closing:
@@ -378,6 +380,27 @@ class Client:
         if attempt.failures >= len(pool):
             raise pool.no_server()
         return None
+
+    async def _turn(self, pool: Pool, slot: Slot, attempt: _Attempt) -> bool:
+        """Waits until no other acquire of the key is in flight on `slot`
+        (see `ONE_IN_FLIGHT_OPS`). False when the connection broke
+        meanwhile: the acquire goes elsewhere. `TimedOut` when its wait ran
+        out first: it was never sent."""
+        try:
+            if await slot.take_turn(("A", attempt.key), attempt.deadline):
+                return True
+        except Broken:
+            await self._failed_over(pool, attempt)
+            return False
+        raise errors.TimedOut(proto.key_text(attempt.key))
+
+    @staticmethod
+    async def _failed_over(pool: Pool, attempt: _Attempt) -> None:
+        """Counts a broken connection; `NoServer` once every connection
+        failed and none comes back."""
+        attempt.failures += 1
+        if attempt.failures >= len(pool) and await pool.pick(attempt.deadline) is None:
+            raise pool.no_server() from None
 
     async def _attempt(
         self, pool: Pool, slot: Slot, attempt: _Attempt, wait_ms: int, sent: float, key: proto.Key
@@ -394,9 +417,7 @@ class Client:
             raise errors.Unanswered(limit) from None
         except Broken:
             log.debug("connection to %s broke during acquire; failing over", slot.addr)
-            attempt.failures += 1
-            if attempt.failures >= len(pool) and await pool.pick(attempt.deadline) is None:
-                raise pool.no_server() from None
+            await self._failed_over(pool, attempt)
             return None
         if answer.kind == "A" and answer.token is not None:
             lock = Lock(self, attempt.key, key, answer.token, attempt.lease_ms, sent, attempt.options)

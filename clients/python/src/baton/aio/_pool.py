@@ -43,20 +43,20 @@ class Pool:
                 seen.append(slot.addr)
         return seen
 
-    def pick_now(self) -> Optional[Slot]:
+    def pick_now(self, key: Optional[proto.MatchKey] = None) -> Optional[Slot]:
         """The next usable connection in round-robin order, preferring one
         that is not at its pending-request limit, then one whose node is not
-        being probed for its silence."""
+        being probed for its silence, then (given `key`) one where no
+        request of `key` is in flight, so that it need not wait its turn."""
         slots = self.slots
         start = self._next
         self._next += 1
         order = [slots[(start + i) % len(slots)] for i in range(len(slots))]
         usable = [slot for slot in order if slot.usable]
         roomy = [slot for slot in usable if not slot.full] or usable
-        for slot in roomy:
-            if not slot.probing:
-                return slot
-        return roomy[0] if roomy else None
+        if not roomy:
+            return None
+        return min(roomy, key=lambda slot: (slot.probing, key is not None and slot.in_flight(key)))
 
     def _other_than(self, slot: Slot) -> Optional[Slot]:
         """A usable connection other than `slot`, not under probe,
@@ -89,14 +89,16 @@ class Pool:
                 return slot
         return None
 
-    async def pick(self, until: Optional[float]) -> Optional[Slot]:
+    async def pick(
+        self, until: Optional[float], key: Optional[proto.MatchKey] = None
+    ) -> Optional[Slot]:
         """Like `pick_now`, but waits for a connection to come back: at most
         one reconnect round, and never past `until` (a monotonic time)."""
         end = time.monotonic() + RECONNECT_INTERVAL + self.shared.connect_timeout
         if until is not None:
             end = min(end, until)
         while True:
-            slot = self.pick_now()
+            slot = self.pick_now(key)
             if slot is not None:
                 return slot
             # A TLS mismatch does not heal by waiting for a reconnect.

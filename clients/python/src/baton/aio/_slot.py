@@ -100,6 +100,12 @@ class Shared:
 
 #: Ops a protocol 1.1 node does not know: it answers them `E ? ? unknown op`.
 NEWER_OPS = ("V", "W")
+#: Ops of which at most one request per key is in flight on a connection.
+#: Their answers can overtake an older request of the same key (a shorter
+#: wait's `T`, a refusal's `E`, a watch answered at once), and matching by
+#: (op, key), oldest first, would then hand them to the wrong caller. A
+#: further request of the key waits in the client, first come first served.
+ONE_IN_FLIGHT_OPS = ("A", "W")
 
 
 class _Entry:
@@ -134,6 +140,10 @@ class Slot:
         self.auth_refusal: Optional[errors.Error] = None
         self.tls_failure: Optional[str] = None
         self._pending: Dict[proto.MatchKey, Deque[_Entry]] = {}
+        #: Callers waiting for their turn to send a request of a key of
+        #: `ONE_IN_FLIGHT_OPS`, oldest first; the head is woken (its future
+        #: set) when none of that key is in flight, and leaves the line.
+        self._lines: Dict[proto.MatchKey, Deque["asyncio.Future[None]"]] = {}
         self._count = 0
         self._written = 0
         self._writer: Optional[asyncio.StreamWriter] = None
@@ -156,6 +166,63 @@ class Slot:
         return self._count >= self._shared.max_pending
 
     # Calls.
+
+    def in_flight(self, key: proto.MatchKey) -> bool:
+        """Whether a request of `key` is in flight on this connection (an
+        abandoned one counts until its answer comes) or waits for its turn."""
+        return key in self._pending or key in self._lines
+
+    async def take_turn(self, key: proto.MatchKey, until: Optional[float]) -> bool:
+        """For a key of `ONE_IN_FLIGHT_OPS`: waits until none of `key` is in
+        flight on this connection and every earlier caller of it had its
+        turn. True when the caller may send now: it must `call` at once,
+        with no await in between. False when `until` (a monotonic time)
+        passed first. `Broken` when the connection breaks meanwhile,
+        `Closed` when the client closes."""
+        if key[0] not in ONE_IN_FLIGHT_OPS or not self.in_flight(key):
+            return True
+        turn: "asyncio.Future[None]" = asyncio.get_running_loop().create_future()
+        self._lines.setdefault(key, deque()).append(turn)
+        timeout = None if until is None else max(0.0, until - time.monotonic())
+        try:
+            done, _ = await asyncio.wait({turn}, timeout=timeout)
+        except BaseException:
+            self._leave_line(key, turn, used=False)
+            raise
+        if not done or turn.cancelled():
+            self._leave_line(key, turn, used=False)
+            return False
+        error = turn.exception()
+        self._leave_line(key, turn, used=error is None)
+        if error is not None:
+            raise error
+        return True
+
+    def _leave_line(self, key: proto.MatchKey, turn: "asyncio.Future[None]", used: bool) -> None:
+        if turn.done() and not turn.cancelled():
+            turn.exception()  # retrieved: a Broken nobody waits for is not logged
+        line = self._lines.get(key)
+        if line is not None and turn in line:
+            line.remove(turn)
+            if not line:
+                del self._lines[key]
+        if not used:
+            self._pass_turn(key)
+
+    def _pass_turn(self, key: proto.MatchKey) -> None:
+        """Wakes the oldest caller waiting for `key` once none of it is in flight."""
+        line = self._lines.get(key)
+        if key in self._pending or not line:
+            return
+        head = line[0]
+        if not head.done():
+            head.set_result(None)
+
+    def _end_lines(self, error: Callable[[], BaseException]) -> None:
+        for line in self._lines.values():
+            for turn in line:
+                if not turn.done():
+                    turn.set_exception(error())
 
     async def call(
         self, line: bytes, key: proto.MatchKey, limit: Optional[float], *, probe: bool = False
@@ -210,6 +277,7 @@ class Slot:
     def give_up_waits(self) -> None:
         """`close` gives up pending acquires and watches: their callers get
         `Closed`, and a grant that still comes for one is released at once."""
+        self._end_lines(errors.Closed)
         for (op, _), queue in self._pending.items():
             if op not in ("A", "W"):
                 continue
@@ -230,6 +298,7 @@ class Slot:
         self._count -= 1
         if not queue:
             del self._pending[response.match_key]
+            self._pass_turn(response.match_key)
         if entry.abandoned or entry.fut.done():
             self._orphan(response)
         else:
@@ -261,6 +330,9 @@ class Slot:
                 entry.fut.cancel()
             else:
                 entry.fut.set_exception(Broken())
+        # Those still waiting for their turn go elsewhere too, after the
+        # ones that were sent (woken in that order).
+        self._end_lines(Broken)
 
     # The supervisor.
 

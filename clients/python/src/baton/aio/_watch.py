@@ -121,7 +121,7 @@ class Watch:
         give_up = time.monotonic() + WATCH_OUTAGE
         quick_failures = 0
         while True:
-            slot = redirect or await pool.pick(give_up)
+            slot = redirect or await pool.pick(give_up, ("W", self._raw))
             redirect = None
             if slot is None:
                 if client._closing:
@@ -131,6 +131,9 @@ class Watch:
                 continue
             sent = time.monotonic()
             try:
+                # A watch of the key already in flight here goes first.
+                await slot.take_turn(("W", self._raw), None)
+                sent = time.monotonic()
                 answer = await slot.call(line, ("W", self._raw), limit)
             except (Broken, Unanswered):
                 log.debug("watch of %r lost its connection to %s; sending it again", self.key, slot.addr)
