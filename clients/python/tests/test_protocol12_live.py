@@ -231,22 +231,16 @@ def test_a_watch_and_an_observer_on_a_node_with_a_short_max_wait(nodes):
         observe.close()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="answers to two acquires of one key pending on one connection are matched oldest "
-    "first, but the node answers a later one's T (a shorter wait) or E before the earlier one: "
-    "the earlier caller is told it timed out and the later one gets the earlier one's grant",
-)
-def test_acquires_of_one_key_on_one_connection_keep_their_own_answers(node):
+def test_two_readers_and_a_writer_of_one_key_from_one_client_keep_their_own_answers(node):
     async def main():
         async with baton.aio.Client([node.addr]) as holder, baton.aio.Client([node.addr]) as client:
             lock = await holder.acquire("swap", 1, 30)
-            # One reader on each of the client's two connections (requests
-            # go to them in turn), then a writer with a shorter wait on one
-            # of them.
+            # One reader on each of the client's two connections, then a
+            # writer with a shorter wait: with an acquire of the key in
+            # flight on both, it waits in the client and times out there.
             readers = [asyncio.ensure_future(client.acquire("swap", 20, 30, shared=True)) for _ in range(2)]
             writer = asyncio.ensure_future(client.acquire("swap", 1, 30))
-            await until_waiters(holder, "swap", 3)
+            await until_waiters(holder, "swap", 2)
             first, _ = await asyncio.wait([writer, *readers], timeout=10, return_when=asyncio.FIRST_COMPLETED)
             await lock.release()
             outcomes = await asyncio.wait_for(asyncio.gather(writer, *readers, return_exceptions=True), 10)
