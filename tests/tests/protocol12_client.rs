@@ -386,15 +386,18 @@ async fn raft_semaphore_shared_locks_and_a_watch_ride_a_leader_kill() {
         tokio::spawn(async move { client.acquire("rw", secs(20), secs(60)).await })
     };
     until_waiters(&client, "rw", 1).await;
+    // Redirects bring every request to the leader's one connection, where
+    // the writer's acquire of the key is in flight: this reader waits in
+    // the client until the writer is answered, then queues behind it.
     let reading = {
         let client = client.clone();
         tokio::spawn(async move { client.acquire("rw", secs(20), secs(60)).shared().await })
     };
-    until_waiters(&client, "rw", 2).await;
     let reader_token = reader.token();
     reader.release().await.unwrap();
     let writer = writing.await.unwrap().unwrap();
     assert!(writer.token() > reader_token);
+    until_waiters(&client, "rw", 1).await;
     let rw = client.inspect("rw").await.unwrap();
     assert_eq!(
         (rw.mode(), rw.holder_count(), rw.waiters),
