@@ -173,14 +173,26 @@ def serving(addrs: List[str]) -> Optional[str]:
     return None
 
 
+def following(addrs: List[str], leader: str) -> bool:
+    """Whether every node of `addrs` is a standby or follower that names
+    `leader` (`active=`): it has heard the serving node, so it neither
+    serves nor promotes itself. A node that just started says
+    `role=standby active=-` until then, and may still promote itself if
+    the peer link is slow (two actives, until the lower one steps down
+    and hands its grants over)."""
+    states = [status(a) or {} for a in addrs]
+    return all(st.get("role") in ("standby", "follower") and st.get("active") == leader
+               for st in states)
+
+
 def priority_pair(nodes: Nodes) -> Tuple[List[Batond], str, str]:
-    """A priority cluster of two, once it has an active node and a standby:
-    the nodes, the active's address and the standby's."""
+    """A priority cluster of two, once it has an active node and a standby
+    that follows it: the nodes, the active's address and the standby's."""
     cluster = nodes.cluster(2, "priority")
     addrs = [n.addr for n in cluster]
     active = str(wait_for(lambda: serving(addrs), 20, "an active node"))
     standby = next(a for a in addrs if a != active)
-    wait_for(lambda: (status(standby) or {}).get("role") == "standby", 10, "a standby")
+    wait_for(lambda: following([standby], active), 20, "the standby following the active")
     return cluster, active, standby
 
 
