@@ -12,7 +12,7 @@ import time
 import pytest
 
 import baton
-from conftest import following, serving, status, wait_for
+from conftest import serving, settled, status, wait_for
 
 #: The wait of the acquire sent right after the stop (issue 27's figure).
 WAIT = 5
@@ -64,11 +64,9 @@ def _all_threads_stopped(pid):
 def _frozen_cluster(nodes, mode):
     cluster = nodes.cluster(3 if mode == "raft" else 2, mode)
     addrs = [n.addr for n in cluster]
-    leader = wait_for(lambda: serving(addrs), 20, "a serving node")
-    others = [a for a in addrs if a != leader]
-
     # Every other node follows it: the node frozen next is the one serving.
-    wait_for(lambda: following(others, leader), 20, "the other nodes following the serving node")
+    leader = wait_for(lambda: settled(addrs, mode), 20, "a serving node the others follow")
+    others = [a for a in addrs if a != leader]
     node = next(n for n in cluster if n.addr == leader)
     return addrs, node, others
 
