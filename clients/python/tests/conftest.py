@@ -174,14 +174,26 @@ def serving(addrs: List[str]) -> Optional[str]:
 
 
 def priority_pair(nodes: Nodes) -> Tuple[List[Batond], str, str]:
-    """A priority cluster of two, once it has an active node and a standby:
-    the nodes, the active's address and the standby's."""
+    """A priority cluster of two once its roles are settled (see
+    `settled`): the nodes, the active's address and the standby's."""
     cluster = nodes.cluster(2, "priority")
     addrs = [n.addr for n in cluster]
-    active = str(wait_for(lambda: serving(addrs), 20, "an active node"))
-    standby = next(a for a in addrs if a != active)
-    wait_for(lambda: (status(standby) or {}).get("role") == "standby", 10, "a standby")
-    return cluster, active, standby
+    active = str(wait_for(lambda: settled(addrs, "priority"), 20, "the first peer active, followed"))
+    return cluster, active, addrs[1]
+
+
+def settled(addrs: List[str], mode: str) -> Optional[str]:
+    """The serving node once the roles are settled: every node names it
+    (`agreed_leader`), and in a priority cluster it is the first peer (the
+    live node highest in the peer order, which takes the role over from a
+    lower one active meanwhile). A node just started says `role=standby
+    active=-` until it hears the serving node, and may still promote itself
+    if its peer link is slow: two actives, until the lower one steps down
+    and hands its grants over."""
+    leader = agreed_leader(addrs)
+    if mode == "priority" and leader != addrs[0]:
+        return None
+    return leader
 
 
 def raft_trio(nodes: Nodes) -> Tuple[List[Batond], str]:
@@ -193,10 +205,10 @@ def raft_trio(nodes: Nodes) -> Tuple[List[Batond], str]:
 
 
 def agreed_leader(addrs: List[str]) -> Optional[str]:
-    """The leader every node of `addrs` names (`active=`), if one is
-    leader and the others follow it."""
+    """The serving node (Raft leader, priority active) every node of
+    `addrs` names (`active=`), if one serves and the others follow it."""
     statuses = [status(a) for a in addrs]
-    leaders = [a for a, st in zip(addrs, statuses) if st and st.get("role") == "leader"]
+    leaders = [a for a, st in zip(addrs, statuses) if st and st.get("role") in ("leader", "active")]
     if len(leaders) != 1 or not all(st and st.get("active") == leaders[0] for st in statuses):
         return None
     return leaders[0]

@@ -150,3 +150,34 @@ def test_a_renewal_on_a_silent_connection_is_sent_elsewhere_too(fakes):
             client.renew(f"k{i}", 7, 3)
         assert time.monotonic() - start < 2.5
         assert len(frozen.received("K")) == 1 and len(alive.received("K")) == 2
+
+
+def test_a_redirect_to_a_silent_node_is_not_followed(fakes):
+    # A Raft follower names the leader it last heard until it hears of a
+    # new one: while that leader is frozen, a renewal it redirects must
+    # not be sent to it (and wait there), but asked again elsewhere.
+    frozen = fakes(token_base=1000)
+    elected = asyncio.Event()
+
+    def follower(fields):
+        if fields[0] in ("A", "K") and not (fields[0] == "K" and elected.is_set()):
+            return f"M {fields[0]} {fields[1]} {frozen.addr}"
+        return None
+
+    other = fakes(token_base=5000, script=follower)
+
+    async def main():
+        async with baton.aio.Client([frozen.addr, other.addr], unresponsive_timeout=20) as client:
+            frozen.frozen.set()
+            # An acquire goes to the frozen node (directly, or redirected
+            # there) and waits: the connection owes an answer and is silent.
+            stuck = asyncio.ensure_future(client.acquire("held", 30, 30))
+            while not frozen.received("A"):
+                await asyncio.sleep(0.01)
+            await asyncio.sleep(1.2)
+            asyncio.get_running_loop().call_later(0.3, elected.set)
+            await client.renew("k", 7, 3)
+            assert not frozen.received("K"), "a renewal was sent to a silent node"
+            stuck.cancel()
+
+    asyncio.run(main())

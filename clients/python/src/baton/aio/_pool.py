@@ -45,8 +45,8 @@ class Pool:
 
     def pick_now(self, key: Optional[proto.MatchKey] = None) -> Optional[Slot]:
         """The next usable connection in round-robin order, preferring one
-        that is not at its pending-request limit, then one whose node is not
-        being probed for its silence, then (given `key`) one where no
+        that is not at its pending-request limit, then one whose node has not
+        been silent (see `Slot.silent`), then (given `key`) one where no
         request of `key` is in flight, so that it need not wait its turn."""
         slots = self.slots
         start = self._next
@@ -56,12 +56,12 @@ class Pool:
         roomy = [slot for slot in usable if not slot.full] or usable
         if not roomy:
             return None
-        return min(roomy, key=lambda slot: (slot.probing, key is not None and slot.in_flight(key)))
+        return min(roomy, key=lambda slot: (slot.silent, key is not None and slot.in_flight(key)))
 
     def _other_than(self, slot: Slot) -> Optional[Slot]:
-        """A usable connection other than `slot`, not under probe,
-        preferably to another node."""
-        others = [s for s in self.slots if s is not slot and s.usable and not s.probing]
+        """A usable connection other than `slot`, not silent, preferably
+        to another node."""
+        others = [s for s in self.slots if s is not slot and s.usable and not s.silent]
         elsewhere = [s for s in others if s.addr != slot.addr]
         choices = elsewhere or others
         return choices[0] if choices else None
@@ -71,12 +71,14 @@ class Pool:
     ) -> proto.Response:
         """`slot.call`; a request of `HEDGED_OPS` is also sent on another
         connection once the first has been silent for the probe delay (its
-        node may be frozen): the first answer wins."""
-        if key[0] not in HEDGED_OPS or limit <= self.shared.probe_after:
+        node may be frozen), counted like the probe's (a connection that
+        owed answers already has used part of it): the first answer wins."""
+        hedge_after = max(0.0, self.shared.probe_after - slot.silent_for())
+        if key[0] not in HEDGED_OPS or limit <= hedge_after:
             return await slot.call(line, key, limit)
         end = time.monotonic() + limit
         first = asyncio.ensure_future(slot.call(line, key, limit))
-        done, _ = await asyncio.wait({first}, timeout=self.shared.probe_after)
+        done, _ = await asyncio.wait({first}, timeout=hedge_after)
         other = None if done else self._other_than(slot)
         if other is None:
             return await first

@@ -82,6 +82,11 @@ async def follow(pool: Pool, addr: Optional[str], hops: Any, until: Optional[flo
     if until is not None:
         pause = max(0.0, min(pause, until - time.monotonic()))
     slot = pool.slot_for(addr) if addr is not None else None
+    if slot is not None and slot.silent:
+        # The node named owes this client answers and says nothing (a
+        # frozen leader its followers still name): not worth waiting on
+        # while the others elect or promote its successor; ask them again.
+        slot = None
     # Bounded by the connect timeout, not `until`: the node named has
     # not been asked yet.
     if slot is not None and not await pool.reach(slot):

@@ -165,6 +165,18 @@ class Slot:
     def full(self) -> bool:
         return self._count >= self._shared.max_pending
 
+    def silent_for(self) -> float:
+        """How long the connection has owed answers without a word from
+        its node (0 while nothing is in flight)."""
+        return time.monotonic() - self._quiet_since if self._count else 0.0
+
+    @property
+    def silent(self) -> bool:
+        """Its node has said nothing for the probe delay while owing
+        answers (a probe is out, or about to go): it may be frozen, so
+        nothing new should wait on it while another node can be asked."""
+        return self.probing or self.silent_for() >= self._shared.probe_after
+
     # Calls.
 
     def in_flight(self, key: proto.MatchKey) -> bool:

@@ -410,3 +410,43 @@ async fn a_link_refused_as_another_node_says_why_and_is_redialled_with_back_off(
     let dialled = dials.load(std::sync::atomic::Ordering::Relaxed);
     assert!(dialled <= 6, "{dialled} dials for {calls} calls");
 }
+
+/// Dials the node's acceptor in memory, each dial taking `.1` first.
+struct Slow(Arc<RaftAcceptor<TestHost>>, Duration);
+
+impl crate::raft::net::link::Dialer for Slow {
+    fn dial(&self, _addr: &str) -> crate::raft::net::link::DialFuture {
+        let (acceptor, delay) = (self.0.clone(), self.1);
+        Box::pin(async move {
+            tokio::time::sleep(delay).await;
+            Ok(Box::new(open(&acceptor)) as crate::raft::net::link::BoxedStream)
+        })
+    }
+}
+
+/// A dial slower than every call's timeout (a handshake on a loaded
+/// machine) is not cut by the call that started it: it goes on, and a
+/// later call uses its connection. Cut at each call, it never got through.
+#[tokio::test]
+async fn a_dial_slower_than_a_call_serves_a_later_call() {
+    use crate::raft::net::link::Link;
+    let node = node().await;
+    let dialer = Arc::new(Slow(node.acceptor.clone(), Duration::from_millis(300)));
+    let hello = LinkHello { from: 1, to: 0 };
+    let link = Link::new("n0:1".into(), hello, key(), dialer, Tasks::new());
+    let until = tokio::time::Instant::now() + Duration::from_secs(5);
+    loop {
+        let call = link.call(
+            RequestBody::Vote(winning_vote(1)),
+            Duration::from_millis(100),
+        );
+        match call.await {
+            Ok(_) => break,
+            Err(error) => assert!(
+                tokio::time::Instant::now() < until,
+                "no call got through: {error:?}"
+            ),
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}

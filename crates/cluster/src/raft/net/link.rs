@@ -4,7 +4,9 @@
 //! channel (the handshake proves both ends hold the cluster key), with a
 //! growing wait between failed dials ([`Redial`]): a call meanwhile fails
 //! at once. Every call is bounded by its timeout, dialling and handshake
-//! included. The
+//! included; a dial runs as a task of its own, so one that outlasts the
+//! call that started it (a handshake on a loaded machine) is not cut, and
+//! its connection serves the next call. The
 //! writer's queue and the calls awaiting replies are bounded: a call past
 //! either fails at once rather than letting them grow.
 
@@ -71,6 +73,9 @@ pub enum CallError {
     /// The last dial failed and the next is not due yet.
     #[error("peer unreachable; next dial in {0:?}")]
     Waiting(Duration),
+    /// A dial is under way (started by an earlier call).
+    #[error("peer not connected yet; a dial is under way")]
+    Dialling,
 }
 
 type Waiters = Arc<Mutex<HashMap<u64, oneshot::Sender<ReplyBody>>>>;
@@ -110,6 +115,8 @@ impl Conn {
 struct Slot {
     conn: Option<Arc<Conn>>,
     redial: Redial,
+    /// A dial's task is under way: no second one starts meanwhile.
+    dialling: bool,
 }
 
 impl Slot {
@@ -131,7 +138,7 @@ pub struct Link {
     key: ClusterKey,
     caps: FrameCaps,
     dialer: Arc<dyn Dialer>,
-    slot: tokio::sync::Mutex<Slot>,
+    slot: Arc<tokio::sync::Mutex<Slot>>,
     next_id: AtomicU64,
     /// The node's tasks: a connection's reader and writer stop with it.
     tasks: Tasks,
@@ -173,7 +180,7 @@ impl Link {
             key,
             caps,
             dialer,
-            slot: tokio::sync::Mutex::new(Slot::default()),
+            slot: Arc::new(tokio::sync::Mutex::new(Slot::default())),
             next_id: AtomicU64::new(1),
             tasks,
         }
@@ -250,28 +257,58 @@ impl Link {
 
     /// The live connection, or a new one if a dial is due.
     async fn connection(&self) -> Result<Arc<Conn>, CallError> {
-        let mut slot = self.slot.lock().await;
-        if let Some(conn) = slot.conn.as_ref() {
-            if !conn.tx.is_closed() {
-                return Ok(conn.clone());
+        let dialled = {
+            let mut slot = self.slot.lock().await;
+            if let Some(conn) = slot.conn.as_ref() {
+                if !conn.tx.is_closed() {
+                    return Ok(conn.clone());
+                }
             }
-        }
-        slot.forget();
-        let now = tokio::time::Instant::now();
-        slot.redial.may_dial(now).map_err(CallError::Waiting)?;
-        slot.redial.dialling(now);
-        let stream = self
-            .dialer
-            .dial(&self.addr)
-            .await
-            .map_err(|e| CallError::Unreachable(e.to_string()))?;
-        let conn = Arc::new(
-            start(stream, &self.hello, &self.key, self.caps, &self.tasks)
-                .await
-                .map_err(|e| CallError::Unreachable(e.to_string()))?,
-        );
-        slot.conn = Some(conn.clone());
-        Ok(conn)
+            if slot.dialling {
+                return Err(CallError::Dialling);
+            }
+            slot.forget();
+            let now = tokio::time::Instant::now();
+            slot.redial.may_dial(now).map_err(CallError::Waiting)?;
+            slot.redial.dialling(now);
+            slot.dialling = true;
+            self.dial()
+        };
+        dialled.await.unwrap_or(Err(CallError::Broken))
+    }
+
+    /// Dials in a task of its own, which keeps the connection in the slot
+    /// when it gets through: a caller that gives up (an RPC's timeout is a
+    /// few heartbeats) does not cut a handshake that a loaded machine takes
+    /// longer to finish (the handshake has its own bound,
+    /// [`peer::HANDSHAKE_TIMEOUT`]). Cut at every call, such a dial never
+    /// got through while the load lasted, and the peer stayed unreachable.
+    fn dial(&self) -> oneshot::Receiver<Result<Arc<Conn>, CallError>> {
+        let (tx, rx) = oneshot::channel();
+        let (dialer, addr) = (self.dialer.clone(), self.addr.clone());
+        let (hello, key, caps) = (self.hello.clone(), self.key.clone(), self.caps);
+        let (tasks, slot) = (self.tasks.clone(), self.slot.clone());
+        self.tasks.spawn(async move {
+            let made = async {
+                let stream = dialer
+                    .dial(&addr)
+                    .await
+                    .map_err(|e| CallError::Unreachable(e.to_string()))?;
+                let conn = start(stream, &hello, &key, caps, &tasks)
+                    .await
+                    .map_err(|e| CallError::Unreachable(e.to_string()))?;
+                Ok(Arc::new(conn))
+            }
+            .await;
+            let mut slot = slot.lock().await;
+            slot.dialling = false;
+            if let Ok(conn) = &made {
+                slot.conn = Some(conn.clone());
+            }
+            drop(slot);
+            let _ = tx.send(made);
+        });
+        rx
     }
 }
 

@@ -200,7 +200,8 @@ impl PeerClient {
             CallError::Unreachable(_)
             | CallError::Refused(_)
             | CallError::Overloaded
-            | CallError::Waiting(_) => RPCError::Unreachable(Unreachable::new(&error)),
+            | CallError::Waiting(_)
+            | CallError::Dialling => RPCError::Unreachable(Unreachable::new(&error)),
         })
     }
 
@@ -220,8 +221,8 @@ impl PeerClient {
             }
             // Slow or busy: still there.
             Err(CallError::Timeout(_) | CallError::Overloaded) => {}
-            // No dial: already counted.
-            Err(CallError::Waiting(_)) => {}
+            // No dial of its own: the one under way, or the last, counts.
+            Err(CallError::Waiting(_) | CallError::Dialling) => {}
         }
     }
 
