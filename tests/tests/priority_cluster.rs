@@ -32,12 +32,14 @@ async fn a_fresh_cluster_makes_the_first_node_active_and_standbys_redirect() {
     let _serial = SERIAL.lock().await;
     let started = Instant::now();
     let mut cluster = Cluster::start(3, &[]);
-    let active = cluster.wait_single_active(SETTLE).await;
+    // Under load a later node may serve for a moment before it hears the
+    // first (its link was slow); it then hands the role to the first, as
+    // the peer order says: the cluster settles with node 0 active.
+    cluster.wait_active(0, SETTLE).await;
     println!(
-        "fresh cluster: one agreed active {:?} after the first start",
+        "fresh cluster: node 0 agreed active {:?} after the first start",
         started.elapsed()
     );
-    assert_eq!(active, 0, "the first node of the peer list must be active");
     let a0 = cluster.addr(0);
 
     let mut c0 = LineClient::connect(a0).await;
