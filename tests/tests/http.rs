@@ -340,10 +340,13 @@ async fn raft_leader_and_followers_are_healthy_and_a_node_cut_off_is_503() {
         assert_eq!(body["active"], cluster.peers[leader].to_string());
         assert!(body["term"].as_u64().is_some_and(|t| t >= 1), "{body}");
     }
+    // The Raft figures are as of the node's last metrics read, at most a
+    // check interval old: poll until they show the applied grant.
     let m = wait_scrape(http[leader], |m| {
         m.samples
             .keys()
             .any(|k| k.starts_with("baton_replication_lag_entries"))
+            && m.samples.contains_key("baton_raft_applied_index")
     })
     .await;
     assert!(m.get("baton_term") >= 1.0);

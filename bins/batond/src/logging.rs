@@ -38,6 +38,11 @@ pub const PEER_CALL_FAILURES: [&str; 4] = [
     "timeout sending ",
 ];
 
+/// How openraft words a notice it could not pass to its core because the
+/// core has stopped (a graceful stop racing a disk write): nothing to act
+/// on, and batond says itself that it is shutting down.
+pub const STOPPED_CORE_NOTICES: [&str; 1] = ["failed to forward IO completion"];
+
 /// How often a repeated library warning is summed up.
 pub const SUMMARY_INTERVAL: Duration = Duration::from_secs(10);
 
@@ -131,7 +136,8 @@ impl Repeats {
         }
         let mut message = MessageText(String::new());
         event.record(&mut message);
-        if PEER_CALL_FAILURES.iter().any(|p| message.0.starts_with(p)) {
+        let said = |prefixes: &[&str]| prefixes.iter().any(|p| message.0.starts_with(p));
+        if said(&PEER_CALL_FAILURES) || said(&STOPPED_CORE_NOTICES) {
             return false;
         }
         let mut seen = self.seen.lock().unwrap_or_else(PoisonError::into_inner);
@@ -267,6 +273,9 @@ mod tests {
             // A failed vote request is Baton's per-peer line's to report.
             let before = count.0.load(Ordering::Relaxed);
             tracing::warn!(target: "openraft::core", "while requesting vote, error: Unreachable, target: 2");
+            assert_eq!(count.0.load(Ordering::Relaxed), before);
+            // A notice its stopped core could not take is no news.
+            tracing::warn!(target: "openraft::raft", "failed to forward IO completion: IOFlushed: (by:<T3-N2:Q>, T3-N2.3)");
             assert_eq!(count.0.load(Ordering::Relaxed), before);
         });
         let seen = repeats.seen.lock().expect("lock");
