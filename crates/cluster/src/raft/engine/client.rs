@@ -66,8 +66,8 @@ impl<H> RaftEngine<H> {
         Ok(proposed)
     }
 
-    /// The release alone (see [`RaftEngine::handle_release`]).
-    /// The release alone, without the hand-over behind it, so a test can
+    /// The release alone (see [`RaftEngine::handle_release`]), without the
+    /// hand-over behind it, so a test can
     /// see the key handed on when the release applies.
     #[cfg(test)]
     pub(crate) fn propose_release_alone(
