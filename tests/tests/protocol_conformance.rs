@@ -1,0 +1,526 @@
+//! Conformance of a real `batond` to the text of docs/protocol.md, one
+//! exchange per rule: every request and answer form with its exact bytes,
+//! every documented error reason, each limit at and one past its boundary,
+//! numbers, whitespace, case and CRLF as the text specifies, pipelining,
+//! and the `S` fields. The exchanges that make sense in a cluster run
+//! unchanged on a Raft leader and a priority active; followers and
+//! standbys give the redirect forms.
+//!
+//! Patterns: `{#}` is a token (a decimal u64 above 0, no leading zero),
+//! `{~}` seconds with exactly three decimals, `{*}` any non-empty field
+//! text; everything else is literal.
+
+use std::net::SocketAddr;
+use std::time::{Duration, Instant};
+
+use baton_tests::cluster::Cluster;
+use baton_tests::raft::{RaftCluster, SERIAL as RAFT_SERIAL, SETTLE as RAFT_SETTLE};
+use baton_tests::{grant_token, parse_status, Batond, LineClient};
+
+/// The maxima every node of these tests runs with, so that the
+/// documented `exceeds the maximum` reasons can be checked exactly.
+const LIMIT_FLAGS: [&str; 4] = ["--max-wait", "5", "--max-lease", "10"];
+
+/// Whether `line` fits `pattern` (see the module doc).
+fn fits(line: &str, pattern: &str) -> bool {
+    let (line, pattern) = (line.as_bytes(), pattern.as_bytes());
+    if let Some(rest) = pattern.strip_prefix(b"{#}") {
+        let digits = line.iter().take_while(|b| b.is_ascii_digit()).count();
+        return line.first().is_some_and(|&b| (b'1'..=b'9').contains(&b))
+            && (1..=digits).any(|n| fits_bytes(&line[n..], rest));
+    }
+    fits_bytes(line, pattern)
+}
+
+fn fits_bytes(line: &[u8], pattern: &[u8]) -> bool {
+    let text = |b: &[u8]| String::from_utf8_lossy(b).into_owned();
+    if pattern.starts_with(b"{#}") {
+        return fits(&text(line), &text(pattern));
+    }
+    if let Some(rest) = pattern.strip_prefix(b"{~}") {
+        let whole = line.iter().take_while(|b| b.is_ascii_digit()).count();
+        let frac = line.get(whole + 1..whole + 4);
+        return whole > 0
+            && line.get(whole) == Some(&b'.')
+            && frac.is_some_and(|f| f.iter().all(u8::is_ascii_digit))
+            && fits_bytes(&line[whole + 4..], rest);
+    }
+    if let Some(rest) = pattern.strip_prefix(b"{*}") {
+        let field = line.iter().take_while(|&&b| b != b' ').count();
+        return (1..=field).any(|n| fits_bytes(&line[n..], rest));
+    }
+    match (pattern.first(), line.first()) {
+        (None, None) => true,
+        (Some(p), Some(l)) if p == l => fits_bytes(&line[1..], &pattern[1..]),
+        _ => false,
+    }
+}
+
+/// Sends `request` (raw bytes, LF added) and checks the one answer.
+async fn exchange(c: &mut LineClient, request: &[u8], pattern: &str) -> String {
+    let mut bytes = request.to_vec();
+    bytes.push(b'\n');
+    c.send_raw(&bytes).await;
+    let answer = c.recv().await;
+    assert!(
+        fits(&answer, pattern),
+        "{:?} was answered {answer:?}, the text says {pattern:?}",
+        String::from_utf8_lossy(request)
+    );
+    answer
+}
+
+/// A token from a field `name=<token>` of an answer.
+fn field_u64(line: &str, name: &str) -> u64 {
+    let prefix = format!("{name}=");
+    line.split(' ')
+        .find_map(|f| f.strip_prefix(prefix.as_str()))
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| panic!("no {name}= number in {line:?}"))
+}
+
+/// The state tag docs/protocol.md defines for holders `(token, shared,
+/// value)` in token order: FNV-1a 64 over token, mode and value.
+fn state_tag(holders: &[(u64, bool, &str)]) -> String {
+    let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
+    let mut eat = |bytes: &[u8]| {
+        for &b in bytes {
+            hash ^= u64::from(b);
+            hash = hash.wrapping_mul(0x0000_0100_0000_01b3);
+        }
+    };
+    for (token, shared, value) in holders {
+        eat(&token.to_be_bytes());
+        eat(&[u8::from(*shared), value.len() as u8]);
+        eat(value.as_bytes());
+    }
+    let newest = holders.iter().map(|h| h.0).max().unwrap_or_default();
+    format!("{newest}.{}.{hash:016x}", holders.len())
+}
+
+/// The 1.1 requests, every success and failure form, on a serving node.
+async fn requests_of_1_1(c: &mut LineClient) {
+    let t = grant_token(&exchange(c, b"A c/a 0 10", "A c/a {#}").await, "c/a");
+    exchange(
+        c,
+        b"Q c/a",
+        &format!("Q c/a token={t} lease={{~}} waiters=0"),
+    )
+    .await;
+    exchange(c, format!("K c/a {t} 10").as_bytes(), "K c/a").await;
+    let sent = Instant::now();
+    exchange(c, b"A c/a 0.2 10", "T c/a").await;
+    let took = sent.elapsed();
+    assert!(took >= Duration::from_millis(200), "T after {took:?}");
+    assert!(took < Duration::from_millis(3200), "T after {took:?}");
+    exchange(
+        c,
+        b"U someone secret",
+        "E U someone authentication is not enabled",
+    )
+    .await;
+    exchange(c, format!("R c/a {t}").as_bytes(), "R c/a").await;
+    exchange(c, format!("R c/a {t}").as_bytes(), "N R c/a").await;
+    exchange(c, format!("K c/a {t} 5").as_bytes(), "N K c/a").await;
+    exchange(c, b"Q c/a", "Q c/a token=- lease=- waiters=0").await;
+    // Never granted: N too, not E.
+    exchange(c, b"R c/never 1", "N R c/never").await;
+    exchange(c, b"K c/never 18446744073709551615 1", "N K c/never").await;
+}
+
+/// The 1.2 requests and answer forms, state tags computed as the text says.
+async fn requests_of_1_2(c: &mut LineClient) {
+    let t = grant_token(
+        &exchange(c, b"A c/v 0 10 value=v1", "A c/v {#}").await,
+        "c/v",
+    );
+    let tag = state_tag(&[(t, false, "v1")]);
+    let extended = format!(
+        "Q c/v token={t} lease={{~}} waiters=0 permits=1 mode=exclusive holders=1 holder={t},{{~}},v1 state={tag}"
+    );
+    exchange(c, b"Q c/v", &extended).await;
+    exchange(c, b"W c/v 1 -", &format!("W{}", &extended[1..])).await;
+    exchange(c, format!("V c/v {t} a=b,c").as_bytes(), "V c/v").await;
+    let tag = state_tag(&[(t, false, "a=b,c")]);
+    exchange(
+        c,
+        b"Q c/v",
+        &format!("Q c/v {{*}} {{*}} {{*}} {{*}} {{*}} {{*}} holder={t},{{~}},a=b,c state={tag}"),
+    )
+    .await;
+    exchange(c, format!("V c/v {t} -").as_bytes(), "V c/v").await;
+    // Without its value the key is plain again: the 1.1 line, tag = token.
+    exchange(
+        c,
+        b"Q c/v",
+        &format!("Q c/v token={t} lease={{~}} waiters=0"),
+    )
+    .await;
+    let sent = Instant::now();
+    let plain = format!("W c/v token={t} lease={{~}} waiters=0 state={t}");
+    exchange(c, format!("W c/v 0.3 {t}").as_bytes(), &plain).await;
+    assert!(
+        sent.elapsed() >= Duration::from_millis(300),
+        "a watch of the same tag waits"
+    );
+    exchange(c, format!("R c/v {t}").as_bytes(), "R c/v").await;
+    exchange(c, format!("V c/v {t} x").as_bytes(), "N V c/v").await;
+    exchange(c, format!("V c/v {t} -").as_bytes(), "N V c/v").await;
+    exchange(
+        c,
+        format!("W c/v 1 {t}").as_bytes(),
+        "W c/v token=- lease=- waiters=0 state=-",
+    )
+    .await;
+    exchange(c, b"W c/v 0.2 -", "W c/v token=- lease=- waiters=0 state=-").await;
+
+    let p1 = grant_token(
+        &exchange(c, b"A c/p 0 10 permits=2", "A c/p {#}").await,
+        "c/p",
+    );
+    let p2 = grant_token(
+        &exchange(c, b"A c/p 0 10 permits=2", "A c/p {#}").await,
+        "c/p",
+    );
+    exchange(c, b"A c/p 0 10", "E A c/p the key has 2 permits").await;
+    exchange(c, b"A c/p 0 10 permits=3", "E A c/p the key has 2 permits").await;
+    exchange(
+        c,
+        b"A c/p 0 10 mode=shared",
+        "E A c/p the key has 2 permits",
+    )
+    .await;
+    exchange(c, b"A c/p 0.2 10 permits=2", "T c/p").await;
+    let tag = state_tag(&[(p1, false, ""), (p2, false, "")]);
+    let q = format!("Q c/p token={p2} lease={{~}} waiters=0 permits=2 mode=exclusive holders=2 holder={p1},{{~}},- holder={p2},{{~}},- state={tag}");
+    exchange(c, b"Q c/p", &q).await;
+    for p in [p1, p2] {
+        exchange(c, format!("R c/p {p}").as_bytes(), "R c/p").await;
+    }
+    // Free again: the key takes the permits of the acquire that comes.
+    let p = grant_token(&exchange(c, b"A c/p 0 10", "A c/p {#}").await, "c/p");
+    exchange(c, format!("R c/p {p}").as_bytes(), "R c/p").await;
+
+    let s1 = grant_token(
+        &exchange(c, b"A c/s 0 10 mode=shared", "A c/s {#}").await,
+        "c/s",
+    );
+    let s2 = grant_token(
+        &exchange(c, b"A c/s 0 10 mode=shared permits=1", "A c/s {#}").await,
+        "c/s",
+    );
+    exchange(c, b"A c/s 0.2 10 mode=exclusive", "T c/s").await;
+    let tag = state_tag(&[(s1, true, ""), (s2, true, "")]);
+    let q = format!("Q c/s token={s2} lease={{~}} waiters=0 permits=1 mode=shared holders=2 holder={s1},{{~}},- holder={s2},{{~}},- state={tag}");
+    exchange(c, b"Q c/s", &q).await;
+    for s in [s1, s2] {
+        exchange(c, format!("R c/s {s}").as_bytes(), "R c/s").await;
+    }
+}
+
+/// Every reason docs/protocol.md writes out, byte for byte. The node runs
+/// with [`LIMIT_FLAGS`]; the key `k` is free throughout.
+fn documented_errors() -> Vec<(Vec<u8>, String)> {
+    let key250 = "k".repeat(250);
+    let key251 = "k".repeat(251);
+    let name32 = "n".repeat(32);
+    let value129 = "v".repeat(129);
+    let mut table: Vec<(Vec<u8>, String)> = [
+        ("", "E ? ? empty line"),
+        ("X foo", "E ? ? unknown op"),
+        ("a k 1 1", "E ? ? unknown op"),
+        ("s", "E ? ? unknown op"),
+        ("AA k 1 1", "E ? ? unknown op"),
+        ("A\tk 1 1", "E ? ? unknown op"),
+        (" S", "E ? ? empty field"),
+        ("A", "E A ? missing key"),
+        ("A k", "E A k missing wait"),
+        ("A k 1", "E A k missing lease"),
+        ("A k 1 1 1", "E A k too many fields"),
+        ("A k 1 1 ", "E A k empty field"),
+        ("A  k 1 1", "E A ? empty field"),
+        ("A k  1 1", "E A k empty field"),
+        (
+            "A k 1.2345 1",
+            "E A k wait is not a decimal number of seconds with at most 3 decimals",
+        ),
+        (
+            "A k 1 1.2345",
+            "E A k lease is not a decimal number of seconds with at most 3 decimals",
+        ),
+        ("A k 6 1", "E A k wait exceeds the maximum of 5 seconds"),
+        ("A k 5.001 1", "E A k wait exceeds the maximum of 5 seconds"),
+        (
+            "A k 1 10.001",
+            "E A k lease exceeds the maximum of 10 seconds",
+        ),
+        (
+            "A k 99999999999999999999 1",
+            "E A k wait exceeds the maximum of 5 seconds",
+        ),
+        ("K k 1 11", "E K k lease exceeds the maximum of 10 seconds"),
+        ("S x", "E S ? too many fields"),
+        ("S ", "E S ? empty field"),
+        ("R k", "E R k missing token"),
+        ("R k 1 1", "E R k too many fields"),
+        ("K k 1", "E K k missing lease"),
+        ("Q", "E Q ? missing key"),
+        ("Q k x", "E Q k too many fields"),
+        ("U", "E U ? missing user"),
+        ("U u", "E U u missing secret"),
+        ("U u s x", "E U u too many fields"),
+        (
+            "A bad-lease 0 0",
+            "E A bad-lease lease must be greater than 0",
+        ),
+        ("A k 1 0.000", "E A k lease must be greater than 0"),
+        ("K k 1 0", "E K k lease must be greater than 0"),
+        (
+            "A k 1 1 permits=0",
+            "E A k permits must be a decimal integer from 1 to 10000",
+        ),
+        (
+            "A k 1 1 permits=",
+            "E A k permits must be a decimal integer from 1 to 10000",
+        ),
+        (
+            "A k 1 1 permits=01",
+            "E A k permits must be a decimal integer from 1 to 10000",
+        ),
+        (
+            "A k 1 1 permits=+2",
+            "E A k permits must be a decimal integer from 1 to 10000",
+        ),
+        (
+            "A k 1 1 permits=10001",
+            "E A k permits must be a decimal integer from 1 to 10000",
+        ),
+        (
+            "A k 1 1 permits=99999999999999999999",
+            "E A k permits must be a decimal integer from 1 to 10000",
+        ),
+        (
+            "A k 1 1 mode=shared permits=2",
+            "E A k shared locks take no permits",
+        ),
+        (
+            "A k 1 1 mode=SHARED",
+            "E A k mode must be shared or exclusive",
+        ),
+        ("A k 1 1 mode=", "E A k mode must be shared or exclusive"),
+        ("A k 1 1 value=", "E A k value is empty"),
+        (
+            "A k 1 1 value=-",
+            "E A k value cannot be -, which means no value",
+        ),
+        ("A k 1 1 x=1", "E A k unknown option x"),
+        ("A k 1 1 MODE=shared", "E A k unknown option MODE"),
+        ("A k 1 1 =x", "E A k unknown option ?"),
+        ("A k 1 1 x", "E A k too many fields"),
+        ("A k 1 1 x=1 y", "E A k unknown option x"),
+        ("A k 1 1 y x=1", "E A k too many fields"),
+        (
+            "A k 1 1 mode=shared mode=shared",
+            "E A k repeated option mode",
+        ),
+        ("V k 7", "E V k missing value"),
+        ("V k 7 a b", "E V k too many fields"),
+        ("W k 1", "E W k missing seen"),
+        ("W k 1 - x", "E W k too many fields"),
+        ("W k 6 -", "E W k wait exceeds the maximum of 5 seconds"),
+        (
+            "W k x -",
+            "E W k wait is not a decimal number of seconds with at most 3 decimals",
+        ),
+    ]
+    .iter()
+    .map(|(l, a)| (l.as_bytes().to_vec(), (*a).to_owned()))
+    .collect();
+    let seen_refused = "seen must be - or a state tag from a Q or W answer";
+    for seen in [
+        "007",
+        "0",
+        "1.0.0123456789abcdef",
+        "1.1.0123456789ABCDEF",
+        "1.1.0123456789abcde",
+        "1.1",
+        "+5",
+        "18446744073709551616",
+    ] {
+        table.push((
+            format!("W k 1 {seen}").into_bytes(),
+            format!("E W k {seen_refused}"),
+        ));
+    }
+    let token_refused = "token must be a decimal integer greater than 0";
+    for token in ["0", "00", "+1", "-1", "1.5", "0x10", "18446744073709551616"] {
+        table.push((
+            format!("R k {token}").into_bytes(),
+            format!("E R k {token_refused}"),
+        ));
+        table.push((
+            format!("K k {token} 1").into_bytes(),
+            format!("E K k {token_refused}"),
+        ));
+        table.push((
+            format!("V k {token} x").into_bytes(),
+            format!("E V k {token_refused}"),
+        ));
+    }
+    let wait_refused = "wait is not a decimal number of seconds with at most 3 decimals";
+    for wait in [".5", "1.", "+1", "-1", "1e3", "1,5", "1.2.3", "0x10", "١"] {
+        table.push((
+            format!("A k {wait} 1").into_bytes(),
+            format!("E A k {wait_refused}"),
+        ));
+    }
+    let mut raw = |line: &[u8], answer: String| table.push((line.to_vec(), answer));
+    raw(
+        format!("Q {key251}").as_bytes(),
+        format!("E Q {key251} key is 251 bytes, longer than 250"),
+    );
+    raw(
+        format!("Q {key250} x").as_bytes(),
+        format!("E Q {key250} too many fields"),
+    );
+    raw(b"A k\x01 1 1", "E A ? key has a forbidden byte 0x01".into());
+    raw(b"A k\x7f 1 1", "E A ? key has a forbidden byte 0x7f".into());
+    raw(b"Q k\r\r", "E Q ? key has a forbidden byte 0x0d".into());
+    raw(b"Q k\rx", "E Q ? key has a forbidden byte 0x0d".into());
+    raw(
+        b"A k 1 1 value=a\x01",
+        "E A k value has a forbidden byte 0x01".into(),
+    );
+    raw(
+        format!("A k 1 1 value={value129}").as_bytes(),
+        "E A k value is 129 bytes, longer than 128".into(),
+    );
+    raw(
+        format!("V k 1 {value129}").as_bytes(),
+        "E V k value is 129 bytes, longer than 128".into(),
+    );
+    raw(
+        format!("A k 1 1 {name32}=1").as_bytes(),
+        format!("E A k unknown option {name32}"),
+    );
+    raw(
+        format!("A k 1 1 n{name32}=1").as_bytes(),
+        "E A k unknown option ?".into(),
+    );
+    raw(
+        b"U u s\x7f",
+        "E U u secret has a space, a control character or DEL".into(),
+    );
+    raw(
+        format!("U u {}", "s".repeat(251)).as_bytes(),
+        "E U u secret is 251 bytes, longer than 250".into(),
+    );
+    table
+}
+
+/// Every documented refusal, answered exactly and changing nothing.
+async fn documented_errors_are_answered_exactly(c: &mut LineClient) {
+    for (line, answer) in documented_errors() {
+        exchange(c, &line, &answer).await;
+    }
+    let status = parse_status(&c.request("S").await);
+    assert_eq!(
+        (status["locks"].as_str(), status["waiters"].as_str()),
+        ("0", "0"),
+        "{status:?}"
+    );
+}
+
+/// Limits and numbers at their boundary, accepted.
+async fn boundaries_are_accepted(c: &mut LineClient) {
+    let key250 = "k".repeat(250);
+    let value128 = "v".repeat(128);
+    for (line, key) in [
+        (format!("A {key250} 5 10"), key250.as_str()),
+        (format!("A b/v 0.001 10 value={value128}"), "b/v"),
+        ("A b/p 5.000 10.000 permits=10000".to_owned(), "b/p"),
+        ("A b/z 004 010".to_owned(), "b/z"),
+        ("A b/m 0 1 mode=exclusive permits=1".to_owned(), "b/m"),
+    ] {
+        let t = grant_token(
+            &exchange(c, line.as_bytes(), &format!("A {key} {{#}}")).await,
+            key,
+        );
+        // Leading zeros are read as decimal in tokens too.
+        exchange(c, format!("R {key} 0{t}").as_bytes(), &format!("R {key}")).await;
+    }
+}
+
+/// CR, spaces and the line length as the text says: only one CR right
+/// before the LF is dropped, and it counts in the 1024 bytes.
+async fn framing(c: &mut LineClient) {
+    // "Q <250 bytes> " is 253 bytes: the padding makes the line's length.
+    let pad = |n: usize| format!("Q {} {}", "k".repeat(250), "x".repeat(n));
+    for (bytes, answer) in [
+        (format!("{}\n", pad(770)), "too many fields"),
+        (format!("{}\n", pad(771)), "E ? ? line too long"),
+        (format!("{}\r\n", pad(769)), "too many fields"),
+        (format!("{}\r\n", pad(770)), "E ? ? line too long"),
+        ("S\r\r\n".to_owned(), "E ? ? unknown op"),
+        ("\r\n".to_owned(), "E ? ? empty line"),
+        ("S\rS\n".to_owned(), "E ? ? unknown op"),
+    ] {
+        c.send_raw(bytes.as_bytes()).await;
+        let line = c.recv().await;
+        assert!(
+            line.ends_with(answer),
+            "{} bytes {:?}: {line:?}",
+            bytes.len(),
+            &bytes[..4]
+        );
+    }
+    c.send_raw(b"S\r\n").await;
+    assert!(c.recv().await.starts_with("S role="));
+}
+
+/// Runs every exchange that a serving node of any mode answers alike.
+async fn serving_node_conforms(addr: SocketAddr) {
+    let mut c = LineClient::connect(addr).await;
+    c.set_timeout(Duration::from_secs(10));
+    requests_of_1_1(&mut c).await;
+    requests_of_1_2(&mut c).await;
+    documented_errors_are_answered_exactly(&mut c).await;
+    boundaries_are_accepted(&mut c).await;
+    framing(&mut c).await;
+}
+
+/// The `S` fields a serving node must give, with their documented values.
+fn check_status(line: &str, role: &str, mode: &str, addr: SocketAddr) {
+    let s = parse_status(line);
+    assert_eq!(s.get("role").map(String::as_str), Some(role), "{line}");
+    assert_eq!(s.get("mode").map(String::as_str), Some(mode), "{line}");
+    assert_eq!(s.get("self"), Some(&addr.to_string()), "{line}");
+    for number in ["token", "locks", "waiters"] {
+        assert!(
+            s.get(number).is_some_and(|v| v.parse::<u64>().is_ok()),
+            "{number}: {line}"
+        );
+    }
+    assert!(s.contains_key("active"), "{line}");
+    let fields: Vec<&str> = line.split(' ').collect();
+    let n = fields.len();
+    assert!(
+        fields[n - 1].starts_with("version="),
+        "version= is last: {line}"
+    );
+    assert_eq!(
+        fields[n - 2],
+        "protocol=1.2",
+        "protocol= right before version=: {line}"
+    );
+}
+
+#[tokio::test]
+async fn a_single_node_answers_every_rule_of_the_text() {
+    let node = Batond::start(&LIMIT_FLAGS);
+    serving_node_conforms(node.addr()).await;
+    let mut c = node.connect().await;
+    let status = c.request("S").await;
+    check_status(&status, "single", "single", node.addr());
+    assert_eq!(parse_status(&status)["active"], node.addr().to_string());
+}
