@@ -70,15 +70,6 @@ async fn exchange(c: &mut LineClient, request: &[u8], pattern: &str) -> String {
     answer
 }
 
-/// A token from a field `name=<token>` of an answer.
-fn field_u64(line: &str, name: &str) -> u64 {
-    let prefix = format!("{name}=");
-    line.split(' ')
-        .find_map(|f| f.strip_prefix(prefix.as_str()))
-        .and_then(|v| v.parse().ok())
-        .unwrap_or_else(|| panic!("no {name}= number in {line:?}"))
-}
-
 /// The state tag docs/protocol.md defines for holders `(token, shared,
 /// value)` in token order: FNV-1a 64 over token, mode and value.
 fn state_tag(holders: &[(u64, bool, &str)]) -> String {
@@ -489,6 +480,45 @@ async fn serving_node_conforms(addr: SocketAddr) {
     framing(&mut c).await;
 }
 
+/// A client that sends its requests and then closes its sending side
+/// (`printf ... | nc -N`) reads every answer due, then the end of the
+/// stream; its acquire still queued leaves the queue unanswered.
+async fn half_closed_connections_get_every_answer_due(addr: SocketAddr) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut holder = LineClient::connect(addr).await;
+    let t = grant_token(&holder.request("A h/held 0 10").await, "h/held");
+    let mut stream = tokio::net::TcpStream::connect(addr).await.expect("connect");
+    let requests = "R h/x 1\nQ h/held\nK h/x 1 1\nV h/x 1 v\nW h/x 1 7\nA h/held 4 10\nS\n";
+    stream.write_all(requests.as_bytes()).await.expect("write");
+    stream.shutdown().await.expect("half-close");
+    let mut text = String::new();
+    let read = tokio::time::timeout(Duration::from_secs(10), stream.read_to_string(&mut text));
+    read.await
+        .expect("the node closes once it has answered")
+        .expect("read");
+    let mut answers: Vec<&str> = text.lines().collect();
+    answers.sort_unstable();
+    assert_eq!(answers.len(), 6, "{text:?}");
+    let query = format!("Q h/held token={t} lease={{~}} waiters={{*}}");
+    let watch = "W h/x token=- lease=- waiters=0 state=-";
+    let status = "S role={*} mode={*} self={*}";
+    for (answer, want) in answers
+        .iter()
+        .zip(["N K h/x", "N R h/x", "N V h/x", &query, status, watch])
+    {
+        let answer = answer.splitn(5, ' ').take(4).collect::<Vec<_>>().join(" ");
+        let want = want.splitn(5, ' ').take(4).collect::<Vec<_>>().join(" ");
+        assert!(fits(&answer, &want), "{answer:?} for {want:?} in {text:?}");
+    }
+    let status = holder
+        .wait_status("without the waiter", Duration::from_secs(5), |s| {
+            s["waiters"] == "0"
+        })
+        .await;
+    assert_eq!(status["locks"], "1", "{status:?}");
+    assert_eq!(holder.request(&format!("R h/held {t}")).await, "R h/held");
+}
+
 /// The `S` fields a serving node must give, with their documented values.
 fn check_status(line: &str, role: &str, mode: &str, addr: SocketAddr) {
     let s = parse_status(line);
@@ -519,8 +549,212 @@ fn check_status(line: &str, role: &str, mode: &str, addr: SocketAddr) {
 async fn a_single_node_answers_every_rule_of_the_text() {
     let node = Batond::start(&LIMIT_FLAGS);
     serving_node_conforms(node.addr()).await;
+    half_closed_connections_get_every_answer_due(node.addr()).await;
     let mut c = node.connect().await;
     let status = c.request("S").await;
     check_status(&status, "single", "single", node.addr());
     assert_eq!(parse_status(&status)["active"], node.addr().to_string());
+}
+
+#[tokio::test]
+async fn pipelined_requests_get_one_answer_each_and_a_wait_holds_back_none() {
+    let node = Batond::start(&LIMIT_FLAGS);
+    let mut c = node.connect().await;
+    let lines = [
+        "A p/1 0 10",
+        "S",
+        "",
+        "Q p/2",
+        "X",
+        "A p/1 1 10",
+        "R p/1 1",
+        "R p/1 1",
+        "K p/1 1 1",
+        "S",
+        "A p/2 0 10 permits=0",
+        "W p/2 0.1 -",
+    ];
+    let burst: String = lines.iter().map(|l| format!("{l}\n")).collect();
+    let sent = Instant::now();
+    c.send_raw(burst.as_bytes()).await;
+    let mut answers = Vec::new();
+    for _ in &lines {
+        answers.push(c.recv().await);
+    }
+    let t = grant_token(&answers[0], "p/1");
+    let last = answers.pop().unwrap_or_default();
+    assert_eq!(
+        last, "T p/1",
+        "the waiting acquire is answered last: {answers:?}"
+    );
+    assert!(
+        sent.elapsed() >= Duration::from_secs(1),
+        "T before the wait ran out"
+    );
+    let statuses: Vec<&String> = answers.iter().filter(|a| a.starts_with("S ")).collect();
+    assert_eq!(statuses.len(), 2, "{answers:?}");
+    assert!(statuses[0].contains(" waiters=0 ") || statuses[0].contains(" waiters=1 "));
+    let mut rest: Vec<&str> = answers[1..]
+        .iter()
+        .map(String::as_str)
+        .filter(|a| !a.starts_with("S "))
+        .collect();
+    rest.sort_unstable();
+    let mut want = vec![
+        "E ? ? empty line",
+        "Q p/2 token=- lease=- waiters=0",
+        "E ? ? unknown op",
+        "N R p/1",
+        "N R p/1",
+        "N K p/1",
+        "E A p/2 permits must be a decimal integer from 1 to 10000",
+        "W p/2 token=- lease=- waiters=0 state=-",
+    ];
+    want.sort_unstable();
+    assert_eq!(rest, want);
+    // Releases of one key on one connection are answered in order.
+    c.send_raw(format!("R p/1 {t}\nR p/1 {t}\n").as_bytes())
+        .await;
+    assert_eq!(c.recv().await, "R p/1");
+    assert_eq!(c.recv().await, "N R p/1");
+    c.expect_silence(Duration::from_millis(100)).await;
+}
+
+#[tokio::test]
+async fn the_quota_refusals_read_as_the_text_says() {
+    let flags = [
+        "--max-locks",
+        "2",
+        "--max-waiters",
+        "1",
+        "--max-watches-per-connection",
+        "1",
+    ];
+    let node = Batond::start(&flags);
+    let mut c = node.connect().await;
+    let t1 = grant_token(&exchange(&mut c, b"A l/1 0 10", "A l/1 {#}").await, "l/1");
+    grant_token(&exchange(&mut c, b"A l/2 0 10", "A l/2 {#}").await, "l/2");
+    exchange(&mut c, b"A l/3 0 10", "E A l/3 too many locks").await;
+    exchange(&mut c, b"A l/3 0 10 mode=shared", "E A l/3 too many locks").await;
+    let mut waiter = node.connect().await;
+    waiter.send("A l/1 5 10").await;
+    c.wait_status("showing the waiter", Duration::from_secs(5), |s| {
+        s["waiters"] == "1"
+    })
+    .await;
+    exchange(&mut c, b"A l/2 5 10", "E A l/2 too many waiters").await;
+    c.send("W l/9 5 -").await;
+    c.expect_silence(Duration::from_millis(100)).await;
+    exchange(&mut c, b"W l/8 5 -", "E W l/8 too many watches").await;
+    exchange(&mut c, format!("R l/1 {t1}").as_bytes(), "R l/1").await;
+    grant_token(&waiter.recv().await, "l/1");
+
+    let node = Batond::start(&["--max-pending", "1"]);
+    let mut holder = node.connect().await;
+    let h = grant_token(&holder.request("A m 0 10").await, "m");
+    let mut c = node.connect().await;
+    c.send("A m 5 10").await;
+    holder
+        .wait_status("showing the waiter", Duration::from_secs(5), |s| {
+            s["waiters"] == "1"
+        })
+        .await;
+    let refused = "E A n too many pending requests on this connection (max 1)";
+    exchange(&mut c, b"A n 5 10", refused).await;
+    // Only acquires are refused: other requests are answered as ever.
+    exchange(&mut c, b"Q n", "Q n token=- lease=- waiters=0").await;
+    assert_eq!(holder.request(&format!("R m {h}")).await, "R m");
+    grant_token(&c.recv().await, "m");
+}
+
+#[tokio::test]
+async fn with_users_a_malformed_line_is_refused_as_such_before_authentication() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let path = dir.path().join("users.toml");
+    let secret = "s".repeat(250);
+    let users = format!("[[user]]\nname = \"u\"\nsecret = \"{secret}\"\nprefixes = [\"u/\"]\n");
+    std::fs::write(&path, users).expect("write the users file");
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).expect("chmod");
+    }
+    let path = path.to_string_lossy().into_owned();
+    let node = Batond::start(&["--auth-file", &path]);
+    let mut c = node.connect().await;
+    for (line, answer) in [
+        ("S", "E S ? authentication required".to_owned()),
+        ("Q u/k", "E Q u/k authentication required".to_owned()),
+        ("", "E ? ? empty line".to_owned()),
+        ("A u/k 1", "E A u/k missing lease".to_owned()),
+        ("U u", "E U u missing secret".to_owned()),
+        ("U u x", "E U u authentication failed".to_owned()),
+        (
+            &*format!("U u {secret}s"),
+            "E U u secret is 251 bytes, longer than 250".to_owned(),
+        ),
+        (&*format!("U u {secret}"), "U u".to_owned()),
+        ("A v/k 1 1", "E A v/k permission denied".to_owned()),
+        ("W v/k 1 -", "E W v/k permission denied".to_owned()),
+        ("A u/k 1 1", "A u/k {#}".to_owned()),
+    ] {
+        exchange(&mut c, line.as_bytes(), &answer).await;
+    }
+}
+
+/// What a node that does not serve answers: `M` to every request on a
+/// key, naming `serving`; `E` to a malformed line; `S` about itself.
+async fn redirects_to(addr: SocketAddr, serving: SocketAddr, role: &str, mode: &str) {
+    let mut c = LineClient::connect(addr).await;
+    for (line, op) in [
+        ("A k 1 1", "A"),
+        ("A k 1 1 permits=2 mode=exclusive value=x", "A"),
+        ("R k 1", "R"),
+        ("K k 1 1", "K"),
+        ("Q k", "Q"),
+        ("V k 1 x", "V"),
+        ("V k 1 -", "V"),
+        ("W k 1 -", "W"),
+    ] {
+        exchange(&mut c, line.as_bytes(), &format!("M {op} k {serving}")).await;
+    }
+    exchange(&mut c, b"A k 1", "E A k missing lease").await;
+    exchange(
+        &mut c,
+        b"W k 1 x",
+        "E W k seen must be - or a state tag from a Q or W answer",
+    )
+    .await;
+    exchange(&mut c, b"", "E ? ? empty line").await;
+    exchange(&mut c, b"U u s", "E U u authentication is not enabled").await;
+    let status = c.request("S").await;
+    check_status(&status, role, mode, addr);
+    assert_eq!(parse_status(&status)["active"], serving.to_string());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_raft_leader_answers_every_rule_and_followers_redirect() {
+    let _serial = RAFT_SERIAL.lock().await;
+    let mut cluster = RaftCluster::start_with(3, &LIMIT_FLAGS);
+    let (leader, _) = cluster.wait_leader(RAFT_SETTLE).await;
+    let serving = cluster.peers[leader];
+    serving_node_conforms(serving).await;
+    let mut c = LineClient::connect(serving).await;
+    check_status(&c.request("S").await, "leader", "raft", serving);
+    half_closed_connections_get_every_answer_due(serving).await;
+    for i in (0..3).filter(|&i| i != leader) {
+        redirects_to(cluster.peers[i], serving, "follower", "raft").await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_priority_active_answers_every_rule_and_standbys_redirect() {
+    let mut cluster = Cluster::start(2, &LIMIT_FLAGS);
+    let active = cluster.wait_single_active(Duration::from_secs(10)).await;
+    let serving = cluster.addr(active);
+    serving_node_conforms(serving).await;
+    let mut c = LineClient::connect(serving).await;
+    check_status(&c.request("S").await, "active", "priority", serving);
+    half_closed_connections_get_every_answer_due(serving).await;
+    redirects_to(cluster.addr(1 - active), serving, "standby", "priority").await;
 }
