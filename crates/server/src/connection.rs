@@ -263,8 +263,11 @@ impl<N: LockNode, S: ServerStream> Connection<N, S> {
                     check.as_mut().reset(self.deadlines.next_check(now));
                 }
             }
-            if !reading && self.output.is_empty() {
-                // The client closed its side and has every answer it is due.
+            if !reading && self.output.is_empty() && self.deferred == 0 {
+                // The client closed its side and has every answer it is due:
+                // those still in progress too (a Raft commit or read round),
+                // since every request is answered. Queued acquires and
+                // waiting watches are not due: they leave with the close.
                 break;
             }
             self.keep_room_to_read();
