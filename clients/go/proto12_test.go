@@ -1,5 +1,5 @@
 // Protocol 1.2's client side against a fake node speaking its wire
-// format (/work notes: proto12.md; docs/protocol.md once it lands).
+// format (docs/protocol.md).
 
 package baton
 

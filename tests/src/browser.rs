@@ -6,7 +6,9 @@
 //! websocket crate rather than a driver with the whole protocol generated.
 //!
 //! The browser runs in its own process group, killed whole on drop, with a
-//! throwaway profile; it reaches loopback only (every other host name
+//! throwaway profile that is also its TMPDIR (so the scratch Chromium makes
+//! there, its singleton socket's directory, goes with the profile rather
+//! than stay in /tmp after the kill); it reaches loopback only (every other host name
 //! resolves to nothing) and its DevTools port is on 127.0.0.1.
 
 use std::path::{Path, PathBuf};
@@ -165,6 +167,7 @@ fn spawn_chromium(profile: &Path, width: u32, height: u32) -> Child {
             "--remote-debugging-port=0",
         ])
         .arg(format!("--user-data-dir={}", profile.display()))
+        .env("TMPDIR", profile)
         .arg(format!("--window-size={width},{height}"))
         .arg("about:blank")
         .stdin(Stdio::null())
@@ -332,5 +335,40 @@ impl Page {
             std::fs::create_dir_all(dir).unwrap_or_else(|e| panic!("{}: {e}", dir.display()));
         }
         std::fs::write(path, png).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{Browser, START_TIMEOUT};
+    use std::time::Instant;
+
+    /// Chromium's scratch in TMPDIR is made in the profile, and goes with it.
+    #[tokio::test]
+    async fn a_browser_leaves_nothing_in_tmp() {
+        let browser = Browser::launch(320, 240).await;
+        let profile = browser._profile.path().to_path_buf();
+        let scratch = || {
+            std::fs::read_dir(&profile)
+                .map(|dir| {
+                    dir.flatten()
+                        .any(|e| e.file_name().to_string_lossy().starts_with("org.chromium."))
+                })
+                .unwrap_or(false)
+        };
+        let deadline = Instant::now() + START_TIMEOUT;
+        while !scratch() {
+            assert!(
+                Instant::now() < deadline,
+                "Chromium made no scratch directory in its profile (TMPDIR)"
+            );
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        }
+        drop(browser);
+        assert!(
+            !profile.exists(),
+            "{} outlived the browser",
+            profile.display()
+        );
     }
 }

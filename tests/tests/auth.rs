@@ -1,8 +1,8 @@
 //! Client authentication and key-prefix permissions (`--auth-file`,
 //! docs/protocol.md 1.1), black-box against real `batond` processes: every
 //! request is gated until `U` succeeds, keys outside a user's prefixes are
-//! refused and nothing changes (the token-guessing attack of issue 12
-//! fails), SIGHUP reloads the users, bad files are refused at start, and
+//! refused and nothing changes (the token-guessing attack, pipelining
+//! `R <key> <t>` for many `t`, fails), SIGHUP reloads the users, bad files are refused at start, and
 //! clusters authenticate on whichever node the client talks to.
 
 mod auth_support;

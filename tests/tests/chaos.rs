@@ -1,6 +1,6 @@
 //! Chaos: real `batond` processes under a seeded random schedule of kill -9,
 //! SIGSTOP/SIGCONT, graceful stops and restarts, with clients on every
-//! node, and a history checker (issue 9, "Tests to add"): unique tokens,
+//! node, and a history checker: unique tokens,
 //! tokens rising in real time, no overlapping holds where the mode promises
 //! it, every request answered in time, every acknowledged release applied.
 //!

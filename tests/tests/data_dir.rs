@@ -1,8 +1,7 @@
 //! A data directory belongs to one node at a time, in every mode: a second
 //! start on a live node's directory is refused before it reads anything,
 //! naming the path and the holder; the lock dies with its holder, kill -9
-//! included; and every data-directory error names the path (issue 9,
-//! item 10).
+//! included; and every data-directory error names the path.
 
 mod data_dir_support;
 

@@ -1,4 +1,4 @@
-//! Only holders of the cluster key speak as peers (issue 10), seen from
+//! Only holders of the cluster key speak as peers, seen from
 //! outside with real `batond` processes in both cluster modes:
 //!
 //! - start-up: a cluster node without a key, with a short key or with a

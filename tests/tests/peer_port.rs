@@ -1,6 +1,6 @@
 //! The peer hellos on the client port: a stranger who sends one, then junk
 //! or a huge frame length, is dropped without hurting the node. The hellos
-//! are the ones this build speaks (version 2 since issue 10).
+//! are the ones this build speaks (version 2, with the cluster key).
 
 use std::time::Duration;
 

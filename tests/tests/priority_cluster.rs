@@ -1,4 +1,4 @@
-//! Black-box tests of the priority cluster (issue 4): three real `batond`
+//! Black-box tests of the priority cluster: three real `batond`
 //! nodes on loopback, started with `--mode priority` and one peer list, seen
 //! only through the client protocol and signals.
 //!

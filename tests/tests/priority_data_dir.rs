@@ -1,7 +1,7 @@
 //! Priority cluster with `--data-dir`: the state survives a restart of
-//! every node at once (issue 4's optional data directory); a directory the
+//! every node at once (the data directory is optional); a directory the
 //! node cannot write is refused at start, and an active whose state can no
-//! longer be saved stops and hands over (issue 9, item 11).
+//! longer be saved stops and hands over.
 
 mod data_dir_support;
 mod priority_support;

@@ -1,5 +1,5 @@
 //! Black-box tests of a two-node priority cluster whose peer links run
-//! through fault proxies (issue 9, items 3 to 5): a healed partition leaves
+//! through fault proxies: a healed partition leaves
 //! one active within two failure timeouts, a graceful stop right at the
 //! heal keeps its locks, and a paused active that resumes never has the two
 //! nodes send clients to each other.

@@ -1,4 +1,4 @@
-//! Black-box tests of the Raft cluster (issue 5): three real `batond` nodes
+//! Black-box tests of the Raft cluster: three real `batond` nodes
 //! on loopback with `--mode raft`, one peer list and a data directory each,
 //! seen only through the client protocol and signals.
 //!

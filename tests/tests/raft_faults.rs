@@ -1,4 +1,4 @@
-//! Black-box tests of the Raft cluster under faults (issue 9): real
+//! Black-box tests of the Raft cluster under faults: real
 //! `batond --mode raft` nodes on loopback, seen only through the client
 //! protocol, signals and their data directories.
 //!
@@ -10,8 +10,8 @@
 //! leader, whose `S` shows each follower's lag; a leader whose storage
 //! fails (data directory made immutable, which needs root) exits non-zero
 //! with one line and the others take over; forged peer traffic from
-//! outside the cluster (the issue 10 vote of term 2^64 - 2 as a version 1
-//! node took it, and a version 2 hello with a made-up handshake), sent all
+//! outside the cluster (a vote of term 2^64 - 2 as a version 1 node took
+//! it, and a version 2 hello with a made-up handshake), sent all
 //! through an election, changes no node's term and kills no node.
 //!
 //! Timing-sensitive, so the tests run one at a time and print what they
@@ -330,9 +330,9 @@ async fn a_returning_follower_does_not_depose_the_leader() {
         })
     };
     // Meanwhile two clients hand one key back and forth on the leader:
-    // each release has the other's acquire queued behind it (issue 9,
-    // item 8: such a release once went unanswered and unapplied while a
-    // follower had just been cut off).
+    // each release has the other's acquire queued behind it (such a
+    // release once went unanswered and unapplied while a follower had just
+    // been cut off).
     let handing = {
         let stop = stop.clone();
         let addr = cluster.peers[leader];

@@ -1,6 +1,6 @@
 //! A single node restarted, by SIGTERM or kill -9, with or without a data
 //! directory, issues tokens above every token it issued before; with a
-//! data directory it also keeps its held locks (issue 9, item 1).
+//! data directory it also keeps its held locks.
 
 mod data_dir_support;
 

@@ -1,4 +1,4 @@
-//! Line and idle timeouts, and the slowloris (issue 12), black-box with
+//! Line and idle timeouts, and the slowloris, black-box with
 //! real `batond` processes: a connection dribbling one byte a second is
 //! closed after `--line-timeout`, so is a silent one; complete lines stop
 //! the clock; `--idle-timeout` closes connections with nothing pending; and

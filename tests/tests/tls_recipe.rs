@@ -54,7 +54,11 @@ async fn the_openssl_recipe_serves_batond_the_cli_and_the_rust_client() {
             .mode();
         assert_eq!(mode & 0o077, 0, "{key} is readable by others: {mode:o}");
     }
-    let node = recipe_node(&pki, &["--tls-client-ca", &file("ca.pem")]);
+    let http = baton_tests::free_addr().to_string();
+    let node = recipe_node(
+        &pki,
+        &["--tls-client-ca", &file("ca.pem"), "--http-listen", &http],
+    );
     let addr = node.addr().to_string();
     let out = cli(&[
         "--servers",
@@ -91,6 +95,47 @@ async fn the_openssl_recipe_serves_batond_the_cli_and_the_rust_client() {
     let out = cli(&["--servers", &addr, "--tls-ca", &file("ca.pem"), "status"]);
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("requires a client certificate"), "{err}");
+
+    // The HTTP endpoint speaks HTTPS with the same files, as the README's
+    // curl asks it: with the client certificate, and only with it.
+    let with_cert = https_health(&pki, &http, true);
+    assert!(with_cert.contains("\"status\":\"serving\""), "{with_cert}");
+    let without = https_health(&pki, &http, false);
+    assert!(!without.contains("\"status\""), "{without}");
+}
+
+/// `GET /health` over TLS through `openssl s_client` trusting the recipe's
+/// CA, with the recipe's client certificate or without one: what came back.
+fn https_health(pki: &std::path::Path, http: &str, client_cert: bool) -> String {
+    use std::io::Write;
+    let mut command = std::process::Command::new("openssl");
+    command
+        .args(["s_client", "-quiet", "-connect", http, "-CAfile", "ca.pem"])
+        .current_dir(pki)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped());
+    if client_cert {
+        command.args(["-cert", "client.pem", "-key", "client.key"]);
+    }
+    let mut child = command.spawn().expect("openssl s_client");
+    let request = b"GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n";
+    if let Some(mut stdin) = child.stdin.take() {
+        // A refused handshake may close the pipe first: what comes back says so.
+        let _ = stdin.write_all(request);
+    }
+    // The node closes after its answer (or the refused handshake), which
+    // ends s_client; one that hangs is killed, failing the test's check.
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    while child.try_wait().expect("s_client's status").is_none() {
+        if std::time::Instant::now() > deadline {
+            let _ = child.kill();
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let out = child.wait_with_output().expect("s_client's output");
+    String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
 #[tokio::test]

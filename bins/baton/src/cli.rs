@@ -209,7 +209,8 @@ pub enum Command {
         shell: clap_complete::Shell,
     },
     /// Print baton's man page (roff) on stdout: `baton man >
-    /// ~/.local/share/man/man1/baton.1`, then `man baton`.
+    /// ~/.cargo/share/man/man1/baton.1` (man looks beside ~/.cargo/bin), then
+    /// `man baton`.
     Man,
 }
 

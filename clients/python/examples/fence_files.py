@@ -19,7 +19,11 @@ from baton.fence import StaleToken, publish_dir, write_file
 
 
 def main(servers):
-    root = tempfile.mkdtemp(prefix="baton-fence-")
+    with tempfile.TemporaryDirectory(prefix="baton-fence-") as root:
+        fence_in(root, servers)
+
+
+def fence_in(root, servers):
     report = os.path.join(root, "report.txt")
     site = os.path.join(root, "site")
     with baton.Client(servers) as client:

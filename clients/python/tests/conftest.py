@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import secrets
 import select
+import shutil
 import socket
 import subprocess
 import tempfile
@@ -53,8 +54,8 @@ def wait_for(cond: Callable[[], object], timeout: float, what: str, every: float
 class Batond:
     """One batond process; killed at teardown."""
 
-    def __init__(self, args: List[str], listen: str = "127.0.0.1:0") -> None:
-        self.dir = tempfile.mkdtemp(prefix="baton-py-")
+    def __init__(self, args: List[str], listen: str, scratch: str) -> None:
+        self.dir = scratch  # its log; the caller removes it
         self.args = list(args)
         self.listen = listen
         self.log = os.path.join(self.dir, "batond.log")
@@ -126,18 +127,35 @@ def status(addr: str, timeout: float = 0.5) -> Optional[dict]:
 
 
 class Nodes:
+    """The nodes a test started and the scratch directories they use (their
+    logs, keys, data directories); `close` kills the nodes, then removes the
+    directories, so a run leaves nothing in /tmp."""
+
     def __init__(self) -> None:
         self.all: List[Batond] = []
+        self.dirs: List[str] = []
+
+    def scratch_dir(self, prefix: str) -> str:
+        """A fresh directory, removed at teardown."""
+        path = tempfile.mkdtemp(prefix=prefix)
+        self.dirs.append(path)
+        return path
+
+    def close(self) -> None:
+        for node in self.all:
+            node.kill()
+        for path in self.dirs:
+            shutil.rmtree(path, ignore_errors=True)
 
     def start(self, args: List[str], listen: str = "127.0.0.1:0") -> Batond:
-        node = Batond(args, listen)
+        node = Batond(args, listen, self.scratch_dir("baton-py-"))
         self.all.append(node)
         return node
 
     def cluster(self, n: int, mode: str, extra: Optional[List[str]] = None) -> List[Batond]:
         ports = free_ports(n)
         peers = ",".join(f"127.0.0.1:{p}" for p in ports)
-        keydir = tempfile.mkdtemp(prefix="baton-key-")
+        keydir = self.scratch_dir("baton-key-")
         key = os.path.join(keydir, "cluster.key")
         fd = os.open(key, os.O_WRONLY | os.O_CREAT, 0o600)
         os.write(fd, (secrets.token_hex(32) + "\n").encode())
@@ -146,7 +164,7 @@ class Nodes:
         for port in ports:
             args = ["--peers", peers, "--mode", mode, "--cluster-key-file", key, *(extra or [])]
             if mode == "raft":
-                args += ["--data-dir", tempfile.mkdtemp(prefix="baton-raft-")]
+                args += ["--data-dir", self.scratch_dir("baton-raft-")]
             nodes.append(self.start(args, f"127.0.0.1:{port}"))
         return nodes
 
@@ -155,8 +173,7 @@ class Nodes:
 def nodes():
     n = Nodes()
     yield n
-    for node in n.all:
-        node.kill()
+    n.close()
 
 
 @pytest.fixture

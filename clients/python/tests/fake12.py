@@ -1,5 +1,4 @@
-"""A fake cluster speaking protocol 1.2 (/work/wt/notes/proto12.md, to be
-docs/protocol.md): semaphores, shared locks, holder values, `V`, the
+"""A fake cluster speaking protocol 1.2 (docs/protocol.md): semaphores, shared locks, holder values, `V`, the
 extended `Q`, `W` watches answered oldest first, `M` redirects from the
 nodes that do not serve, fail-over (the old active answers its pending
 watches `M W <key> <addr|->`), cuts, frozen nodes, and a 1.1 mode. Every node runs on one

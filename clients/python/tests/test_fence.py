@@ -37,11 +37,13 @@ from fence_s3 import MemoryStore  # noqa: E402
 
 
 @pytest.mark.parametrize("example", ["fence_sql.py", "fence_files.py", "fence_s3.py"])
-def test_examples_run(node, example):
+def test_examples_run(node, example, tmp_path):
     out = subprocess.run([sys.executable, os.path.join(EXAMPLES, example), node.addr],
-                         capture_output=True, text=True, timeout=60)
+                         capture_output=True, text=True, timeout=60,
+                         env=dict(os.environ, TMPDIR=str(tmp_path)))
     assert out.returncode == 0, out.stderr
     assert "refused:" in out.stdout
+    assert os.listdir(tmp_path) == [], "the example left its scratch files behind"
 
 
 def test_file_and_dir_fences(tmp_path):

@@ -14,7 +14,7 @@ import pytest
 import baton
 from conftest import serving, settled, status, wait_for
 
-#: The wait of the acquire sent right after the stop (issue 27's figure).
+#: The wait of the acquire sent right after the stop.
 WAIT = 5
 #: The keep-alive lock's lease: renewed every third, on the new node.
 LEASE = 10

@@ -10,6 +10,7 @@ import tempfile
 import pytest
 
 import baton
+from conftest import Nodes
 
 USERS = """
 [[user]]
@@ -19,13 +20,30 @@ prefixes = ["billing/"]
 """
 
 
-@pytest.fixture
-def auth_node(nodes):
-    path = os.path.join(tempfile.mkdtemp(prefix="baton-auth-"), "users.toml")
+def users_file(nodes: Nodes) -> str:
+    """USERS in a file only its owner reads, removed with `nodes`."""
+    path = os.path.join(nodes.scratch_dir("baton-auth-"), "users.toml")
     fd = os.open(path, os.O_WRONLY | os.O_CREAT, 0o600)
     os.write(fd, USERS.encode())
     os.close(fd)
-    return nodes.start(["--auth-file", path])
+    return path
+
+
+@pytest.fixture
+def auth_node(nodes):
+    return nodes.start(["--auth-file", users_file(nodes)])
+
+
+def test_nodes_leave_no_scratch_directories(monkeypatch, tmp_path):
+    # Logs, users files, cluster keys: all under the temporary directory,
+    # all gone once the nodes are.
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    nodes = Nodes()
+    nodes.start(["--auth-file", users_file(nodes)])
+    nodes.cluster(2, "priority")
+    assert len(os.listdir(tmp_path)) == 5
+    nodes.close()
+    assert os.listdir(tmp_path) == []
 
 
 def test_credentials_prefixes_and_refusals(auth_node):
@@ -56,7 +74,11 @@ def _openssl(*args, cwd):
 
 @pytest.fixture(scope="module")
 def certs():
-    d = tempfile.mkdtemp(prefix="baton-tls-")
+    with tempfile.TemporaryDirectory(prefix="baton-tls-") as d:
+        yield _make_certs(d)
+
+
+def _make_certs(d: str) -> str:
     _openssl("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", "ca.key", "-out", "ca.pem",
              "-days", "2", "-subj", "/CN=baton-test-ca", cwd=d)
     _openssl("req", "-newkey", "rsa:2048", "-nodes", "-keyout", "node.key", "-out", "node.csr",
