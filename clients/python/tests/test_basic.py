@@ -3,6 +3,7 @@ release, inspect, status, close; validation before anything is sent."""
 
 from __future__ import annotations
 
+import asyncio
 import datetime
 import time
 
@@ -131,3 +132,23 @@ def test_lease_lost_on_renew_and_on_exit(node):
             with client.lock("short2", wait=1, lease=0.2) as held:
                 held._inner._stop_keep_alive()
                 wait_for(lambda: not client.inspect("short2").held, 5, "the lease to expire")
+
+
+def test_a_try_acquire_slowed_in_the_client_still_asks_the_node(node, monkeypatch):
+    """try_acquire's 1 ms wait may be used up before the line is sent (a busy
+    machine): the node, not the client's own delay, says whether it is free."""
+    from baton.aio import _pool
+
+    pick = _pool.Pool.pick
+
+    async def slow_pick(self, until, key=None):  # type: ignore[no-untyped-def]
+        await asyncio.sleep(0.02)
+        return await pick(self, until, key)
+
+    with baton.Client(node.addr) as client:
+        client.status()
+        monkeypatch.setattr(_pool.Pool, "pick", slow_pick)
+        lock = client.try_acquire("slow-client", lease=5)
+        assert lock is not None, "the key is free"
+        assert client.try_acquire("slow-client", lease=5) is None, "the node says it is held"
+        lock.release()

@@ -68,9 +68,11 @@ class _Attempt:
         self.failures = 0
         self.hops = 0
         self.redirect: Optional[Slot] = None
-        #: The last answer named the node that serves: it has not been
-        #: asked yet, so even a used-up wait (try_acquire's 1 ms) goes to it.
-        self.forwarded = False
+        #: No node has been asked yet (the first attempt), or the last answer
+        #: named the node that serves: so even a wait used up in the client
+        #: (try_acquire's 1 ms, on a busy machine) goes to it, and the node,
+        #: not the client's own delay, says whether the key is free.
+        self.forwarded = True
 
     def wait_left_ms(self) -> Optional[int]:
         """The wait left to send (0: unbounded); None when it ran out with
