@@ -138,6 +138,63 @@ async fn the_page_lists_a_held_key_with_its_token() {
     page.screenshot(&shot_path("phone.png"), true).await;
 }
 
+/// The rows of the locks table, their keys in order.
+const ROW_KEYS: &str =
+    "[...document.querySelectorAll('#locks-table tbody tr')].map((r) => r.dataset.key).join(' ')";
+
+#[tokio::test]
+async fn the_table_is_paged_by_prefix() {
+    let _one_browser = SERIAL.lock().await;
+    let (node, http) = node_with_http();
+    let mut client = node.connect().await;
+    let keys: Vec<String> = (0..30).map(|i| format!("batch/{i:02}")).collect();
+    for key in &keys {
+        grant_token(&client.request(&format!("A {key} 0 300")).await, key);
+    }
+    grant_token(&client.request("A other/1 0 300").await, "other/1");
+
+    let mut browser = Browser::launch(1280, 900).await;
+    open_console(&mut browser, http, None).await;
+    let page = browser.page();
+    page.wait_for(
+        "the table",
+        "typeof state === 'object' && state.next !== undefined",
+        SEEN,
+    )
+    .await;
+    page.eval("document.getElementById('limit').value = '25'")
+        .await;
+    search(page, "batch/").await;
+    let first = keys[..25].join(" ");
+    page.wait_for(
+        "the first page",
+        &format!("{ROW_KEYS} === {}", json!(first)),
+        SEEN,
+    )
+    .await;
+    page.click("#next-page").await;
+    let second = keys[25..].join(" ");
+    page.wait_for(
+        "the second page",
+        &format!("{ROW_KEYS} === {}", json!(second)),
+        SEEN,
+    )
+    .await;
+    wait_text(page, "its number", &text_of("page-no"), "page 2").await;
+    assert_eq!(
+        page.eval("document.getElementById('next-page').disabled")
+            .await,
+        json!(true)
+    );
+    page.click("#prev-page").await;
+    page.wait_for(
+        "the first page again",
+        &format!("{ROW_KEYS} === {}", json!(first)),
+        SEEN,
+    )
+    .await;
+}
+
 /// Protocol 1.2's locks as the table lists them: a shared lock with two
 /// holders and a semaphore of three permits with one, their values, and
 /// the key's detail with every holder.

@@ -5,7 +5,9 @@
 //! recent changes, removes it from the membership, and adds a fourth node
 //! started with `--join`, which then votes, and removes it again. A
 //! follower's page says plainly that it cannot show the leader's picture
-//! and marks what it does not know instead of guessing.
+//! and marks what it does not know instead of guessing. A priority
+//! cluster's standby shows every member, the active named, a killed
+//! standby unreachable as it sees it, and where the locks are served.
 
 mod console_support;
 
@@ -13,6 +15,7 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 use baton_tests::browser::{Browser, Page};
+use baton_tests::cluster::Cluster;
 use baton_tests::http::http_get;
 use baton_tests::raft::{RaftCluster, SERIAL, SETTLE};
 use baton_tests::{free_addr, Batond};
@@ -195,4 +198,54 @@ async fn a_raft_clusters_page_shows_its_members_and_changes_the_membership() {
         .iter()
         .any(|(a, _)| *a == fourth));
     joined.kill();
+}
+
+#[tokio::test]
+async fn a_priority_standbys_page_names_the_active_and_sees_a_standby_go() {
+    let _one_browser = SERIAL.lock().await;
+    let http: Vec<SocketAddr> = (0..3).map(|_| free_addr()).collect();
+    let mut cluster = Cluster::start_each(3, |i| {
+        vec!["--http-listen".to_string(), http[i].to_string()]
+    });
+    let active = cluster.wait_single_active(SETTLE).await;
+    let standby = (active + 1) % 3;
+    let gone = 3 - active - standby;
+    let active_addr = cluster.addr(active).to_string();
+
+    let mut browser = Browser::launch(1280, 1000).await;
+    open_console(&mut browser, http[standby], None).await;
+    let page = browser.page();
+    wait_rows(page, "three members", 3).await;
+    wait_text(page, "the serving node", &text_of("serving"), &active_addr).await;
+    let named = format!("{} === 'active'", member_data(&active_addr, "state"));
+    page.wait_for("the active named", &named, SEEN).await;
+    wait_text(
+        page,
+        "the locks' note",
+        &text_of("locks-note"),
+        &format!("the serving node is {active_addr}"),
+    )
+    .await;
+    let dead = cluster.addr(gone).to_string();
+    let up = format!("{} === 'true'", member_data(&dead, "up"));
+    page.wait_for("the other standby reachable", &up, SEEN)
+        .await;
+
+    cluster.kill(gone);
+    let down = format!("{} === 'false'", member_data(&dead, "up"));
+    page.wait_for("the killed standby unreachable", &down, SEEN_DOWN)
+        .await;
+    wait_text(
+        page,
+        "the change listed",
+        &text_of("changes"),
+        &format!("{dead}: standby → down"),
+    )
+    .await;
+    // No membership changes online in a priority cluster: no form.
+    assert_eq!(
+        page.eval("document.getElementById('member-add').hidden")
+            .await,
+        serde_json::json!(true)
+    );
 }
