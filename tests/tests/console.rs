@@ -29,10 +29,10 @@ use tls_support::{strs, Pki, TlsLines};
 
 /// How long one open page's requests are counted.
 const COUNTED: Duration = Duration::from_secs(10);
-/// The most requests one page may make in [`COUNTED`]: a round of four
-/// (cluster, locks, metrics, the open key) every 2 s, once the last is
-/// answered, and one round more for the edges of the window.
-const MAX_REQUESTS_COUNTED: u64 = 4 * 6;
+/// The most requests one page may make in [`COUNTED`]: a round of five
+/// (cluster, changes, locks, metrics, the open key) every 2 s, once the
+/// last is answered, and one round more for the edges of the window.
+const MAX_REQUESTS_COUNTED: u64 = 5 * 6;
 
 /// A single node with its HTTP endpoint.
 fn node_with_http() -> (Batond, SocketAddr) {

@@ -187,10 +187,25 @@ async fn a_raft_clusters_page_shows_its_members_and_changes_the_membership() {
     page.screenshot(&shot_path("cluster-follower.png"), true)
         .await;
 
-    // Back on the leader: the fourth node removed from the page.
+    // Back on the leader, a page opened after the events: the node's own
+    // log of changes has them.
     open_console(&mut browser, http[leader], None).await;
     let page = browser.page();
     wait_rows(page, "three members on the leader", 3).await;
+    for change in [
+        format!("{dead}: follower → down"),
+        format!("{dead} left the membership"),
+        // A learner for less than a sample, or longer: either is said.
+        format!("{fourth} joined as a "),
+    ] {
+        wait_text(
+            page,
+            "the node's log of changes",
+            &text_of("changes"),
+            &change,
+        )
+        .await;
+    }
     remove_from_page(page, &fourth).await;
     wait_rows(page, "two members after the removal", 2).await;
     assert!(!members(http[leader])

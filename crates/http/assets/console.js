@@ -1,7 +1,7 @@
-// Baton console: reads /v1/cluster, /v1/locks and /metrics every REFRESH_MS
-// (one request of each, then the next round only once they are answered:
-// never a storm), and changes things through /v1/force-release and
-// /v1/members. Every value from the node is written with textContent,
+// Baton console: reads /v1/cluster, /ui/changes, /v1/locks and /metrics
+// every REFRESH_MS (one request of each, then the next round only once they
+// are answered: never a storm), and changes things through
+// /v1/force-release and /v1/members. Every value from the node is written with textContent,
 // never as HTML.
 "use strict";
 
@@ -10,7 +10,6 @@ const REFRESH_MS = 2000;
 const HISTORY = 150;
 // Latency quantiles over this many samples (10 s), so one quiet sample does not blank them.
 const QUANTILE_SPAN = 5;
-const MAX_CHANGES = 20;
 // How long "Add" keeps asking for a new member to catch up and vote, as
 // `baton member add` does; past it a learner that never caught up is
 // taken out again (the node waits at most 5 s per ask: no storm).
@@ -25,7 +24,6 @@ const state = {
   selected: null, // the key shown in the detail
   cluster: null,
   samples: [],
-  changes: [],
 };
 
 const $ = (id) => document.getElementById(id);
@@ -82,22 +80,6 @@ function reachability(c, m) {
 
 // ---- cluster ---------------------------------------------------------------
 
-function noteChanges(before, now) {
-  const seen = [];
-  if (before.role !== now.role) seen.push(`this node: ${before.role} → ${now.role}`);
-  if (before.active !== now.active) seen.push(`serving node: ${before.active || "none"} → ${now.active || "none"}`);
-  if (before.term !== now.term && now.term !== null) seen.push(`term ${before.term} → ${now.term}`);
-  const was = new Map(before.members.map((m) => [m.addr, m.state]));
-  for (const m of now.members) {
-    const old = was.get(m.addr);
-    if (old === undefined) seen.push(`${m.addr} joined as ${m.state}`);
-    else if (old !== m.state) seen.push(`${m.addr}: ${old} → ${m.state}`);
-  }
-  const at = new Date().toLocaleTimeString();
-  for (const text of seen) state.changes.unshift(`${at} ${text}`);
-  state.changes.length = Math.min(state.changes.length, MAX_CHANGES);
-}
-
 function renderCluster(c) {
   $("node-line").textContent = `${c.self} · ${c.role}`;
   document.title = `Baton ${c.self} (${c.role})`;
@@ -124,7 +106,6 @@ function renderCluster(c) {
   });
   $("members").tBodies[0].replaceChildren(...rows);
   $("member-add").hidden = c.mode !== "raft";
-  $("changes").replaceChildren(...state.changes.map((t) => el("li", {}, t)));
 }
 
 // What this page cannot show. A Raft follower or a node with no leader
@@ -148,9 +129,16 @@ function clusterNote(c) {
 async function refreshCluster() {
   const r = await request("GET", "/v1/cluster");
   if (r.status !== 200 || !r.json) throw new Error(`/v1/cluster: ${r.status} ${r.text}`);
-  if (state.cluster) noteChanges(state.cluster, r.json);
   state.cluster = r.json;
   renderCluster(r.json);
+}
+
+// The node's own log of role, serving-node, term and member changes.
+async function refreshChanges() {
+  const r = await request("GET", "/ui/changes");
+  if (r.status !== 200 || !r.json) throw new Error(`/ui/changes: ${r.status}`);
+  $("changes").replaceChildren(...r.json.changes.map((c) =>
+    el("li", {}, `${new Date(c.at_ms).toLocaleTimeString()} ${c.what}`)));
 }
 
 // ---- locks -----------------------------------------------------------------
@@ -473,7 +461,7 @@ function showError(err) {
 }
 
 async function refreshAll() {
-  const results = await Promise.allSettled([refreshCluster(), refreshLocks(), refreshMetrics(), refreshDetail()]);
+  const results = await Promise.allSettled([refreshCluster(), refreshChanges(), refreshLocks(), refreshMetrics(), refreshDetail()]);
   const failed = results.find((r) => r.status === "rejected");
   if (failed) showError(failed.reason);
   else $("refresh-state").textContent = `updated ${new Date().toLocaleTimeString()}`;

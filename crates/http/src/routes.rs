@@ -33,6 +33,7 @@ pub fn router(ctx: HttpContext) -> Router {
         .route("/v1/force-release", post(force_release::release));
     let console = Router::new()
         .route("/ui", get(ui::page))
+        .route("/ui/changes", get(ui::changes))
         .route("/ui/{file}", get(ui::file));
     // Inside the slot: a guesser's 250 ms waits take admin slots only.
     let guard = |routes: Router<Arc<HttpContext>>| {

@@ -533,6 +533,11 @@ async fn a_console_refusal_is_a_readable_page_and_v1_stays_json() {
     let (code, headers, _) = get(&app, "/ui/other.js", Some(("ops", "ops-secret"))).await;
     assert_eq!(code, StatusCode::NOT_FOUND);
     assert!(html(&headers));
+    let (code, _, _) = get(&app, "/ui/changes", Some(("billing", "billing-secret"))).await;
+    assert_eq!(code, StatusCode::FORBIDDEN);
+    let (code, _, body) = get(&app, "/ui/changes", Some(("ops", "ops-secret"))).await;
+    assert_eq!(code, StatusCode::OK);
+    assert!(json(&body)["changes"].is_array(), "{body}");
     for who in [None, Some(("billing", "billing-secret"))] {
         let (_, headers, body) = get(&app, "/v1/locks", who).await;
         assert!(headers[header::CONTENT_TYPE]

@@ -11,14 +11,22 @@
 //! The charts are computed in the page from successive scrapes of
 //! `/metrics`, not from a history kept in the node: the node keeps no more
 //! state and takes no more lock than a scrape, and costs nothing while
-//! nobody looks; the page's history starts when it is opened.
+//! nobody looks; the page's history starts when it is opened. The recent
+//! role and member changes are the one thing kept ([`crate::changes`]: a
+//! sample a second, the last 50), so that a page opened after a failover
+//! still shows it.
 
-use axum::extract::{Path, Request};
+use std::sync::Arc;
+
+use axum::extract::{Path, Request, State};
 use axum::http::{header, HeaderValue, StatusCode};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
+use axum::Json;
+use serde_json::json;
 
 use crate::v1::error;
+use crate::view::HttpContext;
 
 const PAGE: &str = include_str!("../assets/console.html");
 const STYLE: &str = include_str!("../assets/console.css");
@@ -64,6 +72,13 @@ fn guarded(mut response: Response, policy: &'static str) -> Response {
 /// `GET /ui`: the page.
 pub async fn page() -> Response {
     asset("text/html; charset=utf-8", PAGE)
+}
+
+/// `GET /ui/changes`: the recent changes this node's endpoint saw, newest
+/// first: `{"changes": [{"at_ms", "what"}]}`.
+pub async fn changes(State(ctx): State<Arc<HttpContext>>) -> Response {
+    let recent = ctx.changes.recent();
+    guarded(Json(json!({ "changes": recent })).into_response(), POLICY)
 }
 
 /// `GET /ui/{file}`: the page's stylesheet and script.
