@@ -2,8 +2,11 @@
 //! protocol (CDP): JSON commands on a websocket, one at a time, each
 //! answered by the message with its `id` (the events in between are
 //! skipped). A few commands are all the tests need (open a page, evaluate
-//! JavaScript in it, take a screenshot), so this is a small client over a
-//! websocket crate rather than a driver with the whole protocol generated.
+//! JavaScript in it, take a screenshot, answer the browser's login prompt),
+//! so this is a small client over a websocket crate rather than a driver
+//! with the whole protocol generated. Events that arrive while a command
+//! waits for its answer are handled there: a request paused for a login
+//! prompt is answered as [`Page::answer_logins`] said.
 //!
 //! The browser runs in its own process group, killed whole on drop, with a
 //! throwaway profile that is also its TMPDIR (so the scratch Chromium makes
@@ -49,16 +52,34 @@ pub struct Page {
     socket: WebSocketStream<MaybeTlsStream<TcpStream>>,
     session: String,
     next_id: u64,
+    /// How the browser's login prompts are answered, once asked to.
+    login: Option<Login>,
+    /// The `authChallenge` of every login prompt the browser showed.
+    prompts: Vec<Value>,
+}
+
+/// The answer to the browser's HTTP login prompt.
+#[derive(Debug, Clone)]
+pub enum Login {
+    /// Types this user and secret into it.
+    As(String, String),
+    /// Cancels it (the page then shows the 401's body).
+    Cancel,
 }
 
 impl Browser {
     /// Starts Chromium and opens a blank page of `width` x `height`.
     pub async fn launch(width: u32, height: u32) -> Browser {
+        Browser::launch_with(width, height, &[]).await
+    }
+
+    /// As [`Browser::launch`], with more Chromium flags.
+    pub async fn launch_with(width: u32, height: u32, flags: &[&str]) -> Browser {
         let profile = tempfile::Builder::new()
             .prefix("baton-chromium-")
             .tempdir()
             .unwrap_or_else(|e| panic!("temp dir for chromium: {e}"));
-        let child = spawn_chromium(profile.path(), width, height);
+        let child = spawn_chromium(profile.path(), width, height, flags);
         let mut browser = BrowserStart { child: Some(child) };
         let url = devtools_url(profile.path(), browser.child());
         let (socket, _) = tokio::time::timeout(
@@ -72,6 +93,8 @@ impl Browser {
             socket,
             session: String::new(),
             next_id: 0,
+            login: None,
+            prompts: Vec::new(),
         };
         let target = page
             .command("Target.createTarget", json!({ "url": "about:blank" }))
@@ -144,7 +167,7 @@ fn kill_group(child: &mut Child) {
     let _ = child.wait();
 }
 
-fn spawn_chromium(profile: &Path, width: u32, height: u32) -> Child {
+fn spawn_chromium(profile: &Path, width: u32, height: u32, flags: &[&str]) -> Child {
     use std::os::unix::process::CommandExt;
     let bin = chromium_bin();
     Command::new(&bin)
@@ -166,6 +189,7 @@ fn spawn_chromium(profile: &Path, width: u32, height: u32) -> Child {
             "--remote-debugging-address=127.0.0.1",
             "--remote-debugging-port=0",
         ])
+        .args(flags)
         .arg(format!("--user-data-dir={}", profile.display()))
         .env("TMPDIR", profile)
         .arg(format!("--window-size={width},{height}"))
@@ -210,33 +234,9 @@ impl Page {
     /// Sends one CDP command (to the page's session once attached) and
     /// returns its `result`; panics on an error answer.
     pub async fn command(&mut self, method: &str, params: Value) -> Value {
-        self.next_id += 1;
-        let id = self.next_id;
-        let mut message = json!({ "id": id, "method": method, "params": params });
-        if !self.session.is_empty() {
-            message["sessionId"] = json!(self.session);
-        }
         let exchange = async {
-            self.socket
-                .send(Message::text(message.to_string()))
-                .await
-                .unwrap_or_else(|e| panic!("CDP {method}: {e}"));
-            loop {
-                let frame = self
-                    .socket
-                    .next()
-                    .await
-                    .unwrap_or_else(|| panic!("CDP closed during {method}"))
-                    .unwrap_or_else(|e| panic!("CDP {method}: {e}"));
-                let Message::Text(text) = frame else {
-                    continue;
-                };
-                let answer: Value = serde_json::from_str(text.as_str())
-                    .unwrap_or_else(|e| panic!("CDP {method}: not JSON ({e}): {text}"));
-                if answer["id"] == json!(id) {
-                    return answer;
-                }
-            }
+            let id = self.send(method, params).await;
+            self.answer_to(id, method).await
         };
         let answer = tokio::time::timeout(COMMAND_TIMEOUT, exchange)
             .await
@@ -245,6 +245,80 @@ impl Page {
             panic!("CDP {method} failed: {error}");
         }
         answer["result"].clone()
+    }
+
+    /// Sends one CDP command without waiting for its answer; returns its id.
+    async fn send(&mut self, method: &str, params: Value) -> u64 {
+        self.next_id += 1;
+        let id = self.next_id;
+        let mut message = json!({ "id": id, "method": method, "params": params });
+        if !self.session.is_empty() {
+            message["sessionId"] = json!(self.session);
+        }
+        self.socket
+            .send(Message::text(message.to_string()))
+            .await
+            .unwrap_or_else(|e| panic!("CDP {method}: {e}"));
+        id
+    }
+
+    /// The message answering command `id`, handling the events before it.
+    async fn answer_to(&mut self, id: u64, method: &str) -> Value {
+        loop {
+            let frame = self
+                .socket
+                .next()
+                .await
+                .unwrap_or_else(|| panic!("CDP closed during {method}"))
+                .unwrap_or_else(|e| panic!("CDP {method}: {e}"));
+            let Message::Text(text) = frame else {
+                continue;
+            };
+            let message: Value = serde_json::from_str(text.as_str())
+                .unwrap_or_else(|e| panic!("CDP {method}: not JSON ({e}): {text}"));
+            if message["id"] == json!(id) {
+                return message;
+            }
+            self.on_event(&message).await;
+        }
+    }
+
+    /// Lets a request paused by the `Fetch` domain go on, answering a
+    /// login prompt as [`Page::answer_logins`] said.
+    async fn on_event(&mut self, message: &Value) {
+        let request_id = message["params"]["requestId"].clone();
+        match message["method"].as_str() {
+            Some("Fetch.requestPaused") => {
+                let params = json!({ "requestId": request_id });
+                self.send("Fetch.continueRequest", params).await;
+            }
+            Some("Fetch.authRequired") => {
+                self.prompts
+                    .push(message["params"]["authChallenge"].clone());
+                let response = match &self.login {
+                    Some(Login::As(user, secret)) => json!({
+                        "response": "ProvideCredentials", "username": user, "password": secret,
+                    }),
+                    _ => json!({ "response": "CancelAuth" }),
+                };
+                let params = json!({ "requestId": request_id, "authChallengeResponse": response });
+                self.send("Fetch.continueWithAuth", params).await;
+            }
+            _ => {}
+        }
+    }
+
+    /// From now on the browser's HTTP login prompts (a 401 with
+    /// `WWW-Authenticate`) are answered with `login`, as a person would.
+    pub async fn answer_logins(&mut self, login: Login) {
+        self.login = Some(login);
+        let params = json!({ "handleAuthRequests": true, "patterns": [{ "urlPattern": "*" }] });
+        self.command("Fetch.enable", params).await;
+    }
+
+    /// The challenge of every login prompt the browser showed so far.
+    pub fn prompts(&self) -> &[Value] {
+        &self.prompts
     }
 
     /// The viewport's size; `mobile` emulates a phone's screen.

@@ -1,75 +1,43 @@
-//! The operator's console (`/ui`) in a real browser: headless Chromium
-//! driven over its DevTools protocol against real `batond` processes. The
-//! page lists a held key with its token; a Raft cluster's page lists its
-//! three members, names the leader, shows a killed follower unreachable
-//! and removes it from the membership; a follower's page says where the locks are served; a
-//! force-release from the page frees the key for the next waiter; a
-//! non-admin gets 403 and no key.
-//!
-//! Each test takes screenshots; with `BATON_CONSOLE_SHOTS=docs/console`
-//! they are written there (the ones docs/operations.md shows), else under
-//! the target directory.
+//! The operator's console (`/ui`) of a single node in a real browser:
+//! headless Chromium driven over its DevTools protocol against real
+//! `batond` processes. The page lists held keys with their tokens (and a
+//! shared lock's or semaphore's holders, permits and values), refreshes by
+//! itself, charts the rates and latencies, and fits a phone's screen; a
+//! force-release from the page frees the key for the next waiter; an
+//! anonymous browser gets the basic-auth prompt and a readable 401 page, a
+//! non-admin a readable 403 page and no key; the page is served over the
+//! node's TLS; one open page makes a few requests a second, all to its own
+//! node. The Raft cluster's page is in console_cluster.rs.
 
 mod auth_support;
+mod console_support;
+mod tls_support;
 
 use std::net::SocketAddr;
-use std::path::PathBuf;
 use std::time::Duration;
 
 use auth_support::{node_with_users, BILLING_SECRET, OPS_SECRET};
-use baton_tests::browser::{Browser, Page};
-use baton_tests::http::{http_get, http_send};
-use baton_tests::raft::{RaftCluster, SERIAL, SETTLE};
+use baton_tests::browser::{Browser, Login, Page};
+use baton_tests::http::{http_get, http_send, try_http_get};
+use baton_tests::raft::SERIAL;
 use baton_tests::{free_addr, grant_token, Batond};
+use console_support::{
+    lock_cell, open_console, search, shot_path, text_of, token_cell, wait_text, SEEN,
+};
 use serde_json::json;
+use tls_support::{strs, Pki, TlsLines};
 
-/// Long enough for a loaded machine: the page refreshes every 2 s.
-const SEEN: Duration = Duration::from_secs(20);
-/// A killed follower is unreachable after about 1 s on the leader.
-const SEEN_DOWN: Duration = Duration::from_secs(30);
-
-fn shot_path(name: &str) -> PathBuf {
-    match std::env::var_os("BATON_CONSOLE_SHOTS") {
-        Some(dir) => PathBuf::from(dir).join(name),
-        None => PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
-            .join("console")
-            .join(name),
-    }
-}
-
-async fn open_console(browser: &mut Browser, http: SocketAddr, user: Option<(&str, &str)>) {
-    let page = browser.page();
-    if let Some((name, secret)) = user {
-        page.basic_auth(name, secret).await;
-    }
-    page.navigate(&format!("http://{http}/ui")).await;
-}
-
-/// The text of the token cell of `key`'s row in the locks table.
-fn token_cell(key: &str) -> String {
-    let selector = json!(format!("#locks-table tr[data-key=\"{key}\"] td.token"));
-    format!("document.querySelector({selector})?.textContent")
-}
+/// How long one open page's requests are counted.
+const COUNTED: Duration = Duration::from_secs(10);
+/// The most requests one page may make in [`COUNTED`]: a round of five
+/// (cluster, changes, locks, metrics, the open key) every 2 s, once the
+/// last is answered, and one round more for the edges of the window.
+const MAX_REQUESTS_COUNTED: u64 = 5 * 6;
 
 /// A single node with its HTTP endpoint.
 fn node_with_http() -> (Batond, SocketAddr) {
     let http = free_addr();
     (Batond::start(&["--http-listen", &http.to_string()]), http)
-}
-
-/// Lists the locks under `prefix`, as typed in the search box.
-async fn search(page: &mut Page, prefix: &str) {
-    let set = format!(
-        "document.getElementById('prefix').value = {}",
-        json!(prefix)
-    );
-    page.eval(&set).await;
-    page.click("#search button[type=submit]").await;
-}
-
-async fn wait_text(page: &mut Page, what: &str, expression: &str, want: &str) {
-    let expr = format!("(({expression}) || '').includes({})", json!(want));
-    page.wait_for(what, &expr, SEEN).await;
 }
 
 #[tokio::test]
@@ -135,37 +103,167 @@ async fn the_page_lists_a_held_key_with_its_token() {
     // A few samples in the charts before the picture.
     page.wait_for("charts with history", "state.samples.length >= 6", SEEN)
         .await;
+    // Every figure the issue names has its chart.
+    let titles = page
+        .eval("[...document.querySelectorAll('#chart-grid .chart')].map((c) => c.dataset.chart).join('|')")
+        .await;
+    let titles = titles.as_str().unwrap_or_default();
+    for chart in [
+        "requests /s",
+        "grants /s",
+        "hand-overs /s",
+        "expiries /s",
+        "wait timeouts /s",
+        "connections open",
+        "acquire wait p50 / p99 (ms)",
+        "hand-over p50 / p99 (ms)",
+    ] {
+        assert!(titles.split('|').any(|t| t == chart), "{chart} in {titles}");
+    }
     page.screenshot(&shot_path("locks.png"), true).await;
+
+    // On a phone: nothing wider than the screen but the tables, which
+    // scroll inside their own box.
     page.set_size(390, 844, true).await;
+    page.wait_for(
+        "the page within a phone's width",
+        "document.documentElement.scrollWidth <= window.innerWidth",
+        SEEN,
+    )
+    .await;
+    let wide = page
+        .eval("[...document.querySelectorAll('main > section > *:not(.scroll)')].filter((e) => e.getBoundingClientRect().right > window.innerWidth + 1).map((e) => e.id || e.tagName).join(',')")
+        .await;
+    assert_eq!(wide, json!(""), "wider than the phone");
     page.screenshot(&shot_path("phone.png"), true).await;
 }
 
-/// Protocol 1.2's entries (mode, permits, holders with values) as the
-/// page renders them, whichever node serves them.
+/// The rows of the locks table, their keys in order.
+const ROW_KEYS: &str =
+    "[...document.querySelectorAll('#locks-table tbody tr')].map((r) => r.dataset.key).join(' ')";
+
 #[tokio::test]
-async fn shared_holders_are_rendered_with_their_tokens_and_values() {
+async fn the_table_is_paged_by_prefix() {
     let _one_browser = SERIAL.lock().await;
-    let (_node, http) = node_with_http();
+    let (node, http) = node_with_http();
+    let mut client = node.connect().await;
+    let keys: Vec<String> = (0..30).map(|i| format!("batch/{i:02}")).collect();
+    for key in &keys {
+        grant_token(&client.request(&format!("A {key} 0 300")).await, key);
+    }
+    grant_token(&client.request("A other/1 0 300").await, "other/1");
+
     let mut browser = Browser::launch(1280, 900).await;
     open_console(&mut browser, http, None).await;
     let page = browser.page();
-    page.wait_for("the page's script", "typeof lockRow === 'function'", SEEN)
+    page.wait_for(
+        "the table",
+        "typeof state === 'object' && state.next !== undefined",
+        SEEN,
+    )
+    .await;
+    page.eval("document.getElementById('limit').value = '25'")
         .await;
-    let entry = json!({
-        "key": "pool/db", "token": "7", "lease_left_ms": 5000, "waiters": 2,
-        "permits": 3, "mode": "shared",
-        "holders": [
-            { "token": "7", "lease_left_ms": 5000, "value": "worker-a" },
-            { "token": "9", "lease_left_ms": 8000, "value": null }
-        ]
-    });
-    let row = page.eval(&format!("lockRow({entry}).innerText")).await;
-    let row = row.as_str().unwrap_or_default();
-    assert!(row.contains("shared 2/3") && row.contains("7, 9"), "{row}");
-    let plain = json!({ "key": "k", "token": "5", "lease_left_ms": 1000, "waiters": 0 });
-    let row = page.eval(&format!("lockRow({plain}).innerText")).await;
-    let row = row.as_str().unwrap_or_default();
-    assert!(row.contains("exclusive") && row.contains('5'), "{row}");
+    search(page, "batch/").await;
+    let first = keys[..25].join(" ");
+    page.wait_for(
+        "the first page",
+        &format!("{ROW_KEYS} === {}", json!(first)),
+        SEEN,
+    )
+    .await;
+    page.click("#next-page").await;
+    let second = keys[25..].join(" ");
+    page.wait_for(
+        "the second page",
+        &format!("{ROW_KEYS} === {}", json!(second)),
+        SEEN,
+    )
+    .await;
+    wait_text(page, "its number", &text_of("page-no"), "page 2").await;
+    assert_eq!(
+        page.eval("document.getElementById('next-page').disabled")
+            .await,
+        json!(true)
+    );
+    page.click("#prev-page").await;
+    page.wait_for(
+        "the first page again",
+        &format!("{ROW_KEYS} === {}", json!(first)),
+        SEEN,
+    )
+    .await;
+}
+
+/// Protocol 1.2's locks as the table lists them: a shared lock with two
+/// holders and a semaphore of three permits with one, their values, and
+/// the key's detail with every holder.
+#[tokio::test]
+async fn shared_locks_and_semaphores_are_listed_with_holders_permits_and_values() {
+    let _one_browser = SERIAL.lock().await;
+    let (node, http) = node_with_http();
+    let mut client = node.connect().await;
+    let reader = grant_token(
+        &client
+            .request("A pool/db 0 300 mode=shared value=worker-a")
+            .await,
+        "pool/db",
+    );
+    let second = grant_token(
+        &client.request("A pool/db 0 300 mode=shared").await,
+        "pool/db",
+    );
+    let gpu = grant_token(
+        &client
+            .request("A pool/gpu 0 300 permits=3 value=job-1")
+            .await,
+        "pool/gpu",
+    );
+
+    let mut browser = Browser::launch(1280, 900).await;
+    open_console(&mut browser, http, None).await;
+    let page = browser.page();
+    let both = format!("{reader}, {second}");
+    wait_text(
+        page,
+        "both shared holders' tokens",
+        &token_cell("pool/db"),
+        &both,
+    )
+    .await;
+    for (key, class, want) in [
+        ("pool/db", "mode", "shared"),
+        ("pool/db", "holders", "2"),
+        ("pool/db", "value", "worker-a"),
+        ("pool/gpu", "mode", "exclusive"),
+        ("pool/gpu", "holders", "1/3"),
+        ("pool/gpu", "token", &gpu.to_string()),
+        ("pool/gpu", "value", "job-1"),
+    ] {
+        let cell = page.eval(&lock_cell(key, class)).await;
+        assert_eq!(cell, json!(want), "{key} {class}");
+    }
+    page.click("#locks-table tr[data-key=\"pool/db\"]").await;
+    page.wait_for(
+        "the shared lock's two holders",
+        "document.querySelectorAll('#holders tbody tr').length === 2",
+        SEEN,
+    )
+    .await;
+    wait_text(
+        page,
+        "its state",
+        &text_of("detail-state"),
+        "shared, 2 holding, 0 waiting",
+    )
+    .await;
+    wait_text(
+        page,
+        "a holder's value",
+        "document.getElementById('holders').innerText",
+        "worker-a",
+    )
+    .await;
 }
 
 #[tokio::test]
@@ -241,118 +339,23 @@ async fn a_force_release_from_the_page_frees_the_key_for_the_next_waiter() {
     .await;
 }
 
-#[tokio::test]
-async fn a_raft_clusters_page_names_the_leader_and_shows_a_killed_follower_unreachable() {
-    let _one_browser = SERIAL.lock().await;
-    let http: Vec<SocketAddr> = (0..3).map(|_| free_addr()).collect();
-    let mut cluster = RaftCluster::start_each(3, |i| {
-        vec!["--http-listen".to_string(), http[i].to_string()]
-    });
-    let (leader, _) = cluster.wait_leader(SETTLE).await;
-    let follower = (leader + 1) % 3;
-    let leader_addr = cluster.peers[leader].to_string();
-
-    let mut browser = Browser::launch(1280, 1000).await;
-    open_console(&mut browser, http[leader], None).await;
+/// A browser opening `/ui` of `http` that answers the login prompt with `login`.
+async fn console_with_login(http: SocketAddr, login: Login) -> Browser {
+    let mut browser = Browser::launch(1280, 900).await;
     let page = browser.page();
-    page.wait_for(
-        "three members",
-        "document.querySelectorAll('#members tbody tr').length === 3",
-        SEEN,
-    )
-    .await;
-    let leader_row = json!(format!("#members tr[data-addr=\"{leader_addr}\"]"));
-    page.wait_for(
-        "the leader named",
-        &format!("document.querySelector({leader_row})?.dataset.state === 'leader'"),
-        SEEN,
-    )
-    .await;
-    wait_text(
-        page,
-        "the serving node",
-        "document.getElementById('serving').textContent",
-        &leader_addr,
-    )
-    .await;
-    for addr in &cluster.peers {
-        let row = json!(format!("#members tr[data-addr=\"{addr}\"]"));
-        page.wait_for(
-            &format!("{addr} reachable"),
-            &format!("document.querySelector({row})?.dataset.up === 'true'"),
-            SEEN,
-        )
-        .await;
-    }
-    page.screenshot(&shot_path("cluster.png"), true).await;
+    page.answer_logins(login).await;
+    page.navigate(&format!("http://{http}/ui")).await;
+    browser
+}
 
-    cluster.nodes[follower].kill();
-    let killed = json!(format!(
-        "#members tr[data-addr=\"{}\"]",
-        cluster.peers[follower]
-    ));
-    page.wait_for(
-        "the killed follower unreachable",
-        &format!("document.querySelector({killed})?.dataset.up === 'false'"),
-        SEEN_DOWN,
-    )
-    .await;
-    page.screenshot(&shot_path("cluster-follower-down.png"), true)
-        .await;
-
-    // The dead follower removed from the page, as `baton member remove`.
-    let dead = cluster.peers[follower].to_string();
-    page.click(&format!("#members button.remove[data-addr=\"{dead}\"]"))
-        .await;
-    let question = page
-        .eval("document.getElementById('confirm-text').textContent")
-        .await;
-    assert!(
-        question.as_str().unwrap_or_default().contains(&dead),
-        "{question}"
-    );
-    page.click("#confirm-yes").await;
-    wait_text(
-        page,
-        "the removal",
-        "document.getElementById('member-result').textContent",
-        &format!("Removed {dead}"),
-    )
-    .await;
-    page.wait_for(
-        "two members left",
-        "document.querySelectorAll('#members tbody tr').length === 2",
-        SEEN,
-    )
-    .await;
-    let members = http_get(http[leader], "/v1/members", None).await;
-    assert!(
-        members.code == 200 && !members.body.contains(&dead),
-        "{members:?}"
-    );
-
-    // The other follower's console says where the locks are served.
-    let other = 3 - leader - follower;
-    open_console(&mut browser, http[other], None).await;
-    let page = browser.page();
-    wait_text(
-        page,
-        "a follower's note",
-        "document.getElementById('locks-note').textContent",
-        &format!("the serving node is {leader_addr}"),
-    )
-    .await;
-    wait_text(
-        page,
-        "a follower names the serving node",
-        "document.getElementById('serving').textContent",
-        &leader_addr,
-    )
-    .await;
+/// The page's whole document, to look for what it must not show.
+async fn document(page: &mut Page) -> String {
+    let html = page.eval("document.documentElement.outerHTML").await;
+    html.as_str().unwrap_or_default().to_string()
 }
 
 #[tokio::test]
-async fn a_non_admin_gets_403_and_no_key() {
+async fn an_anonymous_or_non_admin_browser_gets_a_readable_refusal_and_no_key() {
     let _one_browser = SERIAL.lock().await;
     let http = free_addr();
     let (node, _users, _dir) = node_with_users(&["--http-listen", &http.to_string()]);
@@ -362,42 +365,179 @@ async fn a_non_admin_gets_403_and_no_key() {
         &ops.request("A billing/secret-key 0 300").await,
         "billing/secret-key",
     );
+    let secret_shown =
+        |text: &str| text.contains("billing/secret-key") || text.contains(&token.to_string());
 
+    // Over HTTP: the console's refusals are pages, /v1/'s stay JSON.
     for path in ["/ui", "/ui/console.js", "/v1/locks"] {
-        let reply = http_get(http, path, Some(("billing", BILLING_SECRET))).await;
-        assert_eq!(reply.code, 403, "{path}: {reply:?}");
-        assert!(!reply.body.contains("billing/secret-key"), "{reply:?}");
+        let html = path.starts_with("/ui");
+        let kind = if html {
+            "text/html"
+        } else {
+            "application/json"
+        };
+        let denied = http_get(http, path, Some(("billing", BILLING_SECRET))).await;
+        assert_eq!(denied.code, 403, "{path}: {denied:?}");
+        assert!(
+            denied
+                .header("content-type")
+                .unwrap_or_default()
+                .starts_with(kind),
+            "{denied:?}"
+        );
+        assert!(!secret_shown(&denied.body), "{denied:?}");
         let anonymous = http_get(http, path, None).await;
         assert_eq!(anonymous.code, 401, "{path}: {anonymous:?}");
+        assert!(
+            anonymous
+                .header("content-type")
+                .unwrap_or_default()
+                .starts_with(kind),
+            "{anonymous:?}"
+        );
+        assert!(
+            anonymous
+                .header("www-authenticate")
+                .unwrap_or_default()
+                .starts_with("Basic "),
+            "{anonymous:?}"
+        );
     }
     let release = json!({ "key": "billing/secret-key", "token": token.to_string() }).to_string();
     let refused = http_send(http, "POST", "/v1/force-release", Some(&release)).await;
     assert_eq!(refused.code, 401, "{refused:?}");
 
-    let mut browser = Browser::launch(1280, 900).await;
-    open_console(&mut browser, http, Some(("billing", BILLING_SECRET))).await;
+    // Nobody signed in: the browser asks for a user (basic auth); the
+    // person cancels and reads why.
+    let mut browser = console_with_login(http, Login::Cancel).await;
     let page = browser.page();
     wait_text(
         page,
-        "the refusal",
-        "document.body.innerText",
-        "permission denied",
+        "the 401 page",
+        "document.querySelector('h1')?.textContent",
+        "401 Unauthorized",
     )
     .await;
-    let text = page.eval("document.documentElement.outerHTML").await;
-    let text = text.as_str().unwrap_or_default();
-    assert!(
-        !text.contains("billing/secret-key") && !text.contains(&token.to_string()),
-        "{text}"
+    assert_eq!(page.eval("document.contentType").await, json!("text/html"));
+    let prompt = page.prompts().first().cloned().unwrap_or_default();
+    assert_eq!(
+        prompt["scheme"].as_str().map(str::to_lowercase),
+        Some("basic".to_string()),
+        "{prompt}"
     );
+    assert_eq!(prompt["source"], json!("Server"), "{prompt}");
+    assert!(!secret_shown(&document(page).await));
 
-    // The admin sees it.
-    open_console(&mut browser, http, Some(("ops", OPS_SECRET))).await;
+    // A user that is not an admin: a 403 page that says why, no key.
+    let mut browser =
+        console_with_login(http, Login::As("billing".into(), BILLING_SECRET.into())).await;
+    let page = browser.page();
     wait_text(
-        browser.page(),
+        page,
+        "the 403 page",
+        "document.querySelector('h1')?.textContent",
+        "403 Forbidden",
+    )
+    .await;
+    wait_text(page, "why", "document.body.innerText", "permission denied").await;
+    page.screenshot(&shot_path("forbidden.png"), false).await;
+    assert!(!secret_shown(&document(page).await));
+
+    // The admin, typed into the same prompt: the console and the key.
+    let mut browser = console_with_login(http, Login::As("ops".into(), OPS_SECRET.into())).await;
+    let page = browser.page();
+    wait_text(
+        page,
         "the admin's view",
         &token_cell("billing/secret-key"),
         &token.to_string(),
     )
     .await;
+    assert!(!page.prompts().is_empty(), "the browser asked for a user");
+}
+
+#[tokio::test]
+async fn the_console_is_served_over_the_nodes_tls() {
+    let _one_browser = SERIAL.lock().await;
+    let pki = Pki::new();
+    let http = free_addr();
+    let mut flags = pki.main.node_flags();
+    flags.extend(["--http-listen".to_string(), http.to_string()]);
+    let node = Batond::start(&strs(&flags));
+    let mut client = TlsLines::connect(node.addr(), &pki.main.ca)
+        .await
+        .expect("TLS");
+    client.send_raw(b"A tls/console 0 300\n").await;
+    let token = grant_token(&client.recv().await.expect("a grant"), "tls/console");
+
+    // The test's CA is not in the browser's store: its errors are ignored,
+    // the page is still fetched over TLS.
+    let mut browser = Browser::launch_with(1280, 900, &["--ignore-certificate-errors"]).await;
+    let page = browser.page();
+    page.navigate(&format!("https://{http}/ui")).await;
+    wait_text(
+        page,
+        "the key over TLS",
+        &token_cell("tls/console"),
+        &token.to_string(),
+    )
+    .await;
+    assert_eq!(page.eval("location.protocol").await, json!("https:"));
+    // Plain HTTP gets no page from a TLS endpoint.
+    let plain = try_http_get(http, "/ui").await;
+    assert!(plain.as_ref().map_or(true, |r| r.code != 200), "{plain:?}");
+}
+
+#[tokio::test]
+async fn one_open_page_asks_a_few_times_a_second_and_only_its_own_node() {
+    let _one_browser = SERIAL.lock().await;
+    let (node, http) = node_with_http();
+    let mut holder = node.connect().await;
+    let token = grant_token(
+        &holder.request("A jobs/watched 0 300").await,
+        "jobs/watched",
+    );
+    let mut browser = Browser::launch(1280, 900).await;
+    open_console(&mut browser, http, None).await;
+    let page = browser.page();
+    wait_text(
+        page,
+        "the held key",
+        &token_cell("jobs/watched"),
+        &token.to_string(),
+    )
+    .await;
+    // With a key's detail open: the most the page asks each round.
+    page.click("#locks-table tr[data-key=\"jobs/watched\"]")
+        .await;
+    wait_text(
+        page,
+        "the detail",
+        &text_of("detail-state"),
+        "waiting in its queue",
+    )
+    .await;
+
+    let start = page
+        .eval("performance.now()")
+        .await
+        .as_f64()
+        .unwrap_or_default();
+    // The window itself is the measure: its length, not a condition.
+    tokio::time::sleep(COUNTED).await;
+    let end = start + COUNTED.as_secs_f64() * 1000.0;
+    let counted = format!(
+        "performance.getEntriesByType('resource').filter((e) => e.startTime >= {start} && e.startTime < {end}).length"
+    );
+    let requests = page.eval(&counted).await.as_u64().unwrap_or(u64::MAX);
+    assert!(
+        (COUNTED.as_secs() / 2..=MAX_REQUESTS_COUNTED).contains(&requests),
+        "{requests} requests in {COUNTED:?}"
+    );
+    println!("one open page: {requests} requests in {COUNTED:?}");
+    // Nothing from anywhere else: every request, link and source is the node's.
+    let foreign = page
+        .eval("[...performance.getEntriesByType('resource').map((e) => e.name), ...[...document.querySelectorAll('[src],[href]')].map((e) => e.src || e.href)].filter((u) => new URL(u, location.href).origin !== location.origin)")
+        .await;
+    assert_eq!(foreign, json!([]), "fetched from elsewhere");
 }

@@ -1,7 +1,7 @@
-// Baton console: reads /v1/cluster, /v1/locks and /metrics every REFRESH_MS
-// (one request of each, then the next round only once they are answered:
-// never a storm), and changes things through /v1/force-release and
-// /v1/members. Every value from the node is written with textContent,
+// Baton console: reads /v1/cluster, /ui/changes, /v1/locks and /metrics
+// every REFRESH_MS (one request of each, then the next round only once they
+// are answered: never a storm), and changes things through
+// /v1/force-release and /v1/members. Every value from the node is written with textContent,
 // never as HTML.
 "use strict";
 
@@ -10,7 +10,10 @@ const REFRESH_MS = 2000;
 const HISTORY = 150;
 // Latency quantiles over this many samples (10 s), so one quiet sample does not blank them.
 const QUANTILE_SPAN = 5;
-const MAX_CHANGES = 20;
+// How long "Add" keeps asking for a new member to catch up and vote, as
+// `baton member add` does; past it a learner that never caught up is
+// taken out again (the node waits at most 5 s per ask: no storm).
+const ADD_MEMBER_MS = 60000;
 
 const state = {
   prefix: "",
@@ -21,7 +24,6 @@ const state = {
   selected: null, // the key shown in the detail
   cluster: null,
   samples: [],
-  changes: [],
 };
 
 const $ = (id) => document.getElementById(id);
@@ -68,23 +70,15 @@ function reachable(memberState) {
   return !["down", "unknown", "refusing"].includes(memberState);
 }
 
-// ---- cluster ---------------------------------------------------------------
-
-function noteChanges(before, now) {
-  const seen = [];
-  if (before.role !== now.role) seen.push(`this node: ${before.role} → ${now.role}`);
-  if (before.active !== now.active) seen.push(`serving node: ${before.active || "none"} → ${now.active || "none"}`);
-  if (before.term !== now.term && now.term !== null) seen.push(`term ${before.term} → ${now.term}`);
-  const was = new Map(before.members.map((m) => [m.addr, m.state]));
-  for (const m of now.members) {
-    const old = was.get(m.addr);
-    if (old === undefined) seen.push(`${m.addr} joined as ${m.state}`);
-    else if (old !== m.state) seen.push(`${m.addr}: ${old} → ${m.state}`);
-  }
-  const at = new Date().toLocaleTimeString();
-  for (const text of seen) state.changes.unshift(`${at} ${text}`);
-  state.changes.length = Math.min(state.changes.length, MAX_CHANGES);
+// What this node can tell of a member's reachability: "yes", "no", or
+// "unknown" on a Raft follower, which hears the leader only.
+function reachability(c, m) {
+  const knowsAll = c.mode !== "raft" || c.role === "leader";
+  if (!knowsAll && !m.self && m.state !== "leader") return "unknown";
+  return reachable(m.state) ? "yes" : "no";
 }
+
+// ---- cluster ---------------------------------------------------------------
 
 function renderCluster(c) {
   $("node-line").textContent = `${c.self} · ${c.role}`;
@@ -95,35 +89,56 @@ function renderCluster(c) {
   $("term").textContent = c.term === null || c.term === undefined ? "–" : c.term;
   $("held").textContent = c.locks;
   $("waiting").textContent = c.waiters;
-  const leaderView = c.role === "leader" || c.mode !== "raft";
-  note("cluster-note", leaderView ? "" :
-    `This node is a ${c.role}: it shows the members as it sees them; replication (matched, lag) and ` +
-    `reachability are known to the serving node only (${c.active || "none known"}). Open the console on its HTTP address for them.`);
+  note("cluster-note", clusterNote(c));
   const rows = c.members.map((m) => {
-    const up = reachable(m.state);
+    const up = reachability(c, m);
     const remove = c.mode === "raft" && !m.self
       ? el("button", { type: "button", class: "remove", "data-addr": m.addr, onclick: () => askRemove(m.addr) }, "Remove")
       : "";
-    return el("tr", { "data-addr": m.addr, "data-state": m.state, "data-up": String(up) },
+    return el("tr", { "data-addr": m.addr, "data-state": m.state, "data-up": up === "unknown" ? up : String(up === "yes") },
       el("td", {}, m.addr + (m.self ? " (this node)" : "")),
       el("td", { class: m.state === "leader" || m.state === "active" ? "leader" : "" }, m.state),
       el("td", {}, m.membership || "voter"),
       el("td", {}, m.matched_index ?? "–"),
       el("td", {}, m.lag ?? "–"),
-      el("td", { class: up ? "up" : "down" }, up ? "yes" : "no"),
+      el("td", { class: up === "yes" ? "up" : up === "no" ? "down" : "muted" }, up === "unknown" ? "not known here" : up),
       el("td", {}, remove));
   });
   $("members").tBodies[0].replaceChildren(...rows);
   $("member-add").hidden = c.mode !== "raft";
-  $("changes").replaceChildren(...state.changes.map((t) => el("li", {}, t)));
+}
+
+// What this page cannot show. A Raft follower or a node with no leader
+// knows the roles and the membership, not the leader's replication and
+// reachability figures nor the locks; it cannot read them from the serving
+// node, so it says so and names that node.
+function clusterNote(c) {
+  if (c.mode !== "raft" || c.role === "leader") {
+    return c.active ? "" : "No node serves now: clients are refused until one does.";
+  }
+  if (!c.active) {
+    return `This node is a ${c.role} and knows no leader: no node serves now. ` +
+      "The members are listed as its log holds them; their reachability is not known here.";
+  }
+  return `This node is a ${c.role}: this page cannot show the serving node's picture. ` +
+    `Roles and membership below are as this node knows them; replication (matched, lag), ` +
+    `the other members' reachability and the locks are known to the leader, ${c.active}, only: ` +
+    "open the console on its HTTP address for them.";
 }
 
 async function refreshCluster() {
   const r = await request("GET", "/v1/cluster");
   if (r.status !== 200 || !r.json) throw new Error(`/v1/cluster: ${r.status} ${r.text}`);
-  if (state.cluster) noteChanges(state.cluster, r.json);
   state.cluster = r.json;
   renderCluster(r.json);
+}
+
+// The node's own log of role, serving-node, term and member changes.
+async function refreshChanges() {
+  const r = await request("GET", "/ui/changes");
+  if (r.status !== 200 || !r.json) throw new Error(`/ui/changes: ${r.status}`);
+  $("changes").replaceChildren(...r.json.changes.map((c) =>
+    el("li", {}, `${new Date(c.at_ms).toLocaleTimeString()} ${c.what}`)));
 }
 
 // ---- locks -----------------------------------------------------------------
@@ -133,20 +148,39 @@ function holdersOf(lock) {
   return [{ token: lock.token, lease_left_ms: lock.lease_left_ms, value: null }];
 }
 
+// At most this many holders' tokens or values in a row of the table (the
+// key's detail lists them all).
+const ROW_HOLDERS = 3;
+
+function listed(items) {
+  return items.slice(0, ROW_HOLDERS).join(", ") + (items.length > ROW_HOLDERS ? ` … (${items.length})` : "");
+}
+
+// Holders out of the permits; a shared lock takes no permits, so its
+// holders are just counted.
+function holdersText(lock) {
+  const n = holdersOf(lock).length;
+  return lock.mode === "shared" ? String(n) : `${n}/${lock.permits || 1}`;
+}
+
 function modeOf(lock) {
-  if (!lock.mode) return "exclusive";
-  return lock.mode === "shared" ? `shared ${holdersOf(lock).length}/${lock.permits}` : lock.mode;
+  return lock.mode || "exclusive";
+}
+
+function valuesText(lock) {
+  const values = holdersOf(lock).map((h) => h.value).filter((v) => v !== null && v !== undefined);
+  return values.length ? listed(values) : "–";
 }
 
 function lockRow(lock) {
-  const tokens = holdersOf(lock).map((h) => h.token);
-  const shown = tokens.slice(0, 3).join(", ") + (tokens.length > 3 ? ` … (${tokens.length})` : "");
   const row = el("tr", { "data-key": lock.key, onclick: () => select(lock.key) },
     el("td", { class: "key" }, lock.key),
-    el("td", {}, modeOf(lock)),
-    el("td", { class: "token" }, shown),
+    el("td", { class: "mode" }, modeOf(lock)),
+    el("td", { class: "holders" }, holdersText(lock)),
+    el("td", { class: "token" }, listed(holdersOf(lock).map((h) => h.token))),
     el("td", {}, seconds(lock.lease_left_ms)),
-    el("td", {}, lock.waiters));
+    el("td", { class: "waiters" }, lock.waiters),
+    el("td", { class: "value" }, valuesText(lock)));
   if (lock.key === state.selected) row.classList.add("selected");
   return row;
 }
@@ -205,8 +239,8 @@ async function refreshDetail() {
     rows.replaceChildren();
     return;
   }
-  const mode = lock.mode ? `${modeOf(lock)}, ` : "";
-  $("detail-state").textContent = `${mode}held, ${lock.waiters} waiting in its queue.`;
+  $("detail-state").textContent =
+    `${modeOf(lock)}, ${holdersText(lock)} holding, ${lock.waiters} waiting in its queue.`;
   rows.replaceChildren(...holdersOf(lock).map((h) => el("tr", { "data-token": h.token },
     el("td", { class: "token" }, h.token),
     el("td", {}, seconds(h.lease_left_ms)),
@@ -256,13 +290,27 @@ function memberAnswer(r, done) {
   return `Refused (${r.status}): ${(r.json && r.json.error) || r.text}`;
 }
 
+// Asks again while the new member catches up (202), each ask telling the
+// node how long is left, so that its last one takes out a learner that
+// never caught up.
 async function addMember(event) {
   event.preventDefault();
   const addr = $("member-addr").value.trim();
   if (!addr) return;
-  note("member-result", `Adding ${addr}…`);
-  const r = await request("POST", "/v1/members", { addr });
+  const deadline = Date.now() + ADD_MEMBER_MS;
+  const button = $("member-add").querySelector("button");
+  button.disabled = true;
+  let r;
+  try {
+    do {
+      note("member-result", `Adding ${addr}: it joins as a learner and votes once it has caught up…`);
+      r = await request("POST", "/v1/members", { addr, wait_ms: Math.max(1, deadline - Date.now()) });
+    } while (r.status === 202 && Date.now() < deadline);
+  } finally {
+    button.disabled = false;
+  }
   note("member-result", memberAnswer(r, `${addr} is a voter.`), r.status === 200 ? "ok" : "error");
+  if (r.status === 200) $("member-addr").value = "";
 }
 
 // ---- rates and latencies -----------------------------------------------------
@@ -413,7 +461,7 @@ function showError(err) {
 }
 
 async function refreshAll() {
-  const results = await Promise.allSettled([refreshCluster(), refreshLocks(), refreshMetrics(), refreshDetail()]);
+  const results = await Promise.allSettled([refreshCluster(), refreshChanges(), refreshLocks(), refreshMetrics(), refreshDetail()]);
   const failed = results.find((r) => r.status === "rejected");
   if (failed) showError(failed.reason);
   else $("refresh-state").textContent = `updated ${new Date().toLocaleTimeString()}`;

@@ -12,7 +12,8 @@
 //!   they show no key.
 //! - `POST /v1/force-release` (admin): ends a key's grant by its token
 //!   ([`force_release`]); `GET /ui`: the operator's console in a browser,
-//!   over these same routes (admin).
+//!   over these same routes, and `GET /ui/changes`, the recent changes
+//!   the endpoint saw ([`changes`]) (admin).
 //!
 //! The endpoint is one more task set of the node: [`HttpEndpoint::spawn`]
 //! starts its accept loop among the node's [`Tasks`](baton_server::Tasks),
@@ -21,6 +22,7 @@
 //! answer, the request body, the page size.
 
 pub mod basic_auth;
+pub mod changes;
 pub mod force_release;
 pub mod health;
 pub mod limits;

@@ -30,15 +30,22 @@ pub fn router(ctx: HttpContext) -> Router {
         .route("/v1/cluster", get(v1::cluster))
         .route("/v1/members", get(members::list).post(members::add))
         .route("/v1/members/{addr}", delete(members::remove))
-        .route("/v1/force-release", post(force_release::release))
+        .route("/v1/force-release", post(force_release::release));
+    let console = Router::new()
         .route("/ui", get(ui::page))
-        .route("/ui/{file}", get(ui::file))
-        // Inside the slot: a guesser's 250 ms waits take admin slots only.
-        .route_layer(middleware::from_fn_with_state(
-            ctx.clone(),
-            basic_auth::require_admin,
-        ))
-        .route_layer(middleware::from_fn_with_state(admin_slots, bounded));
+        .route("/ui/changes", get(ui::changes))
+        .route("/ui/{file}", get(ui::file));
+    // Inside the slot: a guesser's 250 ms waits take admin slots only.
+    let guard = |routes: Router<Arc<HttpContext>>| {
+        routes
+            .route_layer(middleware::from_fn_with_state(
+                ctx.clone(),
+                basic_auth::require_admin,
+            ))
+            .route_layer(middleware::from_fn_with_state(admin_slots.clone(), bounded))
+    };
+    let admin =
+        guard(admin).merge(guard(console).route_layer(middleware::from_fn(ui::readable_refusal)));
     let slots = Arc::new(Semaphore::new(MAX_CONCURRENT_REQUESTS));
     let open = Router::new()
         .route("/health", get(health_route))

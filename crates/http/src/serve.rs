@@ -93,8 +93,12 @@ impl<H: StreamHandshake> HttpEndpoint<H> {
         self.listener.local_addr()
     }
 
-    /// Serves `ctx` among `tasks` until the node stops.
+    /// Serves `ctx` among `tasks` until the node stops, and keeps its
+    /// log of recent changes.
     pub fn spawn(self, tasks: &Tasks, ctx: HttpContext) {
+        let log =
+            crate::changes::keep(ctx.node.clone(), ctx.self_addr.clone(), ctx.changes.clone());
+        tasks.spawn(log);
         let app = router(ctx);
         let handshake = Arc::new(self.handshake);
         tasks.spawn(accept_loop(self.listener, handshake, app, tasks.clone()));

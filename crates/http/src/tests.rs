@@ -504,3 +504,46 @@ async fn force_release_ends_only_the_grant_with_that_token() {
     let (_, _, listed) = get(&app, "/v1/locks", None).await;
     assert_eq!(json(&listed)["locks"], serde_json::json!([]));
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_console_refusal_is_a_readable_page_and_v1_stays_json() {
+    let (auth, _dir) = users();
+    let app = app(&["billing/1"], Some(auth));
+    let html = |headers: &axum::http::HeaderMap| {
+        headers[header::CONTENT_TYPE]
+            .to_str()
+            .expect("ascii")
+            .starts_with("text/html")
+    };
+    let (code, headers, page) = get(&app, "/ui", None).await;
+    assert_eq!(code, StatusCode::UNAUTHORIZED);
+    assert!(html(&headers), "{headers:?}");
+    assert_eq!(
+        headers[header::WWW_AUTHENTICATE],
+        crate::basic_auth::CHALLENGE
+    );
+    assert!(page.contains("<h1>401 Unauthorized</h1>"), "{page}");
+    let (code, headers, page) = get(&app, "/ui", Some(("billing", "billing-secret"))).await;
+    assert_eq!(code, StatusCode::FORBIDDEN);
+    assert!(html(&headers) && !headers.contains_key(header::WWW_AUTHENTICATE));
+    assert!(
+        page.contains("permission denied") && !page.contains("billing/1"),
+        "{page}"
+    );
+    let (code, headers, _) = get(&app, "/ui/other.js", Some(("ops", "ops-secret"))).await;
+    assert_eq!(code, StatusCode::NOT_FOUND);
+    assert!(html(&headers));
+    let (code, _, _) = get(&app, "/ui/changes", Some(("billing", "billing-secret"))).await;
+    assert_eq!(code, StatusCode::FORBIDDEN);
+    let (code, _, body) = get(&app, "/ui/changes", Some(("ops", "ops-secret"))).await;
+    assert_eq!(code, StatusCode::OK);
+    assert!(json(&body)["changes"].is_array(), "{body}");
+    for who in [None, Some(("billing", "billing-secret"))] {
+        let (_, headers, body) = get(&app, "/v1/locks", who).await;
+        assert!(headers[header::CONTENT_TYPE]
+            .to_str()
+            .expect("ascii")
+            .starts_with("application/json"));
+        assert!(json(&body)["error"].is_string(), "{body}");
+    }
+}

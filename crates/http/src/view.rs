@@ -73,6 +73,8 @@ pub struct HttpContext {
     pub storage: StorageHealth,
     /// A Raft node's membership changes (`/v1/members`); `None` elsewhere.
     pub members: Option<Arc<dyn crate::members::MembershipAdmin>>,
+    /// The recent changes the endpoint saw (the console's).
+    pub changes: Arc<crate::changes::ChangeLog>,
 }
 
 impl std::fmt::Debug for HttpContext {
@@ -93,6 +95,7 @@ impl HttpContext {
             auth,
             storage: StorageHealth::default(),
             members: None,
+            changes: Arc::default(),
         }
     }
 }
