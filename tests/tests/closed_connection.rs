@@ -1,0 +1,106 @@
+//! A node thawed after SIGSTOP finds an acquire and the client's close in
+//! the same socket buffer: it must not grant the key to a client that is
+//! gone (the grant would go nowhere and the key stay held by nobody until
+//! its lease ran out), in every mode. Under SIGSTOP the kernel still takes
+//! the bytes and the FIN, so the order is certain.
+
+#![allow(clippy::unwrap_used)] // a failed unwrap in a test is a failed test
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use baton_tests::cluster::Cluster;
+use baton_tests::http::{http_get, Scrape};
+use baton_tests::raft::{RaftCluster, SETTLE};
+use baton_tests::{free_addr, free_addrs, grant_token, Batond};
+use tokio::time::Instant;
+
+/// Far longer than the test: a grant that went to the closed connection
+/// would still hold the key when the other client asks.
+const LEASE_S: u64 = 120;
+
+async fn open_connections(http: SocketAddr) -> f64 {
+    let reply = http_get(http, "/metrics", None).await;
+    Scrape::parse(&reply.body).get("baton_connections_open")
+}
+
+/// Polls the node's metrics until `n` client connections are open.
+async fn until_open_connections(http: SocketAddr, n: f64) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let open = open_connections(http).await;
+        if open == n {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{open} connections open, not {n}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// With `node` (the serving one) stopped, a client writes `request` and
+/// closes; once the node, thawed, has closed that connection, another
+/// client's acquire of `k` is granted at once. `http` is the node's
+/// metrics address.
+async fn closed_request_then_acquire(node: &mut Batond, http: SocketAddr, request: &str) {
+    let mut other = node.connect().await;
+    let mut gone = node.connect().await;
+    // Both served, the node's count of them settled.
+    other.status().await;
+    gone.status().await;
+    let open = open_connections(http).await;
+
+    node.stop_signal();
+    gone.send(request).await;
+    drop(gone);
+    node.cont();
+    until_open_connections(http, open - 1.0).await;
+
+    let answer = other.request("A k 2 30").await;
+    grant_token(&answer, "k");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_single_node_does_not_grant_to_a_connection_closed_while_it_was_stopped() {
+    let http = free_addr();
+    let mut node = Batond::start(&["--http-listen", &http.to_string()]);
+    closed_request_then_acquire(&mut node, http, &format!("A k 0 {LEASE_S}")).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_release_before_the_close_is_still_done() {
+    let http = free_addr();
+    let mut node = Batond::start(&["--http-listen", &http.to_string()]);
+    let mut holder = node.connect().await;
+    let token = grant_token(&holder.request(&format!("A k 0 {LEASE_S}")).await, "k");
+    // The release and a new acquire in one write, then the close: the
+    // release is done (else the holder's long lease would keep the other
+    // client waiting), the acquire is not.
+    let requests = format!("R k {token}\nA k 0 {LEASE_S}");
+    closed_request_then_acquire(&mut node, http, &requests).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_priority_active_does_not_grant_to_a_connection_closed_while_it_was_stopped() {
+    let http = free_addr();
+    let mut cluster = Cluster::start_each(2, |i| match i {
+        0 => vec!["--http-listen".to_string(), http.to_string()],
+        _ => Vec::new(),
+    });
+    cluster.wait_active(0, Duration::from_secs(20)).await;
+    let request = format!("A k 0 {LEASE_S}");
+    closed_request_then_acquire(cluster.node_mut(0), http, &request).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_raft_leader_does_not_grant_to_a_connection_closed_while_it_was_stopped() {
+    let https = free_addrs(3).unwrap();
+    let mut cluster = RaftCluster::start_each(3, |i| {
+        vec!["--http-listen".to_string(), https[i].to_string()]
+    });
+    let (leader, _) = cluster.wait_leader(SETTLE).await;
+    let request = format!("A k 0 {LEASE_S}");
+    closed_request_then_acquire(&mut cluster.nodes[leader], https[leader], &request).await;
+}
