@@ -35,6 +35,7 @@ fn acquire(wait_ms: u64, lease_ms: u64) -> Request {
 
 fn call(req: Request) -> (Call, Outcome) {
     let (reply, outcome) = oneshot::channel();
+    let reply = connection::Reply::new(reply);
     (Call { req, reply }, outcome)
 }
 
