@@ -19,44 +19,77 @@ use tokio::time::Instant;
 /// would still hold the key when the other client asks.
 const LEASE_S: u64 = 120;
 
-async fn open_connections(http: SocketAddr) -> f64 {
+/// The node's client connections: open now, and accepted in all.
+async fn connections(http: SocketAddr) -> (f64, f64) {
     let reply = http_get(http, "/metrics", None).await;
-    Scrape::parse(&reply.body).get("baton_connections_open")
+    let metrics = Scrape::parse(&reply.body);
+    (
+        metrics.get("baton_connections_open"),
+        metrics.get("baton_connections_total"),
+    )
 }
 
-/// Polls the node's metrics until `n` client connections are open.
-async fn until_open_connections(http: SocketAddr, n: f64) {
+/// Polls the node's metrics until its connections are `want`.
+async fn until_connections(http: SocketAddr, want: (f64, f64)) {
     let deadline = Instant::now() + Duration::from_secs(10);
     loop {
-        let open = open_connections(http).await;
-        if open == n {
+        let now = connections(http).await;
+        if now == want {
             return;
         }
-        assert!(
-            Instant::now() < deadline,
-            "{open} connections open, not {n}"
-        );
+        let late = Instant::now() >= deadline;
+        assert!(!late, "connections (open, total) {now:?}, not {want:?}");
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
+}
+
+/// When the client that will close connects.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Dialled {
+    /// Before the node stops: its connection is being served.
+    Before,
+    /// While the node is stopped: the kernel accepts it, and the node
+    /// finds the requests and the close with the connection itself.
+    WhileStopped,
 }
 
 /// With `node` (the serving one) stopped, a client writes `request` and
 /// closes; once the node, thawed, has closed that connection, another
 /// client's acquire of `k` is granted at once. `http` is the node's
 /// metrics address.
-async fn closed_request_then_acquire(node: &mut Batond, http: SocketAddr, request: &str) {
+async fn closed_request_then_acquire(
+    node: &mut Batond,
+    http: SocketAddr,
+    request: &str,
+    dialled: Dialled,
+) {
     let mut other = node.connect().await;
-    let mut gone = node.connect().await;
-    // Both served, the node's count of them settled.
     other.status().await;
-    gone.status().await;
-    let open = open_connections(http).await;
+    let early = match dialled {
+        Dialled::Before => {
+            let mut gone = node.connect().await;
+            gone.status().await;
+            Some(gone)
+        }
+        Dialled::WhileStopped => None,
+    };
+    // Every connection so far served, the node's count of them settled.
+    let (open, total) = connections(http).await;
 
     node.stop_signal();
+    let mut gone = match early {
+        Some(gone) => gone,
+        None => node.connect().await,
+    };
     gone.send(request).await;
     drop(gone);
     node.cont();
-    until_open_connections(http, open - 1.0).await;
+    let accepted = if dialled == Dialled::WhileStopped {
+        1.0
+    } else {
+        0.0
+    };
+    until_connections(http, (open - 1.0 + accepted, total + accepted)).await;
 
     let answer = other.request("A k 2 30").await;
     grant_token(&answer, "k");
@@ -66,7 +99,13 @@ async fn closed_request_then_acquire(node: &mut Batond, http: SocketAddr, reques
 async fn a_single_node_does_not_grant_to_a_connection_closed_while_it_was_stopped() {
     let http = free_addr();
     let mut node = Batond::start(&["--http-listen", &http.to_string()]);
-    closed_request_then_acquire(&mut node, http, &format!("A k 0 {LEASE_S}")).await;
+    closed_request_then_acquire(
+        &mut node,
+        http,
+        &format!("A k 0 {LEASE_S}"),
+        Dialled::Before,
+    )
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -79,7 +118,7 @@ async fn a_release_before_the_close_is_still_done() {
     // release is done (else the holder's long lease would keep the other
     // client waiting), the acquire is not.
     let requests = format!("R k {token}\nA k 0 {LEASE_S}");
-    closed_request_then_acquire(&mut node, http, &requests).await;
+    closed_request_then_acquire(&mut node, http, &requests, Dialled::Before).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -91,7 +130,7 @@ async fn a_priority_active_does_not_grant_to_a_connection_closed_while_it_was_st
     });
     cluster.wait_active(0, Duration::from_secs(20)).await;
     let request = format!("A k 0 {LEASE_S}");
-    closed_request_then_acquire(cluster.node_mut(0), http, &request).await;
+    closed_request_then_acquire(cluster.node_mut(0), http, &request, Dialled::Before).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -102,5 +141,19 @@ async fn a_raft_leader_does_not_grant_to_a_connection_closed_while_it_was_stoppe
     });
     let (leader, _) = cluster.wait_leader(SETTLE).await;
     let request = format!("A k 0 {LEASE_S}");
-    closed_request_then_acquire(&mut cluster.nodes[leader], https[leader], &request).await;
+    closed_request_then_acquire(
+        &mut cluster.nodes[leader],
+        https[leader],
+        &request,
+        Dialled::Before,
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_connection_made_and_closed_while_the_node_was_stopped_is_not_granted() {
+    let http = free_addr();
+    let mut node = Batond::start(&["--http-listen", &http.to_string()]);
+    let request = format!("A k 0 {LEASE_S}");
+    closed_request_then_acquire(&mut node, http, &request, Dialled::WhileStopped).await;
 }
