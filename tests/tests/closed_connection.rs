@@ -19,6 +19,17 @@ use tokio::time::Instant;
 /// would still hold the key when the other client asks.
 const LEASE_S: u64 = 120;
 
+/// An acquire of `k` that would hold it far longer than the test.
+fn long_acquire() -> String {
+    format!("A k 0 {LEASE_S}")
+}
+
+/// A single node, and the address of its metrics.
+fn single_node() -> (Batond, SocketAddr) {
+    let http = free_addr();
+    (Batond::start(&["--http-listen", &http.to_string()]), http)
+}
+
 /// The node's client connections: open now, and accepted in all.
 async fn connections(http: SocketAddr) -> (f64, f64) {
     let reply = http_get(http, "/metrics", None).await;
@@ -97,27 +108,19 @@ async fn closed_request_then_acquire(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_single_node_does_not_grant_to_a_connection_closed_while_it_was_stopped() {
-    let http = free_addr();
-    let mut node = Batond::start(&["--http-listen", &http.to_string()]);
-    closed_request_then_acquire(
-        &mut node,
-        http,
-        &format!("A k 0 {LEASE_S}"),
-        Dialled::Before,
-    )
-    .await;
+    let (mut node, http) = single_node();
+    closed_request_then_acquire(&mut node, http, &long_acquire(), Dialled::Before).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_release_before_the_close_is_still_done() {
-    let http = free_addr();
-    let mut node = Batond::start(&["--http-listen", &http.to_string()]);
+    let (mut node, http) = single_node();
     let mut holder = node.connect().await;
-    let token = grant_token(&holder.request(&format!("A k 0 {LEASE_S}")).await, "k");
+    let token = grant_token(&holder.request(&long_acquire()).await, "k");
     // The release and a new acquire in one write, then the close: the
     // release is done (else the holder's long lease would keep the other
     // client waiting), the acquire is not.
-    let requests = format!("R k {token}\nA k 0 {LEASE_S}");
+    let requests = format!("R k {token}\n{}", long_acquire());
     closed_request_then_acquire(&mut node, http, &requests, Dialled::Before).await;
 }
 
@@ -129,8 +132,8 @@ async fn a_priority_active_does_not_grant_to_a_connection_closed_while_it_was_st
         _ => Vec::new(),
     });
     cluster.wait_active(0, Duration::from_secs(20)).await;
-    let request = format!("A k 0 {LEASE_S}");
-    closed_request_then_acquire(cluster.node_mut(0), http, &request, Dialled::Before).await;
+    let active = cluster.node_mut(0);
+    closed_request_then_acquire(active, http, &long_acquire(), Dialled::Before).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -140,20 +143,12 @@ async fn a_raft_leader_does_not_grant_to_a_connection_closed_while_it_was_stoppe
         vec!["--http-listen".to_string(), https[i].to_string()]
     });
     let (leader, _) = cluster.wait_leader(SETTLE).await;
-    let request = format!("A k 0 {LEASE_S}");
-    closed_request_then_acquire(
-        &mut cluster.nodes[leader],
-        https[leader],
-        &request,
-        Dialled::Before,
-    )
-    .await;
+    let node = &mut cluster.nodes[leader];
+    closed_request_then_acquire(node, https[leader], &long_acquire(), Dialled::Before).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_connection_made_and_closed_while_the_node_was_stopped_is_not_granted() {
-    let http = free_addr();
-    let mut node = Batond::start(&["--http-listen", &http.to_string()]);
-    let request = format!("A k 0 {LEASE_S}");
-    closed_request_then_acquire(&mut node, http, &request, Dialled::WhileStopped).await;
+    let (mut node, http) = single_node();
+    closed_request_then_acquire(&mut node, http, &long_acquire(), Dialled::WhileStopped).await;
 }
