@@ -10,7 +10,7 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 use baton_client::{Client, Error, Guard, KeyStateExt, LockMode};
-use baton_tests::Batond;
+use baton_tests::{status_u64, Batond};
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
@@ -43,6 +43,33 @@ async fn until_waiters(observer: &Client, key: &str, n: u64) {
 
 type Pending = JoinHandle<baton_client::Result<Guard>>;
 
+/// A node, a key held there by one client, a client that watches it, and
+/// the client under test.
+struct Scene {
+    node: Batond,
+    holder: Client,
+    held: Guard,
+    observer: Client,
+    tested: Client,
+}
+
+impl Scene {
+    async fn start(key: &str) -> Scene {
+        let node = Batond::start(&[]);
+        let holder = client(node.addr()).await;
+        let held = holder.acquire(key, secs(5), secs(60)).await.unwrap();
+        let observer = client(node.addr()).await;
+        let tested = client(node.addr()).await;
+        Scene {
+            node,
+            holder,
+            held,
+            observer,
+            tested,
+        }
+    }
+}
+
 /// Starts an acquire of `key` on `client` and waits until the node queued
 /// it (`waiters` of them then), so that the acquires go out in order.
 async fn queued(
@@ -73,11 +100,13 @@ async fn queued(
 /// to the writer, which believed it held the key alone.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_short_writer_behind_waiting_readers_of_its_key_times_out_itself() {
-    let node = Batond::start(&[]);
-    let holder = client(node.addr()).await;
-    let observer = client(node.addr()).await;
-    let readers_and_writers = client(node.addr()).await;
-    let held = holder.acquire("rw", secs(5), secs(60)).await.unwrap();
+    let Scene {
+        node: _node,
+        observer,
+        tested: readers_and_writers,
+        held,
+        holder: _holder,
+    } = Scene::start("rw").await;
 
     let first_reader = queued(&readers_and_writers, &observer, true, 20, 1).await;
     let second_reader = queued(&readers_and_writers, &observer, true, 20, 2).await;
@@ -115,4 +144,47 @@ async fn a_short_writer_behind_waiting_readers_of_its_key_times_out_itself() {
             "{state:?}"
         );
     }
+}
+
+fn acquire(client: &Client, key: &'static str, wait: u64) -> Pending {
+    let client = client.clone();
+    tokio::spawn(async move { client.acquire(key, secs(wait), secs(30)).await })
+}
+
+async fn granted(acquiring: Pending) -> Guard {
+    let guard = tokio::time::timeout(secs(10), acquiring).await.unwrap();
+    guard.unwrap().unwrap()
+}
+
+/// A client has two connections to its one node. A second acquire of a
+/// key whose first waits on one of them goes out on the other at once:
+/// the node counts both as waiters (in `Q` and in `S`), and grants them in
+/// turn. The old client sent it on the connection its round-robin gave
+/// (the busy one, after one other call in between), where it waited in
+/// the client until the first was answered.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_second_acquire_of_a_key_goes_out_on_the_connection_where_the_key_is_free() {
+    let Scene {
+        node,
+        observer,
+        tested: both,
+        held,
+        holder: _holder,
+    } = Scene::start("free").await;
+
+    let first = acquire(&both, "free", 20);
+    until_waiters(&observer, "free", 1).await;
+    // One other call: the round-robin comes back to the busy connection.
+    both.inspect("free").await.unwrap();
+    let second = acquire(&both, "free", 20);
+    until_waiters(&observer, "free", 2).await;
+    let status = node.connect().await.status().await;
+    assert_eq!(status_u64(&status, "waiters"), 2, "{status:?}");
+
+    held.release().await.unwrap();
+    let first = granted(first).await;
+    assert!(!second.is_finished(), "served in turn");
+    let token = first.token();
+    first.release().await.unwrap();
+    assert!(granted(second).await.token() > token);
 }

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use baton_core::{HolderValue, Key, LockMode, Token, MAX_PERMITS};
-use baton_proto::{AcquireOptions, Request, Response};
+use baton_proto::{AcquireOptions, Op, Request, Response};
 use tokio::time::Instant;
 
 use crate::acquire_attempt::{AcquireAttempt, NoVerdict};
@@ -17,6 +17,7 @@ use crate::duration::lease_ms;
 use crate::error::{Error, Result};
 use crate::guard::Guard;
 use crate::slot::{CallError, Slot};
+use crate::turns::Turn;
 
 /// An acquire, built by [`Client::acquire`] or [`Client::try_acquire`]
 /// and sent when awaited. The options make it more than a plain lock
@@ -201,12 +202,19 @@ impl Client {
             };
             let needs = (!attempt.options.is_plain()).then_some("an acquire with options");
             let slot = self.slot_for_request(slot, needs, following_redirect)?;
+            let taken = self
+                .in_turn(slot, Op::Acquire, &attempt.key, attempt.deadline)
+                .await?;
+            // Its wait ran out while earlier acquires of the key had theirs.
+            let (slot, turn) = taken.ok_or_else(|| Error::TimedOut {
+                key: attempt.key.clone(),
+            })?;
             // Computed only now: finding a connection may have taken a while.
             let wait_ms = attempt
                 .wait_left_ms(following_redirect)
                 .ok_or_else(|| attempt.no_verdict.error(&self.pool))?;
             attempt.sent = true;
-            let (answer, sent) = self.send_acquire(&slot, &attempt, wait_ms).await?;
+            let (answer, sent) = self.send_acquire(&slot, &attempt, wait_ms, turn).await?;
             if let Some(guard) = self
                 .settle_acquire(&mut attempt, &slot, answer, sent)
                 .await?
@@ -242,13 +250,15 @@ impl Client {
         Ok(None)
     }
 
-    /// Sends one `A` on `slot` asking to wait `wait_ms`; the answer, and
-    /// when it was sent (where the lease starts, for the guard).
+    /// Sends one `A` on `slot`, in its `turn` of the key there, asking to
+    /// wait `wait_ms`; the answer, and when it was sent (where the lease
+    /// starts, for the guard).
     async fn send_acquire(
         &self,
         slot: &Slot,
         attempt: &AcquireAttempt,
         wait_ms: u64,
+        turn: Option<Turn>,
     ) -> Result<(Answer, Instant)> {
         let req = Request::Acquire {
             key: attempt.key.clone(),
@@ -268,7 +278,7 @@ impl Client {
         // would leave the key held for its whole lease.
         tokio::select! {
             biased;
-            answer = slot.call(req, limit) => Ok((answer, sent)),
+            answer = slot.call_in_turn(req, limit, turn) => Ok((answer, sent)),
             () = self.life.closing() => Err(Error::Closed),
         }
     }

@@ -4,18 +4,20 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use baton_core::{HolderValue, Key, KeyState, Token};
-use baton_proto::{Request, Response, StatusReport};
+use baton_proto::{Op, Request, Response, StatusReport};
 use bytes::BytesMut;
 use tokio::time::Instant;
 
 use crate::acquire_attempt::NoVerdict;
 use crate::builder::ClientBuilder;
+use crate::connection::match_key;
 use crate::duration::lease_ms;
 use crate::error::{Error, Result};
 use crate::guard::Held;
 use crate::lifecycle::{Background, Handles, Lifecycle};
 use crate::pool::Pool;
 use crate::slot::{CallError, Slot};
+use crate::turns::Turn;
 
 /// How long to wait before asking again when a node answers `M ... -`
 /// (no active node known yet, typically during a failover).
@@ -442,6 +444,23 @@ impl Client {
                 return Err(no_verdict.error(&self.pool));
             }
             tokio::time::sleep(RETRY_INTERVAL).await;
+        }
+    }
+
+    /// The connection an acquire or a watch (`op`) of `key` meant for
+    /// `slot`'s node goes out on, with its turn of the key there (see
+    /// [`Pool::take_turn`]); `None` when `until` passed first.
+    pub(crate) async fn in_turn(
+        &self,
+        slot: Arc<Slot>,
+        op: Op,
+        key: &Key,
+        until: Option<Instant>,
+    ) -> Result<Option<(Arc<Slot>, Option<Turn>)>> {
+        let key = match_key(op, Some(key.as_bytes()));
+        tokio::select! {
+            taken = self.pool.take_turn(slot, key, until) => Ok(taken),
+            () = self.life.closing() => Err(Error::Closed),
         }
     }
 

@@ -21,6 +21,7 @@ use tokio_util::codec::{FramedRead, FramedWrite};
 use crate::lifecycle::Background;
 use crate::liveness::{Liveness, Silence, Verdict};
 use crate::one_in_flight::{is_waiting_op, OneInFlight};
+use crate::turns::Turn;
 
 /// A request on its way to a connection, with where to deliver its answer.
 /// Dropping `reply` unanswered tells the caller the connection broke.
@@ -30,8 +31,41 @@ pub(crate) struct Call {
     pub(crate) reply: Reply,
 }
 
-/// Where a call's outcome goes: the node's answer, or [`Unsent`].
-pub(crate) type Reply = oneshot::Sender<Result<Response, Unsent>>;
+/// What a call comes back with: the node's answer, or [`Unsent`].
+pub(crate) type Outcome = Result<Response, Unsent>;
+
+/// Where a call's outcome goes, with the call's turn of its key on the
+/// connection, if it took one (see [`crate::turns`]): the turn ends when
+/// the reply is used or dropped, once the node answered or the call ended
+/// unsent or with its connection.
+#[derive(Debug)]
+pub(crate) struct Reply {
+    sender: oneshot::Sender<Outcome>,
+    _turn: Option<Turn>,
+}
+
+impl Reply {
+    pub(crate) fn new(sender: oneshot::Sender<Outcome>) -> Reply {
+        Reply::in_turn(sender, None)
+    }
+
+    pub(crate) fn in_turn(sender: oneshot::Sender<Outcome>, turn: Option<Turn>) -> Reply {
+        Reply {
+            sender,
+            _turn: turn,
+        }
+    }
+
+    /// Delivers `outcome`; it comes back if the caller is gone.
+    pub(crate) fn send(self, outcome: Outcome) -> Result<(), Outcome> {
+        self.sender.send(outcome)
+    }
+
+    /// Whether the caller gave the call up.
+    pub(crate) fn is_closed(&self) -> bool {
+        self.sender.is_closed()
+    }
+}
 
 /// An acquire or a watch whose wait ran out while it waited in the client
 /// behind another of its key: it was never sent.
@@ -187,7 +221,7 @@ fn probe(own: &mpsc::UnboundedSender<Call>) {
     let (reply, _) = oneshot::channel();
     let _ = own.send(Call {
         req: Request::Status,
-        reply,
+        reply: Reply::new(reply),
     });
 }
 
@@ -426,6 +460,7 @@ fn release_orphan(
 ) {
     let (reply, answer) = oneshot::channel();
     let req = Request::Release { key, token };
+    let reply = Reply::new(reply);
     if orphans.send(Call { req, reply }).is_ok() {
         background.spawn(async move {
             // Dropped unanswered when the connection breaks.

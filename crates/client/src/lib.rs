@@ -57,6 +57,7 @@ mod pool;
 mod protocol;
 mod slot;
 mod tls;
+mod turns;
 mod watch;
 
 pub use acquire::Acquire;

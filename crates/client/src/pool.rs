@@ -8,10 +8,12 @@ use tokio::sync::watch;
 use tokio::time::Instant;
 
 use crate::auth::Credentials;
+use crate::connection::MatchKey;
 use crate::error::Error;
 use crate::lifecycle::Background;
 use crate::liveness::Liveness;
 use crate::slot::{Shared, Slot, RECONNECT_INTERVAL};
+use crate::turns::{NoTurn, Turn, Turns};
 
 #[derive(Debug)]
 pub(crate) struct Pool {
@@ -27,6 +29,8 @@ pub(crate) struct Pool {
     credentials: Option<Arc<Credentials>>,
     tls: Option<Arc<rustls::ClientConfig>>,
     liveness: Liveness,
+    /// Which connection each acquire and watch of a key goes out on.
+    turns: Arc<Turns>,
 }
 
 impl Pool {
@@ -71,6 +75,7 @@ impl Pool {
             credentials,
             tls: shared.tls,
             liveness,
+            turns: Arc::default(),
         }
     }
 
@@ -151,6 +156,37 @@ impl Pool {
                 Ok(Ok(())) => {}
                 _ => return None,
             }
+        }
+    }
+
+    /// The connection for an acquire or a watch (`key`, its op and key)
+    /// meant for `slot`'s node, with its turn of the key there: `slot` if
+    /// its key is free on it, else another usable connection to the node
+    /// where it is free, else the first to be free, waited for until
+    /// `until` (see [`crate::turns`]). `slot` without a turn when no
+    /// connection to the node is usable; `None` when the wait ran out.
+    pub(crate) async fn take_turn(
+        &self,
+        slot: Arc<Slot>,
+        key: MatchKey,
+        until: Option<Instant>,
+    ) -> Option<(Arc<Slot>, Option<Turn>)> {
+        let line = (slot.addr.clone(), key);
+        let usable = || {
+            let same_node = self.slots().into_iter().filter(|s| s.addr == slot.addr);
+            let usable = same_node.filter(|s| s.is_usable());
+            // The one picked first, then the others in order.
+            let (picked, others): (Vec<_>, Vec<_>) = usable.partition(|s| s.id == slot.id);
+            picked.iter().chain(&others).map(|s| s.id).collect()
+        };
+        let mut others = self.changed.subscribe();
+        match self.turns.take(&line, usable, &mut others, until).await {
+            Ok(turn) => {
+                let chosen = self.slots().into_iter().find(|s| s.id == turn.conn);
+                Some(chosen.map_or((slot, None), |chosen| (chosen, Some(turn))))
+            }
+            Err(NoTurn::NoConnection) => Some((slot, None)),
+            Err(NoTurn::WaitRanOut) => None,
         }
     }
 

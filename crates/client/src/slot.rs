@@ -1,7 +1,7 @@
 //! A registered connection: one server address, a supervisor task that
 //! keeps a socket to it open, and the channel callers use to reach it.
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
@@ -11,11 +11,12 @@ use tokio::sync::{mpsc, oneshot, watch, Notify};
 use tokio::time::Instant;
 
 use crate::auth::{self, AuthOutcome, Credentials};
-use crate::connection::{self, closed, Call, End, Serving, Unsent};
+use crate::connection::{self, closed, Call, End, Reply, Serving, Unsent};
 use crate::error::Error;
 use crate::lifecycle::Background;
 use crate::liveness::Liveness;
 use crate::tls::{self, ConnectError};
+use crate::turns::{ConnId, Turn};
 
 /// How long a broken connection stays out before the next reconnect
 /// attempt (unless a redirect names its node: see [`Slot::dial_now`]).
@@ -86,9 +87,14 @@ pub(crate) struct Shared {
 #[derive(Debug)]
 pub(crate) struct Slot {
     pub(crate) addr: String,
+    /// Names it among the client's connections, for [`crate::turns`].
+    pub(crate) id: ConnId,
     calls: mpsc::UnboundedSender<Call>,
     state: Arc<SlotState>,
 }
+
+/// The id of the next connection registered.
+static NEXT_ID: AtomicU64 = AtomicU64::new(0);
 
 impl Slot {
     /// Registers a connection to `addr` and starts its supervisor.
@@ -98,7 +104,13 @@ impl Slot {
         let (calls, rx) = mpsc::unbounded_channel();
         let state = Arc::new(SlotState::default());
         tokio::spawn(supervise(addr.clone(), shared, Arc::clone(&state), rx));
-        Arc::new(Slot { addr, calls, state })
+        let id = NEXT_ID.fetch_add(1, Ordering::Relaxed);
+        Arc::new(Slot {
+            addr,
+            id,
+            calls,
+            state,
+        })
     }
 
     /// Up, and its node answered since it was dialled.
@@ -153,7 +165,19 @@ impl Slot {
         req: Request,
         limit: Option<Duration>,
     ) -> Result<Response, CallError> {
+        self.call_in_turn(req, limit, None).await
+    }
+
+    /// [`Slot::call`] for an acquire or a watch that took its `turn` of
+    /// its key on this connection (see [`crate::turns`]).
+    pub(crate) async fn call_in_turn(
+        &self,
+        req: Request,
+        limit: Option<Duration>,
+        turn: Option<Turn>,
+    ) -> Result<Response, CallError> {
         let (reply, answer) = oneshot::channel();
+        let reply = Reply::in_turn(reply, turn);
         self.calls
             .send(Call { req, reply })
             .map_err(|_| CallError::Broken)?;

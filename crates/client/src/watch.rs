@@ -9,7 +9,7 @@ use std::task::{Context, Poll};
 use std::time::Duration;
 
 use baton_core::{Key, KeyState, StateTag};
-use baton_proto::{Request, Response};
+use baton_proto::{Op, Request, Response};
 use futures_util::Stream;
 use tokio::time::Instant;
 
@@ -191,6 +191,12 @@ impl Client {
                 },
             };
             let slot = self.slot_for_request(slot, Some("a watch"), redirected)?;
+            let until = (*wait_ms > 0).then(|| Instant::now() + Duration::from_millis(*wait_ms));
+            // A wait that ran out while an earlier watch of the key had its
+            // turn: the state did not change for this one.
+            let Some((slot, turn)) = self.in_turn(slot, Op::Watch, key, until).await? else {
+                continue;
+            };
             let req = Request::Watch {
                 key: key.clone(),
                 wait_ms: *wait_ms,
@@ -201,7 +207,7 @@ impl Client {
             let limit = WATCH_WAIT + self.pool.request_timeout;
             let answer = tokio::select! {
                 biased;
-                answer = slot.call(req, Some(limit)) => answer,
+                answer = slot.call_in_turn(req, Some(limit), turn) => answer,
                 () = self.life.closing() => return Err(Error::Closed),
             };
             match answer {

@@ -32,6 +32,7 @@ use crate::request::{change_response, AcquireRef, Answer, LockRequest};
 use crate::watching::TOO_MANY_WATCHES;
 
 mod in_order;
+mod input_end;
 mod opening;
 use in_order::InOrder;
 use opening::Opened;
@@ -115,6 +116,9 @@ pub(crate) struct Connection<N, S> {
     /// Requests handled since the task last yielded on purpose
     /// (`REQUESTS_PER_TURN`).
     handled_this_turn: usize,
+    /// The client closed its side: acquires and watches still to be read
+    /// are not served (see `input_end`).
+    input_ended: bool,
 }
 
 impl<N: LockNode, S: ServerStream> Connection<N, S> {
@@ -154,6 +158,7 @@ impl<N: LockNode, S: ServerStream> Connection<N, S> {
             unflushed: false,
             flush_writes: false,
             handled_this_turn: 0,
+            input_ended: false,
         };
         (connection, rx)
     }
@@ -229,6 +234,7 @@ impl<N: LockNode, S: ServerStream> Connection<N, S> {
         self.keep_room_to_read();
         loop {
             let may_read = reading && self.may_read();
+            let room = self.input.capacity() - self.input.len();
             tokio::select! {
                 biased;
                 _ = &mut stopping => break,
@@ -236,8 +242,19 @@ impl<N: LockNode, S: ServerStream> Connection<N, S> {
                     self.on_deliveries(n, deliveries.len(), &mut batch);
                 }
                 read = reader.read_buf(&mut self.input), if may_read => match read {
-                    Ok(0) => reading = false,
-                    Ok(_) => self.on_input(),
+                    Ok(0) => {
+                        reading = false;
+                        self.input_ended = true;
+                    }
+                    Ok(n) => {
+                        // Before serving: the client's close may already
+                        // be there, behind what drained the socket.
+                        if n < room && input_end::ended_now(&mut reader, &mut self.input) {
+                            reading = false;
+                            self.input_ended = true;
+                        }
+                        self.on_input();
+                    }
                     Err(error) => {
                         tracing::debug!(%error, "read failed");
                         break;
@@ -409,6 +426,10 @@ impl<N: LockNode, S: ServerStream> Connection<N, S> {
     /// answer written or awaited.
     #[inline]
     fn on_lock_request(&mut self, line: Request, now: Millis) {
+        if self.input_ended && input_end::skipped_after_end(&line) {
+            tracing::debug!(op = ?line.op(), "not served: the client closed the connection");
+            return;
+        }
         let Some(mut request) = LockRequest::from_line(&line) else {
             return;
         };

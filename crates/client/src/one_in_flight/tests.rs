@@ -17,6 +17,7 @@ use super::OneInFlight;
 use crate::connection::{self, match_key, Call, Serving, Unsent};
 use crate::lifecycle::Background;
 use crate::liveness::Liveness;
+use crate::turns::{NoTurn, Turns};
 
 type Outcome = oneshot::Receiver<Result<Response, Unsent>>;
 
@@ -35,6 +36,7 @@ fn acquire(wait_ms: u64, lease_ms: u64) -> Request {
 
 fn call(req: Request) -> (Call, Outcome) {
     let (reply, outcome) = oneshot::channel();
+    let reply = connection::Reply::new(reply);
     (Call { req, reply }, outcome)
 }
 
@@ -257,6 +259,36 @@ async fn two_watches_of_one_key(node: &mut FakeNode, calls: &mpsc::UnboundedSend
     ));
 }
 
+/// An acquire's turn of its key lasts until the node answers it, even
+/// once its caller gave up: the key stays busy on the connection until
+/// then (the grant that comes is released).
+async fn a_given_up_acquire_keeps_its_turn_until_answered(
+    node: &mut FakeNode,
+    calls: &mpsc::UnboundedSender<Call>,
+) {
+    let turns = Arc::new(Turns::default());
+    let line = (
+        "node".to_owned(),
+        match_key(baton_proto::Op::Acquire, Some(b"k")),
+    );
+    let (_up, mut others) = watch::channel(0);
+    let only = || vec![7];
+    let turn = turns.take(&line, only, &mut others, None).await.unwrap();
+    let (reply, outcome) = oneshot::channel();
+    let reply = connection::Reply::in_turn(reply, Some(turn));
+    let req = acquire(20_000, 30_000);
+    calls.send(Call { req, reply }).unwrap();
+    assert_eq!(node.next_line().await, "A k 20 30");
+    drop(outcome);
+    let soon = Some(Instant::now() + Duration::from_secs(1));
+    let busy = turns.take(&line, only, &mut others, soon).await;
+    assert_eq!(busy.unwrap_err(), NoTurn::WaitRanOut);
+    node.reply("A k 1005");
+    assert_eq!(node.next_line().await, "R k 1005");
+    let now = Some(Instant::now());
+    assert!(turns.take(&line, only, &mut others, now).await.is_ok());
+}
+
 #[tokio::test(start_paused = true)]
 async fn answers_of_one_key_on_one_connection_reach_their_own_callers() {
     let (client_end, node_end) = tokio::io::duplex(64 * 1024);
@@ -277,6 +309,7 @@ async fn answers_of_one_key_on_one_connection_reach_their_own_callers() {
     let exchanges = async {
         readers_then_a_short_writer(&mut node, &calls).await;
         two_watches_of_one_key(&mut node, &calls).await;
+        a_given_up_acquire_keeps_its_turn_until_answered(&mut node, &calls).await;
     };
     tokio::select! {
         end = connection => panic!("the connection ended: {end:?}"),

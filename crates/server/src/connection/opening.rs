@@ -76,6 +76,7 @@ impl<N: LockNode, S: ServerStream> Connection<N, S> {
                 None
             }
             (Kind::Plain, None) => {
+                self.input_ended = super::input_end::ended_now(&mut stream, &mut self.input);
                 self.on_input();
                 Some(Opened::Plain(stream))
             }
