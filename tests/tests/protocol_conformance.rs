@@ -254,7 +254,10 @@ async fn half_closed_connections_get_every_answer_due(addr: SocketAddr) {
     let mut holder = LineClient::connect(addr).await;
     let t = grant_token(&holder.request("A h/held 0 10").await, "h/held");
     let mut stream = tokio::net::TcpStream::connect(addr).await.expect("connect");
-    let requests = "R h/x 1\nQ h/held\nK h/x 1 1\nV h/x 1 v\nW h/x 1 7\nA h/held 4 10\nS\n";
+    // No A or W of a free key: one read together with the close is dropped
+    // (the client is gone as far as grants go), one read before it is
+    // served, and which comes first is the network's choice.
+    let requests = "R h/x 1\nQ h/held\nK h/x 1 1\nV h/x 1 v\nA h/held 4 10\nS\n";
     stream.write_all(requests.as_bytes()).await.expect("write");
     stream.shutdown().await.expect("half-close");
     let mut text = String::new();
@@ -264,13 +267,12 @@ async fn half_closed_connections_get_every_answer_due(addr: SocketAddr) {
         .expect("read");
     let mut answers: Vec<&str> = text.lines().collect();
     answers.sort_unstable();
-    assert_eq!(answers.len(), 6, "{text:?}");
+    assert_eq!(answers.len(), 5, "{text:?}");
     let query = format!("Q h/held token={t} lease={{~}} waiters={{*}}");
-    let watch = "W h/x token=- lease=- waiters=0 state=-";
     let status = "S role={*} mode={*} self={*}";
     for (answer, want) in answers
         .iter()
-        .zip(["N K h/x", "N R h/x", "N V h/x", &query, status, watch])
+        .zip(["N K h/x", "N R h/x", "N V h/x", &query, status])
     {
         let answer = answer.splitn(5, ' ').take(4).collect::<Vec<_>>().join(" ");
         let want = want.splitn(5, ' ').take(4).collect::<Vec<_>>().join(" ");
