@@ -226,6 +226,34 @@ pub enum SingleStartError {
     State(#[from] StateFileError),
 }
 
+/// Refuses a saved table whose tokens lie beyond what this node can have
+/// issued by its clock ([`token_floor::credible_token_bound`]): a damaged
+/// or forged file, or a clock set back by hours. Started on it, the node
+/// would grant from a floor near the end of the token space, or none at
+/// all; refused, the operator learns which file and why.
+fn check_saved_tokens(
+    file: &StateFile<SingleState>,
+    table: &TableSnapshot,
+    wall_ms: u64,
+) -> Result<(), StateFileError> {
+    let highest = table
+        .locks
+        .iter()
+        .map(|lock| lock.token)
+        .fold(table.last_token, Token::max);
+    let bound = token_floor::credible_token_bound(wall_ms);
+    if highest <= bound {
+        return Ok(());
+    }
+    Err(StateFileError::Damaged {
+        path: file.path().to_path_buf(),
+        why: format!(
+            "token {highest} is beyond {bound}, more than this node can have issued by its \
+             clock: a damaged file, or the clock is over an hour behind the one that wrote it"
+        ),
+    })
+}
+
 /// Starts a single node: tokens above the wall clock and, with `data_dir`
 /// (locked by the caller), the locks and tokens of the last run. The floor
 /// is on disk before the node binds.
@@ -249,6 +277,9 @@ pub async fn start_single(
     };
     let file = StateFile::<SingleState>::open(dir, STATE_FILE)?;
     let saved = file.load()?;
+    if let Some(state) = &saved {
+        check_saved_tokens(&file, &state.table, wall_ms)?;
+    }
     let (table, saved_token) = match &saved {
         Some(state) => {
             let table = LockTable::restore(&state.table, now);
