@@ -124,23 +124,18 @@ fn assert_refused(dir: &Path, why: &str) {
 }
 
 #[tokio::test]
-async fn a_saved_token_beyond_the_clock_is_refused_not_served_from() {
+async fn a_saved_token_near_the_end_of_the_space_is_refused_one_above_the_clock_honoured() {
     // Near the end of the space no token is left to grant: the node used
-    // to start and queue every acquire for ever.
-    let wall = token_floor::wall_clock_ms();
-    for saved in [
-        u64::MAX - 2,
-        1 << 63,
-        token_floor::credible_token_bound(wall + 60_000),
-    ] {
+    // to start there and queue every acquire until its wait ran out.
+    for saved in [u64::MAX - 2, token_floor::TOKEN_CEILING] {
         let base = tempfile::tempdir().expect("temp dir");
         write_state(base.path(), saved, |_| {});
-        assert_refused(base.path(), &format!("token {saved} is beyond"));
+        assert_refused(base.path(), &format!("token {saved} is at or beyond"));
     }
-    // A token within the allowance (restarts stacked above the clock) is
-    // history, not damage: the node starts above it.
+    // A token two hours above the clock is what a clock set back leaves:
+    // the saved token is all that keeps the next ones above it.
     let base = tempfile::tempdir().expect("temp dir");
-    let ahead = token_floor::wall_floor(wall + 60_000);
+    let ahead = token_floor::wall_floor(token_floor::wall_clock_ms() + 2 * 3_600_000);
     write_state(base.path(), ahead, |_| {});
     let dir_arg = base.path().display().to_string();
     let node = Batond::start(&["--data-dir", &dir_arg]);

@@ -226,30 +226,29 @@ pub enum SingleStartError {
     State(#[from] StateFileError),
 }
 
-/// Refuses a saved table whose tokens lie beyond what this node can have
-/// issued by its clock ([`token_floor::credible_token_bound`]): a damaged
-/// or forged file, or a clock set back by hours. Started on it, the node
-/// would grant from a floor near the end of the token space, or none at
-/// all; refused, the operator learns which file and why.
+/// Refuses a saved table with a token at or above
+/// [`token_floor::TOKEN_CEILING`]: a damaged or forged file. Started on it,
+/// the node would grant from a floor near the end of the token space, or
+/// not at all. A lower saved token is kept however far it lies above the
+/// clock: the clock may have been set back, and the saved token is then
+/// all that keeps the next tokens above the old ones.
 fn check_saved_tokens(
     file: &StateFile<SingleState>,
     table: &TableSnapshot,
-    wall_ms: u64,
 ) -> Result<(), StateFileError> {
     let highest = table
         .locks
         .iter()
         .map(|lock| lock.token)
         .fold(table.last_token, Token::max);
-    let bound = token_floor::credible_token_bound(wall_ms);
-    if highest <= bound {
+    if highest < token_floor::TOKEN_CEILING {
         return Ok(());
     }
     Err(StateFileError::Damaged {
         path: file.path().to_path_buf(),
         why: format!(
-            "token {highest} is beyond {bound}, more than this node can have issued by its \
-             clock: a damaged file, or the clock is over an hour behind the one that wrote it"
+            "token {highest} is at or beyond {}, which no node issues before the year 2248",
+            token_floor::TOKEN_CEILING
         ),
     })
 }
@@ -278,7 +277,7 @@ pub async fn start_single(
     let file = StateFile::<SingleState>::open(dir, STATE_FILE)?;
     let saved = file.load()?;
     if let Some(state) = &saved {
-        check_saved_tokens(&file, &state.table, wall_ms)?;
+        check_saved_tokens(&file, &state.table)?;
     }
     let (table, saved_token) = match &saved {
         Some(state) => {

@@ -39,6 +39,13 @@ pub fn credible_token_bound(wall_ms: u64) -> Token {
     wall_floor(wall_ms.saturating_add(CLOCK_ALLOWANCE_MS))
 }
 
+/// No sound node issues a token this high: the clock floor reaches it in
+/// the year 2248, and restarts and failovers add only margins of 64 ms of
+/// clock. A saved token at or above it is damage, not history; below it, a
+/// saved token above the clock is history (the clock was set back) and the
+/// next tokens go above it.
+pub const TOKEN_CEILING: Token = 1 << 63;
+
 /// Milliseconds since 1970 by the wall clock (0 if it reads before 1970).
 pub fn wall_clock_ms() -> u64 {
     SystemTime::now()
@@ -76,6 +83,7 @@ mod tests {
         let stacked = restart_floor(wall, Some((wall << 20) + 10_000 * TOKEN_MARGIN));
         assert!(stacked < credible_token_bound(wall));
         assert!(credible_token_bound(wall) < u64::MAX / 8);
+        assert!(credible_token_bound(wall) < TOKEN_CEILING / 4);
     }
 
     #[test]
