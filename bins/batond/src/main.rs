@@ -447,7 +447,12 @@ fn lock_data_dir(plan: &Plan) -> Result<Option<DataDir>, String> {
 /// Scripts and tests wait for this line to know the node is up, and learn
 /// the port when they asked for port 0.
 fn announce(addr: SocketAddr) {
-    println!("listening {addr}");
+    use std::io::Write;
+    // Whoever started the node may have stopped reading its output (a
+    // script that closed the pipe): println! would panic on EPIPE and take
+    // a serving node down with it. The log line below says it all too.
+    let mut out = std::io::stdout().lock();
+    let _ = writeln!(out, "listening {addr}").and_then(|()| out.flush());
     tracing::info!(%addr, "batond serving");
 }
 
