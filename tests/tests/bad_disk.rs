@@ -9,9 +9,11 @@ mod data_dir_support;
 use std::path::Path;
 use std::time::Duration;
 
+use baton_cluster::raft::storage::snapshot_store::{decode_table, encode_table, SnapshotStore};
 use baton_core::TableSnapshot;
 use baton_server::{durable, token_floor, SingleState, StateFile, SINGLE_STATE_FILE};
-use baton_tests::{grant_token, Batond};
+use baton_tests::raft::RaftCluster;
+use baton_tests::{grant_token, peer_list, Batond};
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 
 use data_dir_support::{exit_line, start_fails};
@@ -153,4 +155,64 @@ async fn a_state_file_in_a_layout_this_node_does_not_know_is_refused() {
         body.extend_from_slice(&u64::MAX.to_le_bytes());
     });
     assert_refused(base.path(), "written by a newer batond");
+}
+
+/// Waits (bounded) until the Raft node on `dir` has written a snapshot.
+async fn wait_snapshot(dir: &Path) -> SnapshotStore {
+    let store = SnapshotStore::new(&dir.join("snapshot")).expect("snapshot store");
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    while !store.path().exists() {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "no snapshot in {} after 20 s",
+            dir.display()
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    store
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_raft_snapshot_near_the_end_of_the_token_space_is_refused() {
+    let mut cluster = RaftCluster::start_with(3, &["--snapshot-every", "4"]);
+    let (leader, _) = cluster.wait_leader(Duration::from_secs(30)).await;
+    let mut client = baton_tests::LineClient::connect(cluster.peers[leader]).await;
+    for i in 0..8 {
+        grant_token(
+            &client.request(&format!("A k{i} 0 600")).await,
+            &format!("k{i}"),
+        );
+    }
+    let store = wait_snapshot(cluster.dirs[0].path()).await;
+    for node in &mut cluster.nodes {
+        node.kill();
+    }
+    // The table as a bad disk (or a forger with a checksum) leaves it.
+    let stored = store.load().expect("read").expect("a snapshot");
+    let mut table = decode_table(&stored.data).expect("decode the table");
+    table.last_token = u64::MAX - 2;
+    let data = encode_table(&table).expect("encode the table");
+    store
+        .save_parts(&stored.meta, &data)
+        .expect("write the snapshot");
+    let dir = cluster.dirs[0].path().display().to_string();
+    let listen = cluster.peers[0].to_string();
+    let peers = peer_list(&cluster.peers);
+    let (status, stderr) = start_fails(&[
+        "--listen",
+        &listen,
+        "--mode",
+        "raft",
+        "--peers",
+        &peers,
+        "--data-dir",
+        &dir,
+    ]);
+    assert!(!status.success(), "{stderr}");
+    let line = exit_line(&stderr);
+    assert!(
+        line.contains(&store.path().display().to_string())
+            && line.contains(&format!("token {} is at or beyond", u64::MAX - 2)),
+        "the refusal should name the snapshot and its token: {line}"
+    );
 }

@@ -64,9 +64,10 @@ impl<H: TableHost> LockStateMachine<H> {
     /// Loads the stored snapshot, if any; openraft installs it on start and
     /// replays the committed log after it.
     pub fn open(host: Arc<H>, store: SnapshotStore) -> io::Result<LockStateMachine<H>> {
-        // Read once now so that a damaged file stops the start, naming
-        // it; openraft reads it again to install it.
-        drop(store.load()?);
+        // Read once now so that a damaged file (or one whose tokens no
+        // node can have issued) stops the start, naming it; openraft reads
+        // it again to install it.
+        store.check()?;
         Ok(LockStateMachine {
             host,
             applied: None,
