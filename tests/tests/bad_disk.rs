@@ -172,33 +172,29 @@ async fn wait_snapshot(dir: &Path) -> SnapshotStore {
     store
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_raft_snapshot_near_the_end_of_the_token_space_is_refused() {
+/// A Raft cluster that granted a few locks, every node killed once node 0
+/// has written a snapshot; node 0's snapshot store.
+async fn raft_cluster_with_a_snapshot() -> (RaftCluster, SnapshotStore) {
     let mut cluster = RaftCluster::start_with(3, &["--snapshot-every", "4"]);
     let (leader, _) = cluster.wait_leader(Duration::from_secs(30)).await;
     let mut client = baton_tests::LineClient::connect(cluster.peers[leader]).await;
     for i in 0..8 {
-        grant_token(
-            &client.request(&format!("A k{i} 0 600")).await,
-            &format!("k{i}"),
-        );
+        let key = format!("k{i}");
+        grant_token(&client.request(&format!("A {key} 0 600")).await, &key);
     }
     let store = wait_snapshot(cluster.dirs[0].path()).await;
     for node in &mut cluster.nodes {
         node.kill();
     }
-    // The table as a bad disk (or a forger with a checksum) leaves it.
-    let stored = store.load().expect("read").expect("a snapshot");
-    let mut table = decode_table(&stored.data).expect("decode the table");
-    table.last_token = u64::MAX - 2;
-    let data = encode_table(&table).expect("encode the table");
-    store
-        .save_parts(&stored.meta, &data)
-        .expect("write the snapshot");
+    (cluster, store)
+}
+
+/// Starts node 0 of `cluster` again, which must refuse; its one line.
+fn node_0_refuses(cluster: &RaftCluster) -> String {
     let dir = cluster.dirs[0].path().display().to_string();
     let listen = cluster.peers[0].to_string();
     let peers = peer_list(&cluster.peers);
-    let (status, stderr) = start_fails(&[
+    let args = [
         "--listen",
         &listen,
         "--mode",
@@ -207,12 +203,47 @@ async fn a_raft_snapshot_near_the_end_of_the_token_space_is_refused() {
         &peers,
         "--data-dir",
         &dir,
-    ]);
+    ];
+    let (status, stderr) = start_fails(&args);
     assert!(!status.success(), "{stderr}");
-    let line = exit_line(&stderr);
+    exit_line(&stderr).to_owned()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_raft_snapshot_near_the_end_of_the_token_space_is_refused() {
+    let (cluster, store) = raft_cluster_with_a_snapshot().await;
+    // The table as a bad disk (or a forger with a checksum) leaves it.
+    let stored = store.load().expect("read").expect("a snapshot");
+    let mut table = decode_table(&stored.data).expect("decode the table");
+    table.last_token = u64::MAX - 2;
+    let data = encode_table(&table).expect("encode the table");
+    store
+        .save_parts(&stored.meta, &data)
+        .expect("write the snapshot");
+    let line = node_0_refuses(&cluster);
     assert!(
         line.contains(&store.path().display().to_string())
             && line.contains(&format!("token {} is at or beyond", u64::MAX - 2)),
         "the refusal should name the snapshot and its token: {line}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_raft_log_lost_beside_its_snapshot_is_refused() {
+    // Every segment zeroed (or deleted): the node used to start with no
+    // vote beside a snapshot of term 1. Were every node so, each refused
+    // the others' messages as implausible, and no leader was ever elected.
+    let (cluster, _store) = raft_cluster_with_a_snapshot().await;
+    let log = cluster.dirs[0].path().join("log");
+    for segment in std::fs::read_dir(&log).expect("read the log directory") {
+        let path = segment.expect("dir entry").path();
+        let len = std::fs::metadata(&path).expect("segment size").len();
+        let zeros = vec![0; usize::try_from(len).expect("fits")];
+        std::fs::write(&path, zeros).expect("zero a segment");
+    }
+    let line = node_0_refuses(&cluster);
+    assert!(
+        line.contains(&log.display().to_string()) && line.contains("missing or damaged"),
+        "the refusal should name the log and say it is damaged: {line}"
     );
 }

@@ -19,7 +19,7 @@ use baton_server::token_floor::TOKEN_CEILING;
 use baton_core::{LegacyTableSnapshot, TableSnapshot, TABLE_FORMAT_2};
 use serde::{Deserialize, Serialize};
 
-use crate::raft::types::{SnapshotData, SnapshotMeta};
+use crate::raft::types::{LogId, SnapshotData, SnapshotMeta};
 
 const FILE: &str = "snapshot.bin";
 const TEMP: &str = "snapshot.tmp";
@@ -118,13 +118,13 @@ impl SnapshotStore {
     }
 
     /// Reads the stored snapshot, table included, as a node does before it
-    /// starts on it: a damaged one, or one with a token at or beyond
-    /// [`TOKEN_CEILING`] (which no node reaches before 2248; started on it,
-    /// the cluster would have no token left to grant) is an error naming
-    /// the file.
-    pub fn check(&self) -> io::Result<()> {
+    /// starts on it, and returns its last log id: a damaged one, or one with
+    /// a token at or beyond [`TOKEN_CEILING`] (which no node reaches before
+    /// 2248; started on it, the cluster would have no token left to grant)
+    /// is an error naming the file.
+    pub fn check(&self) -> io::Result<Option<LogId>> {
         let Some(stored) = self.load()? else {
-            return Ok(());
+            return Ok(None);
         };
         let table = decode_table(&stored.data).map_err(|e| damaged(self.path(), &e.to_string()))?;
         let highest = table
@@ -136,7 +136,7 @@ impl SnapshotStore {
             let why = format!("token {highest} is at or beyond {TOKEN_CEILING}");
             return Err(damaged(self.path(), &why));
         }
-        Ok(())
+        Ok(stored.meta.last_log_id)
     }
 
     /// The stored snapshot, if any; a damaged one is an error naming the
