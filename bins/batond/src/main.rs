@@ -417,6 +417,7 @@ async fn serve(plan: Plan, http: Option<SocketAddr>) -> Result<(), String> {
     // Watch for signals before anyone can learn the node is up.
     let shutdown = shutdown_signal().map_err(|e| format!("cannot watch for signals: {e}"))?;
     reload::on_sighup(plan.reloadable()).map_err(|e| format!("cannot watch for SIGHUP: {e}"))?;
+    file_size_limit_fails_writes().map_err(|e| format!("cannot watch for SIGXFSZ: {e}"))?;
     // Locked before any mode reads it, held until the process ends.
     let data_dir = lock_data_dir(&plan)?;
     let bound = Bound {
@@ -446,7 +447,12 @@ fn lock_data_dir(plan: &Plan) -> Result<Option<DataDir>, String> {
 /// Scripts and tests wait for this line to know the node is up, and learn
 /// the port when they asked for port 0.
 fn announce(addr: SocketAddr) {
-    println!("listening {addr}");
+    use std::io::Write;
+    // Whoever started the node may have stopped reading its output (a
+    // script that closed the pipe): println! would panic on EPIPE and take
+    // a serving node down with it. The log line below says it all too.
+    let mut out = std::io::stdout().lock();
+    let _ = writeln!(out, "listening {addr}").and_then(|()| out.flush());
     tracing::info!(%addr, "batond serving");
 }
 
@@ -460,6 +466,17 @@ fn shutdown_signal() -> std::io::Result<impl std::future::Future<Output = ()>> {
             _ = terminate.recv() => {}
         }
     })
+}
+
+/// A write past the file-size limit (`ulimit -f`, RLIMIT_FSIZE) raises
+/// SIGXFSZ, whose default action kills the process without a word. Caught,
+/// the write fails with EFBIG instead, and the node takes the path of any
+/// other failed write: it stops granting and exits 1 naming the file.
+fn file_size_limit_fails_writes() -> std::io::Result<()> {
+    use tokio::signal::unix::{signal, SignalKind};
+    // Registered once, the handler stays for the life of the process; the
+    // stream itself is not needed.
+    signal(SignalKind::from_raw(nix::libc::SIGXFSZ)).map(drop)
 }
 
 #[cfg(test)]

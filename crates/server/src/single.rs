@@ -226,6 +226,33 @@ pub enum SingleStartError {
     State(#[from] StateFileError),
 }
 
+/// Refuses a saved table with a token at or above
+/// [`token_floor::TOKEN_CEILING`]: a damaged or forged file. Started on it,
+/// the node would grant from a floor near the end of the token space, or
+/// not at all. A lower saved token is kept however far it lies above the
+/// clock: the clock may have been set back, and the saved token is then
+/// all that keeps the next tokens above the old ones.
+fn check_saved_tokens(
+    file: &StateFile<SingleState>,
+    table: &TableSnapshot,
+) -> Result<(), StateFileError> {
+    let highest = table
+        .locks
+        .iter()
+        .map(|lock| lock.token)
+        .fold(table.last_token, Token::max);
+    if highest < token_floor::TOKEN_CEILING {
+        return Ok(());
+    }
+    Err(StateFileError::Damaged {
+        path: file.path().to_path_buf(),
+        why: format!(
+            "token {highest} is at or beyond {}, which no node issues before the year 2248",
+            token_floor::TOKEN_CEILING
+        ),
+    })
+}
+
 /// Starts a single node: tokens above the wall clock and, with `data_dir`
 /// (locked by the caller), the locks and tokens of the last run. The floor
 /// is on disk before the node binds.
@@ -249,6 +276,9 @@ pub async fn start_single(
     };
     let file = StateFile::<SingleState>::open(dir, STATE_FILE)?;
     let saved = file.load()?;
+    if let Some(state) = &saved {
+        check_saved_tokens(&file, &state.table)?;
+    }
     let (table, saved_token) = match &saved {
         Some(state) => {
             let table = LockTable::restore(&state.table, now);

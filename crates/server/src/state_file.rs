@@ -93,11 +93,11 @@ impl<S: StateFormat> StateFile<S> {
         };
         let body = durable::checked(&bytes).map_err(damaged)?;
         match body.strip_prefix(&TABLE_FORMAT_2[..]) {
-            Some(body) => postcard::from_bytes(body),
-            None => postcard::from_bytes::<S::Legacy>(body).map(Into::into),
+            Some(body) => whole::<S>(body),
+            None => whole::<S::Legacy>(body).map(Into::into),
         }
         .map(Some)
-        .map_err(|e| damaged(&e.to_string()))
+        .map_err(|e| damaged(&e))
     }
 
     /// Replaces the state on disk with `state`, durably.
@@ -115,6 +115,21 @@ impl<S: StateFormat> StateFile<S> {
             })
             .map_err(StateFileError::write)
     }
+}
+
+/// `body` decoded as a `T` that takes every byte of it. Bytes left over
+/// mean a layout this node does not know (a newer batond's, or damage):
+/// read as far as it goes, such a file could yield a lower token than the
+/// one written, so it is refused instead.
+fn whole<T: DeserializeOwned>(body: &[u8]) -> Result<T, String> {
+    let (value, rest) = postcard::take_from_bytes(body).map_err(|e| e.to_string())?;
+    if !rest.is_empty() {
+        return Err(format!(
+            "{} bytes this batond does not know follow the state: written by a newer batond?",
+            rest.len()
+        ));
+    }
+    Ok(value)
 }
 
 #[cfg(test)]
@@ -199,6 +214,21 @@ mod tests {
         fs::write(&path, b"ab").unwrap_or_else(|e| panic!("{e}"));
         let error = file.load().err().unwrap_or_else(|| panic!("loaded"));
         assert!(error.to_string().contains(&path.display().to_string()));
+    }
+
+    #[test]
+    fn a_state_with_bytes_after_it_is_refused_not_half_read() {
+        let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+        let file = open(dir.path());
+        let mut body = TABLE_FORMAT_2.to_vec();
+        body.extend(postcard::to_allocvec(&state()).unwrap_or_else(|e| panic!("{e}")));
+        body.extend_from_slice(b"newer");
+        let mut bytes = durable::checksum(&[&body]).to_vec();
+        bytes.extend_from_slice(&body);
+        fs::write(dir.path().join(NAME), &bytes).unwrap_or_else(|e| panic!("{e}"));
+        let error = file.load().err().unwrap_or_else(|| panic!("loaded"));
+        assert!(matches!(error, StateFileError::Damaged { .. }), "{error}");
+        assert!(error.to_string().contains("newer batond"), "{error}");
     }
 
     #[test]

@@ -24,6 +24,28 @@ pub fn wall_floor(wall_ms: u64) -> Token {
     wall_ms.saturating_mul(1 << 20)
 }
 
+/// How far past this node's wall clock a token it is told about (by a
+/// peer, or by its own data directory) may lie before it is taken for
+/// damage rather than history. Sound nodes stay far below it: restarts and
+/// failovers stack at most [`TOKEN_MARGIN`] (64 ms of clock) each above the
+/// clock floor; far above it lies 2^64, where no token is left to grant.
+/// docs/cluster.md ("Why the priority bound is never reached") has the
+/// arithmetic.
+pub const CLOCK_ALLOWANCE_MS: u64 = 60 * 60 * 1_000;
+
+/// The highest token a node may believe was issued, at wall time
+/// `wall_ms`: the clock floor [`CLOCK_ALLOWANCE_MS`] ahead.
+pub fn credible_token_bound(wall_ms: u64) -> Token {
+    wall_floor(wall_ms.saturating_add(CLOCK_ALLOWANCE_MS))
+}
+
+/// No sound node issues a token this high: the clock floor reaches it in
+/// the year 2248, and restarts and failovers add only margins of 64 ms of
+/// clock. A saved token at or above it is damage, not history; below it, a
+/// saved token above the clock is history (the clock was set back) and the
+/// next tokens go above it.
+pub const TOKEN_CEILING: Token = 1 << 63;
+
 /// Milliseconds since 1970 by the wall clock (0 if it reads before 1970).
 pub fn wall_clock_ms() -> u64 {
     SystemTime::now()
@@ -53,6 +75,15 @@ mod tests {
         let ahead = (wall << 20) + 3 * TOKEN_MARGIN;
         assert_eq!(restart_floor(wall, Some(ahead)), ahead + TOKEN_MARGIN);
         assert_eq!(restart_floor(u64::MAX, Some(u64::MAX)), u64::MAX);
+    }
+
+    #[test]
+    fn the_credible_bound_leaves_room_for_stacked_restarts_not_for_the_end_of_the_space() {
+        let wall = 1_800_000_000_000u64;
+        let stacked = restart_floor(wall, Some((wall << 20) + 10_000 * TOKEN_MARGIN));
+        assert!(stacked < credible_token_bound(wall));
+        assert!(credible_token_bound(wall) < u64::MAX / 8);
+        assert!(credible_token_bound(wall) < TOKEN_CEILING / 4);
     }
 
     #[test]

@@ -98,6 +98,7 @@ pub async fn build_raft_in<H: TableHost>(
         settings.log_writes,
     )?;
     let snapshots = SnapshotStore::new(&settings.data_dir.join("snapshot"))?;
+    log.check_covers(snapshots.check()?, &settings.data_dir.join("log"))?;
     let state_machine = LockStateMachine::open(host, snapshots)?;
     let network = Network::new(settings.me, settings.keys.primary().clone(), dialer)
         .in_tasks(tasks)

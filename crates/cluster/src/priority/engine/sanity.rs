@@ -16,8 +16,9 @@ use super::pieces::highest_token;
 use super::{wall_floor, PersistedState, PriorityNode};
 
 /// How far past this node's wall clock (beyond the failure timeout) a
-/// peer's tokens and terms may lie.
-pub const CLOCK_ALLOWANCE_MS: u64 = 60 * 60 * 1_000;
+/// peer's tokens and terms may lie: the single node's bound on its saved
+/// tokens too.
+pub use baton_server::token_floor::CLOCK_ALLOWANCE_MS;
 
 /// At most one log line per peer this often about its refused messages.
 pub const REFUSAL_LOG_EVERY_MS: Millis = 60_000;

@@ -11,7 +11,7 @@
 //! - **Payload.** At most [`MAX_PAYLOAD_ENTRIES`] entries of at most
 //!   [`MAX_BATCH`] commands (see [`crate::raft::net::limits`]).
 //! - **Tokens.** A token floor at most this node's wall-clock floor plus
-//!   [`CLOCK_ALLOWANCE_MS`] ([`max_floor_at`]); a snapshot's tokens at most
+//!   [`CLOCK_ALLOWANCE_MS`](crate::priority::CLOCK_ALLOWANCE_MS) ([`max_floor_at`]); a snapshot's tokens at most
 //!   that plus what a log of its length can have granted
 //!   ([`max_token_at`]).
 //! - **Membership.** See [`crate::raft::members`].
@@ -32,7 +32,6 @@ use openraft::raft::{
 use openraft::EntryPayload;
 use tokio::time::Instant;
 
-use crate::priority::CLOCK_ALLOWANCE_MS;
 use crate::raft::engine::MAX_BATCH;
 use crate::raft::net::limits::MAX_PAYLOAD_ENTRIES;
 use crate::raft::types::{LogId, NodeId, SnapshotMeta, StoredMembership, TypeConfig, Vote};
@@ -84,7 +83,7 @@ pub fn max_token_at(index: Option<u64>) -> Token {
 /// The highest token floor a leader can have proposed by `wall_ms` (ms
 /// since 1970) on this node's clock.
 pub fn max_floor_at(wall_ms: u64) -> Token {
-    baton_server::token_floor::wall_floor(wall_ms.saturating_add(CLOCK_ALLOWANCE_MS))
+    baton_server::token_floor::credible_token_bound(wall_ms)
 }
 
 /// What a message is checked against: this node's view.

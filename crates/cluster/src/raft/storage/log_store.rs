@@ -207,6 +207,35 @@ impl LogStore {
         LogStore::open_with(dir, segment_bytes, LogWrites::Overlapped)
     }
 
+    /// The vote on disk (the newest one this node made or heard).
+    pub fn vote(&self) -> Option<Vote> {
+        lock(&self.mem).vote
+    }
+
+    /// Refuses a snapshot whose last entry is of a later term than the
+    /// vote: a node votes in a term before it takes any entry of it, and
+    /// the vote only rises, so such a pair means the log was lost or cut
+    /// (a deleted or zeroed segment). Started on it, the node could vote
+    /// again in a term it voted in; and were every node so, each would
+    /// refuse the others' messages as implausible for ever.
+    pub fn check_covers(&self, snapshot_last: Option<LogId>, dir: &Path) -> io::Result<()> {
+        let vote_term = self.vote().map_or(0, |v| v.leader_id.term);
+        let Some(last) = snapshot_last.filter(|l| l.leader_id.term > vote_term) else {
+            return Ok(());
+        };
+        Err(io::Error::new(
+            io::ErrorKind::InvalidData,
+            format!(
+                "the raft log in {} is missing or damaged: its vote is of term {vote_term}, \
+                 older than the term {} of the snapshot's last entry; refusing to start. \
+                 Emptied, the data directory of one node of a healthy cluster is restored \
+                 by the leader",
+                dir.display(),
+                last.leader_id.term
+            ),
+        ))
+    }
+
     /// [`LogStore::open`], with `writes` saying when an append returns.
     pub fn open_with(dir: &Path, segment_bytes: u64, writes: LogWrites) -> io::Result<LogStore> {
         fs::create_dir_all(dir).map_err(at(dir))?;

@@ -14,11 +14,12 @@ use std::path::Path;
 
 use baton_server::durable::{self, at, DurableFile};
 use baton_server::sync_metrics::FSYNC_RAFT_LOG;
+use baton_server::token_floor::TOKEN_CEILING;
 
 use baton_core::{LegacyTableSnapshot, TableSnapshot, TABLE_FORMAT_2};
 use serde::{Deserialize, Serialize};
 
-use crate::raft::types::{SnapshotData, SnapshotMeta};
+use crate::raft::types::{LogId, SnapshotData, SnapshotMeta};
 
 const FILE: &str = "snapshot.bin";
 const TEMP: &str = "snapshot.tmp";
@@ -49,6 +50,19 @@ pub fn decode_table(data: &[u8]) -> io::Result<TableSnapshot> {
         None => postcard::from_bytes::<LegacyTableSnapshot>(data).map(Into::into),
     }
     .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))
+}
+
+/// The error of a damaged snapshot file at `path`, saying `why`.
+fn damaged(path: &Path, why: &str) -> io::Error {
+    io::Error::new(
+        io::ErrorKind::InvalidData,
+        format!(
+            "the raft snapshot {} is damaged ({why}); refusing to start. Moved \
+             away, the data directory of one node of a healthy cluster is restored \
+             by the leader",
+            path.display()
+        ),
+    )
 }
 
 /// Appends `n` as postcard writes a length: LEB128, 7 bits a byte.
@@ -103,6 +117,28 @@ impl SnapshotStore {
         Ok(())
     }
 
+    /// Reads the stored snapshot, table included, as a node does before it
+    /// starts on it, and returns its last log id: a damaged one, or one with
+    /// a token at or beyond [`TOKEN_CEILING`] (which no node reaches before
+    /// 2248; started on it, the cluster would have no token left to grant)
+    /// is an error naming the file.
+    pub fn check(&self) -> io::Result<Option<LogId>> {
+        let Some(stored) = self.load()? else {
+            return Ok(None);
+        };
+        let table = decode_table(&stored.data).map_err(|e| damaged(self.path(), &e.to_string()))?;
+        let highest = table
+            .locks
+            .iter()
+            .map(|lock| lock.token)
+            .fold(table.last_token, u64::max);
+        if highest >= TOKEN_CEILING {
+            let why = format!("token {highest} is at or beyond {TOKEN_CEILING}");
+            return Err(damaged(self.path(), &why));
+        }
+        Ok(stored.meta.last_log_id)
+    }
+
     /// The stored snapshot, if any; a damaged one is an error naming the
     /// file.
     pub fn load(&self) -> io::Result<Option<StoredSnapshot>> {
@@ -110,17 +146,7 @@ impl SnapshotStore {
         let Some(bytes) = self.file.read()? else {
             return Ok(None);
         };
-        let damaged = |why: &str| {
-            io::Error::new(
-                io::ErrorKind::InvalidData,
-                format!(
-                    "the raft snapshot {} is damaged ({why}); refusing to start. Moved \
-                     away, the data directory of one node of a healthy cluster is restored \
-                     by the leader",
-                    path.display()
-                ),
-            )
-        };
+        let damaged = |why: &str| damaged(path, why);
         let body = match bytes.strip_prefix(MAGIC) {
             Some(rest) => durable::checked(rest).map_err(damaged)?,
             None => {

@@ -61,12 +61,12 @@ pub struct LockStateMachine<H> {
 }
 
 impl<H: TableHost> LockStateMachine<H> {
-    /// Loads the stored snapshot, if any; openraft installs it on start and
-    /// replays the committed log after it.
+    /// The state machine over `store`, whose snapshot openraft installs on
+    /// start and replays the committed log after. The caller has read the
+    /// snapshot once with [`SnapshotStore::check`], so that a damaged file
+    /// (or one whose tokens no node can have issued) stops the start,
+    /// naming it.
     pub fn open(host: Arc<H>, store: SnapshotStore) -> io::Result<LockStateMachine<H>> {
-        // Read once now so that a damaged file stops the start, naming
-        // it; openraft reads it again to install it.
-        drop(store.load()?);
         Ok(LockStateMachine {
             host,
             applied: None,
