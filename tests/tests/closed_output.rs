@@ -1,6 +1,7 @@
 //! A node whose standard output nobody reads any more (a script that read
 //! what it wanted and closed the pipe) still serves: writing its
-//! `listening` line into a closed pipe must not take it down.
+//! `listening` lines into a closed pipe must not take it down, and a node
+//! whose standard error is closed still exits with its documented code.
 
 use std::process::{Command, Stdio};
 use std::time::Duration;
@@ -14,7 +15,12 @@ const START_WITHIN: Duration = Duration::from_secs(10);
 async fn a_node_whose_stdout_was_closed_still_serves() {
     let addr = free_addr();
     let mut child = Command::new(batond_bin())
-        .args(["--listen", &addr.to_string()])
+        .args([
+            "--listen",
+            &addr.to_string(),
+            "--http-listen",
+            "127.0.0.1:0",
+        ])
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
         .spawn()
@@ -47,4 +53,22 @@ async fn a_node_whose_stdout_was_closed_still_serves() {
     );
     child.kill().expect("kill batond");
     child.wait().expect("reap batond");
+}
+
+#[test]
+fn a_refused_start_with_stderr_closed_still_exits_2() {
+    let mut child = Command::new(batond_bin())
+        .args([
+            "--listen",
+            &free_addr().to_string(),
+            "--http-listen",
+            "nowhere",
+        ])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn batond");
+    drop(child.stderr.take());
+    let status = child.wait().expect("reap batond");
+    assert_eq!(status.code(), Some(2), "{status}");
 }

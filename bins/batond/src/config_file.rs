@@ -62,7 +62,7 @@ pub fn parse<F: Parser + CommandFactory>() -> Result<F, ExitCode> {
     let argv: Vec<_> = std::env::args_os().collect();
     let file = config_path(&argv);
     let argv = merged_argv(&F::command(), argv).map_err(|message| {
-        eprintln!("batond: {message}");
+        crate::say(&message);
         ExitCode::from(2)
     })?;
     F::try_parse_from(argv).map_err(|error| match (file, error.kind()) {
@@ -79,11 +79,11 @@ pub fn parse<F: Parser + CommandFactory>() -> Result<F, ExitCode> {
                 .map(str::trim)
                 .collect::<Vec<_>>()
                 .join(" ");
-            eprintln!(
-                "batond: {} (settings read from {})",
+            crate::say(&format!(
+                "{} (settings read from {})",
                 why.trim_start_matches("error: "),
                 Path::new(&file).display()
-            );
+            ));
             ExitCode::from(2)
         }
         _ => error.exit(),

@@ -67,7 +67,7 @@ pub async fn start<N: LockNode>(
 /// port 0.
 pub fn announce(started: &Option<Started>) {
     if let Some(started) = started {
-        println!("http listening {}", started.addr);
+        crate::print_line(&format!("http listening {}", started.addr));
         tracing::info!(addr = %started.addr, "HTTP endpoint serving");
     }
 }

@@ -345,6 +345,14 @@ fn parse_seconds(text: &str) -> Result<u64, String> {
     baton_proto::parse_flag_duration_ms(text).map_err(|e| e.to_string())
 }
 
+/// Prints `batond: <message>` to standard error, the binary's one line of
+/// failure. A closed or full standard error loses the line but not the
+/// exit code (eprintln! would panic, and the exit would be 101).
+pub(crate) fn say(message: &str) {
+    use std::io::Write;
+    let _ = writeln!(std::io::stderr(), "batond: {message}");
+}
+
 fn main() -> ExitCode {
     let flags = match config_file::parse::<Flags>() {
         Ok(flags) => flags,
@@ -365,7 +373,7 @@ fn main() -> ExitCode {
     {
         Ok(runtime) => runtime,
         Err(error) => {
-            eprintln!("batond: cannot start the async runtime: {error}");
+            say(&format!("cannot start the async runtime: {error}"));
             return ExitCode::FAILURE;
         }
     };
@@ -375,7 +383,7 @@ fn main() -> ExitCode {
         .map(|a| addr::resolve_to_bind("--http-listen", a))
     {
         Some(Err(message)) => {
-            eprintln!("batond: {message}");
+            say(&message);
             return ExitCode::from(2);
         }
         resolved => resolved.and_then(Result::ok),
@@ -383,7 +391,7 @@ fn main() -> ExitCode {
     let plan = match flags.plan() {
         Ok(plan) => plan,
         Err(message) => {
-            eprintln!("batond: {message}");
+            say(&message);
             return ExitCode::from(2);
         }
     };
@@ -405,7 +413,7 @@ fn main() -> ExitCode {
     match served {
         Ok(()) => ExitCode::SUCCESS,
         Err(message) => {
-            eprintln!("batond: {message}");
+            say(&message);
             ExitCode::FAILURE
         }
     }
@@ -447,13 +455,18 @@ fn lock_data_dir(plan: &Plan) -> Result<Option<DataDir>, String> {
 /// Scripts and tests wait for this line to know the node is up, and learn
 /// the port when they asked for port 0.
 fn announce(addr: SocketAddr) {
-    use std::io::Write;
-    // Whoever started the node may have stopped reading its output (a
-    // script that closed the pipe): println! would panic on EPIPE and take
-    // a serving node down with it. The log line below says it all too.
-    let mut out = std::io::stdout().lock();
-    let _ = writeln!(out, "listening {addr}").and_then(|()| out.flush());
+    print_line(&format!("listening {addr}"));
     tracing::info!(%addr, "batond serving");
+}
+
+/// One line on standard output. Whoever started the node may have stopped
+/// reading its output (a script that closed the pipe): println! would
+/// panic on EPIPE and take a serving node down with it. The log lines
+/// beside each call say it all too.
+pub(crate) fn print_line(line: &str) {
+    use std::io::Write;
+    let mut out = std::io::stdout().lock();
+    let _ = writeln!(out, "{line}").and_then(|()| out.flush());
 }
 
 fn shutdown_signal() -> std::io::Result<impl std::future::Future<Output = ()>> {
