@@ -69,11 +69,11 @@ fn sentence(causes: &[(String, String)], reached: &[&str]) -> Option<String> {
         [] => format!("cannot reach {list} (no server reachable)"),
         [one] => format!(
             "cannot reach {list}; {one} takes connections but did not serve the request \
-             (no active node or leader it could name, or it is stopped)"
+             (it knows no leader or active node that can be reached, or it is stopped)"
         ),
         many => format!(
             "cannot reach {list}; {} take connections but did not serve the request \
-             (no active node or leader they could name, or they are stopped)",
+             (they know no leader or active node that can be reached, or they are stopped)",
             many.join(", ")
         ),
     })
