@@ -2,7 +2,8 @@
 //! only a serving node can measure: while none serves (a Raft cluster
 //! without its majority, a priority cluster with no active node) the
 //! client would follow redirects for good, saying nothing. An acquire with
-//! that wait is given up once no node has said it serves for
+//! that wait, or an election's campaign (which waits for its turn however
+//! long it takes), is given up once no node has said it serves for
 //! [`OUTAGE_LIMIT`]: exit 4, as for a wait that ran out unanswered.
 
 use std::future::IntoFuture;

@@ -107,18 +107,22 @@ async fn try_without_a_raft_majority_is_no_server_not_held() {
     cluster.resume_all();
 }
 
-/// With only `alive` of the Raft nodes left: acquires (with `--try`, with
-/// a wait of 0, with `run`), release and renew each exit 4 naming no
-/// timeout, within the protocol's answer time plus the client's (a wait
-/// of 0: plus the outage limit).
+/// With one of three Raft nodes left: acquires (with `--try`, with a wait
+/// of 0, with `run`), an election's campaign, release and renew exit 4
+/// naming no timeout, within the protocol's answer time plus the
+/// client's (a wait of 0, a campaign: plus the outage limit).
 fn nothing_is_held_or_timed_out(servers: &str, held: &str, token: &str, what: &str) {
-    let cases: [(&[&str], u64); 6] = [
+    let cases: [(&[&str], u64); 7] = [
         (&["acquire", "cli/free", "--try"], 8),
         (&["acquire", held, "--try"], 8),
         (&["release", held, token], 8),
         (&["renew", held, token], 8),
         (&["acquire", "cli/wait0"], 10 + 8),
         (&["run", "cli/run", "--", "true"], 10 + 8),
+        (
+            &["elect", "cli/elect", "--value", "me", "--", "true"],
+            10 + 8,
+        ),
     ];
     for (args, bound) in cases {
         let (out, took) = baton_within(servers, args, secs(bound));
