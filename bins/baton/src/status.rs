@@ -1,6 +1,7 @@
 //! `baton status`: every node of `--servers` asked for its `S`, shown as a
 //! table (or JSON), each node that could not be asked named with its own
-//! reason: a refused connection, a TLS failure, refused credentials.
+//! reason: a refused connection, a TLS failure, refused credentials, a
+//! node that takes connections but does not answer.
 
 use std::process::ExitCode;
 
@@ -34,28 +35,20 @@ pub async fn status(builder: ClientBuilder, servers: &[String], json: bool) -> E
     }
 }
 
-/// Every node's answer, and the exit code when none could be asked: 4, or
-/// the code of the one reason every node failed for (8: credentials).
-/// One client asks them all; when none can be built, one client per
-/// address finds each node's own reason (the shared client only knows
-/// that none was usable). An error of the command line itself ends it.
+/// Every node's answer, and the exit code when none could be asked.
+/// Each address is asked by a client of its own, at once, so each node
+/// that cannot be asked is named with its own reason (a client of them
+/// all only knows that none was usable). An error of the command line
+/// itself (an address, a TLS file) ends it.
 async fn ask(
     builder: ClientBuilder,
     servers: &[String],
 ) -> Result<(Vec<NodeStatus>, Option<Exit>), Error> {
-    let err = match builder.clone().build().await {
-        Ok(client) => {
-            let nodes = client.status_all().await;
-            let _ = client.close().await;
-            let none_asked = nodes.iter().all(|n| n.status.is_err());
-            return Ok((nodes, none_asked.then_some(Exit::NoServer)));
-        }
-        Err(err) => err,
-    };
-    if Exit::of(&err) == Exit::Usage || matches!(err, Error::TlsConfig { .. }) {
-        return Err(err);
+    let addrs = unique(servers);
+    if addrs.is_empty() {
+        return Err(Error::NoAddress);
     }
-    let asks = unique(servers).into_iter().map(|addr| {
+    let asks = addrs.into_iter().map(|addr| {
         let builder = builder.clone().servers([addr.clone()]);
         async move {
             let status = match builder.build().await {
@@ -69,12 +62,41 @@ async fn ask(
             NodeStatus { addr, status }
         }
     });
-    let nodes = futures_util::future::join_all(asks).await;
-    let exit = match err {
-        Error::NoServer => Exit::NoServer,
-        other => Exit::of(&other),
-    };
-    Ok((nodes, Some(exit)))
+    let mut nodes = futures_util::future::join_all(asks).await;
+    let exits: Vec<Exit> = nodes
+        .iter()
+        .filter_map(|node| node.status.as_ref().err().map(Exit::of))
+        .collect();
+    let ends_it =
+        |err: &Error| Exit::of(err) == Exit::Usage || matches!(err, Error::TlsConfig { .. });
+    if let Some(at) = nodes
+        .iter()
+        .position(|node| node.status.as_ref().is_err_and(ends_it))
+    {
+        nodes.swap_remove(at).status?;
+    }
+    let none_asked = (exits.len() == nodes.len()).then(|| none_asked(&nodes, &exits));
+    Ok((nodes, none_asked))
+}
+
+/// The exit code when no node could be asked, as the client gives it to
+/// other commands: 8 when every node reached refused for credentials,
+/// the one code every node failed with, else 4.
+fn none_asked(nodes: &[NodeStatus], exits: &[Exit]) -> Exit {
+    let reached: Vec<Exit> = nodes
+        .iter()
+        .filter_map(|node| match &node.status {
+            Err(Error::NoServer) | Ok(_) => None,
+            Err(err) => Some(Exit::of(err)),
+        })
+        .collect();
+    if !reached.is_empty() && reached.iter().all(|e| *e == Exit::AuthFailed) {
+        return Exit::AuthFailed;
+    }
+    match exits {
+        [first, rest @ ..] if rest.iter().all(|e| e == first) => *first,
+        _ => Exit::NoServer,
+    }
 }
 
 /// The addresses in their order, each once.

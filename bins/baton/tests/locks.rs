@@ -202,6 +202,19 @@ fn with_an_auth_file_locks_needs_an_admin() {
         "{}",
         stderr(&out)
     );
+    // status: the table still, each node's reason below it, exit 8.
+    let nowhere = free_addr().to_string();
+    let out = baton(&format!("{servers},{nowhere}"), &["status"]);
+    assert_eq!(out.status.code(), Some(8), "{}", stderr(&out));
+    let rows: Vec<String> = stdout(&out).lines().skip(1).map(str::to_owned).collect();
+    assert_eq!(rows.len(), 2, "{}", stdout(&out));
+    let said = stderr(&out);
+    assert!(
+        said.contains(&format!("{servers}: the node requires authentication"))
+            && said.contains(&format!("cannot reach {nowhere}: connection refused")),
+        "{said}"
+    );
+
     // The endpoint's own words, once: not "authentication failed
     // (authentication required ...)".
     let out = baton(&servers, &["locks", "--http", &http]);
