@@ -44,7 +44,7 @@ async fn ask(
     builder: ClientBuilder,
     servers: &[String],
 ) -> Result<(Vec<NodeStatus>, Option<Exit>), Error> {
-    let addrs = unique(servers);
+    let addrs = crate::unreachable::unique(servers);
     if addrs.is_empty() {
         return Err(Error::NoAddress);
     }
@@ -97,15 +97,4 @@ fn none_asked(nodes: &[NodeStatus], exits: &[Exit]) -> Exit {
         [first, rest @ ..] if rest.iter().all(|e| e == first) => *first,
         _ => Exit::NoServer,
     }
-}
-
-/// The addresses in their order, each once.
-fn unique(servers: &[String]) -> Vec<String> {
-    let mut unique: Vec<String> = Vec::new();
-    for addr in servers {
-        if !unique.contains(addr) {
-            unique.push(addr.clone());
-        }
-    }
-    unique
 }

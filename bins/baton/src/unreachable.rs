@@ -20,13 +20,18 @@ static SERVERS: OnceLock<Vec<String>> = OnceLock::new();
 
 /// Remembers the addresses for [`explain`].
 pub fn remember(servers: &[String]) {
+    let _ = SERVERS.set(unique(servers));
+}
+
+/// The addresses in their order, each once.
+pub fn unique(servers: &[String]) -> Vec<String> {
     let mut unique: Vec<String> = Vec::new();
     for addr in servers {
         if !unique.contains(addr) {
             unique.push(addr.clone());
         }
     }
-    let _ = SERVERS.set(unique);
+    unique
 }
 
 /// `cannot reach A: cause; B: cause (no server reachable)`, naming too
