@@ -11,7 +11,7 @@
 use std::net::SocketAddr;
 use std::process::ExitCode;
 
-use baton_client::{Client, NodeStatus, Role};
+use baton_client::{Client, NodeStatus};
 use serde_json::Value;
 
 use crate::admin_http::{query_escape, AdminHttp, Reply};
@@ -171,11 +171,7 @@ pub fn endpoint_of(nodes: &[NodeStatus]) -> Result<String, (Exit, String)> {
     let Some(first) = reachable.first() else {
         return Err(none_asked(nodes));
     };
-    let serving = |n: &&&NodeStatus| {
-        n.status
-            .as_ref()
-            .is_ok_and(|s| matches!(s.role, Role::Single | Role::Active | Role::Leader))
-    };
+    let serving = |n: &&&NodeStatus| crate::outage::serves(n);
     let http_of = |n: &NodeStatus| {
         let report = n.status.as_ref().ok()?;
         let (_, addr) = report.extra.iter().find(|(name, _)| name == "http")?;

@@ -50,7 +50,9 @@ async fn no_node_serves_for(client: &Client, limit: Duration) {
     }
 }
 
-fn serves(node: &NodeStatus) -> bool {
+/// Whether the node said it serves: a single node, a priority active, a
+/// Raft leader.
+pub fn serves(node: &NodeStatus) -> bool {
     node.status
         .as_ref()
         .is_ok_and(|s| matches!(s.role, Role::Single | Role::Active | Role::Leader))
