@@ -270,6 +270,50 @@ async fn with_an_auth_file_the_v1_routes_need_an_admin_over_basic_auth() {
 }
 
 #[tokio::test]
+async fn every_error_is_json_with_the_status_that_says_why() {
+    let http = free_addr();
+    let _node = Batond::start(&["--http-listen", &http.to_string()]);
+    let too_large = "x".repeat(64 * 1024);
+    let cases = [
+        ("POST", "/v1/locks", Some(""), 405),
+        ("DELETE", "/v1/cluster", Some(""), 405),
+        ("GET", "/v1/force-release", None, 405),
+        ("PUT", "/metrics", Some(""), 405),
+        ("GET", "/v1/locks/nope", None, 404),
+        ("GET", "/v1/locks?foo=1", None, 400),
+        ("GET", "/v1/locks?limit=-1", None, 400),
+        ("POST", "/v1/force-release", Some("{not json"), 400),
+        ("POST", "/v1/force-release", Some(r#"{"key": "k"}"#), 400),
+        ("POST", "/v1/force-release", Some(too_large.as_str()), 413),
+    ];
+    for (method, path, body, code) in cases {
+        let reply = match body {
+            Some(body) => baton_tests::http::http_send(http, method, path, Some(body)).await,
+            None => http_get(http, path, None).await,
+        };
+        assert_eq!(reply.code, code, "{method} {path}: {reply:?}");
+        assert_eq!(
+            reply.header("content-type"),
+            Some("application/json"),
+            "{method} {path}: {reply:?}"
+        );
+        let words = json(&reply)["error"]
+            .as_str()
+            .unwrap_or_default()
+            .to_owned();
+        assert!(!words.is_empty(), "{method} {path}: {reply:?}");
+    }
+    // Not sent as JSON: 415, in JSON.
+    let plain = http_raw(
+        http,
+        b"POST /v1/force-release HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\nConnection: close\r\n\r\n{}",
+    )
+    .await;
+    assert_eq!(plain.code, 415, "{plain:?}");
+    assert!(json(&plain)["error"].is_string(), "{plain:?}");
+}
+
+#[tokio::test]
 async fn a_priority_active_and_its_standby_are_both_healthy() {
     let http = free_addrs(2).expect("ports");
     let mut cluster = Cluster::start_each(2, |i| http_args(http[i]));

@@ -143,7 +143,8 @@ async fn a_certificate_for_other_names_is_one_sentence_naming_both() {
     let parent = tempfile::tempdir().expect("temp dir");
     let pki = openssl_recipe(parent.path(), "pki", &["baton-1.example"]);
     let file = |name: &str| path_text(&pki, name);
-    let node = recipe_node(&pki, &[]);
+    let http = baton_tests::free_addr().to_string();
+    let node = recipe_node(&pki, &["--http-listen", &http]);
     let addr = node.addr().to_string();
     let out = cli(&[
         "--servers",
@@ -163,6 +164,46 @@ async fn a_certificate_for_other_names_is_one_sentence_naming_both() {
     );
     assert!(
         !err.contains("NotValidForName") && !err.contains('{'),
+        "{err}"
+    );
+
+    // The same sentence from `baton status`, beside a node that refuses
+    // connections (no client can be built then: each node is asked on
+    // its own for its reason), and from the HTTP endpoint's client.
+    let down = baton_tests::free_addr().to_string();
+    let servers = format!("{addr},{down}");
+    let ca = file("ca.pem");
+    for json in [false, true] {
+        let mut args = vec!["--servers", &servers, "--tls-ca", &ca, "status"];
+        if json {
+            args.push("--json");
+        }
+        let out = cli(&args);
+        let said = format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert_eq!(out.status.code(), Some(4), "{said}");
+        assert!(
+            said.contains("certificate is for baton-1.example, not for 127.0.0.1")
+                && said.contains(&format!("cannot reach {down}: connection refused")),
+            "{said}"
+        );
+    }
+    let out = cli(&[
+        "--servers",
+        &addr,
+        "--tls-ca",
+        &ca,
+        "locks",
+        "--http",
+        &http,
+    ]);
+    let err = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(
+        err.contains("certificate is for baton-1.example, not for 127.0.0.1") && !err.contains('('),
         "{err}"
     );
 

@@ -212,7 +212,7 @@ impl AdminHttp {
         tokio_rustls::TlsConnector::from(config.clone())
             .connect(name, tcp)
             .await
-            .map_err(|e| tls_error(e.to_string()))
+            .map_err(|e| tls_error(baton_client::TlsConfig::handshake_failure(&e)))
     }
 
     async fn send<S>(&self, stream: S, request: Request<Full<Bytes>>) -> Result<Reply, HttpError>

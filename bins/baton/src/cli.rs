@@ -18,7 +18,7 @@ use crate::seconds::parse_seconds;
 #[derive(Debug, Parser)]
 #[command(name = "baton", version, after_help = exit::HELP)]
 pub struct Cli {
-    /// Node addresses, comma separated (host:port).
+    /// Node addresses, comma separated (host:port), at most 64.
     #[arg(
         long,
         global = true,
@@ -55,7 +55,8 @@ pub enum Command {
     /// baton exits, until released or until the lease runs out.
     Acquire {
         key: OsString,
-        /// How long to wait for the lock (0: as long as the node allows).
+        /// How long to wait for the lock (0: as long as the node allows; while
+        /// no node serves, given up after 10 s of that: exit 4).
         #[arg(long, default_value = "0", value_parser = parse_seconds)]
         wait: Duration,
         /// One attempt, no waiting: exit 3 at once if the lock is held.
@@ -132,7 +133,8 @@ pub enum Command {
     /// baton exits 7.
     Run {
         key: OsString,
-        /// How long to wait for the lock (0: as long as the node allows).
+        /// How long to wait for the lock (0: as long as the node allows; while
+        /// no node serves, given up after 10 s of that: exit 4).
         #[arg(long, default_value = "0", value_parser = parse_seconds)]
         wait: Duration,
         /// One attempt, no waiting: exit 3 at once if the lock is held.

@@ -29,7 +29,9 @@ pub async fn elect(client: &Client, options: ElectOptions<'_>) -> ExitCode {
         Ok(election) => election,
         Err(err) => return fail(&err),
     };
-    let leadership = match election.campaign(options.value, options.lease).await {
+    // A campaign waits as long as it takes: not through an outage.
+    let campaign = election.campaign(options.value, options.lease);
+    let leadership = match crate::outage::bounded(client, Duration::ZERO, campaign).await {
         Ok(leadership) => leadership,
         Err(err) => return fail(&err),
     };

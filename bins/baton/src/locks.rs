@@ -11,7 +11,7 @@
 use std::net::SocketAddr;
 use std::process::ExitCode;
 
-use baton_client::{Client, NodeStatus, Role};
+use baton_client::{Client, NodeStatus};
 use serde_json::Value;
 
 use crate::admin_http::{query_escape, AdminHttp, Reply};
@@ -80,13 +80,15 @@ fn page_of(http: &AdminHttp, reply: Reply) -> Result<(Vec<Value>, Option<String>
     match reply.status {
         200 => {}
         401 => {
+            // The endpoint's words say "authentication ..." themselves.
+            let mut words = reply.error_text();
+            if !words.starts_with("authentication") {
+                words = format!("authentication failed: {words}");
+            }
             return Err((
                 Exit::AuthFailed,
-                format!(
-                    "{addr}: authentication failed ({}): give an admin's --user and its secret",
-                    reply.error_text()
-                ),
-            ))
+                format!("{addr}: {words}: give an admin's --user and its secret"),
+            ));
         }
         403 => {
             return Err((
@@ -101,7 +103,14 @@ fn page_of(http: &AdminHttp, reply: Reply) -> Result<(Vec<Value>, Option<String>
             if let Some(active) = reply.body.get("active").and_then(Value::as_str) {
                 message.push_str(&format!(" (the serving node is {active})"));
             }
-            return Err((Exit::Failure, message));
+            // 503: the node does not serve (a standby, a follower, no
+            // majority), which exit 4 stands for.
+            let exit = if code == 503 {
+                Exit::NoServer
+            } else {
+                Exit::Failure
+            };
+            return Err((exit, message));
         }
     }
     let bad = || {
@@ -162,11 +171,7 @@ pub fn endpoint_of(nodes: &[NodeStatus]) -> Result<String, (Exit, String)> {
     let Some(first) = reachable.first() else {
         return Err(none_asked(nodes));
     };
-    let serving = |n: &&&NodeStatus| {
-        n.status
-            .as_ref()
-            .is_ok_and(|s| matches!(s.role, Role::Single | Role::Active | Role::Leader))
-    };
+    let serving = |n: &&&NodeStatus| crate::outage::serves(n);
     let http_of = |n: &NodeStatus| {
         let report = n.status.as_ref().ok()?;
         let (_, addr) = report.extra.iter().find(|(name, _)| name == "http")?;

@@ -13,8 +13,10 @@ mod keygen;
 mod locks;
 mod manual;
 mod member;
+mod outage;
 mod run;
 mod seconds;
+mod status;
 mod status_json;
 mod status_table;
 mod tls;
@@ -24,7 +26,7 @@ mod watch;
 use std::process::ExitCode;
 use std::time::Duration;
 
-use baton_client::{Client, Error, NodeStatus};
+use baton_client::{Client, Error};
 use clap::Parser;
 
 use crate::admin_http::AdminHttp;
@@ -66,10 +68,19 @@ pub(crate) fn fail(err: &Error) -> ExitCode {
                  but no node answered in time (stopped or overloaded?)"
             ),
         },
+        // Which nodes could not be reached, when some could not.
+        Error::NotServing => match unreachable::explain() {
+            Some(why) => eprintln!("baton: {err}; {why}"),
+            None => eprintln!("baton: {err}"),
+        },
         _ => eprintln!("baton: {err}"),
     }
     Exit::of(err).code()
 }
+
+/// The most addresses `--servers` takes: a cluster is a few nodes, and
+/// the client keeps a connection to each.
+const MAX_SERVERS: usize = 64;
 
 /// `--try`: the shortest wait the protocol carries (1 ms; 0 would mean
 /// the node's maximum), so one attempt and no queueing to speak of.
@@ -88,6 +99,13 @@ async fn dispatch(cli: Cli) -> ExitCode {
         .map(|s| s.trim().to_owned())
         .filter(|s| !s.is_empty())
         .collect();
+    if servers.len() > MAX_SERVERS {
+        eprintln!(
+            "baton: --servers lists {} addresses; at most {MAX_SERVERS}",
+            servers.len()
+        );
+        return Exit::Usage.code();
+    }
     unreachable::remember(&servers);
     let tls = match cli.tls.config() {
         Ok(tls) => tls,
@@ -134,11 +152,10 @@ async fn dispatch(cli: Cli) -> ExitCode {
         };
         return admin.member(builder, action).await;
     }
-    let client = builder.build().await;
     if let Command::Status { json } = cli.command {
-        return status(client, servers, json).await;
+        return status::status(builder, &servers, json).await;
     }
-    let client = match client {
+    let client = match builder.build().await {
         Ok(client) => client,
         Err(err) => return fail(&err),
     };
@@ -160,10 +177,13 @@ async fn command(client: &Client, command: Command) -> ExitCode {
             try_once,
             lease,
             grant,
-        } => grant
-            .apply(client.acquire(key.as_encoded_bytes(), wait_or_try(wait, try_once), lease))
-            .await
-            .map(|guard| println!("{}", guard.into_token())),
+        } => {
+            let wait = wait_or_try(wait, try_once);
+            let acquire = grant.apply(client.acquire(key.as_encoded_bytes(), wait, lease));
+            outage::bounded(client, wait, acquire)
+                .await
+                .map(|guard| println!("{}", guard.into_token()))
+        }
         Command::Release { key, token } => client.release(key.as_encoded_bytes(), token).await,
         Command::Renew { key, token, lease } => client
             .renew(key.as_encoded_bytes(), token, lease)
@@ -299,46 +319,6 @@ impl Admin {
             Ok(http) => locks::locks(&http, options).await,
             Err(code) => code,
         }
-    }
-}
-
-async fn status(client: Result<Client, Error>, servers: Vec<String>, json: bool) -> ExitCode {
-    let nodes = match client {
-        Ok(client) => client.status_all().await,
-        Err(Error::NoServer) => {
-            let mut unique: Vec<String> = Vec::new();
-            for addr in servers {
-                if !unique.contains(&addr) {
-                    unique.push(addr);
-                }
-            }
-            unique
-                .into_iter()
-                .map(|addr| NodeStatus {
-                    addr,
-                    status: Err(Error::NoServer),
-                })
-                .collect()
-        }
-        Err(err) => return fail(&err),
-    };
-    if json {
-        println!("{}", status_json::render(&nodes));
-    } else {
-        print!("{}", status_table::render(&nodes));
-        // The table has no room for why a node could not be asked.
-        for line in status_table::failures(&nodes) {
-            eprintln!("baton: {line}");
-        }
-    }
-    if let Some(line) = status_table::many_serving(&nodes) {
-        eprintln!("baton: {line}");
-        return Exit::ManyServing.code();
-    }
-    if nodes.iter().any(|node| node.status.is_ok()) {
-        Exit::Ok.code()
-    } else {
-        Exit::NoServer.code()
     }
 }
 

@@ -48,7 +48,7 @@ pub async fn run(client: &Client, options: RunOptions<'_>) -> ExitCode {
         return Exit::Usage.code();
     }
     let acquire = grant.apply(client.acquire(key.as_encoded_bytes(), wait, lease));
-    let mut guard = match acquire.await {
+    let mut guard = match crate::outage::bounded(client, wait, acquire).await {
         Ok(guard) => guard,
         Err(err) => return crate::fail(&err),
     };

@@ -43,7 +43,9 @@ pub fn error_text(addr: &str, err: &Error) -> String {
     match err {
         Error::NoServer => match crate::unreachable::dial(addr) {
             Err(why) => format!("cannot reach {addr}: {why}"),
-            Ok(()) => "no usable connection".to_owned(),
+            // A stopped node: its kernel still takes the connection.
+            Ok(()) => "it takes connections but did not answer in time (stopped or overloaded?)"
+                .to_owned(),
         },
         other => other.to_string(),
     }

@@ -20,13 +20,18 @@ static SERVERS: OnceLock<Vec<String>> = OnceLock::new();
 
 /// Remembers the addresses for [`explain`].
 pub fn remember(servers: &[String]) {
+    let _ = SERVERS.set(unique(servers));
+}
+
+/// The addresses in their order, each once.
+pub fn unique(servers: &[String]) -> Vec<String> {
     let mut unique: Vec<String> = Vec::new();
     for addr in servers {
         if !unique.contains(addr) {
             unique.push(addr.clone());
         }
     }
-    let _ = SERVERS.set(unique);
+    unique
 }
 
 /// `cannot reach A: cause; B: cause (no server reachable)`, naming too
@@ -69,11 +74,11 @@ fn sentence(causes: &[(String, String)], reached: &[&str]) -> Option<String> {
         [] => format!("cannot reach {list} (no server reachable)"),
         [one] => format!(
             "cannot reach {list}; {one} takes connections but did not serve the request \
-             (no active node or leader it could name, or it is stopped)"
+             (it knows no leader or active node that can be reached, or it is stopped)"
         ),
         many => format!(
             "cannot reach {list}; {} take connections but did not serve the request \
-             (no active node or leader they could name, or they are stopped)",
+             (they know no leader or active node that can be reached, or they are stopped)",
             many.join(", ")
         ),
     })

@@ -121,6 +121,20 @@ fn a_malformed_server_address_is_a_usage_error_naming_it() {
             "{said}"
         );
     }
+    // No port, no host, a port that is not one, nothing, an address past
+    // the protocol's length, more addresses than any cluster has.
+    let long = format!("{}:7411", "a".repeat(300));
+    let many: Vec<String> = (0..65).map(|i| format!("127.0.0.1:{}", 1000 + i)).collect();
+    let many = many.join(",");
+    for servers in ["bogus", ":7411", "host:notaport", "", " , ", &long, &many] {
+        let out = baton(servers, &["acquire", "k", "--try"]);
+        let said = stderr(&out);
+        assert_eq!(out.status.code(), Some(2), "{servers:.40}: {said}");
+        assert!(
+            said.starts_with("baton: ") && said.lines().count() == 1,
+            "{said}"
+        );
+    }
 }
 
 #[test]

@@ -2,7 +2,9 @@
 //! nothing answered). With the serving node frozen an acquire with a 5 s
 //! wait is granted by the new serving node; with every node frozen, or no
 //! Raft majority, the CLI exits 4 (no server), not 3 (a node said the wait
-//! ran out), within a few seconds of the wait.
+//! ran out), within a few seconds of the wait. The same with two of three
+//! Raft nodes killed, for every command, a wait of 0 (the node's maximum,
+//! which no node can measure then) included.
 
 #![allow(clippy::unwrap_used)] // a failed unwrap in a test is a failed test
 
@@ -11,8 +13,8 @@ mod common;
 use std::time::{Duration, Instant};
 
 use baton_tests::frozen::{ClusterMode, FreezableCluster};
-use baton_tests::raft::SERIAL;
-use common::{baton, expect_code, stderr};
+use baton_tests::raft::{RaftCluster, SERIAL, SETTLE};
+use common::{baton, baton_within, expect_code, stderr, stdout};
 
 fn secs(n: u64) -> Duration {
     Duration::from_secs(n)
@@ -103,4 +105,63 @@ async fn try_without_a_raft_majority_is_no_server_not_held() {
         said.trim_end()
     );
     cluster.resume_all();
+}
+
+/// With one of three Raft nodes left: acquires (with `--try`, with a wait
+/// of 0, with `run`), an election's campaign, release and renew exit 4
+/// naming no timeout, within the protocol's answer time plus the
+/// client's (a wait of 0, a campaign: plus the outage limit).
+fn nothing_is_held_or_timed_out(servers: &str, held: &str, token: &str, what: &str) {
+    let cases: [(&[&str], u64); 7] = [
+        (&["acquire", "cli/free", "--try"], 8),
+        (&["acquire", held, "--try"], 8),
+        (&["release", held, token], 8),
+        (&["renew", held, token], 8),
+        (&["acquire", "cli/wait0"], 10 + 8),
+        (&["run", "cli/run", "--", "true"], 10 + 8),
+        (
+            &["elect", "cli/elect", "--value", "me", "--", "true"],
+            10 + 8,
+        ),
+    ];
+    for (args, bound) in cases {
+        let (out, took) = baton_within(servers, args, secs(bound));
+        expect_code(&out, 4);
+        let said = stderr(&out);
+        assert!(!said.contains("timed out"), "{what}: {args:?}: {said}");
+        eprintln!(
+            "{what}: {args:?}: exit 4 after {took:?}: {}",
+            said.trim_end()
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_two_of_three_raft_nodes_killed_every_command_exits_4() {
+    let _one_cluster_at_a_time = SERIAL.lock().await;
+    let mut cluster = RaftCluster::start(3);
+    let servers: Vec<String> = cluster.peers.iter().map(ToString::to_string).collect();
+    let servers = servers.join(",");
+    let (leader, _) = cluster.wait_leader(SETTLE).await;
+    let out = baton(&servers, &["acquire", "cli/held", "--lease", "600"]);
+    expect_code(&out, 0);
+    let token = stdout(&out).trim().to_owned();
+
+    // The leader alone: it steps down and answers `M ... -`.
+    let followers: Vec<usize> = (0..3).filter(|i| *i != leader).collect();
+    for &i in &followers {
+        cluster.nodes[i].kill();
+    }
+    nothing_is_held_or_timed_out(&servers, "cli/held", &token, "leader alone");
+
+    // A follower alone: it may still name the dead leader.
+    for &i in &followers {
+        cluster.nodes[i].restart();
+    }
+    let (leader, _) = cluster.wait_leader(SETTLE).await;
+    let survivor = (leader + 1) % 3;
+    for i in (0..3).filter(|i| *i != survivor) {
+        cluster.nodes[i].kill();
+    }
+    nothing_is_held_or_timed_out(&servers, "cli/held", &token, "follower alone");
 }

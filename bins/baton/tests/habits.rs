@@ -135,6 +135,20 @@ fn status_json_is_one_array_with_every_field_and_the_unreachable() {
         .as_str()
         .unwrap()
         .contains("connection refused"));
+    // A node that takes connections and never answers (a stopped one):
+    // said so, in the table's lines too.
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let silent = listener.local_addr().unwrap().to_string();
+    for args in [&["status", "--json"][..], &["status"]] {
+        let out = baton(&silent, args);
+        assert_eq!(out.status.code(), Some(4));
+        let said = format!("{}{}", stdout(&out), stderr(&out));
+        assert!(
+            said.contains("takes connections but did not answer in time"),
+            "{said}"
+        );
+    }
+    drop(listener);
 }
 
 #[test]

@@ -202,12 +202,27 @@ fn with_an_auth_file_locks_needs_an_admin() {
         "{}",
         stderr(&out)
     );
+    // status: the table still, each node's reason below it, exit 8.
+    let nowhere = free_addr().to_string();
+    let out = baton(&format!("{servers},{nowhere}"), &["status"]);
+    assert_eq!(out.status.code(), Some(8), "{}", stderr(&out));
+    let rows: Vec<String> = stdout(&out).lines().skip(1).map(str::to_owned).collect();
+    assert_eq!(rows.len(), 2, "{}", stdout(&out));
+    let said = stderr(&out);
+    assert!(
+        said.contains(&format!("{servers}: the node requires authentication"))
+            && said.contains(&format!("cannot reach {nowhere}: connection refused")),
+        "{said}"
+    );
+
+    // The endpoint's own words, once: not "authentication failed
+    // (authentication required ...)".
     let out = baton(&servers, &["locks", "--http", &http]);
     expect_code(&out, 8);
+    let said = stderr(&out);
     assert!(
-        stderr(&out).contains("authentication failed"),
-        "{}",
-        stderr(&out)
+        said.contains("authentication required") && said.matches("authentication").count() == 1,
+        "{said}"
     );
     let out = baton(
         &servers,
@@ -222,6 +237,11 @@ fn with_an_auth_file_locks_needs_an_admin() {
         ],
     );
     expect_code(&out, 8);
+    let said = stderr(&out);
+    assert!(
+        said.contains("authentication failed") && said.matches("authentication").count() == 1,
+        "{said}"
+    );
     let out = baton(
         &servers,
         &["--user", "billing", "--secret-file", &billing, "locks"],
@@ -252,4 +272,25 @@ fn with_an_auth_file_locks_needs_an_admin() {
     let locks = json_locks(&out);
     assert_eq!(locks.len(), 1);
     assert_eq!(locks[0]["key"], "billing/x");
+}
+
+#[test]
+fn a_node_that_does_not_serve_exits_4_naming_the_serving_node() {
+    let https = [free_addr().to_string(), free_addr().to_string()];
+    let mut cluster = baton_tests::cluster::Cluster::start_each(2, |i| {
+        vec!["--http-listen".to_string(), https[i].clone()]
+    });
+    let active = cluster.addr(0).to_string();
+    let standby = cluster.addr(1).to_string();
+    common::poll(std::time::Duration::from_secs(15), "node 0 active", || {
+        stdout(&baton(&standby, &["status"])).contains(&format!("standby  {active}"))
+    });
+    let out = baton(&standby, &["locks", "--http", &https[1]]);
+    expect_code(&out, 4);
+    let said = stderr(&out);
+    assert!(
+        said.contains(&format!("the serving node is {active}")),
+        "{said}"
+    );
+    cluster.kill(0);
 }

@@ -51,7 +51,10 @@ pub enum Error {
     /// (`M <op> <key> -`), for as long as the request could wait: a Raft
     /// cluster without a majority, or a priority cluster between two
     /// active nodes. Nothing was granted or changed; retry later.
-    #[error("no node is serving: the nodes reached know of no leader or active node")]
+    #[error(
+        "no node is serving: none of the nodes reached is a leader or active node \
+         (no Raft majority, or no active node)"
+    )]
     NotServing,
     /// A node answered `E`: the request is malformed or beyond a limit.
     #[error("rejected by the node: {reason}")]

@@ -156,6 +156,19 @@ impl TlsConfig {
         self.client_config()
     }
 
+    /// Why a TLS handshake made with [`TlsConfig::rustls_client_config`]
+    /// failed, in the words of [`Error::Tls`]: one sentence, naming both
+    /// the name connected by and the certificate's names when they differ.
+    ///
+    /// ```
+    /// let refused = std::io::Error::from(std::io::ErrorKind::ConnectionReset);
+    /// let why = baton_client::TlsConfig::handshake_failure(&refused);
+    /// assert_eq!(why, "the node closed the connection during the TLS handshake");
+    /// ```
+    pub fn handshake_failure(error: &io::Error) -> String {
+        describe(error)
+    }
+
     /// The rustls configuration every connection of a client shares.
     pub(crate) fn client_config(&self) -> Result<Arc<rustls::ClientConfig>> {
         let builder = rustls::ClientConfig::builder_with_provider(baton_tls::provider())

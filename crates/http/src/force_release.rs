@@ -9,7 +9,8 @@
 //! Answers: 200 `{"released": true, "key", "token"}`; 409 when no grant of
 //! the key carries that token (nothing changed); 400 for a bad body; 503
 //! with `active` on a node that does not serve; 504 when the node did not
-//! answer in time (a Raft leader without its majority).
+//! answer in time (a Raft leader without its majority); 413 for a body
+//! past the endpoint's limit, 415 for one not sent as JSON.
 
 use std::sync::Arc;
 
@@ -23,7 +24,7 @@ use baton_server::ForceRelease;
 use serde::Deserialize;
 use serde_json::json;
 
-use crate::v1::{error, not_serving};
+use crate::v1::{bad_body, error, not_serving};
 use crate::view::HttpContext;
 
 /// The body: the key and the token to release, a string as `/v1/locks`
@@ -55,10 +56,7 @@ pub async fn release(
     let request = match body {
         Ok(Json(request)) => request,
         Err(rejection) => {
-            return error(
-                StatusCode::BAD_REQUEST,
-                format!("expected {{\"key\": \"...\", \"token\": \"...\"}}: {rejection}"),
-            )
+            return bad_body(&rejection, r#"{"key": "...", "token": "..."}"#);
         }
     };
     let (key, token) = match request.parse() {

@@ -60,6 +60,50 @@ pub fn router(ctx: HttpContext) -> Router {
     open.merge(admin)
         .with_state(ctx)
         .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
+        .layer(middleware::from_fn(json_errors))
+}
+
+/// The most of a plain-text error body kept as the JSON error's words.
+const MAX_ERROR_TEXT: usize = 1024;
+
+/// An error axum answers on its own (405 for a method the route does not
+/// take, a rejection of an extractor) gets the JSON body every other
+/// error has: `{"error": ...}`, its status and headers kept. The
+/// console's pages (`/ui`) answer in their own shape.
+async fn json_errors(request: Request, next: Next) -> Response {
+    let console = request.uri().path().starts_with("/ui");
+    let asked = format!("{} {}", request.method(), request.uri().path());
+    let response = next.run(request).await;
+    let status = response.status();
+    let is_json = response
+        .headers()
+        .get(header::CONTENT_TYPE)
+        .is_some_and(|t| t.as_bytes().starts_with(b"application/json"));
+    if console || is_json || !(status.is_client_error() || status.is_server_error()) {
+        return response;
+    }
+    let (mut parts, body) = response.into_parts();
+    let text = axum::body::to_bytes(body, MAX_ERROR_TEXT)
+        .await
+        .map(|bytes| String::from_utf8_lossy(&bytes).trim().to_owned())
+        .unwrap_or_default();
+    let words = if !text.is_empty() {
+        text
+    } else if status == StatusCode::METHOD_NOT_ALLOWED {
+        format!("method not allowed: {asked} (the Allow header lists the methods it takes)")
+    } else {
+        status
+            .canonical_reason()
+            .unwrap_or("request failed")
+            .to_lowercase()
+    };
+    let json = error(status, words);
+    let (json_parts, json_body) = json.into_parts();
+    parts.headers.remove(header::CONTENT_LENGTH);
+    for (name, value) in &json_parts.headers {
+        parts.headers.insert(name, value.clone());
+    }
+    Response::from_parts(parts, json_body)
 }
 
 /// Every request: a slot among the concurrent ones, and a deadline.

@@ -222,6 +222,117 @@ async fn unknown_routes_are_404_and_other_methods_405() {
     assert_eq!(response.status(), StatusCode::METHOD_NOT_ALLOWED);
 }
 
+/// `method uri` with `body` (and a JSON content type when `as_json`): the
+/// status, the content type, and the body parsed as JSON.
+async fn answer(
+    app: &Router,
+    method: &str,
+    uri: &str,
+    body: Vec<u8>,
+    as_json: bool,
+) -> (StatusCode, String, Value) {
+    let mut request = Request::builder().method(method).uri(uri);
+    if as_json {
+        request = request.header(header::CONTENT_TYPE, "application/json");
+    }
+    let request = request.body(Body::from(body)).expect("request");
+    let response = app.clone().oneshot(request).await.expect("infallible");
+    let (parts, body) = response.into_parts();
+    let bytes = axum::body::to_bytes(body, 1 << 20).await.expect("body");
+    let kind = parts
+        .headers
+        .get(header::CONTENT_TYPE)
+        .map(|t| t.to_str().unwrap_or_default().to_owned())
+        .unwrap_or_default();
+    (parts.status, kind, json(&String::from_utf8_lossy(&bytes)))
+}
+
+#[tokio::test]
+async fn every_error_is_json_with_the_status_that_says_why() {
+    let app = app(&["jobs/1"], None);
+    let too_large = vec![b'a'; crate::limits::MAX_BODY_BYTES + 1];
+    let cases: [(&str, &str, Vec<u8>, bool, StatusCode); 10] = [
+        (
+            "POST",
+            "/v1/locks",
+            vec![],
+            false,
+            StatusCode::METHOD_NOT_ALLOWED,
+        ),
+        (
+            "DELETE",
+            "/v1/cluster",
+            vec![],
+            false,
+            StatusCode::METHOD_NOT_ALLOWED,
+        ),
+        (
+            "GET",
+            "/v1/force-release",
+            vec![],
+            false,
+            StatusCode::METHOD_NOT_ALLOWED,
+        ),
+        (
+            "PUT",
+            "/health",
+            vec![],
+            false,
+            StatusCode::METHOD_NOT_ALLOWED,
+        ),
+        ("GET", "/v1/nope", vec![], false, StatusCode::NOT_FOUND),
+        (
+            "GET",
+            "/v1/locks?foo=1",
+            vec![],
+            false,
+            StatusCode::BAD_REQUEST,
+        ),
+        (
+            "GET",
+            "/v1/locks?limit=x",
+            vec![],
+            false,
+            StatusCode::BAD_REQUEST,
+        ),
+        (
+            "POST",
+            "/v1/force-release",
+            b"{bad".to_vec(),
+            true,
+            StatusCode::BAD_REQUEST,
+        ),
+        (
+            "POST",
+            "/v1/force-release",
+            b"{}".to_vec(),
+            false,
+            StatusCode::UNSUPPORTED_MEDIA_TYPE,
+        ),
+        (
+            "POST",
+            "/v1/force-release",
+            too_large,
+            true,
+            StatusCode::PAYLOAD_TOO_LARGE,
+        ),
+    ];
+    for (method, uri, body, as_json, expected) in cases {
+        let (code, kind, body) = answer(&app, method, uri, body, as_json).await;
+        assert_eq!(code, expected, "{method} {uri}: {body}");
+        assert_eq!(kind, "application/json", "{method} {uri}");
+        let words = body["error"].as_str().unwrap_or_default();
+        assert!(!words.is_empty(), "{method} {uri}: {body}");
+    }
+    let (_, _, body) = answer(&app, "POST", "/v1/locks", vec![], false).await;
+    assert_eq!(
+        body["error"],
+        "method not allowed: POST /v1/locks (the Allow header lists the methods it takes)"
+    );
+    let (_, _, listed) = get(&app, "/v1/locks", None).await;
+    assert_eq!(json(&listed)["locks"].as_array().map(Vec::len), Some(1));
+}
+
 fn users() -> (Arc<Auth>, tempfile::TempDir) {
     let dir = tempfile::tempdir().expect("dir");
     let path = dir.path().join("users.toml");

@@ -6,7 +6,7 @@
 
 use std::sync::Arc;
 
-use axum::extract::rejection::QueryRejection;
+use axum::extract::rejection::{JsonRejection, QueryRejection};
 use axum::extract::{Query, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
@@ -17,7 +17,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::json;
 
 use crate::health::{active_of, term_of};
-use crate::limits::{DEFAULT_PAGE, MAX_PAGE};
+use crate::limits::{DEFAULT_PAGE, MAX_BODY_BYTES, MAX_PAGE};
 use crate::view::HttpContext;
 
 /// The query string of `/v1/locks`; any other parameter is refused.
@@ -35,6 +35,26 @@ pub struct LocksParams {
 /// A client error, as JSON: `{"error": "..."}`.
 pub fn error(code: StatusCode, message: impl Into<String>) -> Response {
     (code, Json(json!({ "error": message.into() }))).into_response()
+}
+
+/// A request body the route cannot take, as JSON with the status that
+/// says why: 413 past [`MAX_BODY_BYTES`], 415 without the JSON content
+/// type, 400 for anything else (not JSON, or not the shape `expected`).
+pub fn bad_body(rejection: &JsonRejection, expected: &str) -> Response {
+    match rejection.status() {
+        StatusCode::UNSUPPORTED_MEDIA_TYPE => error(
+            StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            format!("send the body as JSON (Content-Type: application/json): {expected}"),
+        ),
+        StatusCode::PAYLOAD_TOO_LARGE => error(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            format!("the body is larger than {MAX_BODY_BYTES} bytes: expected {expected}"),
+        ),
+        _ => error(
+            StatusCode::BAD_REQUEST,
+            format!("expected {expected}: {}", rejection.body_text()),
+        ),
+    }
 }
 
 /// A query string the route does not take (an unknown parameter, bad

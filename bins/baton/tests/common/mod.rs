@@ -20,6 +20,28 @@ pub fn baton(servers: &str, args: &[&str]) -> Output {
         .expect("run baton")
 }
 
+/// [`baton`], killed if it runs past `within` (its output then has no
+/// exit code), and how long it ran.
+pub fn baton_within(servers: &str, args: &[&str], within: Duration) -> (Output, Duration) {
+    let started = Instant::now();
+    let mut child = Command::new(BATON)
+        .env("BATON_SERVERS", servers)
+        .env_remove("BATON_HTTP")
+        .env_remove("BATON_USER")
+        .env_remove("BATON_SECRET")
+        .args(args)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("run baton");
+    while child.try_wait().expect("poll baton").is_none() && started.elapsed() < within {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let _ = child.kill();
+    let out = child.wait_with_output().expect("baton output");
+    (out, started.elapsed())
+}
+
 pub fn stdout(out: &Output) -> String {
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
