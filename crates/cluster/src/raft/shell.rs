@@ -24,6 +24,7 @@ use baton_server::{
 
 use super::engine::RaftEngine;
 use super::members::Members;
+use super::membership::MembershipChanges;
 use super::net::inbound::RaftAcceptor;
 use super::net::link::{Dialer, TcpDialer};
 use super::net::network::Network;
@@ -136,11 +137,17 @@ pub struct RaftCluster<L: Accept = TcpListener> {
 pub struct RaftHandle {
     raft: Raft,
     me: NodeId,
+    membership: MembershipChanges,
 }
 
 impl RaftHandle {
     pub fn raft(&self) -> &Raft {
         &self.raft
+    }
+
+    /// The node's online membership changes.
+    pub fn membership(&self) -> &MembershipChanges {
+        &self.membership
     }
 
     /// Graceful stop, first part: a leader hands the lead to the follower
@@ -330,11 +337,15 @@ impl Opened {
             hold_clock,
             removal.subscribe(),
         ));
+        let membership =
+            MembershipChanges::new(raft.clone(), settings.silent_after(), tasks.clone());
+        tasks.spawn(membership.clone().keep());
         Ok(RaftCluster {
             server,
             handle: RaftHandle {
                 raft,
                 me: settings.me,
+                membership,
             },
         })
     }
