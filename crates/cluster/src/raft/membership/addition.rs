@@ -320,13 +320,11 @@ impl MembershipChanges {
                 continue;
             };
             self.adopt_a_learner(&members);
-            let joint = metrics
-                .membership_config
-                .membership()
-                .get_joint_config()
-                .len()
-                > 1;
-            if joint && self.shared.change.try_lock().is_ok() {
+            // Committed, else openraft refuses a change (one in progress).
+            let committed = &metrics.committed_membership_config;
+            let settled = metrics.membership_config.log_id() == committed.log_id();
+            let joint = committed.membership().get_joint_config().len() > 1;
+            if settled && joint && self.shared.change.try_lock().is_ok() {
                 match self
                     .commit(ChangeMembers::AddVoterIds(BTreeSet::new()))
                     .await
