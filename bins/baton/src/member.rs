@@ -3,10 +3,11 @@
 //!
 //! `add` asks again while the new node is a learner still catching up
 //! (HTTP 202), each ask saying how long it still waits in all
-//! (`wait_ms`), so that `--timeout` holds whatever its length: at the
-//! last, a learner that has not caught up is removed again (HTTP 504, exit
-//! 3) and the membership is as before. After a change that leaves an even
-//! number of voters, a warning on stderr. A node that is not the
+//! (`wait_ms`, the addition's deadline on the leader), so that `--timeout`
+//! holds whatever its length: once it runs out, the leader removes a
+//! learner that has not caught up (HTTP 504, exit 3) and the membership is
+//! as before. After a change that leaves an even number of voters, a
+//! warning on stderr. A node that is not the
 //! leader answers 421; the endpoint is found again (the serving node's
 //! `http=`) and the request repeated, a few times at most.
 
@@ -107,6 +108,8 @@ fn exit_of(status: u16) -> Exit {
         // Still a learner when --timeout ran out (and removed again: 504).
         202 | 504 => Exit::TimedOut,
         400 | 404 | 409 | 421 => Exit::Rejected,
+        // No majority of the voters answers the leader.
+        503 => Exit::NoServer,
         _ => Exit::Failure,
     }
 }
@@ -152,8 +155,10 @@ fn even_voters(members: &[Value]) -> Option<String> {
         .filter(|m| m["membership"] == "voter")
         .count();
     (voters > 0 && voters % 2 == 0).then(|| {
+        let tolerated = voters / 2 - 1;
         format!(
-            "{voters} voters: an even number tolerates no more failures than {} (a majority is {}); add or remove one",
+            "{voters} voters tolerate {tolerated} {}, as {} would (a majority is {}): an even number adds no safety; add or remove one",
+            if tolerated == 1 { "failure" } else { "failures" },
             voters - 1,
             voters / 2 + 1
         )
@@ -213,6 +218,15 @@ mod tests {
         let four = vec![member("voter"); 4];
         let warning = even_voters(&four).unwrap_or_default();
         assert!(warning.starts_with("4 voters"), "{warning}");
+        assert!(
+            warning.contains("tolerate 1 failure, as 3 would (a majority is 3)"),
+            "{warning}"
+        );
+        let two = even_voters(&[member("voter"), member("voter")]).unwrap_or_default();
+        assert!(
+            two.contains("2 voters tolerate 0 failures, as 1 would (a majority is 2)"),
+            "{two}"
+        );
         let three_and_a_learner = [vec![member("voter"); 3], vec![member("learner")]].concat();
         assert_eq!(even_voters(&three_and_a_learner), None);
     }
@@ -224,6 +238,7 @@ mod tests {
         assert_eq!(exit_of(409), Exit::Rejected);
         assert_eq!(exit_of(202), Exit::TimedOut);
         assert_eq!(exit_of(504), Exit::TimedOut);
+        assert_eq!(exit_of(503), Exit::NoServer);
         assert_eq!(exit_of(500), Exit::Failure);
     }
 }

@@ -4,21 +4,24 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use baton_cluster::raft::membership::{self, CatchUp, MemberView, MembershipError};
-use baton_cluster::raft::types::Raft;
+use baton_cluster::raft::membership::{
+    AddAsk, MemberView, MembershipChanges, MembershipError, ROLLBACK_GRACE,
+};
 use baton_http::limits::REQUEST_TIMEOUT;
 use baton_http::members::{AdminError, AdminFuture, MemberEntry, MembershipAdmin};
 
-/// How long one `POST /v1/members` waits for a learner to catch up: within
-/// the endpoint's request deadline; `baton member add` asks again.
+/// How long one `POST /v1/members` waits for a learner to catch up, and a
+/// little more for its removal when the addition's deadline falls within:
+/// within the endpoint's request deadline; `baton member add` asks again.
 const CATCH_UP_PER_REQUEST: Duration = Duration::from_secs(5);
-const _: () = assert!(CATCH_UP_PER_REQUEST.as_secs() + 3 < REQUEST_TIMEOUT.as_secs());
+const _: () =
+    assert!(CATCH_UP_PER_REQUEST.as_secs() + ROLLBACK_GRACE.as_secs() < REQUEST_TIMEOUT.as_secs());
 
-struct RaftMembers(Raft);
+struct RaftMembers(MembershipChanges);
 
 /// The membership admin of a Raft node.
-pub fn admin(raft: &Raft) -> Arc<dyn MembershipAdmin> {
-    Arc::new(RaftMembers(raft.clone()))
+pub fn admin(changes: &MembershipChanges) -> Arc<dyn MembershipAdmin> {
+    Arc::new(RaftMembers(changes.clone()))
 }
 
 fn entries(views: Vec<MemberView>) -> Vec<MemberEntry> {
@@ -38,8 +41,14 @@ fn admin_error(error: MembershipError) -> AdminError {
         MembershipError::NotLeader { leader } => AdminError::NotLeader { leader },
         MembershipError::BadAddress(_) => AdminError::BadRequest(text),
         MembershipError::NotMember(_) => AdminError::NotFound(text),
-        MembershipError::AlreadyMember(_) | MembershipError::LastVoter(_) => {
-            AdminError::Conflict(text)
+        MembershipError::AlreadyMember(_)
+        | MembershipError::LastVoter(_)
+        | MembershipError::WouldLoseMajority { .. }
+        | MembershipError::AddingAnother { .. }
+        | MembershipError::Busy
+        | MembershipError::RemovedMeanwhile(_) => AdminError::Conflict(text),
+        MembershipError::NoMajority { .. } | MembershipError::NotCommitted => {
+            AdminError::Unavailable(text)
         }
         MembershipError::NotCaughtUp { .. } => AdminError::Pending(text),
         MembershipError::RolledBack { .. } => AdminError::TimedOut(text),
@@ -49,24 +58,19 @@ fn admin_error(error: MembershipError) -> AdminError {
 
 impl MembershipAdmin for RaftMembers {
     fn list(&self) -> Vec<MemberEntry> {
-        entries(membership::list(&self.0))
+        entries(self.0.list())
     }
 
-    /// Waits at most [`CATCH_UP_PER_REQUEST`], less if the caller waits
-    /// less in all; then it is the caller's last ask (see [`CatchUp`]).
+    /// Waits at most [`CATCH_UP_PER_REQUEST`]; `wait` sets the addition's
+    /// deadline (see [`AddAsk`]).
     fn add<'a>(&'a self, addr: &'a str, wait: Option<Duration>) -> AdminFuture<'a> {
-        let catch_up = match wait {
-            Some(wait) if wait <= CATCH_UP_PER_REQUEST => CatchUp {
-                wait,
-                roll_back: true,
-            },
-            _ => CatchUp {
-                wait: CATCH_UP_PER_REQUEST,
-                roll_back: false,
-            },
+        let ask = AddAsk {
+            wait: CATCH_UP_PER_REQUEST,
+            within: wait,
         };
         Box::pin(async move {
-            membership::add(&self.0, addr, catch_up)
+            self.0
+                .add(addr, ask)
                 .await
                 .map(entries)
                 .map_err(admin_error)
@@ -74,11 +78,6 @@ impl MembershipAdmin for RaftMembers {
     }
 
     fn remove<'a>(&'a self, addr: &'a str) -> AdminFuture<'a> {
-        Box::pin(async move {
-            membership::remove(&self.0, addr)
-                .await
-                .map(entries)
-                .map_err(admin_error)
-        })
+        Box::pin(async move { self.0.remove(addr).await.map(entries).map_err(admin_error) })
     }
 }

@@ -147,7 +147,7 @@ pub async fn serve_raft(
     let cluster = raft::start(config.clone(), settings.clone())
         .await
         .map_err(|e| e.to_string())?;
-    let admin = members::admin(cluster.handle.raft());
+    let admin = members::admin(cluster.handle.membership());
     let endpoint = bound
         .serving_with(&cluster.server, config, Some(admin))
         .await?;

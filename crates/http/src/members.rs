@@ -4,16 +4,21 @@
 //! - `GET /v1/members`: `{"members": [{"id", "addr", "membership"}]}`,
 //!   `membership` being `voter` or `learner`.
 //! - `POST /v1/members` with `{"addr": "host:port"}`: adds that node (a
-//!   learner first, a voter once it has caught up). 200 with the members
-//!   once it votes; 202 while it is a learner still catching up (ask
-//!   again); 409 if it is already a voter. With `"wait_ms": N`, the time
-//!   the caller still waits in all: the node waits at most that; if that
-//!   was the caller's last ask and the learner has not caught up, it is
-//!   removed again and the answer is 504 (the membership is as before).
-//!   Without it, a learner left catching up stays until it votes or
-//!   `DELETE` takes it away.
+//!   learner first, a voter once it has caught up). The leader carries the
+//!   addition through whatever the caller does: the learner becomes a
+//!   voter once caught up, or is removed again at the addition's deadline,
+//!   60 s after it began; `"wait_ms": N` sets the deadline to N ms from
+//!   now (each ask may, at most a day). One request waits a few seconds:
+//!   200 with the members once the node votes; 202 while it is a learner
+//!   still catching up (ask again); 504 once the deadline came and it was
+//!   removed again (the membership is as before). 409 if it is already a
+//!   voter, or another node is being added.
 //! - `DELETE /v1/members/{addr}`: removes it. 404 if it is not a member,
-//!   409 for the last voter.
+//!   409 for the last voter, or when a majority of the voters left would
+//!   not answer.
+//! - Either: 409 while the change before it is being committed, 503 when
+//!   a majority of the voters does not answer (or the change was proposed
+//!   but not committed in time; it takes effect once it is).
 //!
 //! Changes are made by the leader only: another node answers 421 with the
 //! leader's client address in `leader` (`null` while none is known). A node
@@ -43,7 +48,7 @@ pub trait MembershipAdmin: Send + Sync + 'static {
     /// The members as this node's log holds them.
     fn list(&self) -> Vec<MemberEntry>;
     /// Adds the node at `addr`; `wait` is how long the caller still waits
-    /// in all for it to vote (`None`: it asks again as long as it likes).
+    /// in all for it to vote (`None`: the addition's own deadline).
     fn add<'a>(&'a self, addr: &'a str, wait: Option<Duration>) -> AdminFuture<'a>;
     /// Removes the node at `addr`.
     fn remove<'a>(&'a self, addr: &'a str) -> AdminFuture<'a>;
@@ -71,8 +76,10 @@ pub enum AdminError {
     Conflict(String),
     /// 202: a learner that has not caught up yet.
     Pending(String),
-    /// 504: the caller's wait ran out; the change was undone.
+    /// 504: the addition's deadline came; the change was undone.
     TimedOut(String),
+    /// 503: a majority of the voters does not answer.
+    Unavailable(String),
     /// 500.
     Failed(String),
 }
@@ -110,6 +117,7 @@ fn answer(result: Result<Vec<MemberEntry>, AdminError>) -> Response {
         Err(AdminError::Conflict(why)) => error(StatusCode::CONFLICT, why),
         Err(AdminError::Pending(why)) => error(StatusCode::ACCEPTED, why),
         Err(AdminError::TimedOut(why)) => error(StatusCode::GATEWAY_TIMEOUT, why),
+        Err(AdminError::Unavailable(why)) => error(StatusCode::SERVICE_UNAVAILABLE, why),
         Err(AdminError::Failed(why)) => error(StatusCode::INTERNAL_SERVER_ERROR, why),
     }
 }

@@ -126,6 +126,9 @@ pub struct RaftEngine<H> {
     /// The cluster's nodes and voters, as the log last said (the seeds
     /// until it says anything): where to redirect clients.
     members: Members,
+    /// This node's address as the latest membership that named it said:
+    /// its name in the log, also once it is removed.
+    own_addr: Option<String>,
     /// This process's name in the tags of the entries it proposes.
     origin: u64,
     table: LockTable,
@@ -175,9 +178,11 @@ impl<H> RaftEngine<H> {
     /// `origin` must differ between two runs of the same node; `peers`
     /// are the seeds (empty for a node that joins a running cluster).
     pub fn new(me: NodeId, peers: Vec<String>, origin: u64) -> RaftEngine<H> {
+        let members = Members::seeded(&peers);
         RaftEngine {
             me,
-            members: Members::seeded(&peers),
+            own_addr: members.addr_of(me).map(str::to_string),
+            members,
             origin,
             table: LockTable::new(),
             standing: Standing::Follower { leader: None },
@@ -234,6 +239,9 @@ impl<H> RaftEngine<H> {
     /// one still in joint consensus), seen at `now`.
     pub fn handle_members(&mut self, members: Members, now: Millis) {
         self.saw(now);
+        if let Some(addr) = members.addr_of(self.me) {
+            self.own_addr = Some(addr.to_string());
+        }
         let before = std::mem::replace(&mut self.members, members);
         self.log_leader_named(&before);
     }

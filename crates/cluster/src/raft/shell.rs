@@ -24,9 +24,10 @@ use baton_server::{
 
 use super::engine::RaftEngine;
 use super::members::Members;
+use super::membership::MembershipChanges;
 use super::net::inbound::RaftAcceptor;
 use super::net::link::{Dialer, TcpDialer};
-use super::net::network::Network;
+use super::net::network::{Network, PeerReach};
 use super::net::rpc::RAFT_HELLO;
 use super::node::lock_node::RaftLockNode;
 use super::node::{observe, NodeTimes};
@@ -80,17 +81,31 @@ pub async fn build_raft<H: TableHost>(
     dialer: Arc<dyn Dialer>,
 ) -> Result<RaftOf<H>, StartError> {
     let removal = RemovalNotice::default();
-    build_raft_in(settings, host, dialer, Tasks::new(), removal).await
+    let links = NodeLinks {
+        tasks: Tasks::new(),
+        removal,
+        reach: PeerReach::default(),
+    };
+    build_raft_in(settings, host, dialer, links).await
 }
 
-/// [`build_raft`], with the peer links' tasks among the node's `tasks`,
-/// telling `removal` when a member says this node is none.
+/// What the network of a node shares with the rest of it.
+#[derive(Debug, Clone)]
+pub struct NodeLinks {
+    /// The node's tasks: the peer links' among them.
+    pub tasks: Tasks,
+    /// Told when a member says this node is none.
+    pub removal: RemovalNotice,
+    /// Whether each peer can be reached, shared with the inbound side.
+    pub reach: PeerReach,
+}
+
+/// [`build_raft`], its network sharing `links` with the rest of the node.
 pub async fn build_raft_in<H: TableHost>(
     settings: &RaftSettings,
     host: Arc<H>,
     dialer: Arc<dyn Dialer>,
-    tasks: Tasks,
-    removal: RemovalNotice,
+    links: NodeLinks,
 ) -> Result<RaftOf<H>, StartError> {
     let log = LogStore::open_with(
         &settings.data_dir.join("log"),
@@ -101,8 +116,9 @@ pub async fn build_raft_in<H: TableHost>(
     log.check_covers(snapshots.check()?, &settings.data_dir.join("log"))?;
     let state_machine = LockStateMachine::open(host, snapshots)?;
     let network = Network::new(settings.me, settings.keys.primary().clone(), dialer)
-        .in_tasks(tasks)
-        .with_removal(removal);
+        .in_tasks(links.tasks)
+        .with_removal(links.removal)
+        .with_reach(links.reach);
     let config = Arc::new(settings.openraft_config()?);
     let raft = openraft::Raft::new(settings.me, config, network, log, state_machine)
         .await
@@ -137,11 +153,17 @@ pub struct RaftCluster<L: Accept = TcpListener> {
 pub struct RaftHandle {
     raft: Raft,
     me: NodeId,
+    membership: MembershipChanges,
 }
 
 impl RaftHandle {
     pub fn raft(&self) -> &Raft {
         &self.raft
+    }
+
+    /// The node's online membership changes.
+    pub fn membership(&self) -> &MembershipChanges {
+        &self.membership
     }
 
     /// Graceful stop, first part: a leader hands the lead to the follower
@@ -264,8 +286,7 @@ struct Opened {
     hold_clock: HoldClock,
     locks: Shared,
     raft: Raft,
-    tasks: Tasks,
-    removal: RemovalNotice,
+    links: NodeLinks,
 }
 
 impl Opened {
@@ -276,23 +297,18 @@ impl Opened {
         engine.set_wall_at_zero(wall_ms.saturating_sub(io.clock.now()));
         let node = RaftLockNode::new(engine, NodeTimes::of(settings));
         let locks: Shared = Arc::new(SharedLocks::new(node, io.clock));
-        let tasks = Tasks::new();
-        let removal = RemovalNotice::default();
-        let raft = build_raft_in(
-            settings,
-            locks.clone(),
-            io.dialer,
-            tasks.clone(),
-            removal.clone(),
-        )
-        .await?;
+        let links = NodeLinks {
+            tasks: Tasks::new(),
+            removal: RemovalNotice::default(),
+            reach: PeerReach::default(),
+        };
+        let raft = build_raft_in(settings, locks.clone(), io.dialer, links.clone()).await?;
         let hold_clock = io.hold_clock;
         Ok(Opened {
             hold_clock,
             locks,
             raft,
-            tasks,
-            removal,
+            links,
         })
     }
 
@@ -308,8 +324,12 @@ impl Opened {
             hold_clock,
             locks,
             raft,
-            tasks,
-            removal,
+            links:
+                NodeLinks {
+                    tasks,
+                    removal,
+                    reach,
+                },
         } = self;
         let acceptor = Arc::new(Inbound(RaftAcceptor::new_in(
             raft.clone(),
@@ -317,6 +337,7 @@ impl Opened {
             settings.peers.clone(),
             settings.keys.clone(),
             tasks.clone(),
+            reach,
         )));
         let server = Server::on(
             listener,
@@ -331,11 +352,15 @@ impl Opened {
             hold_clock,
             removal.subscribe(),
         ));
+        let membership =
+            MembershipChanges::new(raft.clone(), settings.silent_after(), tasks.clone());
+        tasks.spawn(membership.clone().keep());
         Ok(RaftCluster {
             server,
             handle: RaftHandle {
                 raft,
                 me: settings.me,
+                membership,
             },
         })
     }

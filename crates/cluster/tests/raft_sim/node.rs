@@ -135,7 +135,7 @@ pub async fn run(world: World, me: u64, incarnation: u64) -> turmoil::Result {
     locked(&world.nodes).insert(me, cluster.server.locks().clone());
     tokio::spawn(super::replace::admin(
         world.replacements.clone(),
-        cluster.handle.raft().clone(),
+        cluster.handle.membership().clone(),
         cluster.server.locks().clone(),
         world.peers.clone(),
     ));

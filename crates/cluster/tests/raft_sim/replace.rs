@@ -12,8 +12,7 @@
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
-use baton_cluster::raft::membership::{self, MembershipError};
-use baton_cluster::raft::types::Raft;
+use baton_cluster::raft::membership::{AddAsk, MembershipChanges, MembershipError};
 
 use super::node::{sim_ms, Locks};
 
@@ -128,7 +127,12 @@ impl Replacements {
 
 /// On one host: makes the pending membership change whenever this node
 /// serves, until the host crashes.
-pub async fn admin(replacements: Replacements, raft: Raft, locks: Locks, peers: Vec<String>) {
+pub async fn admin(
+    replacements: Replacements,
+    changes: MembershipChanges,
+    locks: Locks,
+    peers: Vec<String>,
+) {
     loop {
         tokio::time::sleep(Duration::from_millis(50)).await;
         if !locks.inspect(|n| n.engine().serving()) {
@@ -139,16 +143,16 @@ pub async fn admin(replacements: Replacements, raft: Raft, locks: Locks, peers: 
         };
         let addr = &peers[n as usize];
         let done = if remove {
-            match membership::remove(&raft, addr).await {
+            match changes.remove(addr).await {
                 Ok(_) | Err(MembershipError::NotMember(_)) => true,
                 Err(_) => false,
             }
         } else {
-            let catch_up = membership::CatchUp {
+            let ask = AddAsk {
                 wait: Duration::from_secs(2),
-                roll_back: false,
+                within: None,
             };
-            match membership::add(&raft, addr, catch_up).await {
+            match changes.add(addr, ask).await {
                 Ok(_) | Err(MembershipError::AlreadyMember(_)) => true,
                 Err(_) => false,
             }

@@ -262,12 +262,17 @@ impl<H> RaftEngine<H> {
             RaftRole::Follower { leader } => leader.and_then(|l| self.members.addr_of(l)).is_none(),
             RaftRole::Leader { .. } => false,
         };
-        let node = self.addr_of(self.me() as usize).unwrap_or_default();
+        // A joined node that has not seen a membership yet does not know
+        // its address: its lines carry no `node`.
+        let node = self.own_addr.as_deref();
         let (from, to) = (self.describe(before), self.describe(after));
-        if leaderless(before) && leaderless(after) {
-            tracing::debug!(node, from, to, "raft role changed");
-        } else {
-            tracing::info!(node, from, to, "raft role changed: {from} -> {to}");
+        match (leaderless(before) && leaderless(after), node) {
+            (true, Some(node)) => tracing::debug!(node, from, to, "raft role changed"),
+            (true, None) => tracing::debug!(from, to, "raft role changed"),
+            (false, Some(node)) => {
+                tracing::info!(node, from, to, "raft role changed: {from} -> {to}")
+            }
+            (false, None) => tracing::info!(from, to, "raft role changed: {from} -> {to}"),
         }
     }
 

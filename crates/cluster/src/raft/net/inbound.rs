@@ -30,6 +30,7 @@ use crate::raft::members::Members;
 use crate::raft::net::bounds::{self, Bounds, Complaints, Implausible};
 use crate::raft::net::limits::{FrameCaps, MAX_BYTES_IN_FLIGHT, MAX_IN_FLIGHT, REPLY_QUEUE};
 use crate::raft::net::link::PeerStream;
+use crate::raft::net::network::PeerReach;
 use crate::raft::net::rpc::{LinkHello, ReplyBody, RequestBody, RpcReply, RpcRequest, RAFT_HELLO};
 use crate::raft::net::snapshot_transfer::{Assembly, AssemblyBudget, SnapshotHead};
 use crate::raft::removal;
@@ -68,6 +69,8 @@ pub struct RaftAcceptor<H: TableHost> {
     gate: PeerGate,
     budget: AssemblyBudget,
     complaints: Complaints,
+    /// Whether each peer can be reached: a link it opens says it can.
+    reach: PeerReach,
     /// The node's tasks: each peer connection's handler, its reply writer
     /// and its calls into openraft stop with the node's server.
     tasks: Tasks,
@@ -86,16 +89,18 @@ impl<H: TableHost> RaftAcceptor<H> {
     /// The acceptor of node `me` of a cluster seeded with `peers` (which
     /// size its handshake limit), taking peers that hold one of `keys`.
     pub fn new(raft: RaftOf<H>, me: NodeId, peers: Vec<String>, keys: ClusterKeys) -> Arc<Self> {
-        RaftAcceptor::new_in(raft, me, peers, keys, Tasks::new())
+        RaftAcceptor::new_in(raft, me, peers, keys, Tasks::new(), PeerReach::default())
     }
 
-    /// The same, with its tasks among the node's `tasks`.
+    /// The same, with its tasks among the node's `tasks`, telling `reach`
+    /// of each peer that opens a link.
     pub fn new_in(
         raft: RaftOf<H>,
         me: NodeId,
         peers: Vec<String>,
         keys: ClusterKeys,
         tasks: Tasks,
+        reach: PeerReach,
     ) -> Arc<Self> {
         Arc::new(RaftAcceptor {
             raft,
@@ -105,6 +110,7 @@ impl<H: TableHost> RaftAcceptor<H> {
             keys,
             budget: AssemblyBudget::default(),
             complaints: Complaints::default(),
+            reach,
             tasks,
         })
     }
@@ -153,6 +159,7 @@ impl<H: TableHost> RaftAcceptor<H> {
             return Err(LinkEnd::Refused(reason));
         }
         let link = self.gate.admit_link(permit, hello.from);
+        self.reach.heard_from(hello.from);
         framed.codec_mut().set_max_frame(self.caps.request);
         self.run(framed, hello.from, &link).await
     }

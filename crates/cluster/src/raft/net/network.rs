@@ -6,7 +6,7 @@
 use std::collections::HashMap;
 use std::future::Future;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use futures_util::Stream;
@@ -48,15 +48,39 @@ const MIN_PART_TIMEOUT: Duration = Duration::from_secs(1);
 /// previous one on the same link.
 static NEXT_TRANSFER: AtomicU64 = AtomicU64::new(1);
 
+/// Per peer: whether it can be reached, as one log ([`ReachLog`]) shared
+/// by the clients openraft makes for it and by the inbound side, where a
+/// link the peer dials says it is back (a follower seldom dials anyone:
+/// without that, a peer back since would still count as out of reach).
+#[derive(Debug, Clone, Default)]
+pub struct PeerReach(Arc<Mutex<HashMap<NodeId, Arc<ReachLog>>>>);
+
+impl PeerReach {
+    /// The log of node `id`, at `addr`.
+    fn of(&self, id: NodeId, addr: &str) -> Arc<ReachLog> {
+        let mut logs = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        logs.entry(id)
+            .or_insert_with(|| Arc::new(ReachLog::new(addr)))
+            .clone()
+    }
+
+    /// Node `id` opened a link to this node: it is there. Returns whether
+    /// that was logged (it had been out of reach).
+    pub fn heard_from(&self, id: NodeId) -> bool {
+        let logs = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        logs.get(&id).is_some_and(|log| log.reached())
+    }
+}
+
 /// Makes (and keeps) the links to peers.
 pub struct Network {
     me: NodeId,
     key: ClusterKey,
     dialer: Arc<dyn Dialer>,
     links: HashMap<NodeId, Arc<Link>>,
-    /// Per peer: whether its calls get through (shared by the clients
-    /// openraft makes for it), so a change is logged once, not per call.
-    reachable: HashMap<NodeId, Arc<ReachLog>>,
+    /// Per peer: whether its calls get through, so a change is logged
+    /// once, not per call.
+    reachable: PeerReach,
     complaints: Arc<Complaints>,
     tasks: Tasks,
     /// Where a member's word that this node is not one goes.
@@ -80,7 +104,7 @@ impl Network {
             key,
             dialer,
             links: HashMap::new(),
-            reachable: HashMap::new(),
+            reachable: PeerReach::default(),
             complaints: Arc::new(Complaints::default()),
             tasks: Tasks::new(),
             removal: RemovalNotice::default(),
@@ -90,6 +114,12 @@ impl Network {
     /// The same, telling `removal` when a member says this node is none.
     pub fn with_removal(mut self, removal: RemovalNotice) -> Network {
         self.removal = removal;
+        self
+    }
+
+    /// The same, sharing `reach` with the inbound side.
+    pub fn with_reach(mut self, reach: PeerReach) -> Network {
+        self.reachable = reach;
         self
     }
 
@@ -122,11 +152,7 @@ impl RaftNetworkFactory<TypeConfig> for Network {
                 ))
             })
             .clone();
-        let reachable = self
-            .reachable
-            .entry(target)
-            .or_insert_with(|| Arc::new(ReachLog::new(node.addr.clone())))
-            .clone();
+        let reachable = self.reachable.of(target, &node.addr);
         PeerClient {
             target,
             link,
@@ -378,5 +404,22 @@ impl RaftNetworkV2<TypeConfig> for PeerClient {
             }
             other => Err(unexpected(&other)),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_link_a_peer_opens_brings_it_back_in_reach() {
+        let reach = PeerReach::default();
+        assert!(!reach.heard_from(2), "a peer never dialled");
+        let log = reach.of(2, "10.0.0.3:7411");
+        log.failed(&"connection refused");
+        assert!(reach.heard_from(2), "out of reach until its link came");
+        assert!(!reach.heard_from(2), "logged once");
+        // Its next outage is a new one, not the old one going on.
+        assert!(reach.of(2, "10.0.0.3:7411").failed(&"connection refused"));
     }
 }
