@@ -172,7 +172,12 @@ fn table(members: &[Value]) -> String {
             [
                 m["addr"].as_str().unwrap_or("?").to_string(),
                 m["membership"].as_str().unwrap_or("?").to_string(),
-                m["id"].as_u64().map_or("?".into(), |id| id.to_string()),
+                match &m["id"] {
+                    Value::String(id) => id.clone(),
+                    // A node from before ids were strings.
+                    Value::Number(id) => id.to_string(),
+                    _ => "?".into(),
+                },
             ]
         })
         .collect();
@@ -196,8 +201,8 @@ mod tests {
     #[test]
     fn the_table_lines_up_addresses_roles_and_ids() {
         let members = vec![
-            json!({"addr": "127.0.0.1:7411", "membership": "voter", "id": 0}),
-            json!({"addr": "node-four.example:7411", "membership": "learner", "id": 4611686018427387905u64}),
+            json!({"addr": "127.0.0.1:7411", "membership": "voter", "id": "0"}),
+            json!({"addr": "node-four.example:7411", "membership": "learner", "id": "4611686018427387905"}),
         ];
         let text = table(&members);
         let lines: Vec<Vec<&str>> = text

@@ -24,9 +24,11 @@ use tracing_subscriber::{fmt, EnvFilter, Layer};
 
 /// Without `RUST_LOG`: Baton's own lines from `info`, the Raft library's
 /// from `warn`, its failed heartbeats and replication calls (and the
-/// progress errors they make) from `error`.
+/// progress errors they make) from `error`, and none of its membership
+/// API's: a refused change is returned to the caller, which answers it
+/// in one sentence (`/v1/members`), not as a debug dump in the log.
 pub const DEFAULT_FILTER: &str =
-    "info,openraft=warn,openraft::core::heartbeat=error,openraft::replication=error,openraft::engine::handler::replication_handler=error";
+    "info,openraft=warn,openraft::core::heartbeat=error,openraft::replication=error,openraft::engine::handler::replication_handler=error,openraft::raft::api::management=off";
 
 /// How openraft's core words a failed call to a peer (`while requesting
 /// vote, error: ..., target: 2`): Baton's per-peer line says it, by
@@ -222,6 +224,22 @@ impl Visit for MessageText {
 mod tests {
     use super::*;
     use std::sync::atomic::{AtomicUsize, Ordering};
+
+    #[test]
+    fn the_default_filter_parses_and_silences_openraft_s_membership_errors() {
+        use tracing_subscriber::layer::SubscriberExt as _;
+        let filter = EnvFilter::try_new(DEFAULT_FILTER).expect("the default filter parses");
+        let count = Count::default();
+        let subscriber = tracing_subscriber::registry()
+            .with(filter)
+            .with(count.clone());
+        tracing::subscriber::with_default(subscriber, || {
+            tracing::error!(target: "openraft::raft::api::management", "the first step error");
+            tracing::warn!(target: "openraft::storage", "shown");
+            tracing::info!(target: "baton_cluster", "shown");
+        });
+        assert_eq!(count.0.load(Ordering::SeqCst), 2);
+    }
 
     #[test]
     fn switched_off_it_shows_every_line() {

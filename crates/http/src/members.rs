@@ -2,7 +2,7 @@
 //! (`baton member list/add/remove`), behind the `/v1/` routes' admin check.
 //!
 //! - `GET /v1/members`: `{"members": [{"id", "addr", "membership"}]}`,
-//!   `membership` being `voter` or `learner`.
+//!   `id` a decimal string, `membership` being `voter` or `learner`.
 //! - `POST /v1/members` with `{"addr": "host:port"}`: adds that node (a
 //!   learner first, a voter once it has caught up). The leader carries the
 //!   addition through whatever the caller does: the learner becomes a
@@ -33,7 +33,7 @@ use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
-use serde::{Deserialize, Serialize};
+use serde::{Deserialize, Serialize, Serializer};
 use serde_json::json;
 
 use crate::v1::error;
@@ -57,10 +57,18 @@ pub trait MembershipAdmin: Send + Sync + 'static {
 /// One member.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct MemberEntry {
+    /// Written as a decimal string, as tokens are: the id of a node added
+    /// with `--join` is above 2^53, which a JSON number loses (`jq`
+    /// rounds it).
+    #[serde(serialize_with = "decimal_string")]
     pub id: u64,
     pub addr: String,
     /// `voter` or `learner`.
     pub membership: &'static str,
+}
+
+fn decimal_string<S: Serializer>(id: &u64, out: S) -> Result<S::Ok, S::Error> {
+    out.collect_str(id)
 }
 
 /// Why a change was not made, as the routes answer it.

@@ -423,7 +423,8 @@ struct ScriptedMembers;
 impl crate::members::MembershipAdmin for ScriptedMembers {
     fn list(&self) -> Vec<crate::members::MemberEntry> {
         vec![crate::members::MemberEntry {
-            id: 0,
+            // A joined node's id: above 2^53, where JSON numbers round.
+            id: (1 << 62) + 1,
             addr: "a:1".into(),
             membership: "voter",
         }]
@@ -483,6 +484,7 @@ async fn members_routes_answer_each_outcome_with_its_status() {
     let (code, _, body) = get(&app, "/v1/members", None).await;
     assert_eq!(code, StatusCode::OK);
     assert_eq!(json(&body)["members"][0]["membership"], "voter");
+    assert_eq!(json(&body)["members"][0]["id"], "4611686018427387905");
     let add = |addr: &str| format!("{{\"addr\": \"{addr}\"}}");
     let cases = [
         ("new:1", StatusCode::OK),
