@@ -237,6 +237,14 @@ async fn a_removed_node_says_so_serves_no_more_and_is_not_taken_for_a_wrong_key(
     assert_eq!(health.code, 503, "{health:?}");
     assert_eq!(json(&health)["role"], "removed", "{health:?}");
     assert!(health.body.contains("removed"), "{health:?}");
+    let view = http_get(http[gone], "/v1/cluster", None).await;
+    let view = json(&view);
+    let me = view["members"]
+        .as_array()
+        .and_then(|m| m.iter().find(|m| m["self"] == true))
+        .unwrap_or_else(|| panic!("itself in {view}"));
+    assert_eq!(me["state"], "removed", "{view}");
+    assert_eq!(me["membership"], "removed", "not a voter any more: {view}");
     // It grants nothing: every request is redirected.
     let mut line = cluster.nodes[gone].connect().await;
     let reply = line.request("A removed/k 5 60").await;

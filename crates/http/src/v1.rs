@@ -197,7 +197,8 @@ struct MemberJson {
     #[serde(rename = "self")]
     is_self: bool,
     state: &'static str,
-    /// `voter`, or `learner` for a Raft member still catching up.
+    /// `voter`, or `learner` for a Raft member still catching up, or
+    /// `removed` for a node that was taken out (its own view of itself).
     membership: &'static str,
     #[serde(skip_serializing_if = "Option::is_none")]
     matched_index: Option<u64>,
@@ -241,7 +242,11 @@ fn member_json(m: Member) -> MemberJson {
         addr: m.addr,
         is_self: m.is_self,
         state: m.state,
-        membership: if m.voter { "voter" } else { "learner" },
+        membership: match (m.state, m.voter) {
+            ("removed", _) => "removed",
+            (_, true) => "voter",
+            (_, false) => "learner",
+        },
         matched_index: m.matched,
         lag: m.lag,
     }
