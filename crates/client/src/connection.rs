@@ -38,10 +38,14 @@ pub(crate) type Outcome = Result<Response, Unsent>;
 /// connection, if it took one (see [`crate::turns`]): the turn ends when
 /// the reply is used or dropped, once the node answered or the call ended
 /// unsent or with its connection.
+///
+/// The turn ends before the caller learns its outcome, which may send it
+/// again at once: `turn` is declared first, so a dropped reply drops it
+/// first too (fields drop in order), and `send` ends it before sending.
 #[derive(Debug)]
 pub(crate) struct Reply {
+    turn: Option<Turn>,
     sender: oneshot::Sender<Outcome>,
-    _turn: Option<Turn>,
 }
 
 impl Reply {
@@ -50,15 +54,14 @@ impl Reply {
     }
 
     pub(crate) fn in_turn(sender: oneshot::Sender<Outcome>, turn: Option<Turn>) -> Reply {
-        Reply {
-            sender,
-            _turn: turn,
-        }
+        Reply { turn, sender }
     }
 
     /// Delivers `outcome`; it comes back if the caller is gone.
     pub(crate) fn send(self, outcome: Outcome) -> Result<(), Outcome> {
-        self.sender.send(outcome)
+        let Reply { turn, sender } = self;
+        drop(turn);
+        sender.send(outcome)
     }
 
     /// Whether the caller gave the call up.
