@@ -6,7 +6,7 @@
 //! the log: first as a learner (it receives the log, or a snapshot, and
 //! does not count in any majority), then, once it has caught up, as a
 //! voter. The leader carries an addition through to its end whatever the
-//! request that asked for it does ([`addition`]): the learner becomes a
+//! request that asked for it does (the `addition` module): the learner becomes a
 //! voter once caught up, or is removed again at the addition's deadline
 //! ([`ADD_DEADLINE`] after it began, unless the caller says how long it
 //! waits), so that an address with no node behind it (a typo, a node not
