@@ -319,6 +319,25 @@ impl<H> RaftEngine<H> {
         self.latest_now = self.latest_now.max(now);
     }
 
+    /// The tag the next proposal will carry: a read that arrives now
+    /// comes after every request proposed before it (see
+    /// [`RaftEngine::settled_below`]).
+    pub fn next_tag(&self) -> u64 {
+        self.next_tag
+    }
+
+    /// Whether no client request with a tag below `mark` is still in the
+    /// log's hands (each is applied, or answered otherwise): a read taken
+    /// at `mark` then sees every write sent before it. Expiries are not
+    /// clients' requests and are not waited for.
+    pub fn settled_below(&self, mark: u64) -> bool {
+        // Tags enter `answer_by` in increasing order; answered ones are
+        // dropped from its front, so the scan stops at once in practice.
+        let oldest = self.answer_by.iter().map(|&(_, tag)| tag);
+        let mut pending = oldest.filter(|tag| self.pending.contains_key(tag));
+        pending.next().is_none_or(|tag| tag >= mark)
+    }
+
     /// Whether `tag` was proposed by this node's current leadership.
     fn of_this_leadership(&self, tag: u64) -> bool {
         self.leading().is_some_and(|l| tag >= l.first_tag)

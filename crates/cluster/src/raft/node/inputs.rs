@@ -110,7 +110,7 @@ impl RaftLockNode {
         self.drive(events, |engine, ev| engine.handle_role(role, now, ev));
         if let Err(to) = self.engine.check_serving() {
             let addr = self.redirect(to);
-            for read in self.reads.take_queued() {
+            for read in self.reads.take_unanswered() {
                 events.push(reads::answer(read, Err(addr.clone())));
             }
             self.watches.redirect_all(addr, events);
@@ -178,6 +178,7 @@ impl RaftLockNode {
             self.drive(events, |engine, ev| {
                 engine.handle_proposal_failed(tags, leader, now, ev)
             });
+            self.answer_settled_reads(now, events);
         }
         self.plan(at);
     }
@@ -205,15 +206,25 @@ impl RaftLockNode {
             .check_serving()
             .err()
             .map(|to| self.redirect(to));
-        for read in self.reads.end_round() {
-            let state = match (&addr, confirmed) {
-                (None, true) => Ok(self.engine.query(read.key(), now)),
-                (Some(addr), _) => Err(addr.clone()),
-                (None, false) => Err(None),
-            };
-            events.push(reads::answer(read, state));
+        for (mark, read) in self.reads.end_round() {
+            match (&addr, confirmed) {
+                (None, true) => self.reads.wait_for_writes((mark, read)),
+                (Some(addr), _) => events.push(reads::answer(read, Err(addr.clone()))),
+                (None, false) => events.push(reads::answer(read, Err(None))),
+            }
         }
+        self.answer_settled_reads(now, events);
         self.plan(at);
+    }
+
+    /// Answers the confirmed reads whose connection's earlier writes (and
+    /// any other before their mark) are done: the table holds them now.
+    pub(super) fn answer_settled_reads(&mut self, now: Millis, events: &mut Events) {
+        let engine = &self.engine;
+        for read in self.reads.take_settled(|mark| engine.settled_below(mark)) {
+            let state = engine.query(read.key(), now);
+            events.push(reads::answer(read, Ok(state)));
+        }
     }
 
     /// Committed entries, in log order, applied at `at`.
@@ -234,6 +245,7 @@ impl RaftLockNode {
         // expects back (see `group_commit`).
         let answered = (events.len() - before) as u64;
         self.returns.answered(answered, at);
+        self.answer_settled_reads(now, events);
         if !self.watches.is_empty() {
             self.answer_watches(Some(changed_keys(entries)), now, events);
         }

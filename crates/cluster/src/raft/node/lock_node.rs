@@ -171,9 +171,10 @@ impl RaftLockNode {
         self.read(read)
     }
 
-    /// Queues a read for the next round: answered later.
+    /// Queues a read for the next round: answered later, once the writes
+    /// proposed before it are done too (see `reads`).
     fn read(&mut self, read: Read) -> Served<Answer> {
-        match self.reads.push(read) {
+        match self.reads.push(self.engine.next_tag(), read) {
             Ok(()) => Served::Later,
             // Too many reads wait already: `M <op> <key> -` has the client
             // ask again shortly, which bounds the queue.
@@ -282,8 +283,11 @@ impl LockNode for RaftLockNode {
     /// cannot tell.
     fn tick(&mut self, now: Millis, events: &mut Events) {
         self.drive(events, |engine, ev| engine.handle_tick(now, ev));
+        // Requests past their answer budget may have left the log's hands.
+        self.answer_settled_reads(now, events);
         for watch in self.watches.take_due(now) {
-            if let Err(read) = self.reads.push(Read::WatchDue(watch)) {
+            // Its answer reports no write of its own: it waits for none.
+            if let Err(read) = self.reads.push(0, Read::WatchDue(watch)) {
                 events.push(reads::answer(read, Err(None)));
             }
         }

@@ -9,6 +9,15 @@
 //! leader cut off from its majority), answers `M` as the answer-time rule
 //! asks.
 //!
+//! A read also sees every write its connection sent before it, as on a
+//! single node (read-your-writes): it carries the engine's next tag when
+//! it arrived, its mark, and a confirmed read waits until no client
+//! request with a lower tag is still in the log's hands (applied, or
+//! answered otherwise). Tags are not per connection, so it waits for the
+//! writes of other connections that came before it too: at most the
+//! entries already proposed or queued, each answered within the engine's
+//! answer budget. Reads leave in arrival order: marks never decrease.
+//!
 //! Watches (`W`) read the same way where they report a state the log has
 //! not just brought: one whose client saw another state than the
 //! leader's table holds is answered after a round (the table may be
@@ -16,6 +25,7 @@
 //! not change, which only a confirmed leader knows). A watch answered on
 //! a committed change needs no round: the state is the log's.
 
+use std::collections::VecDeque;
 use std::time::Duration;
 
 use baton_core::{Key, KeyState, Watch};
@@ -55,27 +65,56 @@ impl Read {
     }
 }
 
-/// The reads waiting for the next confirmation, and those of the round
-/// under way (one at a time).
+/// A read with its mark: the engine's next tag when it arrived (0: it
+/// waits for no write).
+pub type Marked = (u64, Read);
+
+/// The reads waiting for the next confirmation, those of the round under
+/// way (one at a time), and those confirmed that wait for the writes
+/// before them to apply.
 #[derive(Debug, Default)]
 pub struct PendingReads {
-    queued: Vec<Read>,
-    confirming: Option<Vec<Read>>,
+    queued: Vec<Marked>,
+    confirming: Option<Vec<Marked>>,
+    applying: VecDeque<Marked>,
 }
 
 impl PendingReads {
-    /// Queues a read; given back if too many wait already.
-    pub fn push(&mut self, read: Read) -> Result<(), Read> {
-        if self.queued.len() >= MAX_QUEUED_READS {
+    /// Queues a read taken at `mark`; given back if too many wait already.
+    pub fn push(&mut self, mark: u64, read: Read) -> Result<(), Read> {
+        if self.queued.len() + self.applying.len() >= MAX_QUEUED_READS {
             return Err(read);
         }
-        self.queued.push(read);
+        self.queued.push((mark, read));
         Ok(())
     }
 
-    /// The reads not yet in a round.
-    pub fn take_queued(&mut self) -> Vec<Read> {
-        std::mem::take(&mut self.queued)
+    /// The reads not yet in a round, and those confirmed that wait for
+    /// writes: what a node that stops serving redirects.
+    pub fn take_unanswered(&mut self) -> Vec<Read> {
+        let applying = std::mem::take(&mut self.applying).into_iter();
+        let queued = std::mem::take(&mut self.queued).into_iter();
+        applying.chain(queued).map(|(_, read)| read).collect()
+    }
+
+    /// Keeps a confirmed read until the writes before its mark apply.
+    pub fn wait_for_writes(&mut self, marked: Marked) {
+        self.applying.push_back(marked);
+    }
+
+    /// The confirmed reads, oldest first, while `settled` says the writes
+    /// before their marks are all done.
+    pub fn take_settled(&mut self, settled: impl Fn(u64) -> bool) -> Vec<Read> {
+        let mut ready = Vec::new();
+        while let Some((mark, _)) = self.applying.front() {
+            if !settled(*mark) {
+                break;
+            }
+            if let Some((_, read)) = self.applying.pop_front() {
+                ready.push(read);
+            }
+        }
+        ready
     }
 
     /// Whether a round should start: queries wait and none is under way.
@@ -85,11 +124,11 @@ impl PendingReads {
 
     /// Starts a round with every query that waits.
     pub fn start_round(&mut self) {
-        self.confirming = Some(self.take_queued());
+        self.confirming = Some(std::mem::take(&mut self.queued));
     }
 
     /// Ends the round under way, with its reads.
-    pub fn end_round(&mut self) -> Vec<Read> {
+    pub fn end_round(&mut self) -> Vec<Marked> {
         self.confirming.take().unwrap_or_default()
     }
 }

@@ -392,4 +392,5 @@ fn a_node_told_it_was_removed_says_so_and_serves_no_more() {
     assert_eq!(f.node.health_issue(20), None);
 }
 
+mod own_writes;
 mod watches;
