@@ -18,6 +18,7 @@ mod cluster;
 mod exact;
 mod handoffs;
 mod limits;
+mod liveness;
 mod pauses;
 mod pieces;
 mod refused;
