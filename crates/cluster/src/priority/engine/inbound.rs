@@ -54,7 +54,13 @@ impl<H> PriorityNode<H> {
             return;
         }
         self.check_pause(now);
-        self.peers[from].last_heard = Some(now);
+        let peer = &mut self.peers[from];
+        peer.last_heard = Some(now);
+        // A table piece too large to cross within a failure timeout on a
+        // slow link is still on its way: the table is not stale.
+        if let Some(table) = peer.incoming.as_mut() {
+            table.updated_at = now;
+        }
         self.checked();
     }
 
