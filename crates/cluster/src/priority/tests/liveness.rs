@@ -76,3 +76,47 @@ fn bytes_count_only_from_a_peer_heard_whole_and_not_refused() {
     }
     assert_eq!(c.actives(), vec![0, 1], "refused bytes kept a peer alive");
 }
+
+#[test]
+fn a_table_whose_pieces_cross_slowly_is_not_dropped_as_stale() {
+    let mut c = elected(2);
+    for i in 0..10 {
+        c.grant(0, &format!("slow/{i}"), 600_000);
+    }
+    // A fresh node 1 follows node 0 but gets no table yet.
+    let fresh = engine(1, 2, c.now);
+    c.driver.start(1, fresh, 0);
+    c.starved.push(1);
+    c.run(3 * HEARTBEAT);
+    assert_eq!(c.node(1).following(), Some(0));
+    assert!(c.node(1).table().is_empty());
+    // Node 0's table, in pieces, taken by hand; nothing else of node 0
+    // reaches node 1 whole while they cross.
+    c.starved.clear();
+    c.cut.push((0, 1));
+    let now = c.now;
+    c.node_mut(0).handle_link_down(1);
+    c.node_mut(0)
+        .handle_message(1, PriorityMessage::SyncRequest, now);
+    let mut pieces = c
+        .node_mut(0)
+        .poll_transmits()
+        .into_iter()
+        .filter(|(to, m)| *to == 1 && matches!(m, PriorityMessage::SnapshotPart { .. }))
+        .map(|(_, m)| m);
+    let first = pieces.next().unwrap();
+    let rest: Vec<_> = pieces.collect();
+    assert!(!rest.is_empty(), "the table fits one piece");
+    c.node_mut(1).handle_message(0, first, now);
+    for _ in 0..2 * TIMEOUT {
+        c.step();
+        let now = c.now;
+        c.node_mut(1).handle_link_progress(0, now);
+    }
+    let now = c.now;
+    for piece in rest {
+        c.node_mut(1).handle_message(0, piece, now);
+    }
+    assert_eq!(c.node(1).table().len(), 10, "the slow table was dropped");
+    assert_eq!(c.actives(), vec![0]);
+}
