@@ -39,13 +39,7 @@ fn a_dead_active_is_still_replaced_after_a_failure_timeout() {
     frames_stuck_behind_a_large_one(&mut c, 2 * TIMEOUT);
     // Killed: neither messages nor bytes from now on.
     c.crash(0);
-    c.run(TIMEOUT);
-    assert!(
-        c.actives().is_empty(),
-        "promoted before the failure timeout"
-    );
-    c.run(2);
-    assert_eq!(c.actives(), vec![1]);
+    assert_replaced_after_a_failure_timeout(&mut c, 1);
 }
 
 #[test]
