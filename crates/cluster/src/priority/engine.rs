@@ -120,7 +120,12 @@ pub struct HandoffCounts {
 
 #[derive(Debug, Clone, Default)]
 struct PeerView {
+    /// When a message of it, or bytes of one still on their way, last
+    /// came in.
     last_heard: Option<Millis>,
+    /// Its last message was refused: bytes of its link are then no sign
+    /// of life (see `handle_link_progress`).
+    refusing: bool,
     heartbeat: Option<Heartbeat>,
     /// (Active's view) it has our snapshot of this term and gets our commands.
     synced: bool,

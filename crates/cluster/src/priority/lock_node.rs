@@ -101,6 +101,12 @@ impl PriorityLockNode {
         self.after_input(now, events);
     }
 
+    /// Bytes came in on peer `from`'s link, not yet a whole message.
+    pub fn link_progress(&mut self, from: NodeIndex, now: Millis, events: &mut Events) {
+        self.engine.handle_link_progress(from, now);
+        self.after_input(now, events);
+    }
+
     /// The link this node dialled to `peer` broke: what was on it may be
     /// lost.
     pub fn link_down(&mut self, peer: NodeIndex, now: Millis) {

@@ -17,6 +17,7 @@
 //! between them are bounded. The engine is reached only through the named
 //! inputs of [`PriorityLockNode`] (its call protocol is in `lock_node`).
 
+mod counted;
 mod inbound;
 mod outbound;
 

@@ -18,6 +18,7 @@ mod cluster;
 mod exact;
 mod handoffs;
 mod limits;
+mod liveness;
 mod pauses;
 mod pieces;
 mod refused;
@@ -90,19 +91,25 @@ fn grants_releases_and_renewals_reach_the_standbys() {
     }
 }
 
-#[test]
-fn a_silent_active_is_replaced_by_the_next_in_priority_above_its_tokens() {
-    let mut c = elected(3);
-    let a = c.grant(0, "a", 200);
-    let granted_at = c.now;
-    c.crash(0);
+/// The dead active's successor `next` promotes after the failure timeout,
+/// not before.
+fn assert_replaced_after_a_failure_timeout(c: &mut Cluster, next: NodeIndex) {
     c.run(TIMEOUT);
     assert!(
         c.actives().is_empty(),
         "promoted before the failure timeout"
     );
     c.run(2);
-    assert_eq!(c.actives(), vec![1]);
+    assert_eq!(c.actives(), vec![next]);
+}
+
+#[test]
+fn a_silent_active_is_replaced_by_the_next_in_priority_above_its_tokens() {
+    let mut c = elected(3);
+    let a = c.grant(0, "a", 200);
+    let granted_at = c.now;
+    c.crash(0);
+    assert_replaced_after_a_failure_timeout(&mut c, 1);
     assert_eq!(c.node(2).following(), Some(1));
     // Node 1 keeps the lease it replicated and grants above it by the margin.
     assert_eq!(c.holder(1, "a"), Some(a));

@@ -27,12 +27,40 @@ impl<H> PriorityNode<H> {
         if let Err(why) = self.check_message(from, &message, now) {
             // Nothing of it is taken, not even as a sign of life.
             self.note_refusal(from, &why, now);
+            self.peers[from].refusing = true;
             return;
         }
         // Messages that waited out a pause come before the first tick.
         self.check_pause(now);
         self.peers[from].last_heard = Some(now);
+        self.peers[from].refusing = false;
         self.dispatch(from, message, now);
+        self.checked();
+    }
+
+    /// Bytes came in on peer `from`'s link since its last whole message
+    /// (a large frame, or many, still being received or decoded): the peer
+    /// runs, and a busy active is not a dead one. Counts only for a peer
+    /// whose last message was taken: bytes that end up refused are no sign
+    /// of life.
+    pub fn handle_link_progress(&mut self, from: NodeIndex, now: Millis) {
+        if from == self.config.me {
+            return;
+        }
+        let Some(peer) = self.peers.get_mut(from) else {
+            return;
+        };
+        if peer.last_heard.is_none() || peer.refusing {
+            return;
+        }
+        self.check_pause(now);
+        let peer = &mut self.peers[from];
+        peer.last_heard = Some(now);
+        // A table piece too large to cross within a failure timeout on a
+        // slow link is still on its way: the table is not stale.
+        if let Some(table) = peer.incoming.as_mut() {
+            table.updated_at = now;
+        }
         self.checked();
     }
 

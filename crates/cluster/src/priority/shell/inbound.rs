@@ -14,6 +14,7 @@ use baton_server::PeerAcceptor;
 
 use super::super::link_frames::{self, MAX_FRAME};
 use super::super::messages::{LinkHello, LinkRefusal, NodeIndex};
+use super::counted::Counted;
 use super::{Shared, Tasks};
 use crate::peer::refusals::RefusalLog;
 use crate::peer::{self, ClusterKeys, PeerGate, PEER_HELLO};
@@ -94,7 +95,7 @@ enum LinkRefused {
 }
 
 /// An authenticated link's framing.
-type Framed = peer::SecureFramed<TcpStream>;
+type Framed = peer::SecureFramed<Counted<TcpStream>>;
 
 impl InboundLinks {
     async fn receive_link(
@@ -106,7 +107,7 @@ impl InboundLinks {
         let _ = stream.set_nodelay(true);
         let refused = |error: peer::PeerError| LinkRefused::Refused(error.to_string());
         let (mut framed, first) = peer::accept(
-            stream,
+            Counted::new(stream),
             already_read,
             PEER_HELLO,
             &self.keys,
@@ -154,7 +155,10 @@ impl InboundLinks {
     }
 
     /// Feeds the engine the frames of peer `from`'s link until it ends, goes
-    /// idle, or the peer dials again (`superseded`).
+    /// idle, or the peer dials again (`superseded`). Bytes that came in
+    /// since the last whole frame count as a sign of life, checked every
+    /// `ack_every`: a large frame, or a queue of them behind a busy
+    /// sender, is no silence.
     async fn read_link(
         &self,
         mut framed: Framed,
@@ -163,36 +167,64 @@ impl InboundLinks {
     ) -> Result<(), LinkRefused> {
         tokio::pin!(superseded);
         let mut acked: Option<tokio::time::Instant> = None;
+        let mut progress = tokio::time::interval(self.ack_every.max(Duration::from_millis(1)));
+        progress.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut counted = framed.get_ref().read();
+        let mut idle_at = tokio::time::Instant::now() + self.link_timeout;
         loop {
             let frame = tokio::select! {
-                next = tokio::time::timeout(self.link_timeout, framed.next()) => match next {
-                    Ok(Some(frame)) => frame,
-                    Ok(None) => return Ok(()),
-                    Err(_) => {
-                        tracing::debug!(from, "peer link idle; closing");
-                        return Ok(());
-                    }
+                next = framed.next() => match next {
+                    Some(frame) => frame,
+                    None => return Ok(()),
                 },
+                _ = progress.tick() => {
+                    let read = framed.get_ref().read();
+                    if read != counted {
+                        counted = read;
+                        idle_at = tokio::time::Instant::now() + self.link_timeout;
+                        if !ack(&mut framed, &mut acked, self.ack_every) {
+                            return Ok(());
+                        }
+                        self.locks
+                            .with(|node, now, events| node.link_progress(from, now, events));
+                    }
+                    continue;
+                }
+                () = tokio::time::sleep_until(idle_at) => {
+                    tracing::debug!(from, "peer link idle; closing");
+                    return Ok(());
+                }
                 () = &mut superseded => {
                     tracing::debug!(from, "peer dialled again; closing its old link");
                     return Ok(());
                 }
             };
+            counted = framed.get_ref().read();
+            idle_at = tokio::time::Instant::now() + self.link_timeout;
             let messages = frame.and_then(|frame| link_frames::unpack(&frame))?;
-            // Tells the dialling side the link still carries. Never waits:
-            // an ack that cannot leave now stays buffered for the next
-            // one, and a link whose acks pile up is stalled, which the
-            // dialler notices by the silence.
-            if acked.is_none_or(|at| at.elapsed() >= self.ack_every) {
-                if framed.write_buffer().len() > MAX_UNSENT_ACKS {
-                    return Ok(());
-                }
-                let _ = framed.feed(bytes::Bytes::new()).now_or_never();
-                let _ = SinkExt::<bytes::Bytes>::flush(&mut framed).now_or_never();
-                acked = Some(tokio::time::Instant::now());
+            if !ack(&mut framed, &mut acked, self.ack_every) {
+                return Ok(());
             }
             self.locks
                 .with(|node, now, events| node.receive(from, messages, now, events));
         }
     }
+}
+
+/// Tells the dialling side the link still carries, at most once per
+/// `every`. Never waits: an ack that cannot leave now stays buffered for
+/// the next one, and a link whose acks pile up is stalled, which the
+/// dialler notices by the silence. False if they piled up: the link is
+/// then closed.
+fn ack(framed: &mut Framed, acked: &mut Option<tokio::time::Instant>, every: Duration) -> bool {
+    if acked.is_some_and(|at| at.elapsed() < every) {
+        return true;
+    }
+    if framed.write_buffer().len() > MAX_UNSENT_ACKS {
+        return false;
+    }
+    let _ = framed.feed(bytes::Bytes::new()).now_or_never();
+    let _ = SinkExt::<bytes::Bytes>::flush(framed).now_or_never();
+    *acked = Some(tokio::time::Instant::now());
+    true
 }
