@@ -157,6 +157,14 @@ pub struct HandshakePermit {
 }
 
 impl HandshakePermit {
+    /// The dialler's opening showed the cluster key: this handshake is
+    /// closed for a newer one last.
+    pub fn key_shown(&self) {
+        if let Some(shared) = &self.counts {
+            counts(shared).handshakes.key_shown(self.source, self.id);
+        }
+    }
+
     /// Resolves once a newer handshake from the same source took this
     /// one's slot: the connection is then to be closed.
     pub fn evicted(&self) -> WaitForCancellationFutureOwned {

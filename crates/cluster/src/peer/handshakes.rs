@@ -2,9 +2,11 @@
 //! address a configured peer has gets its own few slots, and every other
 //! source shares the rest, so that a flood from elsewhere never takes a
 //! genuine peer's slots. A source over its budget closes its own oldest
-//! unfinished handshake to take the new one: a flood then has to open
-//! connections faster than a handshake takes to keep a genuine peer that
-//! shares its address out, instead of a handful per handshake timeout.
+//! unfinished handshake to take the new one, sparing those whose opening
+//! showed the cluster key while any other is left: a flood without the
+//! key then cannot push out a genuine peer that shares its address once
+//! its opening arrived, and has to open connections faster than that to
+//! keep it out, instead of a handful per handshake timeout.
 
 use std::collections::{HashMap, VecDeque};
 use std::net::IpAddr;
@@ -28,6 +30,15 @@ pub struct Admitted {
     pub evicted: CancellationToken,
 }
 
+/// One handshake in progress.
+#[derive(Debug)]
+struct Open {
+    id: u64,
+    evicted: CancellationToken,
+    /// Its opening showed the cluster key.
+    key_shown: bool,
+}
+
 /// Handshakes in progress, per source, oldest first.
 #[derive(Debug)]
 pub struct HandshakeBudget {
@@ -35,7 +46,7 @@ pub struct HandshakeBudget {
     others_cap: usize,
     /// Each configured peer's IP address, with how many peers have it.
     peer_ips: HashMap<IpAddr, usize>,
-    open: HashMap<Source, VecDeque<(u64, CancellationToken)>>,
+    open: HashMap<Source, VecDeque<Open>>,
     next_id: u64,
 }
 
@@ -96,11 +107,16 @@ impl HandshakeBudget {
         let evicted = CancellationToken::new();
         let open = self.open.entry(source).or_default();
         while open.len() >= cap {
-            if let Some((_, oldest)) = open.pop_front() {
-                oldest.cancel();
+            let at = open.iter().position(|o| !o.key_shown).unwrap_or(0);
+            if let Some(oldest) = open.remove(at) {
+                oldest.evicted.cancel();
             }
         }
-        open.push_back((id, evicted.clone()));
+        open.push_back(Open {
+            id,
+            evicted: evicted.clone(),
+            key_shown: false,
+        });
         debug_assert!(open.len() <= cap);
         Admitted {
             source,
@@ -109,10 +125,20 @@ impl HandshakeBudget {
         }
     }
 
+    /// Handshake `id`'s opening showed the cluster key: it is closed for a
+    /// newer one only when every other one of its source showed it too.
+    pub fn key_shown(&mut self, source: Source, id: u64) {
+        if let Some(open) = self.open.get_mut(&source) {
+            open.iter_mut()
+                .filter(|o| o.id == id)
+                .for_each(|o| o.key_shown = true);
+        }
+    }
+
     /// Frees handshake `id`'s slot (a no-op for one already evicted).
     pub fn end(&mut self, source: Source, id: u64) {
         if let Some(open) = self.open.get_mut(&source) {
-            open.retain(|(open_id, _)| *open_id != id);
+            open.retain(|o| o.id != id);
             if open.is_empty() {
                 self.open.remove(&source);
             }
@@ -178,6 +204,24 @@ mod tests {
         budget.end(c.source, c.id);
         budget.end(c.source, c.id);
         assert_eq!(budget.in_progress(Source::Peer(ip("10.0.0.1"))), 0);
+    }
+
+    #[test]
+    fn handshakes_that_showed_the_key_are_closed_last() {
+        let mut budget = budget();
+        let peer = budget.begin(ip("10.0.0.1"));
+        budget.key_shown(peer.source, peer.id);
+        let flood: Vec<Admitted> = (0..50).map(|_| budget.begin(ip("10.0.0.1"))).collect();
+        assert!(!peer.evicted.is_cancelled(), "the flood closes its own");
+        assert!(!flood[49].evicted.is_cancelled() && flood[48].evicted.is_cancelled());
+        let other = budget.begin(ip("10.0.0.1"));
+        budget.key_shown(other.source, other.id);
+        let last = budget.begin(ip("10.0.0.1"));
+        assert!(
+            peer.evicted.is_cancelled(),
+            "all showed it: the oldest goes"
+        );
+        assert!(!other.evicted.is_cancelled() && !last.evicted.is_cancelled());
     }
 
     #[test]

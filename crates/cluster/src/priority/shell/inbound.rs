@@ -99,12 +99,13 @@ impl InboundLinks {
     ) -> Result<(), LinkRefused> {
         let _ = stream.set_nodelay(true);
         let refused = |error: peer::PeerError| LinkRefused::Refused(error.to_string());
-        let handshake = peer::accept(
+        let handshake = peer::accept_telling(
             stream,
             already_read,
             PEER_HELLO,
             &self.keys,
             MAX_HELLO_FRAME,
+            || permit.key_shown(),
         );
         let (mut framed, first) = tokio::select! {
             accepted = handshake => accepted.map_err(refused)?,

@@ -167,12 +167,13 @@ impl<H: TableHost> RaftAcceptor<H> {
         already_read: BytesMut,
         permit: HandshakePermit,
     ) -> Result<(), LinkEnd> {
-        let handshake = peer::accept(
+        let handshake = peer::accept_telling(
             stream,
             already_read,
             RAFT_HELLO,
             &self.keys,
             self.caps.hello,
+            || permit.key_shown(),
         );
         let (mut framed, first) = tokio::select! {
             accepted = handshake => accepted.map_err(refused)?,
