@@ -1,7 +1,8 @@
 //! What peer connections may take from a node, counted apart from client
-//! connections: a few handshakes in progress per configured peer, a few
-//! authenticated links per peer (a peer that dials again supersedes its
-//! oldest link), and the refusal log.
+//! connections: a few handshakes in progress per configured peer, by
+//! source address ([`super::handshakes`]), a few authenticated links per
+//! peer (a peer that dials again supersedes its oldest link), and the
+//! refusal log.
 
 use std::collections::HashMap;
 use std::net::IpAddr;
@@ -9,17 +10,32 @@ use std::sync::{Arc, Mutex, PoisonError};
 
 use tokio_util::sync::{CancellationToken, WaitForCancellationFutureOwned};
 
+use super::handshakes::{HandshakeBudget, Source};
 use super::refusals::RefusalLog;
 
-/// Handshakes in progress per configured peer, at most.
+/// Handshakes in progress per configured peer, at most: from each peer's
+/// address, this many per peer at it; from every other address together,
+/// this many per peer (at least [`MIN_OTHER_HANDSHAKES`]).
 pub const HANDSHAKES_PER_PEER: usize = 4;
 /// Authenticated links one peer may hold open to this node at once. A
 /// peer keeps one per mode; the rest lets a redial overlap a dying link.
 pub const LINKS_PER_PEER: usize = 4;
+/// Handshakes in progress from addresses no peer has, at least: room for
+/// a peer whose address is not known yet (a name not resolved, a node
+/// joining) beside a few strays.
+pub const MIN_OTHER_HANDSHAKES: usize = 8;
+
+/// Why a handshake was closed unfinished for a newer one (a refusal log's
+/// reason).
+pub const EVICTED: &str =
+    "too many peer handshakes at once from this address: closed the oldest unfinished";
 
 /// The gate's caps.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct GateLimits {
+    /// Handshakes in progress from each peer's address, per peer at it.
+    pub handshakes_per_peer: usize,
+    /// Handshakes in progress from every other address together.
     pub handshakes: usize,
     pub links_per_peer: usize,
 }
@@ -28,15 +44,16 @@ impl GateLimits {
     /// The caps for a cluster of `nodes` nodes.
     pub fn for_cluster(nodes: usize) -> GateLimits {
         GateLimits {
-            handshakes: (HANDSHAKES_PER_PEER * nodes.saturating_sub(1)).max(8),
+            handshakes_per_peer: HANDSHAKES_PER_PEER,
+            handshakes: (HANDSHAKES_PER_PEER * nodes.saturating_sub(1)).max(MIN_OTHER_HANDSHAKES),
             links_per_peer: LINKS_PER_PEER,
         }
     }
 }
 
-#[derive(Debug, Default)]
+#[derive(Debug)]
 struct Counts {
-    handshaking: usize,
+    handshakes: HandshakeBudget,
     /// Per peer, its open links oldest first: an id and the token that
     /// closes the link.
     links: HashMap<u64, Vec<(u64, CancellationToken)>>,
@@ -59,24 +76,34 @@ pub struct PeerGate {
 
 impl PeerGate {
     pub fn new(limits: GateLimits) -> PeerGate {
+        let counts = Counts {
+            handshakes: HandshakeBudget::new(limits.handshakes_per_peer, limits.handshakes),
+            links: HashMap::new(),
+            next_id: 0,
+        };
         PeerGate {
             limits,
-            counts: SharedCounts::default(),
+            counts: Arc::new(Mutex::new(counts)),
             refusals: RefusalLog::default(),
         }
     }
 
-    /// A slot for one handshake, or `None` when too many are in progress
-    /// (the connection is then closed at once).
-    pub fn begin_handshake(&self) -> Option<HandshakePermit> {
-        let mut counts = counts(&self.counts);
-        if counts.handshaking >= self.limits.handshakes {
-            return None;
-        }
-        counts.handshaking += 1;
-        Some(HandshakePermit {
+    /// The configured peers' IP addresses, one entry per peer.
+    pub fn set_peer_ips(&self, ips: impl IntoIterator<Item = IpAddr>) {
+        counts(&self.counts).handshakes.set_peer_ips(ips);
+    }
+
+    /// A slot for one handshake from `from`. At its source's cap, the
+    /// source's oldest handshake in progress is closed to make room
+    /// ([`HandshakePermit::evicted`]).
+    pub fn begin_handshake(&self, from: IpAddr) -> HandshakePermit {
+        let admitted = counts(&self.counts).handshakes.begin(from);
+        HandshakePermit {
             counts: Some(self.counts.clone()),
-        })
+            source: admitted.source,
+            id: admitted.id,
+            evicted: admitted.evicted,
+        }
     }
 
     /// Turns a finished handshake from `peer` into a link. Past the cap,
@@ -106,6 +133,14 @@ impl PeerGate {
         self.refusals.refused(from, reason);
     }
 
+    /// Handshakes in progress counted with those from `from` (for tests).
+    pub fn handshakes_from(&self, from: IpAddr) -> usize {
+        let counts = counts(&self.counts);
+        counts
+            .handshakes
+            .in_progress(counts.handshakes.source_of(from))
+    }
+
     /// Authenticated links open from `peer` (for tests and status).
     pub fn links_of(&self, peer: u64) -> usize {
         counts(&self.counts).links.get(&peer).map_or(0, Vec::len)
@@ -116,14 +151,31 @@ impl PeerGate {
 #[derive(Debug)]
 pub struct HandshakePermit {
     counts: Option<SharedCounts>,
+    source: Source,
+    id: u64,
+    evicted: CancellationToken,
+}
+
+impl HandshakePermit {
+    /// The dialler's opening showed the cluster key: this handshake is
+    /// closed for a newer one last.
+    pub fn key_shown(&self) {
+        if let Some(shared) = &self.counts {
+            counts(shared).handshakes.key_shown(self.source, self.id);
+        }
+    }
+
+    /// Resolves once a newer handshake from the same source took this
+    /// one's slot: the connection is then to be closed.
+    pub fn evicted(&self) -> WaitForCancellationFutureOwned {
+        self.evicted.clone().cancelled_owned()
+    }
 }
 
 impl Drop for HandshakePermit {
     fn drop(&mut self) {
         if let Some(shared) = self.counts.take() {
-            let mut counts = counts(&shared);
-            debug_assert!(counts.handshaking > 0);
-            counts.handshaking = counts.handshaking.saturating_sub(1);
+            counts(&shared).handshakes.end(self.source, self.id);
         }
     }
 }
@@ -161,29 +213,42 @@ impl Drop for LinkPermit {
 mod tests {
     use super::*;
 
-    #[test]
-    fn handshakes_are_capped_and_slots_come_back() {
-        let gate = PeerGate::new(GateLimits {
-            handshakes: 2,
-            links_per_peer: 1,
-        });
-        let a = gate.begin_handshake().expect("first");
-        let _b = gate.begin_handshake().expect("second");
-        assert!(gate.begin_handshake().is_none(), "third is over the cap");
-        drop(a);
+    const STRANGER: IpAddr = IpAddr::V4(std::net::Ipv4Addr::new(10, 9, 9, 9));
+    const PEER: IpAddr = IpAddr::V4(std::net::Ipv4Addr::new(10, 0, 0, 1));
+
+    fn limits(handshakes: usize, links_per_peer: usize) -> GateLimits {
+        GateLimits {
+            handshakes_per_peer: 1,
+            handshakes,
+            links_per_peer,
+        }
+    }
+
+    #[tokio::test]
+    async fn a_flood_closes_its_own_oldest_handshakes_not_a_peers() {
+        let gate = PeerGate::new(limits(2, 1));
+        gate.set_peer_ips([PEER]);
+        let peer = gate.begin_handshake(PEER);
+        let first = gate.begin_handshake(STRANGER);
+        let second = gate.begin_handshake(STRANGER);
+        let third = gate.begin_handshake(STRANGER);
+        first.evicted().await;
+        let still = |permit: &HandshakePermit| {
+            futures_util::FutureExt::now_or_never(permit.evicted()).is_none()
+        };
+        assert!(still(&second) && still(&third) && still(&peer));
+        drop(second);
+        let fourth = gate.begin_handshake(STRANGER);
         assert!(
-            gate.begin_handshake().is_some(),
+            still(&third) && still(&fourth),
             "a finished one frees its slot"
         );
     }
 
     #[tokio::test]
     async fn a_newer_link_supersedes_the_oldest_past_the_cap() {
-        let gate = PeerGate::new(GateLimits {
-            handshakes: 8,
-            links_per_peer: 2,
-        });
-        let admit = |peer| gate.admit_link(gate.begin_handshake().expect("slot"), peer);
+        let gate = PeerGate::new(limits(8, 2));
+        let admit = |peer| gate.admit_link(gate.begin_handshake(STRANGER), peer);
         let first = admit(1);
         let second = admit(1);
         let other = admit(2);
@@ -204,12 +269,9 @@ mod tests {
 
     #[test]
     fn link_handshakes_do_not_count_once_admitted() {
-        let gate = PeerGate::new(GateLimits {
-            handshakes: 1,
-            links_per_peer: 4,
-        });
-        let link = gate.admit_link(gate.begin_handshake().expect("slot"), 0);
-        assert!(gate.begin_handshake().is_some());
+        let gate = PeerGate::new(limits(1, 4));
+        let link = gate.admit_link(gate.begin_handshake(STRANGER), 0);
+        assert_eq!(gate.handshakes_from(STRANGER), 0);
         drop(link);
     }
 }

@@ -10,12 +10,14 @@
 
 pub mod frames;
 pub mod gate;
+pub mod handshakes;
 pub mod keys;
+pub mod known_ips;
 pub mod reach_log;
 pub mod refusals;
 pub mod secure;
 
 pub use frames::{decode, encode, PeerError, PEER_HELLO};
-pub use gate::{GateLimits, HandshakePermit, LinkPermit, PeerGate};
+pub use gate::{GateLimits, HandshakePermit, LinkPermit, PeerGate, EVICTED};
 pub use keys::{generate_key_text, ClusterKey, ClusterKeys, KeyError};
-pub use secure::{accept, connect, SecureCodec, SecureFramed, HANDSHAKE_TIMEOUT};
+pub use secure::{accept, accept_telling, connect, SecureCodec, SecureFramed, HANDSHAKE_TIMEOUT};

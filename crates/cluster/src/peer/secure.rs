@@ -136,11 +136,28 @@ where
 /// `max_first` bytes), all within [`HANDSHAKE_TIMEOUT`]. Returns the
 /// channel, its frame limit still `max_first`, and that first frame.
 pub async fn accept<S>(
+    stream: S,
+    input: BytesMut,
+    hello: &[u8],
+    keys: &ClusterKeys,
+    max_first: usize,
+) -> Result<(SecureFramed<S>, BytesMut), PeerError>
+where
+    S: AsyncRead + AsyncWrite + Unpin,
+{
+    accept_telling(stream, input, hello, keys, max_first, || {}).await
+}
+
+/// [`accept`], calling `key_shown` once the dialler's opening message
+/// reads with one of `keys`: a dialler without the key cannot make one
+/// (a replayed opening can, but then cannot finish).
+pub async fn accept_telling<S>(
     mut stream: S,
     mut input: BytesMut,
     hello: &[u8],
     keys: &ClusterKeys,
     max_first: usize,
+    key_shown: impl FnOnce(),
 ) -> Result<(SecureFramed<S>, BytesMut), PeerError>
 where
     S: AsyncRead + AsyncWrite + Unpin,
@@ -161,6 +178,7 @@ where
             let _ = stream.flush().await;
             return Err(PeerError::WrongKey);
         };
+        key_shown();
         respond(stream, input, noise, max_first).await
     };
     match tokio::time::timeout(HANDSHAKE_TIMEOUT, handshake).await {

@@ -36,7 +36,7 @@ use super::lock_node::{HandoffStep, PriorityLockNode, RoleView};
 use super::messages::NodeIndex;
 use super::state_file::{self, PriorityPersister, StateFile, StateFileError};
 use crate::peer::refusals::RefusalLog;
-use crate::peer::{ClusterKeys, GateLimits, PeerGate};
+use crate::peer::{self, ClusterKeys, GateLimits, PeerGate};
 use inbound::{Inbound, InboundLinks};
 use outbound::Outbound;
 
@@ -158,6 +158,19 @@ pub enum PriorityStartError {
 }
 
 /// Binds a priority node and starts its shell.
+/// Gives the inbound gate the peers' addresses, IPs at once, names as
+/// they resolve.
+fn keep_peer_ips(links: &Arc<InboundLinks>, tasks: &Tasks) {
+    let peers = links.peers.clone();
+    links.gate.set_peer_ips(peer::known_ips::literal_ips(
+        peers.iter().map(String::as_str),
+    ));
+    let links = links.clone();
+    tasks.spawn(async move {
+        peer::known_ips::keep_current(&links.gate, || peers.clone()).await;
+    });
+}
+
 pub async fn start(
     server_config: ServerConfig,
     settings: PrioritySettings,
@@ -188,6 +201,7 @@ pub async fn start(
         }),
         tasks: tasks.clone(),
     };
+    keep_peer_ips(&inbound.links, &tasks);
     let server = Server::bind_shared(server_config, locks.clone(), Some(Arc::new(inbound))).await?;
     let outbound = Outbound {
         peers: &settings.peers,

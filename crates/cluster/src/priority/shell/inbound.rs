@@ -60,23 +60,17 @@ impl PeerAcceptor for Inbound {
 
     fn accept(&self, stream: TcpStream, already_read: BytesMut) {
         let links = self.links.clone();
-        let Some(permit) = links.gate.begin_handshake() else {
-            // Too many handshakes at once: a flood. Closing is the answer.
-            if let Ok(from) = stream.peer_addr() {
-                links
-                    .gate
-                    .refused(from.ip(), &"too many peer handshakes at once");
-            }
+        // Without its address a connection cannot be counted against its
+        // source's budget; such a socket is already gone.
+        let Ok(from) = stream.peer_addr() else {
             return;
         };
+        let permit = links.gate.begin_handshake(from.ip());
         self.tasks.spawn(async move {
-            let from = stream.peer_addr().ok();
             if let Err(error) = links.receive_link(stream, already_read, permit).await {
-                match (&error, from) {
-                    (LinkRefused::Refused(reason), Some(from)) => {
-                        links.gate.refused(from.ip(), reason);
-                    }
-                    _ => tracing::debug!(%error, "inbound peer link closed"),
+                match &error {
+                    LinkRefused::Refused(reason) => links.gate.refused(from.ip(), reason),
+                    LinkRefused::Failed(_) => tracing::debug!(%error, "inbound peer link closed"),
                 }
             }
         });
@@ -106,15 +100,18 @@ impl InboundLinks {
     ) -> Result<(), LinkRefused> {
         let _ = stream.set_nodelay(true);
         let refused = |error: peer::PeerError| LinkRefused::Refused(error.to_string());
-        let (mut framed, first) = peer::accept(
+        let handshake = peer::accept_telling(
             Counted::new(stream),
             already_read,
             PEER_HELLO,
             &self.keys,
             MAX_HELLO_FRAME,
-        )
-        .await
-        .map_err(refused)?;
+            || permit.key_shown(),
+        );
+        let (mut framed, first) = tokio::select! {
+            accepted = handshake => accepted.map_err(refused)?,
+            () = permit.evicted() => return Err(LinkRefused::Refused(peer::EVICTED.to_string())),
+        };
         let hello: LinkHello = peer::decode(&first).map_err(refused)?;
         if hello.peers != self.peers || hello.from == self.me || hello.from >= self.peers.len() {
             self.refuse_peer_list(&mut framed, &hello).await;

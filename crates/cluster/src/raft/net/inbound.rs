@@ -102,7 +102,7 @@ impl<H: TableHost> RaftAcceptor<H> {
         tasks: Tasks,
         reach: PeerReach,
     ) -> Arc<Self> {
-        Arc::new(RaftAcceptor {
+        let acceptor = Arc::new(RaftAcceptor {
             raft,
             me,
             caps: FrameCaps::for_cluster(),
@@ -112,7 +112,35 @@ impl<H: TableHost> RaftAcceptor<H> {
             complaints: Complaints::default(),
             reach,
             tasks,
-        })
+        });
+        acceptor.keep_peer_ips(peers);
+        acceptor
+    }
+
+    /// Gives the gate the addresses of the seeds and of the membership's
+    /// nodes: IPs at once, names as they resolve, read again now and then.
+    fn keep_peer_ips(self: &Arc<Self>, seeds: Vec<String>) {
+        let this = self.clone();
+        let peers = move || {
+            let membership = this
+                .raft
+                .metrics()
+                .borrow_watched()
+                .membership_config
+                .clone();
+            let mut peers = seeds.clone();
+            peers.extend(Members::of(membership.membership()).nodes.into_values());
+            peers.sort_unstable();
+            peers.dedup();
+            peers
+        };
+        self.gate.set_peer_ips(peer::known_ips::literal_ips(
+            peers().iter().map(String::as_str),
+        ));
+        let this = self.clone();
+        self.tasks.spawn(async move {
+            peer::known_ips::keep_current(&this.gate, peers).await;
+        });
     }
 
     pub fn gate(&self) -> &PeerGate {
@@ -120,14 +148,9 @@ impl<H: TableHost> RaftAcceptor<H> {
     }
 
     /// Takes a connection from `from` whose first bytes, `already_read`,
-    /// start with [`RAFT_HELLO`]. Closed at once if too many handshakes
-    /// are in progress.
+    /// start with [`RAFT_HELLO`], in its source's handshake budget.
     pub fn take<S: PeerStream>(self: &Arc<Self>, stream: S, already_read: BytesMut, from: IpAddr) {
-        let Some(permit) = self.gate.begin_handshake() else {
-            self.gate
-                .refused(from, &"too many raft peer handshakes at once");
-            return;
-        };
+        let permit = self.gate.begin_handshake(from);
         let this = self.clone();
         self.tasks.spawn(async move {
             match this.serve(stream, already_read, permit).await {
@@ -144,15 +167,18 @@ impl<H: TableHost> RaftAcceptor<H> {
         already_read: BytesMut,
         permit: HandshakePermit,
     ) -> Result<(), LinkEnd> {
-        let (mut framed, first) = peer::accept(
+        let handshake = peer::accept_telling(
             stream,
             already_read,
             RAFT_HELLO,
             &self.keys,
             self.caps.hello,
-        )
-        .await
-        .map_err(refused)?;
+            || permit.key_shown(),
+        );
+        let (mut framed, first) = tokio::select! {
+            accepted = handshake => accepted.map_err(refused)?,
+            () = permit.evicted() => return Err(refused(peer::EVICTED)),
+        };
         let hello: LinkHello = peer::decode(&first).map_err(refused)?;
         if let Some(reason) = self.refusal_of(&hello) {
             tell_refusal(&mut framed, &reason).await;
