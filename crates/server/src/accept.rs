@@ -22,6 +22,12 @@ pub trait ServerStream: AsyncRead + AsyncWrite + Send + Unpin + 'static {
     fn set_nodelay(&self);
     /// The address of the other end, for the logs and the peer gate.
     fn peer_addr(&self) -> io::Result<SocketAddr>;
+    /// Whether the client has closed its sending side with nothing left
+    /// to read, asked of the kernel without waiting; `None` where there is
+    /// no kernel to ask.
+    fn input_closed(&self) -> Option<bool> {
+        None
+    }
 }
 
 /// A source of connections: a bound listener.
@@ -46,6 +52,20 @@ impl ServerStream for TcpStream {
 
     fn peer_addr(&self) -> io::Result<SocketAddr> {
         TcpStream::peer_addr(self)
+    }
+
+    fn input_closed(&self) -> Option<bool> {
+        use nix::errno::Errno;
+        use nix::sys::socket::{recv, MsgFlags};
+        use std::os::fd::AsRawFd;
+        let mut byte = [0u8; 1];
+        let flags = MsgFlags::MSG_PEEK | MsgFlags::MSG_DONTWAIT;
+        Some(match recv(self.as_raw_fd(), &mut byte, flags) {
+            Ok(0) => true,
+            Ok(_) | Err(Errno::EAGAIN | Errno::EINTR) => false,
+            // A failed socket: nothing sent on it would arrive either.
+            Err(_) => true,
+        })
     }
 }
 

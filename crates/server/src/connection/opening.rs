@@ -76,7 +76,11 @@ impl<N: LockNode, S: ServerStream> Connection<N, S> {
                 None
             }
             (Kind::Plain, None) => {
-                self.input_ended = super::input_end::ended_now(&mut stream, &mut self.input);
+                // A connection made and closed while the node was paused:
+                // tokio's readiness of a socket it has just taken may not
+                // show the close yet, so the kernel is asked as well.
+                self.input_ended = super::input_end::ended_now(&mut stream, &mut self.input)
+                    || stream.input_closed() == Some(true);
                 self.on_input();
                 Some(Opened::Plain(stream))
             }
